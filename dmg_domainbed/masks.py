@@ -38,21 +38,25 @@ def soft_iou(a: torch.Tensor, b: torch.Tensor, eps: float = EPS) -> torch.Tensor
     return (intersection + eps) / (union + eps)
 
 
-def pairwise_soft_iou(probs: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """``[..., D, D]``: :func:`soft_iou` between the rows of ``probs`` (``[..., D, k]``)."""
-    intersection = probs @ probs.transpose(-1, -2)
+def pairwise_soft_iou(probs, eps: float = EPS):
+    """``[..., D, D]``: :func:`soft_iou` between the rows of ``probs`` (``[..., D, k]``).
+
+    Works on torch tensors and NumPy arrays alike.
+    """
+    intersection = probs @ probs.swapaxes(-1, -2)
     totals = probs.sum(-1)
     union = totals[..., :, None] + totals[..., None, :] - intersection
     return (intersection + eps) / (union + eps)
 
 
-def mean_over_pairs(matrix: torch.Tensor) -> torch.Tensor:
-    """Mean of the strictly upper triangle of ``[..., D, D]`` matrices; 0 when ``D < 2``."""
+def mean_over_pairs(matrix):
+    """Mean over unordered pairs ``i < j`` of symmetric ``[..., D, D]`` matrices; 0 when ``D < 2``.
+
+    ``(sum - trace) / (D (D - 1))``; works on torch tensors and NumPy arrays alike.
+    """
     size = matrix.shape[-1]
-    rows, cols = torch.triu_indices(size, size, offset=1, device=matrix.device)
-    if len(rows) == 0:
-        return matrix.new_zeros(matrix.shape[:-2])
-    return matrix[..., rows, cols].mean(-1)
+    off_diagonal = matrix.sum((-1, -2)) - matrix.diagonal(0, -2, -1).sum(-1)
+    return off_diagonal / (size * (size - 1)) if size > 1 else off_diagonal * 0
 
 
 def overlap_loss(probs: torch.Tensor, eps: float = EPS) -> torch.Tensor:

@@ -145,10 +145,13 @@ def test_multihead_predict_is_the_mean_of_each_heads_logits(input_shape):
 
 
 @SHAPES
-def test_multihead_training_step_equals_a_loop_routing_each_domain_to_its_head(input_shape):
+@pytest.mark.parametrize("sizes", [(5, 3, 4), (4, 4, 4)], ids=["gathered", "equal-blocks"])
+def test_multihead_training_step_equals_a_loop_routing_each_domain_to_its_head(
+    input_shape, sizes
+):
     multihead = build("MultiHead", input_shape)
     loop = twin(multihead, "MultiHead", input_shape)
-    batches = minibatches(input_shape)
+    batches = minibatches(input_shape, sizes)
     loss = multihead.update(batches)["loss"]
 
     logits = torch.cat([head_logits(loop, x, d) for d, (x, _) in enumerate(batches)])

@@ -40,6 +40,16 @@ def test_overlap_is_the_mean_over_unordered_pairs():
     assert masks.overlap_loss(probs).item() == pytest.approx(expected)
 
 
+def test_pair_helpers_give_the_same_numbers_on_numpy_arrays():
+    probs = torch.rand(2, 4, 6, dtype=torch.float64)  # two layers, four domains
+    matrix = masks.pairwise_soft_iou(probs)
+    assert torch.allclose(torch.from_numpy(masks.pairwise_soft_iou(probs.numpy())), matrix)
+    rows, cols = torch.triu_indices(4, 4, offset=1)
+    upper_mean = matrix[:, rows, cols].mean(-1)
+    assert torch.allclose(masks.mean_over_pairs(matrix), upper_mean)
+    assert torch.allclose(torch.from_numpy(masks.mean_over_pairs(matrix.numpy())), upper_mean)
+
+
 def test_overlap_of_one_domain_is_zero():
     assert masks.overlap_loss(torch.rand(1, 5)).item() == 0.0
 

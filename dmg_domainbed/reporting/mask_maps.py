@@ -73,16 +73,12 @@ def summary_frame(layers: list[LayerMasks], domains: list[str]) -> pd.DataFrame:
     rows = []
     for lm in layers:
         row = {"layer": lm.layer, "units": lm.probabilities.shape[1],
-               "mean_soft_iou": _mean_over_pairs(lm.soft_iou),
-               "mean_hard_iou": _mean_over_pairs(lm.hard_iou)}
+               "mean_soft_iou": float(masks.mean_over_pairs(lm.soft_iou)),
+               "mean_hard_iou": float(masks.mean_over_pairs(lm.hard_iou))}
         for d, domain in enumerate(domains):
             row[f"active {domain}"] = float((lm.probabilities[d] > 0.5).mean())
         rows.append(row)
     return pd.DataFrame(rows).set_index("layer")
-
-
-def _mean_over_pairs(matrix: np.ndarray) -> float:
-    return float(masks.mean_over_pairs(torch.from_numpy(matrix)))
 
 
 def unit_order(probabilities: np.ndarray) -> np.ndarray:
