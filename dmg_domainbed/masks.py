@@ -13,7 +13,9 @@ probability ``m_d = sigmoid(m~_d)``. The mask multiplies the *input* of ``L``:
   (``m_d > 0.5``).
 
 The overlap penalty of Eq. (2) is the soft IoU ``sIoU(m_i, m_j) = m_i.m_j / sum_k(m_i + m_j -
-m_i m_j)``, averaged over unordered pairs of source domains and summed over layers.
+m_i m_j)``, averaged over unordered pairs of source domains and summed over layers; the training
+step computes it (and the sparsity term) through :mod:`dmg_domainbed.mask_penalty`, which has the
+same value and gradient as :func:`overlap_loss` and :func:`sparsity_loss` here.
 
 This module knows nothing about DomainBed; it needs torch only.
 """
@@ -158,10 +160,6 @@ class DomainMasks(nn.Module):
             modules[name].register_forward_pre_hook(self._hook(position))
             for position, name in enumerate(self.layer_names)
         ]
-
-    def probabilities(self) -> list[torch.Tensor]:
-        """``m_d = sigmoid(m~_d)`` per layer, each ``[D, k]``."""
-        return [torch.sigmoid(logits) for logits in self.logits]
 
     @contextlib.contextmanager
     def per_example(self, domains: torch.Tensor, mode: str) -> Iterator[None]:
