@@ -106,7 +106,10 @@ def configurations() -> list[Config]:
         Config("mnist_cnn", (1, 28, 28), "RotatedMNIST", "cpu"),
         embedded,
         Config(
-            "resnet50", (3, 224, 224), "PACS", "cuda",
+            "resnet50",
+            (3, 224, 224),
+            "PACS",
+            "cuda",
             {"batch_size": 32, "resnet18": False, "resnet50_augmix": False},
             "random weights, timing only",
         ),
@@ -310,15 +313,19 @@ def measure(
     if "DMG" in names:
         layers = build("DMG", config).masks.layer_names
         makers["floor"] = partial(UnavoidableTraining, config, layers)
-    memory = {name: peak_training_memory(make, config, minibatches)
-              for name, make in makers.items()}
+    memory = {
+        name: peak_training_memory(make, config, minibatches) for name, make in makers.items()
+    }
     trainers = {name: make() for name, make in makers.items()}
     built = {name: trainers[name] for name in names}
     sync = synchronizer(config.device)
     clock = time.process_time if cpu_clock and config.device == "cpu" else time.perf_counter
     step = interleaved_medians(
         {name: partial(trainer.update, minibatches) for name, trainer in trainers.items()},
-        rounds, warmup, sync, clock,
+        rounds,
+        warmup,
+        sync,
+        clock,
     )
     x = torch.cat([x for x, _ in minibatches])
     predict_calls = {name: partial(algorithm.predict, x) for name, algorithm in built.items()}
@@ -331,7 +338,10 @@ def measure(
     rows = []
     for name in names:
         row = Row(
-            config.name, config.device, name, batch,
+            config.name,
+            config.device,
+            name,
+            batch,
             step_ms=1e3 * step[name],
             step_ratio=step[name] / step[REFERENCE],
             peak_mb=memory[name] / 2**20,
@@ -379,10 +389,20 @@ def checks(rows: list[Row]) -> list[str]:
 
     for row in rows:
         if row.algorithm in STEP_LIMITS:
-            check(row, f"{row.algorithm} step / ERM", row.step_ratio, STEP_LIMITS[row.algorithm],
-                  row.step_floor_ratio)
-            check(row, f"{row.algorithm} peak memory / ERM", row.memory_ratio, MEMORY_LIMIT,
-                  row.memory_floor_ratio)
+            check(
+                row,
+                f"{row.algorithm} step / ERM",
+                row.step_ratio,
+                STEP_LIMITS[row.algorithm],
+                row.step_floor_ratio,
+            )
+            check(
+                row,
+                f"{row.algorithm} peak memory / ERM",
+                row.memory_ratio,
+                MEMORY_LIMIT,
+                row.memory_floor_ratio,
+            )
         if row.predict_vs_floor is not None:
             check(row, "DMG predict / unavoidable floor", row.predict_vs_floor, PREDICT_FLOOR_LIMIT)
     return lines
@@ -401,18 +421,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a rough figure fast")
     parser.add_argument("--csv", default="step_time.csv", help="where to save the table")
     parser.add_argument(
-        "--algorithms", nargs="+", default=None,
+        "--algorithms",
+        nargs="+",
+        default=None,
         help=f"compared with {REFERENCE} (always included); default: {', '.join(CORE)} and, "
         f"when registered, {', '.join(OPTIONAL)}",
     )
     parser.add_argument("--configs", nargs="+", default=None, help="mnist_cnn, mlp, resnet50")
     parser.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="torch CPU threads (default 1: sweeps run one single-threaded job per core, and "
         "threads of small steps contend on a busy machine)",
     )
     parser.add_argument(
-        "--clock", choices=("wall", "cpu"), default="wall",
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
         help="cpu: process CPU time on CPU configurations, unaffected by other processes taking "
         "the cores (use with --threads 1: idle threads spin and count)",
     )
@@ -423,15 +449,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     names = [REFERENCE, *(name for name in wanted if name != REFERENCE)]
 
     print(f"machine: {machine()}")
-    print(f"{NUM_DOMAINS} source domains; train step and predict: median of {rounds} interleaved "
-          f"rounds after {warmup} warm-up calls, {args.clock} clock; "
-          f"ratios are to {REFERENCE} (lower is cheaper)")
-    print("peak MB: weights + optimiser state + gradients + activations of two train steps "
-          "(CPU: PyTorch allocator records via torch.profiler; CUDA: max_memory_allocated)")
-    print("x floor: DMG predict / plain network with the input of the first masked layer "
-          "repeated per domain")
-    print("floor (checks): DMG's unavoidable train step and memory / ERM's: the plain network "
-          "with a Bernoulli draw on each masked layer's input, no mask learning\n")
+    print(
+        f"{NUM_DOMAINS} source domains; train step and predict: median of {rounds} interleaved "
+        f"rounds after {warmup} warm-up calls, {args.clock} clock; "
+        f"ratios are to {REFERENCE} (lower is cheaper)"
+    )
+    print(
+        "peak MB: weights + optimiser state + gradients + activations of two train steps "
+        "(CPU: PyTorch allocator records via torch.profiler; CUDA: max_memory_allocated)"
+    )
+    print(
+        "x floor: DMG predict / plain network with the input of the first masked layer "
+        "repeated per domain"
+    )
+    print(
+        "floor (checks): DMG's unavoidable train step and memory / ERM's: the plain network "
+        "with a Bernoulli draw on each masked layer's input, no mask learning\n"
+    )
     rows: list[Row] = []
     for config in configurations():
         if args.configs and config.name not in args.configs:

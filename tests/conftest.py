@@ -29,8 +29,6 @@ def pytest_configure(config):
     torch.set_num_threads(1)
 
 
-
-
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
     """One real ``dmg-domainbed demo`` shared by the tests: DomainBed's own sweep script and
@@ -39,8 +37,9 @@ def demo_run(tmp_path_factory):
     from .helpers import DEMO_ALGORITHMS, DEMO_STEPS, run_cli
 
     output = tmp_path_factory.mktemp("demo") / "demo"
-    result = run_cli("demo", "--output_dir", str(output), "--steps", DEMO_STEPS,
-                     "--algorithms", *DEMO_ALGORITHMS)
+    result = run_cli(
+        "demo", "--output_dir", str(output), "--steps", DEMO_STEPS, "--algorithms", *DEMO_ALGORITHMS
+    )
     return output, result.stdout
 
 

@@ -24,12 +24,22 @@ def domainbed_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_python(*args: str, cwd: Path | None = None, env: dict | None = None,
-               check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_python(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    check: bool = True,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` with this interpreter; on failure show what it printed."""
     result = subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env or domainbed_env(), capture_output=True,
-        text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env or domainbed_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
     if check and result.returncode != 0:
         raise AssertionError(

@@ -49,8 +49,15 @@ def test_collect_results_prints_the_plugin_rows_beside_erm(demo_sweep):
 
 def test_list_top_hparams_reads_dmg_runs(demo_sweep):
     out = run_domainbed(
-        "list_top_hparams", "--input_dir", str(demo_sweep), "--dataset", "RotatedDigits",
-        "--algorithm", "DMG", "--test_env", "0",
+        "list_top_hparams",
+        "--input_dir",
+        str(demo_sweep),
+        "--dataset",
+        "RotatedDigits",
+        "--algorithm",
+        "DMG",
+        "--test_env",
+        "0",
     ).stdout
     assert "lambda_overlap" in out
 
@@ -60,7 +67,9 @@ def test_saved_model_reloads_with_the_accuracies_train_py_logged(demo_sweep, alg
     run_dir = runs_by_algorithm(demo_sweep)[algorithm_name][0]
     saved = torch.load(run_dir / "model.pkl", weights_only=False)
     algorithm = algorithms.get_algorithm_class(algorithm_name)(
-        saved["model_input_shape"], saved["model_num_classes"], saved["model_num_domains"],
+        saved["model_input_shape"],
+        saved["model_num_classes"],
+        saved["model_num_domains"],
         saved["model_hparams"],
     )
     algorithm.load_state_dict(saved["model_dict"])
@@ -70,7 +79,8 @@ def test_saved_model_reloads_with_the_accuracies_train_py_logged(demo_sweep, alg
     )
     for env_i, env in enumerate(dataset):
         out, in_ = misc.split_dataset(
-            env, int(len(env) * args["holdout_fraction"]),
+            env,
+            int(len(env) * args["holdout_fraction"]),
             misc.seed_hash(args["trial_seed"], env_i),
         )
         for split, name in ((in_, "in"), (out, "out")):
@@ -83,11 +93,25 @@ def test_same_seed_gives_identical_results(demo_sweep, tmp_path):
     run_dir = runs_by_algorithm(demo_sweep)["DMG"][0]
     args = records(run_dir)[0]["args"]
     run_domainbed(
-        "train", "--algorithm", "DMG", "--dataset", args["dataset"],
-        "--test_envs", *map(str, args["test_envs"]), "--steps", str(args["steps"]),
-        "--seed", str(args["seed"]), "--trial_seed", str(args["trial_seed"]),
-        "--hparams_seed", str(args["hparams_seed"]), "--data_dir", args["data_dir"],
-        "--output_dir", str(tmp_path),
+        "train",
+        "--algorithm",
+        "DMG",
+        "--dataset",
+        args["dataset"],
+        "--test_envs",
+        *map(str, args["test_envs"]),
+        "--steps",
+        str(args["steps"]),
+        "--seed",
+        str(args["seed"]),
+        "--trial_seed",
+        str(args["trial_seed"]),
+        "--hparams_seed",
+        str(args["hparams_seed"]),
+        "--data_dir",
+        args["data_dir"],
+        "--output_dir",
+        str(tmp_path),
     )
 
     def comparable(rows):
@@ -101,8 +125,19 @@ def test_same_seed_gives_identical_results(demo_sweep, tmp_path):
 
 def test_one_source_domain_trains(tmp_path):
     run_domainbed(
-        "train", "--algorithm", "DMG", "--dataset", "RotatedDigits", "--test_envs", "0", "1", "2",
-        "--steps", "3", "--output_dir", str(tmp_path),
+        "train",
+        "--algorithm",
+        "DMG",
+        "--dataset",
+        "RotatedDigits",
+        "--test_envs",
+        "0",
+        "1",
+        "2",
+        "--steps",
+        "3",
+        "--output_dir",
+        str(tmp_path),
     )
     last = records(tmp_path)[-1]
     assert (tmp_path / "done").exists()
@@ -111,8 +146,16 @@ def test_one_source_domain_trains(tmp_path):
 
 def test_bad_hparams_stop_train_py_before_the_first_step(tmp_path):
     result = run_domainbed(
-        "train", "--algorithm", "DMG", "--dataset", "RotatedDigits",
-        "--hparams", '{"lambda_overlap": -1}', "--output_dir", str(tmp_path), check=False,
+        "train",
+        "--algorithm",
+        "DMG",
+        "--dataset",
+        "RotatedDigits",
+        "--hparams",
+        '{"lambda_overlap": -1}',
+        "--output_dir",
+        str(tmp_path),
+        check=False,
     )
     assert result.returncode != 0
     # train.py tees its stderr into stdout and err.txt

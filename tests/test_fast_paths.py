@@ -68,9 +68,9 @@ def assert_predict_averages_soft_mask_logits(dmg, input_shape) -> None:
     dmg.eval()
     x = torch.randn(6, *input_shape)
     with torch.no_grad():
-        expected = torch.stack(
-            [soft_logits_of_domain(dmg, x, d) for d in range(NUM_DOMAINS)]
-        ).mean(0)
+        expected = torch.stack([soft_logits_of_domain(dmg, x, d) for d in range(NUM_DOMAINS)]).mean(
+            0
+        )
         assert torch.allclose(dmg.predict(x), expected, **TOLERANCE)
 
 
@@ -146,9 +146,7 @@ def test_multihead_predict_is_the_mean_of_each_heads_logits(input_shape):
 
 @SHAPES
 @pytest.mark.parametrize("sizes", [(5, 3, 4), (4, 4, 4)], ids=["gathered", "equal-blocks"])
-def test_multihead_training_step_equals_a_loop_routing_each_domain_to_its_head(
-    input_shape, sizes
-):
+def test_multihead_training_step_equals_a_loop_routing_each_domain_to_its_head(input_shape, sizes):
     multihead = build("MultiHead", input_shape)
     loop = twin(multihead, "MultiHead", input_shape)
     batches = minibatches(input_shape, sizes)

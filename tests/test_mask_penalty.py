@@ -12,8 +12,9 @@ WIDTHS = (4, 7, 3)  # layers of different widths: the stacked probabilities are 
 def random_logits(num_domains: int, seed: int) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     return [
-        (3 * torch.randn(num_domains, width, generator=generator, dtype=torch.float64))
-        .requires_grad_()
+        (
+            3 * torch.randn(num_domains, width, generator=generator, dtype=torch.float64)
+        ).requires_grad_()
         for width in WIDTHS
     ]
 

@@ -128,13 +128,32 @@ def test_any_installed_package_adds_an_algorithm_through_an_entry_point(tmp_path
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(textwrap.dedent(text))
     target = tmp_path / "site"
-    run_python("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-               "--target", str(target), str(source))
+    run_python(
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(target),
+        str(source),
+    )
     env = domainbed_env(PYTHONPATH=str(target))
     out = tmp_path / "run"
     result = run_domainbed(
-        "train", "--algorithm", "TinyERM", "--dataset", "Debug28", "--steps", "2",
-        "--hparams", '{"batch_size": 8}', "--output_dir", str(out), env=env,
+        "train",
+        "--algorithm",
+        "TinyERM",
+        "--dataset",
+        "Debug28",
+        "--steps",
+        "2",
+        "--hparams",
+        '{"batch_size": 8}',
+        "--output_dir",
+        str(out),
+        env=env,
     )
     assert (out / "done").exists()
     record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])

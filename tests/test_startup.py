@@ -16,7 +16,10 @@ def test_pth_line_is_silent_when_the_package_cannot_be_imported():
     # -S: no site-packages, so the package is not importable
     result = subprocess.run(
         [sys.executable, "-S", "-c", f"{line}\nprint('started')"],
-        capture_output=True, text=True, check=False, cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
     )
     assert result.returncode == 0 and result.stdout == "started\n" and result.stderr == ""
 

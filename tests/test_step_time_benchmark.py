@@ -24,8 +24,9 @@ def test_quick_run_writes_a_row_per_algorithm_with_ratios_to_erm(tmp_path, capsy
     step_time = load_script(monkeypatch)
     monkeypatch.setattr(step_time, "MIN_SAMPLE_S", 0.0)
     table = tmp_path / "table.csv"
-    step_time.main(["--quick", "--configs", "mlp", "resnet50", "--algorithms", "DMG",
-                    "--csv", str(table)])
+    step_time.main(
+        ["--quick", "--configs", "mlp", "resnet50", "--algorithms", "DMG", "--csv", str(table)]
+    )
     printed = capsys.readouterr().out
 
     rows = list(csv.DictReader(table.open()))

@@ -231,13 +231,28 @@ class CorGrad(Algorithm):
     """
 
     HPARAMS = HParamSpace(
-        HParam("n_parts", 10, lambda r: int(round(10 ** r.uniform(0.7, 1.3))), minimum=1,
-               help="chunks per parameter tensor along dim 0 (output channels)"),
-        HParam("alpha", 0.6, lambda r: r.uniform(0.4, 0.8), minimum=0.0, validate=_at_most_one,
-               help="weight an outlier domain keeps on its own gradient"),
-        HParam("corrected_params", "conv_linear", lambda r: "conv_linear",
-               choices=PARAMETER_SETS,
-               help="conv_linear: conv and linear layers; all: every trainable parameter"),
+        HParam(
+            "n_parts",
+            10,
+            lambda r: int(round(10 ** r.uniform(0.7, 1.3))),
+            minimum=1,
+            help="chunks per parameter tensor along dim 0 (output channels)",
+        ),
+        HParam(
+            "alpha",
+            0.6,
+            lambda r: r.uniform(0.4, 0.8),
+            minimum=0.0,
+            validate=_at_most_one,
+            help="weight an outlier domain keeps on its own gradient",
+        ),
+        HParam(
+            "corrected_params",
+            "conv_linear",
+            lambda r: "conv_linear",
+            choices=PARAMETER_SETS,
+            help="conv_linear: conv and linear layers; all: every trainable parameter",
+        ),
     )
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
@@ -285,7 +300,7 @@ class CorGrad(Algorithm):
         offset = 0
         for i in self._corrected:
             param = self._params[i]
-            param.grad = update[offset:offset + param.numel()].view_as(param)
+            param.grad = update[offset : offset + param.numel()].view_as(param)
             offset += param.numel()
         for total, i in zip(plain_sum, self._plain, strict=True):
             self._params[i].grad = total

@@ -52,20 +52,50 @@ class DMG(Aggregate):
     """
 
     HPARAMS = HParamSpace(
-        HParam("lambda_overlap", 0.1, lambda r: 10 ** r.uniform(-2, 0), minimum=0.0,
-               help="weight of the soft-IoU overlap penalty between domain masks"),
-        HParam("lambda_sparsity", 0.0, lambda r: 0.0, minimum=0.0,
-               help="weight of the sum of mask probabilities"),
-        HParam("mask_init", "random_uniform", lambda r: "random_uniform", choices=masks.INITS,
-               help="random_uniform: logits ~ U[0,1); scalar: all logits = mask_init_scalar"),
+        HParam(
+            "lambda_overlap",
+            0.1,
+            lambda r: 10 ** r.uniform(-2, 0),
+            minimum=0.0,
+            help="weight of the soft-IoU overlap penalty between domain masks",
+        ),
+        HParam(
+            "lambda_sparsity",
+            0.0,
+            lambda r: 0.0,
+            minimum=0.0,
+            help="weight of the sum of mask probabilities",
+        ),
+        HParam(
+            "mask_init",
+            "random_uniform",
+            lambda r: "random_uniform",
+            choices=masks.INITS,
+            help="random_uniform: logits ~ U[0,1); scalar: all logits = mask_init_scalar",
+        ),
         HParam("mask_init_scalar", 1.0, lambda r: 1.0, help="logit value of the scalar init"),
-        HParam("mask_lr", 1e-2, lambda r: 10 ** r.uniform(-2.5, -1), minimum=0.0,
-               help="Adam learning rate of the mask logits"),
-        HParam("mask_weight_decay", 0.0, lambda r: 0.0, minimum=0.0,
-               help="Adam weight decay of the mask logits"),
-        HParam("mask_layers", "auto", lambda r: "auto", types=(str, list),
-               validate=_check_mask_layers,
-               help="'auto' or the names of the layers whose inputs are masked"),
+        HParam(
+            "mask_lr",
+            1e-2,
+            lambda r: 10 ** r.uniform(-2.5, -1),
+            minimum=0.0,
+            help="Adam learning rate of the mask logits",
+        ),
+        HParam(
+            "mask_weight_decay",
+            0.0,
+            lambda r: 0.0,
+            minimum=0.0,
+            help="Adam weight decay of the mask logits",
+        ),
+        HParam(
+            "mask_layers",
+            "auto",
+            lambda r: "auto",
+            types=(str, list),
+            validate=_check_mask_layers,
+            help="'auto' or the names of the layers whose inputs are masked",
+        ),
     )
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):

@@ -169,19 +169,50 @@ class ImportanceMask(Algorithm):
     """
 
     HPARAMS = HParamSpace(
-        HParam("phase1_steps", 2500, lambda r: 2500, minimum=1,
-               help="updates spent training the per-domain copies (phase 1)"),
-        HParam("freeze_step", 4250, lambda r: 4250, minimum=0,
-               help="global update from which unimportant weights are frozen"),
-        HParam("important_fraction", 0.6, lambda r: r.uniform(0.4, 0.8), minimum=0.0,
-               validate=_at_most_one, help="fraction of tracked weights that are important"),
-        HParam("unimportant_lr_factor", 0.1, lambda r: 10 ** r.uniform(-2, -0.5), minimum=0.0,
-               help="learning-rate multiplier of unimportant weights when phase 2 starts"),
-        HParam("unimportant_lr_half_life", 250.0, lambda r: 250.0, validate=_positive,
-               help="steps over which the unimportant multiplier halves"),
-        HParam("importance_layers", "auto", lambda r: "auto", types=(str, list),
-               validate=_check_layers,
-               help="'auto' (the classifier) or names of the layers whose weights are tracked"),
+        HParam(
+            "phase1_steps",
+            2500,
+            lambda r: 2500,
+            minimum=1,
+            help="updates spent training the per-domain copies (phase 1)",
+        ),
+        HParam(
+            "freeze_step",
+            4250,
+            lambda r: 4250,
+            minimum=0,
+            help="global update from which unimportant weights are frozen",
+        ),
+        HParam(
+            "important_fraction",
+            0.6,
+            lambda r: r.uniform(0.4, 0.8),
+            minimum=0.0,
+            validate=_at_most_one,
+            help="fraction of tracked weights that are important",
+        ),
+        HParam(
+            "unimportant_lr_factor",
+            0.1,
+            lambda r: 10 ** r.uniform(-2, -0.5),
+            minimum=0.0,
+            help="learning-rate multiplier of unimportant weights when phase 2 starts",
+        ),
+        HParam(
+            "unimportant_lr_half_life",
+            250.0,
+            lambda r: 250.0,
+            validate=_positive,
+            help="steps over which the unimportant multiplier halves",
+        ),
+        HParam(
+            "importance_layers",
+            "auto",
+            lambda r: "auto",
+            types=(str, list),
+            validate=_check_layers,
+            help="'auto' (the classifier) or names of the layers whose weights are tracked",
+        ),
     )
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
@@ -192,7 +223,7 @@ class ImportanceMask(Algorithm):
             raise HParamError(
                 f"{owner} hparam 'freeze_step' ({hparams['freeze_step']}) must be >= "
                 f"'phase1_steps' ({hparams['phase1_steps']}): weights are frozen in phase 2; "
-                "fix it with e.g. --hparams '{\"phase1_steps\": 2500, \"freeze_step\": 4250}'"
+                'fix it with e.g. --hparams \'{"phase1_steps": 2500, "freeze_step": 4250}\''
             )
         layers = hparams["importance_layers"]
         if layers == "auto":
@@ -240,10 +271,12 @@ class ImportanceMask(Algorithm):
         return result
 
     def _phase1_update(self, minibatches) -> dict[str, float]:
-        losses = torch.stack([
-            F.cross_entropy(net(x), y)
-            for net, (x, y) in zip(self.domain_networks, minibatches, strict=True)
-        ])
+        losses = torch.stack(
+            [
+                F.cross_entropy(net(x), y)
+                for net, (x, y) in zip(self.domain_networks, minibatches, strict=True)
+            ]
+        )
         self.phase1_optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
         self.phase1_optimizer.step()
@@ -264,8 +297,11 @@ class ImportanceMask(Algorithm):
     def _phase2_update(self, minibatches, step: int) -> dict[str, float]:
         hp = self.hparams
         rate = unimportant_rate(
-            step, hp["phase1_steps"], hp["freeze_step"],
-            hp["unimportant_lr_factor"], hp["unimportant_lr_half_life"],
+            step,
+            hp["phase1_steps"],
+            hp["freeze_step"],
+            hp["unimportant_lr_factor"],
+            hp["unimportant_lr_half_life"],
         )
         x = torch.cat([x for x, _ in minibatches])
         y = torch.cat([y for _, y in minibatches])
@@ -279,7 +315,7 @@ class ImportanceMask(Algorithm):
             weights = apply_rates(before, self._flat(self.network), rates)
             offset = 0
             for param in self._tracked(self.network):
-                param.copy_(weights[offset:offset + param.numel()].view_as(param))
+                param.copy_(weights[offset : offset + param.numel()].view_as(param))
                 offset += param.numel()
         return {"loss": loss.item(), "phase": 2.0, "unimportant_rate": rate}
 
@@ -291,7 +327,7 @@ class ImportanceMask(Algorithm):
     def _per_parameter(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         maps, offset = {}, 0
         for name, param in zip(self.tracked_names, self._tracked(self.network), strict=True):
-            maps[name] = flat[offset:offset + param.numel()].view_as(param)
+            maps[name] = flat[offset : offset + param.numel()].view_as(param)
             offset += param.numel()
         return maps
 

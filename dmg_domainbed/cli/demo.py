@@ -29,15 +29,30 @@ def add_parser(subparsers) -> None:
             "resumes: finished jobs (DomainBed's 'done' files) are kept, unfinished ones redone."
         ),
     )
-    parser.add_argument("--output_dir", default="dmg_demo",
-                        help="folder of the sweep, its log and the report (default: %(default)s)")
-    parser.add_argument("--steps", type=_positive, default=None,
-                        help="training steps per job (default: RotatedDigits.N_STEPS)")
-    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), metavar="NAME",
-                        help="DomainBed algorithms to compare (default: %(default)s)")
-    parser.add_argument("--jobs", type=_positive, default=None,
-                        help="jobs run at the same time by the local_parallel launcher "
-                             "(default: one per CPU core)")
+    parser.add_argument(
+        "--output_dir",
+        default="dmg_demo",
+        help="folder of the sweep, its log and the report (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=_positive,
+        default=None,
+        help="training steps per job (default: RotatedDigits.N_STEPS)",
+    )
+    parser.add_argument(
+        "--algorithms",
+        nargs="+",
+        default=list(ALGORITHMS),
+        metavar="NAME",
+        help="DomainBed algorithms to compare (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_positive,
+        default=None,
+        help="jobs run at the same time by the local_parallel launcher (default: one per CPU core)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -57,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             return run_demo(plan, args.jobs, lambda line: print(line, flush=True))
         except KeyboardInterrupt:
-            print(f"Interrupted. Run the same command again to resume: finished jobs are kept "
-                  f"in {plan.sweep_dir}.", file=sys.stderr)
+            print(
+                f"Interrupted. Run the same command again to resume: finished jobs are kept "
+                f"in {plan.sweep_dir}.",
+                file=sys.stderr,
+            )
             return 130

@@ -34,8 +34,9 @@ def _parse_hparams(text: str | None) -> dict:
     except json.JSONDecodeError as error:
         raise CommandError(f"--hparams is not valid JSON ({error}): {text!r}") from None
     if not isinstance(hparams, dict):
-        raise CommandError(f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; "
-                           f"got {text!r}")
+        raise CommandError(
+            f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; got {text!r}"
+        )
     return hparams
 
 

@@ -21,12 +21,19 @@ def add_parser(subparsers) -> None:
             "domains make one table. Writes in_domain.csv and in_domain.md."
         ),
     )
-    parser.add_argument("--run_dir", required=True, nargs="+", metavar="RUN",
-                        help="folder(s) of finished training runs (each holds model.pkl)")
-    parser.add_argument("--output_dir", default="dmg_evaluate",
-                        help="where the tables go (default: %(default)s)")
-    parser.add_argument("--data_dir", default=None,
-                        help="dataset folder, if not the one the runs were trained with")
+    parser.add_argument(
+        "--run_dir",
+        required=True,
+        nargs="+",
+        metavar="RUN",
+        help="folder(s) of finished training runs (each holds model.pkl)",
+    )
+    parser.add_argument(
+        "--output_dir", default="dmg_evaluate", help="where the tables go (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--data_dir", default=None, help="dataset folder, if not the one the runs were trained with"
+    )
     parser.set_defaults(func=run)
 
 
@@ -43,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
         in_domain.check_comparable(runs)
         output = check_output_dir(Path(args.output_dir), *(run_.path for run_ in runs))
-        frame = pd.concat([in_domain.evaluate_run(r, args.data_dir) for r in runs],
-                          ignore_index=True)
+        frame = pd.concat(
+            [in_domain.evaluate_run(r, args.data_dir) for r in runs], ignore_index=True
+        )
     table = in_domain.table3(frame)
     title = in_domain.table3_title(runs[0])
     paths = write_table(frame, [(title, table)], output, "in_domain", "Prediction")
@@ -53,10 +61,14 @@ def run(args: argparse.Namespace) -> int:
     logged = frame.dropna(subset=["logged"])
     mismatch = logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
     if mismatch.empty:
-        print("\npredict's accuracy equals the env<i>_out_acc train.py logged at its last step "
-              "on every source domain: the splits are train.py's.")
+        print(
+            "\npredict's accuracy equals the env<i>_out_acc train.py logged at its last step "
+            "on every source domain: the splits are train.py's."
+        )
     else:
-        print(f"\nWARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
-              f"{len(mismatch)} domain(s); was the dataset loaded from another --data_dir?")
+        print(
+            f"\nWARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
+            f"{len(mismatch)} domain(s); was the dataset loaded from another --data_dir?"
+        )
     print(f"Wrote {', '.join(str(p) for p in paths)}")
     return 0

@@ -21,10 +21,17 @@ def add_parser(subparsers) -> None:
             "every weight and the important-weight mask) and masks_importance.csv."
         ),
     )
-    parser.add_argument("--run_dir", required=True, metavar="RUN",
-                        help="folder of a finished DMG or ImportanceMask run (holds model.pkl)")
-    parser.add_argument("--output_dir", default="dmg_masks",
-                        help="where the picture and tables go (default: %(default)s)")
+    parser.add_argument(
+        "--run_dir",
+        required=True,
+        metavar="RUN",
+        help="folder of a finished DMG or ImportanceMask run (holds model.pkl)",
+    )
+    parser.add_argument(
+        "--output_dir",
+        default="dmg_masks",
+        help="where the picture and tables go (default: %(default)s)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -21,10 +21,12 @@ def add_parser(subparsers) -> None:
             "only read."
         ),
     )
-    parser.add_argument("--input_dir", required=True,
-                        help="the --output_dir of domainbed.scripts.sweep")
-    parser.add_argument("--output_dir", default="dmg_report",
-                        help="where the report goes (default: %(default)s)")
+    parser.add_argument(
+        "--input_dir", required=True, help="the --output_dir of domainbed.scripts.sweep"
+    )
+    parser.add_argument(
+        "--output_dir", default="dmg_report", help="where the report goes (default: %(default)s)"
+    )
     parser.set_defaults(func=run)
 
 

@@ -20,12 +20,14 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("file", help="a sweep file, e.g. sweeps/demo.toml")
     parser.add_argument("--launcher", help="DomainBed command launcher (wins over the file's)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="show the jobs and commands; create and run nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="show the jobs and commands; create and run nothing"
+    )
     parser.add_argument("--data_dir", help="DomainBed's --data_dir (wins over the file's)")
     parser.add_argument("--output_dir", help="the sweep's output folder (wins over the file's)")
     parser.add_argument(
-        "--delete-incomplete", action="store_true",
+        "--delete-incomplete",
+        action="store_true",
         help="first delete the folders of incomplete jobs (DomainBed's delete_incomplete) so "
         "they are launched again; only when none of them is still running",
     )
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             sweep_config.check_launcher(config, launcher)
         elif not args.dry_run:
             raise CommandError(
-                f"{config.path} names no launcher: add [launcher] name = \"...\" to it or pass "
+                f'{config.path} names no launcher: add [launcher] name = "..." to it or pass '
                 "--launcher NAME (e.g. local_parallel, submitit, local)"
             )
         sweep = plan.resolve(config, args.data_dir, args.output_dir)
@@ -55,8 +57,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
     print(plan.summary(sweep, groups))
-    env, notes = (os.environ, []) if launcher is None else sweep_run.launcher_environment(
-        config, launcher, os.environ)
+    env, notes = (
+        (os.environ, [])
+        if launcher is None
+        else sweep_run.launcher_environment(config, launcher, os.environ)
+    )
     for note in notes + sweep_run.weight_notes(sweep):
         print(f"  note: {note}")
     if args.dry_run:
@@ -73,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     incomplete = sum(job.state == Job.INCOMPLETE for _, jobs in groups for job in jobs)
     if incomplete and not args.delete_incomplete:
-        print(f"  {incomplete} incomplete job(s) are left as they are (they may still be running)"
-              "; once they have stopped, rerun with --delete-incomplete to launch them again")
+        print(
+            f"  {incomplete} incomplete job(s) are left as they are (they may still be running)"
+            "; once they have stopped, rerun with --delete-incomplete to launch them again"
+        )
     return sweep_run.execute(sweep, groups, launcher, env, args.delete_incomplete)
 
 
@@ -85,8 +92,10 @@ def _show_dry_run(sweep, groups, launcher: str) -> None:
 
     print("DomainBed sweep commands:")
     for group, _ in groups:
-        print("  " + plan.shell_line("python", plan.domainbed_sweep_args(
-            sweep, group, "launch", launcher)))
+        print(
+            "  "
+            + plan.shell_line("python", plan.domainbed_sweep_args(sweep, group, "launch", launcher))
+        )
     print("Jobs to launch:")
     for _, jobs in groups:
         for job in jobs:

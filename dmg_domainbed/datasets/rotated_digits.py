@@ -40,16 +40,41 @@ class RotatedDigits(MultipleDomainDataset):
     N_WORKERS = 0  # the whole dataset is one small tensor; worker processes only cost time
 
     HPARAMS = HParamSpace(
-        HParam("mlp_width", 128, lambda r: int(2 ** r.uniform(5, 8)), minimum=1,
-               help="width of DomainBed's MLP featurizer"),
-        HParam("mlp_depth", 3, lambda r: int(r.choice([3, 4])), minimum=2,
-               help="number of linear layers of DomainBed's MLP featurizer"),
-        HParam("mlp_dropout", 0.0, lambda r: float(r.choice([0.0, 0.1])), minimum=0.0,
-               help="dropout of DomainBed's MLP featurizer"),
-        HParam("lr", 1e-3, lambda r: 10 ** r.uniform(-3.5, -2.5), minimum=0.0,
-               help="Adam learning rate of the network"),
-        HParam("batch_size", 32, lambda r: int(2 ** r.uniform(4, 6)), minimum=1,
-               help="examples per source domain in each step"),
+        HParam(
+            "mlp_width",
+            128,
+            lambda r: int(2 ** r.uniform(5, 8)),
+            minimum=1,
+            help="width of DomainBed's MLP featurizer",
+        ),
+        HParam(
+            "mlp_depth",
+            3,
+            lambda r: int(r.choice([3, 4])),
+            minimum=2,
+            help="number of linear layers of DomainBed's MLP featurizer",
+        ),
+        HParam(
+            "mlp_dropout",
+            0.0,
+            lambda r: float(r.choice([0.0, 0.1])),
+            minimum=0.0,
+            help="dropout of DomainBed's MLP featurizer",
+        ),
+        HParam(
+            "lr",
+            1e-3,
+            lambda r: 10 ** r.uniform(-3.5, -2.5),
+            minimum=0.0,
+            help="Adam learning rate of the network",
+        ),
+        HParam(
+            "batch_size",
+            32,
+            lambda r: int(2 ** r.uniform(4, 6)),
+            minimum=1,
+            help="examples per source domain in each step",
+        ),
     )
 
     def __init__(self, root, test_envs, hparams):

@@ -77,8 +77,13 @@ class DemoPlan:
         hparams get a ``sweep launch`` of their own (DomainBed takes one ``--hparams`` per
         launch), into the same folder."""
         config = SweepConfig(
-            path=Path("dmg-domainbed demo"), algorithms=self.algorithms, datasets=(DATASET,),
-            n_hparams=1, n_trials=1, steps=self.steps, single_test_envs=True,
+            path=Path("dmg-domainbed demo"),
+            algorithms=self.algorithms,
+            datasets=(DATASET,),
+            n_hparams=1,
+            n_trials=1,
+            steps=self.steps,
+            single_test_envs=True,
             algorithm_hparams=self.algorithm_hparams(),
         )
         return sweep_plan.Sweep(config, data_dir=DATA_DIR, output_dir=str(self.sweep_dir))
@@ -86,9 +91,13 @@ class DemoPlan:
     def launch_commands(self) -> list[list[str]]:
         """``python -m domainbed.scripts.sweep launch ...``, one per group of algorithms."""
         sweep = self.sweep()
-        return [[sys.executable, *sweep_plan.domainbed_sweep_args(sweep, group, "launch",
-                                                                  self.launcher)]
-                for group in sweep.groups]
+        return [
+            [
+                sys.executable,
+                *sweep_plan.domainbed_sweep_args(sweep, group, "launch", self.launcher),
+            ]
+            for group in sweep.groups
+        ]
 
     def jobs(self) -> list[Job]:
         """The sweep's jobs, as DomainBed's sweep script computes them (same folders)."""
@@ -101,8 +110,15 @@ class DemoPlan:
             for job in sweep_plan.jobs(sweep, group):
                 args = job.train_args
                 test_env = args["test_envs"][0]
-                jobs.append(Job(Path(job.output_dir), args["algorithm"], test_env,
-                                environments[test_env], job))
+                jobs.append(
+                    Job(
+                        Path(job.output_dir),
+                        args["algorithm"],
+                        test_env,
+                        environments[test_env],
+                        job,
+                    )
+                )
         return jobs
 
 

@@ -19,8 +19,9 @@ class DoneWatcher:
     Jobs already done when watching starts are counted but not reported again.
     """
 
-    def __init__(self, jobs: Sequence[Job], report: Callable[[str], None],
-                 interval: float = 1.0) -> None:
+    def __init__(
+        self, jobs: Sequence[Job], report: Callable[[str], None], interval: float = 1.0
+    ) -> None:
         self.jobs = list(jobs)
         self.report = report
         self.interval = interval
@@ -51,5 +52,6 @@ class DoneWatcher:
         for job in [job for job in self._pending if job.done]:
             self._pending.remove(job)
             elapsed = time.monotonic() - self._start
-            self.report(f"[{self.finished}/{len(self.jobs)}] done: {job.describe()} "
-                        f"({elapsed:.0f} s)")
+            self.report(
+                f"[{self.finished}/{len(self.jobs)}] done: {job.describe()} ({elapsed:.0f} s)"
+            )

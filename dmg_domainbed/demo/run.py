@@ -68,8 +68,9 @@ def delete_incomplete(jobs: list[Job], log: TextIO) -> None:
     interrupted run), so that ``launch`` runs them again from the start."""
     from domainbed.scripts import sweep
 
-    incomplete = [job.domainbed_job for job in jobs
-                  if job.domainbed_job.state == sweep.Job.INCOMPLETE]
+    incomplete = [
+        job.domainbed_job for job in jobs if job.domainbed_job.state == sweep.Job.INCOMPLETE
+    ]
     if incomplete:
         with contextlib.redirect_stdout(log):
             sweep.Job.delete(incomplete)
@@ -84,9 +85,13 @@ def run_sweep(plan: DemoPlan, jobs: list[Job], parallel_jobs: int | None, echo: 
             for command in plan.launch_commands():
                 log.write(f"$ {shlex.join(command)}\n")
                 log.flush()
-                sweep = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL,
-                                         env=job_environment(parallel_jobs))
+                sweep = subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=job_environment(parallel_jobs),
+                )
                 try:
                     code = sweep.wait()
                 except KeyboardInterrupt:
@@ -155,12 +160,16 @@ def run_demo(plan: DemoPlan, parallel_jobs: int | None = None, echo: Echo = prin
     jobs = plan.jobs()
     check_no_conflicting_runs(plan, jobs)
     done = sum(job.done for job in jobs)
-    echo(f"DomainBed sweep of {', '.join(plan.algorithms)} on RotatedDigits, every test domain: "
-         f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
-         f"(launcher '{plan.launcher}'; log: {plan.log_path})")
+    echo(
+        f"DomainBed sweep of {', '.join(plan.algorithms)} on RotatedDigits, every test domain: "
+        f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
+        f"(launcher '{plan.launcher}'; log: {plan.log_path})"
+    )
     for algorithm, hparams in plan.algorithm_hparams().items():
-        echo(f"{algorithm}: phase schedule scaled to {plan.total_steps()} steps, "
-             f"--hparams '{json.dumps(hparams, sort_keys=True)}'")
+        echo(
+            f"{algorithm}: phase schedule scaled to {plan.total_steps()} steps, "
+            f"--hparams '{json.dumps(hparams, sort_keys=True)}'"
+        )
     code = run_sweep(plan, jobs, parallel_jobs, echo)
     failed = [job for job in jobs if not job.done]
     for job in failed:

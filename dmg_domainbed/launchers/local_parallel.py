@@ -32,7 +32,11 @@ from dmg_domainbed.launchers.common import LaunchError, Option, output_dir_of, r
 
 OPTIONS = (
     Option(
-        "jobs", "DMG_LOCAL_PARALLEL_JOBS", int, None, minimum=1,
+        "jobs",
+        "DMG_LOCAL_PARALLEL_JOBS",
+        int,
+        None,
+        minimum=1,
         help="jobs run at the same time; default: the number of GPUs, else of CPU cores",
     ),
 )
@@ -108,9 +112,13 @@ def _start(index: int, command: str, slot: int, plan: Plan, logs: ExitStack) -> 
         log_path = Path(output_dir) / LOG_NAME
         stream = logs.enter_context(open(log_path, "a"))
     process = subprocess.Popen(
-        command, shell=True, env=plan.job_environment(slot, os.environ),
-        stdout=stream, stderr=subprocess.STDOUT if stream else None,
-        stdin=subprocess.DEVNULL, start_new_session=True,
+        command,
+        shell=True,
+        env=plan.job_environment(slot, os.environ),
+        stdout=stream,
+        stderr=subprocess.STDOUT if stream else None,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     return _Running(index, command, slot, process, log_path)
 

@@ -43,23 +43,62 @@ from typing import Any
 from dmg_domainbed.launchers.common import LaunchError, Option, output_dir_of, read_options
 
 OPTIONS = (
-    Option("cluster", "DMG_SUBMITIT_CLUSTER", str, "slurm", choices=("slurm", "local", "debug"),
-           help="where the jobs run"),
-    Option("partition", "DMG_SUBMITIT_PARTITION", str, None,
-           help="Slurm partition; default: the cluster's default partition"),
+    Option(
+        "cluster",
+        "DMG_SUBMITIT_CLUSTER",
+        str,
+        "slurm",
+        choices=("slurm", "local", "debug"),
+        help="where the jobs run",
+    ),
+    Option(
+        "partition",
+        "DMG_SUBMITIT_PARTITION",
+        str,
+        None,
+        help="Slurm partition; default: the cluster's default partition",
+    ),
     Option("gpus", "DMG_SUBMITIT_GPUS", int, 1, minimum=0, help="GPUs per job"),
     Option("cpus", "DMG_SUBMITIT_CPUS", int, 8, minimum=1, help="CPU cores per job"),
     Option("mem_gb", "DMG_SUBMITIT_MEM_GB", float, 32.0, minimum=0, help="memory per job, GB"),
-    Option("time_min", "DMG_SUBMITIT_TIME_MIN", int, 1440, minimum=1,
-           help="time limit per job, minutes"),
-    Option("array_parallelism", "DMG_SUBMITIT_ARRAY_PARALLELISM", int, 256, minimum=1,
-           help="array tasks running at the same time"),
-    Option("max_array_size", "DMG_SUBMITIT_MAX_ARRAY_SIZE", int, 1000, minimum=1,
-           help="tasks per Slurm array"),
-    Option("folder", "DMG_SUBMITIT_FOLDER", str, None,
-           help="folder of submitit's files and Slurm logs; default: OUTPUT_DIR/.submitit"),
-    Option("wait", "DMG_SUBMITIT_WAIT", bool, None,
-           help="wait for the jobs and fail if one fails; default: only for local and debug"),
+    Option(
+        "time_min",
+        "DMG_SUBMITIT_TIME_MIN",
+        int,
+        1440,
+        minimum=1,
+        help="time limit per job, minutes",
+    ),
+    Option(
+        "array_parallelism",
+        "DMG_SUBMITIT_ARRAY_PARALLELISM",
+        int,
+        256,
+        minimum=1,
+        help="array tasks running at the same time",
+    ),
+    Option(
+        "max_array_size",
+        "DMG_SUBMITIT_MAX_ARRAY_SIZE",
+        int,
+        1000,
+        minimum=1,
+        help="tasks per Slurm array",
+    ),
+    Option(
+        "folder",
+        "DMG_SUBMITIT_FOLDER",
+        str,
+        None,
+        help="folder of submitit's files and Slurm logs; default: OUTPUT_DIR/.submitit",
+    ),
+    Option(
+        "wait",
+        "DMG_SUBMITIT_WAIT",
+        bool,
+        None,
+        help="wait for the jobs and fail if one fails; default: only for local and debug",
+    ),
 )
 _NO_SUBMITIT = "the submitit launcher needs submitit: pip install 'dmg-domainbed[slurm]'"
 LINK_NAMES = {"stdout": "submitit.out", "stderr": "submitit.err"}
@@ -101,7 +140,7 @@ def check(environ: Mapping[str, str]) -> str:
         if not all(shutil.which(tool, path=path) for tool in ("sbatch", "srun")):
             raise LaunchError(
                 "no Slurm here (sbatch and srun are not both on PATH). Submit from a Slurm login "
-                "node, or set DMG_SUBMITIT_CLUSTER=local (cluster = \"local\" in the sweep "
+                'node, or set DMG_SUBMITIT_CLUSTER=local (cluster = "local" in the sweep '
                 "file) to run the jobs on this machine."
             )
     return describe(values)
@@ -165,7 +204,7 @@ def _link_logs(jobs: Sequence[Any], commands: Sequence[str]) -> None:
 def _submit(executor, commands: Sequence[str], chunk: int) -> list[Any]:
     jobs: list[Any] = []
     for start in range(0, len(commands), chunk):
-        part = list(commands[start:start + chunk])
+        part = list(commands[start : start + chunk])
         try:
             submitted = executor.map_array(run_command, part)
         except Exception as error:

@@ -56,7 +56,8 @@ def _image_folder_status(dataset: str, root: Path, n_envs: int) -> DataStatus:
     domains = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
     if len(domains) != n_envs:
         return DataStatus(
-            dataset, MISSING,
+            dataset,
+            MISSING,
             f"{root} holds {len(domains)} folder(s) {domains}; expected {expected}",
         )
     empty = [d for d in domains if not any(e.is_dir() for e in os.scandir(root / d))]

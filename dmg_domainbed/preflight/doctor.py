@@ -54,22 +54,32 @@ def dataset_input_shape(dataset: str) -> tuple[int, ...] | None:
 def _domainbed_check() -> Check:
     checkout = environment.domainbed_checkout()
     if checkout is None:
-        return Check(FAIL, "DomainBed", (
-            f"not importable by {sys.executable}. Clone facebookresearch/DomainBed, check out "
-            f"{TESTED_DOMAINBED_COMMIT[:7]} and put the checkout on this Python's "
-            "path (e.g. a .pth file in site-packages holding its folder)",
-        ))
+        return Check(
+            FAIL,
+            "DomainBed",
+            (
+                f"not importable by {sys.executable}. Clone facebookresearch/DomainBed, check out "
+                f"{TESTED_DOMAINBED_COMMIT[:7]} and put the checkout on this Python's "
+                "path (e.g. a .pth file in site-packages holding its folder)",
+            ),
+        )
     commit = environment.git_commit(checkout)
     tested = TESTED_DOMAINBED_COMMIT
     if commit is None:
-        return Check(OK, "DomainBed", (
-            f"{checkout}; commit unknown (no readable .git there); this package is tested "
-            f"against {tested[:7]}",
-        ))
+        return Check(
+            OK,
+            "DomainBed",
+            (
+                f"{checkout}; commit unknown (no readable .git there); this package is tested "
+                f"against {tested[:7]}",
+            ),
+        )
     if commit != tested:
-        return Check(WARN, "DomainBed", (
-            f"{checkout} at commit {commit[:12]}; this package is tested against {tested[:12]}",
-        ))
+        return Check(
+            WARN,
+            "DomainBed",
+            (f"{checkout} at commit {commit[:12]}; this package is tested against {tested[:12]}",),
+        )
     return Check(OK, "DomainBed", (f"{checkout} at commit {commit[:12]} (the tested commit)",))
 
 
@@ -78,8 +88,11 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
 
     probe = environment.probe_fresh_process()
     where = f"fresh `python` process ({probe.python or 'not found'})"
-    disabled = ["DMG_DOMAINBED_DISABLE is set: unset it"] if os.environ.get(
-        "DMG_DOMAINBED_DISABLE") else []
+    disabled = (
+        ["DMG_DOMAINBED_DISABLE is set: unset it"]
+        if os.environ.get("DMG_DOMAINBED_DISABLE")
+        else []
+    )
     if probe.error:
         return Check(FAIL, "plugins", (f"{where}: {probe.error}", *disabled, *probe.warnings))
     lines = [f"{where} runs {probe.executable}, DomainBed from {probe.domainbed}"]
@@ -113,8 +126,11 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     backbone = ", ".join(f"{k}={hparams.get(k)}" for k in BACKBONE_HPARAMS if k in hparams)
     shape = dataset_input_shape(dataset) if dataset else (3, 224, 224)
     if not weights.uses_pretrained_backbone(shape):
-        return Check(OK, "pretrained weights", (f"none: {dataset} inputs {shape} use no "
-                                                "pretrained featurizer",))
+        return Check(
+            OK,
+            "pretrained weights",
+            (f"none: {dataset} inputs {shape} use no pretrained featurizer",),
+        )
     files, problems = weights.needed_weights(hparams, shape)
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
     lines = [f"{scope} ({backbone}) loads:"]
@@ -127,8 +143,10 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     if not missing:
         return Check(OK, "pretrained weights", tuple(lines))
     lines += problems
-    lines.append("DomainBed downloads missing weights when the model is built; without internet "
-                 "the job fails there")
+    lines.append(
+        "DomainBed downloads missing weights when the model is built; without internet "
+        "the job fails there"
+    )
     return Check(FAIL if dataset else WARN, "pretrained weights", tuple(lines))
 
 

@@ -93,7 +93,10 @@ def probe_fresh_process(timeout: float = 300) -> ProbeResult:
         return ProbeResult(python=None, error="no `python` on PATH")
     try:
         done = subprocess.run(
-            [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+            [python, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -101,7 +104,7 @@ def probe_fresh_process(timeout: float = 300) -> ProbeResult:
     warnings = [line for line in done.stderr.splitlines() if line.startswith("dmg-domainbed:")]
     for line in done.stdout.splitlines():
         if line.startswith(_PROBE_MARK):
-            facts = json.loads(line[len(_PROBE_MARK):])
+            facts = json.loads(line[len(_PROBE_MARK) :])
             return ProbeResult(python=python, warnings=warnings, **facts)
     tail = " | ".join(done.stderr.strip().splitlines()[-3:])
     return ProbeResult(python=python, error=f"exit {done.returncode}: {tail}", warnings=warnings)

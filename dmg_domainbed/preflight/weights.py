@@ -68,7 +68,7 @@ def _timm_resnet50_augmix() -> WeightFile:
 
     cfg = get_pretrained_cfg(TIMM_MODEL)
     fetch_hint = (
-        f"on a machine with internet run python -c \"import timm; "
+        f'on a machine with internet run python -c "import timm; '
         f"timm.create_model('{TIMM_MODEL}', pretrained=True)\", then copy its cache folder "
     )
     try:
@@ -109,14 +109,24 @@ def _timm_resnet50_augmix() -> WeightFile:
 def _dinov2() -> list[WeightFile]:
     hub = torch_hub_dir()
     hint = (
-        f"on a machine with internet run python -c \"import torch; "
+        f'on a machine with internet run python -c "import torch; '
         f"torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')\" and copy it from there"
     )
     return [
-        WeightFile(f"torch.hub code of {DINOV2_REPO}", hub, DINOV2_REPO_FOLDER,
-                   (hub / DINOV2_REPO_FOLDER).is_dir(), hint),
-        WeightFile(f"DINOV2 {DINOV2_MODEL} weights", hub / "checkpoints", DINOV2_CHECKPOINT,
-                   (hub / "checkpoints" / DINOV2_CHECKPOINT).is_file(), hint),
+        WeightFile(
+            f"torch.hub code of {DINOV2_REPO}",
+            hub,
+            DINOV2_REPO_FOLDER,
+            (hub / DINOV2_REPO_FOLDER).is_dir(),
+            hint,
+        ),
+        WeightFile(
+            f"DINOV2 {DINOV2_MODEL} weights",
+            hub / "checkpoints",
+            DINOV2_CHECKPOINT,
+            (hub / "checkpoints" / DINOV2_CHECKPOINT).is_file(),
+            hint,
+        ),
     ]
 
 

@@ -31,24 +31,40 @@ def column_label(shape: tuple[int, ...]) -> str:
 def summary_frame(maps: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> pd.DataFrame:
     """Per parameter: shape, number of weights, fraction important, mean importance."""
     return pd.DataFrame(
-        [{"parameter": name, "shape": "x".join(map(str, maps[name].shape)),
-          "weights": maps[name].size, "important": masks[name].mean(),
-          "mean importance": maps[name].mean()} for name in maps]
+        [
+            {
+                "parameter": name,
+                "shape": "x".join(map(str, maps[name].shape)),
+                "weights": maps[name].size,
+                "important": masks[name].mean(),
+                "mean importance": maps[name].mean(),
+            }
+            for name in maps
+        ]
     ).set_index("parameter")
 
 
 def weights_frame(maps: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> pd.DataFrame:
     """One row per weight: parameter, flat index, importance, important."""
     return pd.concat(
-        [pd.DataFrame({"parameter": name, "index": np.arange(maps[name].size),
-                       "importance": maps[name].reshape(-1),
-                       "important": masks[name].reshape(-1)}) for name in maps],
+        [
+            pd.DataFrame(
+                {
+                    "parameter": name,
+                    "index": np.arange(maps[name].size),
+                    "importance": maps[name].reshape(-1),
+                    "important": masks[name].reshape(-1),
+                }
+            )
+            for name in maps
+        ],
         ignore_index=True,
     )
 
 
-def importance_figure(maps: dict[str, np.ndarray], masks: dict[str, np.ndarray],
-                      title: str) -> Figure:
+def importance_figure(
+    maps: dict[str, np.ndarray], masks: dict[str, np.ndarray], title: str
+) -> Figure:
     """Per tracked parameter, one row: its importance heatmap beside its important mask."""
     heights = [MATRIX_HEIGHT if maps[name].ndim > 1 else STRIP_HEIGHT for name in maps]
     fig = figure(11, 0.7 + sum(h + 0.6 for h in heights))
@@ -57,14 +73,15 @@ def importance_figure(maps: dict[str, np.ndarray], masks: dict[str, np.ndarray],
         importance, important = as_matrix(maps[name]), as_matrix(masks[name])
         shape = "x".join(map(str, maps[name].shape))
         left, right = fig.add_subplot(grid[row, 0]), fig.add_subplot(grid[row, 1])
-        image = left.imshow(importance, aspect="auto", cmap="viridis", vmin=0, vmax=1,
-                            interpolation="nearest")
+        image = left.imshow(
+            importance, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest"
+        )
         # the same colour bar width on every row: its length/width ratio follows the row height
-        fig.colorbar(image, ax=left, fraction=0.03, pad=0.01,
-                     aspect=20 * heights[row] / MATRIX_HEIGHT)
+        fig.colorbar(
+            image, ax=left, fraction=0.03, pad=0.01, aspect=20 * heights[row] / MATRIX_HEIGHT
+        )
         left.set_title(f"{name} ({shape}): importance", fontsize=9)
-        right.imshow(important, aspect="auto", cmap="gray", vmin=0, vmax=1,
-                     interpolation="nearest")
+        right.imshow(important, aspect="auto", cmap="gray", vmin=0, vmax=1, interpolation="nearest")
         right.set_title(f"{name}: important (white) {important.mean():.0%}", fontsize=9)
         for axes in (left, right):
             axes.set_xlabel(column_label(maps[name].shape), fontsize=8)
@@ -72,6 +89,9 @@ def importance_figure(maps: dict[str, np.ndarray], masks: dict[str, np.ndarray],
                 axes.set_ylabel("output unit", fontsize=8)
             else:
                 axes.set_yticks([])
-    fig.suptitle(f"{title}\nimportance: sum over source domains of |w_final - w_init| after "
-                 "phase 1, normalised to [0, 1] over all tracked weights", fontsize=10)
+    fig.suptitle(
+        f"{title}\nimportance: sum over source domains of |w_final - w_init| after "
+        "phase 1, normalised to [0, 1] over all tracked weights",
+        fontsize=10,
+    )
     return fig

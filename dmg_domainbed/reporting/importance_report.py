@@ -20,7 +20,7 @@ def write_importance_report(run: Run, output_dir: Path, stem: str = "masks") -> 
             f"'{run.path}' is an ImportanceMask run that ended in phase 1 (step "
             f"{run.records[-1]['step']}, phase1_steps {run.hparams['phase1_steps']}): importance "
             "is computed when phase 1 ends. Train for more steps than phase1_steps, or lower it, "
-            "e.g. --hparams '{\"phase1_steps\": 750, \"freeze_step\": 1275}'."
+            'e.g. --hparams \'{"phase1_steps": 750, "freeze_step": 1275}\'.'
         )
     maps = {k: v.cpu().numpy() for k, v in algorithm.importance_maps().items()}
     masks = {k: v.cpu().numpy() for k, v in algorithm.importance_masks().items()}
@@ -28,10 +28,12 @@ def write_importance_report(run: Run, output_dir: Path, stem: str = "masks") -> 
     table = output_dir / f"{stem}_importance.csv"
     importance_maps.weights_frame(maps, masks).to_csv(table, index=False)
     held_out = ", ".join(environment_names(run)[e] for e in run.test_envs)
-    title = (f"ImportanceMask on {run.dataset}, test domain {held_out} "
-             f"(hparams {run.args['hparams_seed']}, trial {run.args['trial_seed']}, "
-             f"step {run.records[-1]['step']})")
-    picture = save(importance_maps.importance_figure(maps, masks, title),
-                   output_dir / f"{stem}.png")
-    return MasksReport(summary=importance_maps.summary_frame(maps, masks),
-                       files=[table, picture])
+    title = (
+        f"ImportanceMask on {run.dataset}, test domain {held_out} "
+        f"(hparams {run.args['hparams_seed']}, trial {run.args['trial_seed']}, "
+        f"step {run.records[-1]['step']})"
+    )
+    picture = save(
+        importance_maps.importance_figure(maps, masks, title), output_dir / f"{stem}.png"
+    )
+    return MasksReport(summary=importance_maps.summary_frame(maps, masks), files=[table, picture])

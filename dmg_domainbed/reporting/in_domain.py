@@ -47,8 +47,8 @@ def predictors(run: Run, algorithm) -> dict[str, Predictor]:
     if hasattr(algorithm, "predict_known_domain"):
         modes = KNOWN_DOMAIN_MODES.get(run.algorithm, DEFAULT_KNOWN_DOMAIN)
         for mode, label in modes.items():
-            rows[f"{run.algorithm}-{label}"] = (
-                lambda x, d, mode=mode: algorithm.predict_known_domain(x, d, mode)
+            rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: (
+                algorithm.predict_known_domain(x, d, mode)
             )
     return rows
 
@@ -79,8 +79,11 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
     ways = predictors(run, algorithm)
     reference_name = next(iter(ways))
     for d, env in enumerate(source_envs(len(dataset), run.test_envs)):
-        loader = FastDataLoader(dataset=Subset(dataset[env], splits[env].out_keys),
-                                batch_size=64, num_workers=dataset.N_WORKERS)
+        loader = FastDataLoader(
+            dataset=Subset(dataset[env], splits[env].out_keys),
+            batch_size=64,
+            num_workers=dataset.N_WORKERS,
+        )
         batches: dict[str, list[torch.Tensor]] = {name: [] for name in ways}
         labels = []
         for x, y in loader:
@@ -93,13 +96,19 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
         for name, predicted in batches.items():
             predicted = torch.cat(predicted)
             logged = 100 * last[f"env{env}_out_acc"] if name == reference_name else None
-            rows.append({
-                "run": str(run.path), "algorithm": run.algorithm, "prediction": name,
-                "env": env, "domain": environments[env], "n_examples": len(y),
-                "accuracy": 100 * predicted.eq(y).sum().item() / len(y),
-                "changed": 100 * predicted.ne(reference).sum().item() / len(y),
-                "logged": logged,
-            })
+            rows.append(
+                {
+                    "run": str(run.path),
+                    "algorithm": run.algorithm,
+                    "prediction": name,
+                    "env": env,
+                    "domain": environments[env],
+                    "n_examples": len(y),
+                    "accuracy": 100 * predicted.eq(y).sum().item() / len(y),
+                    "changed": 100 * predicted.ne(reference).sum().item() / len(y),
+                    "logged": logged,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -133,5 +142,7 @@ def table3_title(run: Run) -> str:
 
     names = datasets.get_dataset_class(run.dataset).ENVIRONMENTS
     held_out = ", ".join(names[e] for e in run.test_envs)
-    return (f"## In-domain accuracy (%) on {run.dataset}, test domain {held_out} held out\n\n"
-            "Source domains' held-out splits (train.py's env<i>_out), paper Table 3 layout.")
+    return (
+        f"## In-domain accuracy (%) on {run.dataset}, test domain {held_out} held out\n\n"
+        "Source domains' held-out splits (train.py's env<i>_out), paper Table 3 layout."
+    )

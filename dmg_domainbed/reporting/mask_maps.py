@@ -35,12 +35,14 @@ def layer_masks(algorithm) -> list[LayerMasks]:
     result = []
     for name, logits in zip(algorithm.masks.layer_names, algorithm.masks.logits, strict=True):
         probs = torch.sigmoid(logits.detach().float().cpu())
-        result.append(LayerMasks(
-            layer=name,
-            probabilities=probs.numpy(),
-            soft_iou=masks.pairwise_soft_iou(probs).numpy(),
-            hard_iou=masks.pairwise_soft_iou(masks.hard_masks(probs)).numpy(),
-        ))
+        result.append(
+            LayerMasks(
+                layer=name,
+                probabilities=probs.numpy(),
+                soft_iou=masks.pairwise_soft_iou(probs).numpy(),
+                hard_iou=masks.pairwise_soft_iou(masks.hard_masks(probs)).numpy(),
+            )
+        )
     return result
 
 
@@ -58,8 +60,13 @@ def probabilities_frame(layers: list[LayerMasks], domains: list[str]) -> pd.Data
 def iou_frame(layers: list[LayerMasks], domains: list[str]) -> pd.DataFrame:
     """Long table: layer, two source domains, their soft and hard IoU."""
     rows = [
-        {"layer": lm.layer, "domain_a": domains[i], "domain_b": domains[j],
-         "soft_iou": float(lm.soft_iou[i, j]), "hard_iou": float(lm.hard_iou[i, j])}
+        {
+            "layer": lm.layer,
+            "domain_a": domains[i],
+            "domain_b": domains[j],
+            "soft_iou": float(lm.soft_iou[i, j]),
+            "hard_iou": float(lm.hard_iou[i, j]),
+        }
         for lm in layers
         for i in range(len(domains))
         for j in range(len(domains))
@@ -72,9 +79,12 @@ def summary_frame(layers: list[LayerMasks], domains: list[str]) -> pd.DataFrame:
     domain (``m_d > 0.5``)."""
     rows = []
     for lm in layers:
-        row = {"layer": lm.layer, "units": lm.probabilities.shape[1],
-               "mean_soft_iou": float(masks.mean_over_pairs(lm.soft_iou)),
-               "mean_hard_iou": float(masks.mean_over_pairs(lm.hard_iou))}
+        row = {
+            "layer": lm.layer,
+            "units": lm.probabilities.shape[1],
+            "mean_soft_iou": float(masks.mean_over_pairs(lm.soft_iou)),
+            "mean_hard_iou": float(masks.mean_over_pairs(lm.hard_iou)),
+        }
         for d, domain in enumerate(domains):
             row[f"active {domain}"] = float((lm.probabilities[d] > 0.5).mean())
         rows.append(row)
@@ -96,19 +106,35 @@ def masks_figure(layers: list[LayerMasks], domains: list[str], title: str) -> Fi
     grid = fig.add_gridspec(len(layers), 2, width_ratios=[4, 1])
     for row, lm in enumerate(layers):
         heat = fig.add_subplot(grid[row, 0])
-        image = heat.imshow(lm.probabilities[:, unit_order(lm.probabilities)], aspect="auto",
-                            cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+        image = heat.imshow(
+            lm.probabilities[:, unit_order(lm.probabilities)],
+            aspect="auto",
+            cmap="viridis",
+            vmin=0,
+            vmax=1,
+            interpolation="nearest",
+        )
         heat.set_yticks(range(len(domains)), domains, fontsize=8)
-        heat.set_title(f"{lm.layer}: mask probability m_d of its {lm.probabilities.shape[1]} "
-                       "input units (sorted: shared first, then by domain pattern)", fontsize=9)
+        heat.set_title(
+            f"{lm.layer}: mask probability m_d of its {lm.probabilities.shape[1]} "
+            "input units (sorted: shared first, then by domain pattern)",
+            fontsize=9,
+        )
         fig.colorbar(image, ax=heat, fraction=0.03, pad=0.01)
         matrix = fig.add_subplot(grid[row, 1])
         matrix.imshow(lm.hard_iou, cmap="magma", vmin=0, vmax=1)
         for i in range(len(domains)):
             for j in range(len(domains)):
                 value = lm.hard_iou[i, j]
-                matrix.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                            color="black" if value > 0.6 else "white")
+                matrix.text(
+                    j,
+                    i,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="black" if value > 0.6 else "white",
+                )
         matrix.set_xticks(range(len(domains)), domains, fontsize=7, rotation=45)
         matrix.set_yticks(range(len(domains)), domains, fontsize=7)
         matrix.set_title("hard IoU (m > 0.5)", fontsize=9)

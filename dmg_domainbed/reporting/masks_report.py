@@ -30,8 +30,10 @@ def environment_names(run: Run) -> list[str]:
 def domain_names(run: Run) -> list[str]:
     """``d<i> = <environment>`` for each source domain of the run."""
     environments = environment_names(run)
-    return [f"d{d} = {environments[env]}"
-            for d, env in enumerate(source_envs(len(environments), run.test_envs))]
+    return [
+        f"d{d} = {environments[env]}"
+        for d, env in enumerate(source_envs(len(environments), run.test_envs))
+    ]
 
 
 def write_masks_report(run: Run, output_dir: Path, stem: str = "masks") -> MasksReport:
@@ -45,8 +47,10 @@ def write_masks_report(run: Run, output_dir: Path, stem: str = "masks") -> Masks
     mask_maps.probabilities_frame(layers, domains).to_csv(files[0], index=False)
     mask_maps.iou_frame(layers, domains).to_csv(files[1], index=False)
     held_out = ", ".join(environment_names(run)[e] for e in run.test_envs)
-    title = (f"DMG masks on {run.dataset}, test domain {held_out} "
-             f"(hparams {run.args['hparams_seed']}, trial {run.args['trial_seed']}, "
-             f"step {run.records[-1]['step']})")
+    title = (
+        f"DMG masks on {run.dataset}, test domain {held_out} "
+        f"(hparams {run.args['hparams_seed']}, trial {run.args['trial_seed']}, "
+        f"step {run.records[-1]['step']})"
+    )
     files.append(save(mask_maps.masks_figure(layers, domains, title), output_dir / f"{stem}.png"))
     return MasksReport(summary=mask_maps.summary_frame(layers, domains), files=files)

@@ -23,7 +23,8 @@ def accuracy_figure(results: pd.DataFrame, dataset: str) -> Figure:
     """
     frame = results[results["dataset"] == dataset]
     has_result = frame.groupby("selection_method", sort=False)["accuracy"].apply(
-        lambda values: values.notna().any())
+        lambda values: values.notna().any()
+    )
     methods = [method for method, present in has_result.items() if present]
     empty = [method for method, present in has_result.items() if not present]
     if not methods:
@@ -42,8 +43,16 @@ def accuracy_figure(results: pd.DataFrame, dataset: str) -> Figure:
             heights = rows["accuracy"].astype(float).to_numpy()
             errors = np.nan_to_num(rows["stderr"].astype(float).to_numpy())
             x = positions + (k - (len(algorithms) - 1) / 2) * width
-            bars = axis.bar(x, heights, width, yerr=errors, capsize=2, label=algorithm,
-                            color=palette[algorithm], error_kw={"elinewidth": 0.8})
+            bars = axis.bar(
+                x,
+                heights,
+                width,
+                yerr=errors,
+                capsize=2,
+                label=algorithm,
+                color=palette[algorithm],
+                error_kw={"elinewidth": 0.8},
+            )
             labels = ["" if np.isnan(h) else f"{h:.0f}" for h in heights]
             axis.bar_label(bars, labels=labels, fontsize=7, padding=1)
         axis.set_title(f"model selection: {method}", fontsize=10)
@@ -53,11 +62,17 @@ def accuracy_figure(results: pd.DataFrame, dataset: str) -> Figure:
         axis.set_axisbelow(True)
     axes[-1].set_xticks(positions, [_domain_label(d) for d in domains])
     axes[-1].set_xlabel(f"{dataset}: test domain (held out during training)")
-    axes[0].legend(ncols=min(len(algorithms), 6), loc="lower left", bbox_to_anchor=(0, 1.12),
-                   frameon=False, fontsize=9)
+    axes[0].legend(
+        ncols=min(len(algorithms), 6),
+        loc="lower left",
+        bbox_to_anchor=(0, 1.12),
+        frameon=False,
+        fontsize=9,
+    )
     if empty and len(empty) < len(has_result):
-        fig.supxlabel(f"no result (X in the tables) for: {'; '.join(empty)}", fontsize=8,
-                      color="dimgray")
+        fig.supxlabel(
+            f"no result (X in the tables) for: {'; '.join(empty)}", fontsize=8, color="dimgray"
+        )
     return fig
 
 
@@ -99,14 +114,19 @@ def dmg_diagnostics_figure(runs: list[list[dict]], environments: list[str]) -> F
         sources = [e for e in range(len(environments)) if e not in args["test_envs"]]
         held_out = ", ".join(environments[e] for e in args["test_envs"])
         row[0].plot(steps, [r.get("overlap", np.nan) for r in run], color="black")
-        row[0].set_ylabel(f"test domain {held_out}\n(hparams {args['hparams_seed']}, "
-                          f"trial {args['trial_seed']})", fontsize=9)
-        layers = sorted({k[len(IOU_PREFIX):] for r in run for k in r if k.startswith(IOU_PREFIX)})
+        row[0].set_ylabel(
+            f"test domain {held_out}\n(hparams {args['hparams_seed']}, trial {args['trial_seed']})",
+            fontsize=9,
+        )
+        layers = sorted({k[len(IOU_PREFIX) :] for r in run for k in r if k.startswith(IOU_PREFIX)})
         for layer in layers:
             row[1].plot(steps, [r.get(IOU_PREFIX + layer, np.nan) for r in run], label=layer)
         for d, env in enumerate(sources):
-            row[2].plot(steps, [r.get(f"{ACTIVE_PREFIX}{d}", np.nan) for r in run],
-                        label=f"d{d} = {environments[env]}")
+            row[2].plot(
+                steps,
+                [r.get(f"{ACTIVE_PREFIX}{d}", np.nan) for r in run],
+                label=f"d{d} = {environments[env]}",
+            )
         row[1].set_ylim(-0.02, 1.02)
         row[2].set_ylim(-0.02, 1.02)
         row[1].legend(fontsize=7, loc="lower left")

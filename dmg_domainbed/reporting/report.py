@@ -36,11 +36,13 @@ def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
 
 def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
     """Every table of collect_results, in its order, as Markdown sections."""
-    parts = ["# Results\n",
-             "Test-domain accuracy (%), mean +/- standard error over trial seeds, as printed by "
-             "`python -m domainbed.scripts.collect_results`. X: no result (leave-one-domain-out "
-             "selection needs runs that hold out two domains; `--single_test_envs` sweeps have "
-             "none).\n"]
+    parts = [
+        "# Results\n",
+        "Test-domain accuracy (%), mean +/- standard error over trial seeds, as printed by "
+        "`python -m domainbed.scripts.collect_results`. X: no result (leave-one-domain-out "
+        "selection needs runs that hold out two domains; `--single_test_envs` sweeps have "
+        "none).\n",
+    ]
     for method in results["selection_method"].unique():
         parts.append(f"## Model selection: {method}\n")
         of_method = results[results["selection_method"] == method]
@@ -76,11 +78,16 @@ def write_report(sweep_dir: str | Path, output_dir: str | Path) -> SweepReport:
     averages.to_csv(files[1], index=False)
     files[2].write_text(results_markdown(results, averages))
     for dataset in results["dataset"].unique():
-        files.append(save(plots.accuracy_figure(results, dataset),
-                          output / f"accuracy_{dataset}.png"))
+        files.append(
+            save(plots.accuracy_figure(results, dataset), output / f"accuracy_{dataset}.png")
+        )
         runs = plots.diagnostic_runs(records, dataset)
         if runs:
             environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
-            files.append(save(plots.dmg_diagnostics_figure(runs, environments),
-                              output / f"dmg_diagnostics_{dataset}.png"))
+            files.append(
+                save(
+                    plots.dmg_diagnostics_figure(runs, environments),
+                    output / f"dmg_diagnostics_{dataset}.png",
+                )
+            )
     return SweepReport(results=results, averages=averages, files=files)

@@ -109,12 +109,24 @@ def results_frame(records) -> pd.DataFrame:
                     stats = mean_and_error(accuracies)
                     mean, error = stats if stats else (None, None)
                     means.append(mean)
-                    rows.append(_row(method, dataset, algorithm, env, domain, mean, error,
-                                     len(accuracies), cell_text(mean, error)))
+                    rows.append(
+                        _row(
+                            method,
+                            dataset,
+                            algorithm,
+                            env,
+                            domain,
+                            mean,
+                            error,
+                            len(accuracies),
+                            cell_text(mean, error),
+                        )
+                    )
                 average = None if None in means else sum(means) / len(means)
                 text = MISSING if average is None else f"{average:.1f}"
-                rows.append(_row(method, dataset, algorithm, AVERAGE, AVERAGE, average, None,
-                                 None, text))
+                rows.append(
+                    _row(method, dataset, algorithm, AVERAGE, AVERAGE, average, None, None, text)
+                )
     return _frame(rows)
 
 
@@ -137,17 +149,38 @@ def averages_frame(records) -> pd.DataFrame:
                 stats = mean_and_error(trial_means)
                 mean, error = stats if stats else (None, None)
                 means.append(mean)
-                rows.append(_row(method, dataset, algorithm, AVERAGE, AVERAGE, mean, error,
-                                 len(trial_means), cell_text(mean, error)))
+                rows.append(
+                    _row(
+                        method,
+                        dataset,
+                        algorithm,
+                        AVERAGE,
+                        AVERAGE,
+                        mean,
+                        error,
+                        len(trial_means),
+                        cell_text(mean, error),
+                    )
+                )
             average = None if None in means else sum(means) / len(means)
             text = MISSING if average is None else f"{average:.1f}"
-            rows.append(_row(method, AVERAGE, algorithm, AVERAGE, AVERAGE, average, None, None,
-                             text))
+            rows.append(
+                _row(method, AVERAGE, algorithm, AVERAGE, AVERAGE, average, None, None, text)
+            )
     return _frame(rows)
 
 
-_COLUMNS = ["selection_method", "dataset", "algorithm", "test_env", "test_domain", "accuracy",
-            "stderr", "n_trials", "text"]
+_COLUMNS = [
+    "selection_method",
+    "dataset",
+    "algorithm",
+    "test_env",
+    "test_domain",
+    "accuracy",
+    "stderr",
+    "n_trials",
+    "text",
+]
 
 
 def _frame(rows: list[list]) -> pd.DataFrame:

@@ -76,8 +76,10 @@ class SweepConfig:
 
 def _names(value: Any) -> bool:
     return (
-        isinstance(value, list) and bool(value)
-        and all(isinstance(v, str) and v for v in value) and len(set(value)) == len(value)
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, str) and v for v in value)
+        and len(set(value)) == len(value)
     )
 
 
@@ -172,19 +174,23 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
             )
         _check_json_values(table, f"{path}: [sweep.algorithm_hparams.{algorithm}]")
     if not isinstance(document.get("launcher", {}), dict):
-        raise fail("[launcher] must be a table with name = \"LAUNCHER\" and its settings")
+        raise fail('[launcher] must be a table with name = "LAUNCHER" and its settings')
     launcher = dict(document.get("launcher", {}))
     name = launcher.pop("name", None)
     if name is not None and not _text(name):
         raise fail(f"[launcher] name = {name!r} must be the name of a DomainBed command launcher")
     if launcher and name is None:
-        raise fail(f"[launcher] has settings ({', '.join(launcher)}) but no name = \"...\"")
+        raise fail(f'[launcher] has settings ({", ".join(launcher)}) but no name = "..."')
     fields = {k: v for k, v in sweep.items() if k not in ("hparams", "algorithm_hparams")}
     fields["algorithms"] = tuple(fields["algorithms"])
     fields["datasets"] = tuple(fields["datasets"])
     return SweepConfig(
-        path=path, hparams=hparams, algorithm_hparams=per_algorithm, launcher=name,
-        launcher_options=launcher, **fields,
+        path=path,
+        hparams=hparams,
+        algorithm_hparams=per_algorithm,
+        launcher=name,
+        launcher_options=launcher,
+        **fields,
     )
 
 

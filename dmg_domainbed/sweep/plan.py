@@ -59,7 +59,7 @@ def resolve(config: SweepConfig, data_dir: str | None, output_dir: str | None) -
     for key, value in chosen.items():
         if value is None:
             raise SweepFileError(
-                f"{config.path}: no {key}: set {key} = \"...\" in [sweep] or pass --{key} DIR"
+                f'{config.path}: no {key}: set {key} = "..." in [sweep] or pass --{key} DIR'
             )
     return Sweep(config, **{k: os.path.abspath(os.path.expanduser(v)) for k, v in chosen.items()})
 
@@ -68,17 +68,29 @@ def domainbed_sweep_args(sweep: Sweep, group: Group, action: str, launcher: str)
     """Arguments of ``python`` running DomainBed's sweep script for one group."""
     config = sweep.config
     args = [
-        "-m", "domainbed.scripts.sweep", action,
-        "--datasets", *config.datasets,
-        "--algorithms", *group.algorithms,
-        "--n_hparams_from", str(config.n_hparams_from),
-        "--n_hparams", str(config.n_hparams),
-        "--n_trials", str(config.n_trials),
-        "--holdout_fraction", repr(float(config.holdout_fraction)),
-        "--task", config.task,
-        "--data_dir", sweep.data_dir,
-        "--output_dir", sweep.output_dir,
-        "--command_launcher", launcher,
+        "-m",
+        "domainbed.scripts.sweep",
+        action,
+        "--datasets",
+        *config.datasets,
+        "--algorithms",
+        *group.algorithms,
+        "--n_hparams_from",
+        str(config.n_hparams_from),
+        "--n_hparams",
+        str(config.n_hparams),
+        "--n_trials",
+        str(config.n_trials),
+        "--holdout_fraction",
+        repr(float(config.holdout_fraction)),
+        "--task",
+        config.task,
+        "--data_dir",
+        sweep.data_dir,
+        "--output_dir",
+        sweep.output_dir,
+        "--command_launcher",
+        launcher,
         "--skip_confirmation",
     ]
     if config.steps is not None:
@@ -119,8 +131,9 @@ def state_counts(all_jobs: Sequence[Any]) -> Counter:
     from domainbed.scripts.sweep import Job
 
     counts = Counter(job.state for job in all_jobs)
-    return Counter({state: counts.get(state, 0) for state in
-                    (Job.DONE, Job.INCOMPLETE, Job.NOT_LAUNCHED)})
+    return Counter(
+        {state: counts.get(state, 0) for state in (Job.DONE, Job.INCOMPLETE, Job.NOT_LAUNCHED)}
+    )
 
 
 def summary(sweep: Sweep, jobs_by_group: Sequence[tuple[Group, Sequence[Any]]]) -> str:
@@ -140,10 +153,14 @@ def summary(sweep: Sweep, jobs_by_group: Sequence[tuple[Group, Sequence[Any]]]) 
         f"({'one at a time' if config.single_test_envs else 'every 1 and 2'}), "
         f"{config.steps or 'dataset default'} steps",
     ]
-    width = max(len(f"{job.train_args['dataset']} {job.train_args['algorithm']}")
-                for job in all_jobs) if all_jobs else 0
-    rows = Counter((job.train_args["dataset"], job.train_args["algorithm"], job.state)
-                   for job in all_jobs)
+    width = (
+        max(len(f"{job.train_args['dataset']} {job.train_args['algorithm']}") for job in all_jobs)
+        if all_jobs
+        else 0
+    )
+    rows = Counter(
+        (job.train_args["dataset"], job.train_args["algorithm"], job.state) for job in all_jobs
+    )
     for dataset in config.datasets:
         for algorithm in config.algorithms:
             n = {state: rows[(dataset, algorithm, state)] for state in counts}

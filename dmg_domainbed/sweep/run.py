@@ -30,8 +30,7 @@ def _as_text(value: Any) -> str:
 def launcher_environment(
     config: SweepConfig, launcher: str, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
-    """The environment of DomainBed's sweep process, and notes on variables that win over the file.
-    """
+    """The environment of DomainBed's sweep process, and notes on variables that win over the file."""
     env = dict(environ)
     notes = []
     if launcher != config.launcher:
@@ -93,7 +92,8 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
             missing.append(f"{name}: {found.detail}")
     if missing:
         raise SweepNotReady(
-            "data not found under --data_dir, every job would fail:\n  " + "\n  ".join(missing)
+            "data not found under --data_dir, every job would fail:\n  "
+            + "\n  ".join(missing)
             + "\nGet the datasets with DomainBed's python -m domainbed.scripts.download, or pass "
             "--data_dir with the folder that holds them."
         )

@@ -30,7 +30,9 @@ def reference_update(grads, shapes, n_parts, alpha):
     total = []
     for index, shape in enumerate(shapes):
         start = sum(torch.Size(s).numel() for s in shapes[:index])
-        tensors = [g[start:start + torch.Size(shape).numel()].reshape(shape).clone() for g in grads]
+        tensors = [
+            g[start : start + torch.Size(shape).numel()].reshape(shape).clone() for g in grads
+        ]
         chunks = [torch.chunk(t, n_parts) for t in tensors]
         for i in range(len(tensors)):
             for j in range(len(chunks[i])):
@@ -71,7 +73,7 @@ def test_projection_only_on_conflicting_chunks():
     # g_0^0 - (-1 / 2) [-1, 1] = [0.5, 0.5]; domain 1 then meets a corrected chunk at 90 degrees.
     assert torch.equal(projected, flat([0.5, 0.5, 1, 0], [-1, 1, 1, 1]))
     assert fraction.item() == pytest.approx(1 / 4)  # 1 conflict among 2 ordered pairs x 2 chunks
-    assert ratio.item() == pytest.approx(2 ** -0.5)  # ||projection|| / ||g_0^0|| = |cos 135 deg|
+    assert ratio.item() == pytest.approx(2**-0.5)  # ||projection|| / ||g_0^0|| = |cos 135 deg|
 
 
 def test_projection_goes_domain_by_domain_against_already_corrected_gradients():
@@ -116,7 +118,9 @@ def test_conv_linear_set_leaves_out_normalisation_layers_and_all_takes_everythin
     network = build("CorGrad").network
     conv_linear = corrected_parameters(network, "conv_linear")
     expected = [
-        p for m in network.modules() if isinstance(m, (nn.Conv2d, nn.Linear))
+        p
+        for m in network.modules()
+        if isinstance(m, (nn.Conv2d, nn.Linear))
         for p in m.parameters(recurse=False)
     ]
     assert [id(p) for p in conv_linear] == [id(p) for p in expected]
@@ -180,9 +184,19 @@ def test_bad_hparams_fail_at_construction(hparams, message):
 
 def test_domainbed_train_script_runs_corgrad_and_logs_its_statistics(tmp_path):
     run_domainbed(
-        "train", "--algorithm", "CorGrad", "--dataset", "Debug28", "--data_dir", str(tmp_path),
-        "--hparams", json.dumps({"batch_size": 8}), "--steps", "5",
-        "--output_dir", str(tmp_path / "out"),
+        "train",
+        "--algorithm",
+        "CorGrad",
+        "--dataset",
+        "Debug28",
+        "--data_dir",
+        str(tmp_path),
+        "--hparams",
+        json.dumps({"batch_size": 8}),
+        "--steps",
+        "5",
+        "--output_dir",
+        str(tmp_path / "out"),
     )
     assert (tmp_path / "out" / "done").exists()
     lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()

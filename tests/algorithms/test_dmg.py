@@ -33,7 +33,10 @@ def test_default_masks_on_mnist_cnn_are_the_last_conv_block_and_classifier_input
 def test_default_masks_on_an_mlp_are_its_hidden_layers_and_the_classifier_input():
     dmg = build("DMG", input_shape=(10,))
     assert dmg.masks.layer_names == [
-        "featurizer.hiddens.0", "featurizer.hiddens.1", "featurizer.output", "classifier",
+        "featurizer.hiddens.0",
+        "featurizer.hiddens.1",
+        "featurizer.output",
+        "classifier",
     ]
     assert all(not m.p for m in dmg.modules() if isinstance(m, nn.Dropout)), "dropout is off"
 
@@ -42,10 +45,13 @@ def test_default_masks_on_resnet18_are_layer3_layer4_and_classifier_channels(mon
     # Random weights instead of DomainBed's ImageNet download; the architecture is the same.
     random_resnet18 = torchvision.models.resnet18
     monkeypatch.setattr(torchvision.models, "resnet18", lambda pretrained: random_resnet18())
-    dmg = build("DMG", input_shape=(3, 224, 224), dataset="PACS",
-                resnet18=True, resnet50_augmix=False)
+    dmg = build(
+        "DMG", input_shape=(3, 224, 224), dataset="PACS", resnet18=True, resnet50_augmix=False
+    )
     assert dmg.masks.layer_names == [
-        "featurizer.network.layer3", "featurizer.network.layer4", "classifier",
+        "featurizer.network.layer3",
+        "featurizer.network.layer4",
+        "classifier",
     ]
     # the paper's ResNet-18 mask sizes: 128, 256, 512 channels
     assert [p.shape[1] for p in dmg.masks.logits] == [128, 256, 512]

@@ -23,6 +23,7 @@ from .conftest import build, minibatches
 
 SHORT = {"phase1_steps": 2, "freeze_step": 4}
 
+
 def tracked(importance_mask):
     return importance_mask._flat(importance_mask.network).detach().clone()
 
@@ -73,9 +74,10 @@ def test_phase1_copies_share_one_initialisation_and_phase2_starts_from_a_fresh_o
     assert len(states) == 3
     assert all(torch.equal(states[0][k], s[k]) for s in states for k in s)
     assert not torch.equal(states[0]["classifier.weight"], model.network.classifier.weight)
-    assert torch.equal(model.initial_weights, torch.cat([
-        states[0]["classifier.weight"].reshape(-1), states[0]["classifier.bias"]
-    ]))
+    assert torch.equal(
+        model.initial_weights,
+        torch.cat([states[0]["classifier.weight"].reshape(-1), states[0]["classifier.bias"]]),
+    )
 
 
 def test_each_copy_trains_on_its_own_domain_only():
@@ -162,7 +164,10 @@ def test_tracked_layers_are_a_hparam_and_maps_have_the_shapes_of_their_weights()
     model = build("ImportanceMask", importance_layers=["featurizer.conv4", "classifier"])
     maps = model.importance_maps()
     assert list(maps) == [
-        "featurizer.conv4.weight", "featurizer.conv4.bias", "classifier.weight", "classifier.bias",
+        "featurizer.conv4.weight",
+        "featurizer.conv4.bias",
+        "classifier.weight",
+        "classifier.bias",
     ]
     for name, value in maps.items():
         assert value.shape == model.network.get_parameter(name).shape
@@ -208,16 +213,28 @@ def test_unknown_tracked_layer_lists_the_valid_names():
 def test_domainbed_train_script_runs_both_phases_and_saves_the_masks(tmp_path):
     hparams = {"batch_size": 8, **SHORT}
     run_domainbed(
-        "train", "--algorithm", "ImportanceMask", "--dataset", "Debug28",
-        "--data_dir", str(tmp_path), "--hparams", json.dumps(hparams), "--steps", "5",
-        "--output_dir", str(tmp_path / "out"),
+        "train",
+        "--algorithm",
+        "ImportanceMask",
+        "--dataset",
+        "Debug28",
+        "--data_dir",
+        str(tmp_path),
+        "--hparams",
+        json.dumps(hparams),
+        "--steps",
+        "5",
+        "--output_dir",
+        str(tmp_path / "out"),
     )
     assert (tmp_path / "out" / "done").exists()
     lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     assert 1 < json.loads(lines[-1])["phase"] < 2, "the last window spans both phases"
     saved = torch.load(tmp_path / "out" / "model.pkl", weights_only=False)
     model = ImportanceMask(
-        saved["model_input_shape"], saved["model_num_classes"], saved["model_num_domains"],
+        saved["model_input_shape"],
+        saved["model_num_classes"],
+        saved["model_num_domains"],
         saved["model_hparams"],
     )
     model.load_state_dict(saved["model_dict"])
@@ -230,5 +247,8 @@ def test_scaled_schedule_keeps_the_default_proportions():
 
     defaults = ImportanceMask.HPARAMS.defaults()
     assert schedule_hparams(5000) == {k: defaults[k] for k in schedule_hparams(5000)}
-    assert schedule_hparams(40) == {"phase1_steps": 20, "freeze_step": 34,
-                                    "unimportant_lr_half_life": 2}
+    assert schedule_hparams(40) == {
+        "phase1_steps": 20,
+        "freeze_step": 34,
+        "unimportant_lr_half_life": 2,
+    }

@@ -30,8 +30,11 @@ def runs_of(sweep_dir: Path) -> dict[tuple[str, int], Path]:
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     """Size and modification time of every file under ``folder``."""
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture

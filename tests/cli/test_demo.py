@@ -19,13 +19,24 @@ def test_demo_runs_every_test_domain_and_reports(demo_run):
     for n in range(1, N_JOBS + 1):
         assert f"[{n}/{N_JOBS}] done: " in printed
     # collect_results' own table, for every selection method.
-    for method in ("training-domain validation set", "leave-one-domain-out cross-validation",
-                   "test-domain validation set (oracle)"):
+    for method in (
+        "training-domain validation set",
+        "leave-one-domain-out cross-validation",
+        "test-domain validation set (oracle)",
+    ):
         assert f"-------- Dataset: RotatedDigits, model selection method: {method}" in printed
     report = output / "report"
-    for name in ("results.csv", "averages.csv", "results.md", "accuracy_RotatedDigits.png",
-                 "dmg_diagnostics_RotatedDigits.png", "in_domain.csv", "in_domain.md",
-                 "masks_test_env0.png", "masks_test_env3.png"):
+    for name in (
+        "results.csv",
+        "averages.csv",
+        "results.md",
+        "accuracy_RotatedDigits.png",
+        "dmg_diagnostics_RotatedDigits.png",
+        "in_domain.csv",
+        "in_domain.md",
+        "masks_test_env0.png",
+        "masks_test_env3.png",
+    ):
         assert (report / name).stat().st_size > 0, name
     assert "Wall time:" in printed
 
@@ -52,8 +63,9 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
     (interrupted / "done").unlink()
     others = {key: snapshot(run) for key, run in runs.items() if run != interrupted}
 
-    printed = run_cli("demo", "--output_dir", str(output), "--steps", "30",
-                      "--algorithms", *DEMO_ALGORITHMS).stdout
+    printed = run_cli(
+        "demo", "--output_dir", str(output), "--steps", "30", "--algorithms", *DEMO_ALGORITHMS
+    ).stdout
 
     assert f"{N_JOBS} jobs, {N_JOBS - 1} already done, 1 to run" in printed
     assert f"[{N_JOBS}/{N_JOBS}] done: DMG, test domain 60" in printed
@@ -62,8 +74,9 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
 
 
 def test_unknown_algorithm_is_refused_before_any_work(tmp_path):
-    code, _, message = cli("demo", "--output_dir", str(tmp_path / "d"),
-                           "--algorithms", "DMG", "NotAnAlgo")
+    code, _, message = cli(
+        "demo", "--output_dir", str(tmp_path / "d"), "--algorithms", "DMG", "NotAnAlgo"
+    )
     assert code == 2
     assert "unknown algorithm(s) NotAnAlgo" in message and "ERM" in message
     assert not (tmp_path / "d").exists()

@@ -39,26 +39,42 @@ def test_ready_for_the_embedded_dataset(env, capsys):
 
 def test_not_ready_without_data_and_weights(env, capsys, tmp_path):
     registered = environment.ProbeResult(
-        python="python", executable=sys.executable, domainbed="/opt/DomainBed/domainbed",
+        python="python",
+        executable=sys.executable,
+        domainbed="/opt/DomainBed/domainbed",
         algorithms=["ERM", "Aggregate", "CorGrad", "DMG", "ImportanceMask", "MultiHead"],
-        datasets=["PACS", "RotatedDigits"], launchers=["local", "local_parallel", "submitit"],
+        datasets=["PACS", "RotatedDigits"],
+        launchers=["local", "local_parallel", "submitit"],
     )
     env.setattr(environment, "probe_fresh_process", lambda: registered)
-    code, out, _ = doctor(capsys, "--dataset", "PACS", "--data_dir", str(tmp_path / "data"),
-                          "--hparams", '{"resnet18": true, "resnet50_augmix": false}')
+    code, out, _ = doctor(
+        capsys,
+        "--dataset",
+        "PACS",
+        "--data_dir",
+        str(tmp_path / "data"),
+        "--hparams",
+        '{"resnet18": true, "resnet50_augmix": false}',
+    )
     assert code == 1
     assert f"expected {tmp_path / 'data' / 'PACS'}/ with 4 domain folders" in out
     checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
-    assert "MISSING torchvision resnet18 ImageNet weights (IMAGENET1K_V1): resnet18-f37072fd.pth " \
-           f"in {checkpoints}" in out
+    assert (
+        "MISSING torchvision resnet18 ImageNet weights (IMAGENET1K_V1): resnet18-f37072fd.pth "
+        f"in {checkpoints}" in out
+    )
     assert "timm" not in out  # resnet50_augmix off: timm's weights are not needed
     assert "NOT READY: a run of DMG on PACS would not start; see: pretrained weights, data" in out
 
 
 def test_not_ready_when_a_fresh_process_does_not_register_the_plugins(env, capsys):
     unregistered = environment.ProbeResult(
-        python="python", executable=sys.executable, domainbed="/opt/DomainBed/domainbed",
-        algorithms=["ERM"], datasets=["PACS"], launchers=["local"],
+        python="python",
+        executable=sys.executable,
+        domainbed="/opt/DomainBed/domainbed",
+        algorithms=["ERM"],
+        datasets=["PACS"],
+        launchers=["local"],
     )
     env.setattr(environment, "probe_fresh_process", lambda: unregistered)
     env.setenv("DMG_DOMAINBED_DISABLE", "1")
@@ -75,12 +91,15 @@ def test_not_ready_without_python_on_path(env, capsys, tmp_path):
     assert "no `python` on PATH" in out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--dataset", "PAC"], "unknown dataset 'PAC'; choose one of: .*PACS"),
-    (["--algorithm", "DGM"], "unknown algorithm 'DGM'; choose one of: .*DMG"),
-    (["--hparams", "{resnet18: true}"], "--hparams is not valid JSON"),
-    (["--hparams", '{"resnet_18": true}'], "'resnet_18' is not an hparam of DMG"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dataset", "PAC"], "unknown dataset 'PAC'; choose one of: .*PACS"),
+        (["--algorithm", "DGM"], "unknown algorithm 'DGM'; choose one of: .*DMG"),
+        (["--hparams", "{resnet18: true}"], "--hparams is not valid JSON"),
+        (["--hparams", '{"resnet_18": true}'], "'resnet_18' is not an hparam of DMG"),
+    ],
+)
 def test_bad_input_exits_2_with_the_choices(args, message, env, capsys):
     code, out, err = doctor(capsys, *args)
     assert code == 2 and out == ""

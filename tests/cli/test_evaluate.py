@@ -16,15 +16,20 @@ def test_evaluate_table3_on_train_py_held_out_splits(demo_sweep, tmp_path):
     runs = runs_of(demo_sweep)
     chosen = [runs[("MultiHead", 1)], runs[("DMG", 1)]]
     before = [snapshot(run) for run in chosen]
-    code, printed, _ = cli("evaluate", "--run_dir", *map(str, chosen),
-                           "--output_dir", str(tmp_path))
+    code, printed, _ = cli(
+        "evaluate", "--run_dir", *map(str, chosen), "--output_dir", str(tmp_path)
+    )
     assert code == 0
     assert [snapshot(run) for run in chosen] == before
 
     frame = pd.read_csv(tmp_path / "in_domain.csv")
     assert list(frame["prediction"].unique()) == [
-        "MultiHead (predict)", "MultiHead-KnownDomain, own head",
-        "DMG (predict)", "DMG-KnownDomain, soft masks", "DMG-KnownDomain, hard masks"]
+        "MultiHead (predict)",
+        "MultiHead-KnownDomain, own head",
+        "DMG (predict)",
+        "DMG-KnownDomain, soft masks",
+        "DMG-KnownDomain, hard masks",
+    ]
     # Source domains of test env 1 (domain "30"): environments 0, 2, 3.
     assert sorted(frame["env"].unique()) == [0, 2, 3]
     predict = frame[frame["prediction"].str.endswith("(predict)")]
@@ -78,8 +83,9 @@ def test_evaluate_without_model_fails_and_leaves_the_run_alone(copied_run, tmp_p
     run_dir = copied_run("DMG", 0)
     (run_dir / "model.pkl").unlink()
     before = snapshot(run_dir)
-    code, _, message = cli("evaluate", "--run_dir", str(run_dir),
-                           "--output_dir", str(tmp_path / "o"))
+    code, _, message = cli(
+        "evaluate", "--run_dir", str(run_dir), "--output_dir", str(tmp_path / "o")
+    )
     assert code == 2
     assert f"run '{run_dir}' has no model.pkl" in message and "done" in message
     assert snapshot(run_dir) == before and not (tmp_path / "o").exists()
@@ -87,8 +93,14 @@ def test_evaluate_without_model_fails_and_leaves_the_run_alone(copied_run, tmp_p
 
 def test_evaluate_refuses_runs_with_different_test_domains(demo_sweep, tmp_path):
     runs = runs_of(demo_sweep)
-    code, _, message = cli("evaluate", "--run_dir", str(runs[("DMG", 0)]), str(runs[("DMG", 1)]),
-                           "--output_dir", str(tmp_path / "o"))
+    code, _, message = cli(
+        "evaluate",
+        "--run_dir",
+        str(runs[("DMG", 0)]),
+        str(runs[("DMG", 1)]),
+        "--output_dir",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and "differ in test_envs" in message
 
 

@@ -40,11 +40,13 @@ def test_masks_of_a_dmg_run(demo_sweep, tmp_path):
 def test_masks_of_another_algorithm_names_dmg_runs_nearby(demo_sweep, tmp_path):
     runs = runs_of(demo_sweep)
     multihead = runs[("MultiHead", 0)]
-    code, _, message = cli("masks", "--run_dir", str(multihead),
-                           "--output_dir", str(tmp_path / "o"))
+    code, _, message = cli(
+        "masks", "--run_dir", str(multihead), "--output_dir", str(tmp_path / "o")
+    )
     assert code == 2
-    assert (f"'{multihead}' is a run of MultiHead; 'masks' needs a run of DMG or "
-            "ImportanceMask") in message
+    assert (
+        f"'{multihead}' is a run of MultiHead; 'masks' needs a run of DMG or ImportanceMask"
+    ) in message
     assert str(runs[("DMG", 0)].parent) in message
     assert not (tmp_path / "o").exists()
 

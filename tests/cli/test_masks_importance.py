@@ -11,8 +11,17 @@ from tests.helpers import run_domainbed
 def phase1_run(tmp_path_factory):
     """A run that ended in phase 1: 3 steps with the default schedule (phase 1 is 2,500)."""
     run_dir = tmp_path_factory.mktemp("importance") / "phase1"
-    run_domainbed("train", "--algorithm", "ImportanceMask", "--dataset", "RotatedDigits",
-                  "--steps", "3", "--output_dir", str(run_dir))
+    run_domainbed(
+        "train",
+        "--algorithm",
+        "ImportanceMask",
+        "--dataset",
+        "RotatedDigits",
+        "--steps",
+        "3",
+        "--output_dir",
+        str(run_dir),
+    )
     return run_dir
 
 
@@ -33,8 +42,9 @@ def test_importance_maps_and_masks_are_drawn(demo_sweep, tmp_path):
 
 
 def test_a_run_that_ended_in_phase_one_gets_a_clear_message(phase1_run, tmp_path):
-    code, _, message = cli("masks", "--run_dir", str(phase1_run),
-                           "--output_dir", str(tmp_path / "out"))
+    code, _, message = cli(
+        "masks", "--run_dir", str(phase1_run), "--output_dir", str(tmp_path / "out")
+    )
     assert code == 2
     assert "ended in phase 1" in message and "phase1_steps 2500" in message
     assert not (tmp_path / "out").exists()

@@ -17,7 +17,7 @@ def collect_results_tables(printed: str) -> dict[str, dict[str, list[str]]]:
     current = None
     for line in printed.splitlines():
         if line.startswith("-------- "):
-            current = tables.setdefault(line[len("-------- "):].strip(), {})
+            current = tables.setdefault(line[len("-------- ") :].strip(), {})
         elif current is not None and line.strip():
             cells = re.split(r"\s{2,}", line.strip())
             current[cells[0]] = cells[1:]
@@ -36,7 +36,8 @@ def report(demo_sweep, tmp_path_factory):
 def test_report_numbers_are_collect_results_numbers(report, demo_sweep):
     output, _, _ = report
     expected = collect_results_tables(
-        run_domainbed("collect_results", "--input_dir", str(demo_sweep)).stdout)
+        run_domainbed("collect_results", "--input_dir", str(demo_sweep)).stdout
+    )
     results = pd.read_csv(output / "results.csv", dtype=str)
     averages = pd.read_csv(output / "averages.csv", dtype=str)
     methods = results["selection_method"].unique()
@@ -47,16 +48,18 @@ def test_report_numbers_are_collect_results_numbers(report, demo_sweep):
         header = table.pop("Algorithm")
         assert set(table) == set(DEMO_ALGORITHMS)
         for algorithm, cells in table.items():
-            mine = results[(results["selection_method"] == method)
-                           & (results["algorithm"] == algorithm)]
+            mine = results[
+                (results["selection_method"] == method) & (results["algorithm"] == algorithm)
+            ]
             assert mine["test_domain"].tolist() == header
             assert mine["text"].tolist() == cells
             compared += len(cells)
         table = expected[f"Averages, model selection method: {method}"]
         header = table.pop("Algorithm")
         for algorithm, cells in table.items():
-            mine = averages[(averages["selection_method"] == method)
-                            & (averages["algorithm"] == algorithm)]
+            mine = averages[
+                (averages["selection_method"] == method) & (averages["algorithm"] == algorithm)
+            ]
             assert mine["dataset"].tolist() == header
             assert mine["text"].tolist() == cells
     assert compared == 3 * len(DEMO_ALGORITHMS) * 5
@@ -96,7 +99,8 @@ def test_report_of_one_run_folder_points_to_its_parent(demo_sweep, tmp_path):
 
 def test_report_refuses_to_write_inside_the_sweep(demo_sweep):
     before = snapshot(demo_sweep)
-    code, _, message = cli("report", "--input_dir", str(demo_sweep),
-                           "--output_dir", str(demo_sweep / "report"))
+    code, _, message = cli(
+        "report", "--input_dir", str(demo_sweep), "--output_dir", str(demo_sweep / "report")
+    )
     assert code == 2 and "lies inside the input folder" in message
     assert snapshot(demo_sweep) == before

@@ -44,8 +44,17 @@ def small_demo(tmp_path: Path) -> Path:
 
 def test_dry_run_lists_the_jobs_and_creates_nothing(job_env, tmp_path, capsys):
     out = tmp_path / "sweep"
-    code = main(["sweep", str(SWEEPS / "pacs_resnet50.toml"), "--dry-run",
-                 "--data_dir", str(tmp_path / "data"), "--output_dir", str(out)])
+    code = main(
+        [
+            "sweep",
+            str(SWEEPS / "pacs_resnet50.toml"),
+            "--dry-run",
+            "--data_dir",
+            str(tmp_path / "data"),
+            "--output_dir",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     assert "720 job(s): 720 to launch, 0 done, 0 incomplete" in printed
@@ -56,23 +65,37 @@ def test_dry_run_lists_the_jobs_and_creates_nothing(job_env, tmp_path, capsys):
     assert not out.exists() and not (tmp_path / "data").exists()
 
 
-@pytest.mark.parametrize("name, extra, message", [
-    ("demo", ["--launcher", "nope"], "unknown launcher 'nope'"),
-    ("demo", ["--launcher", "submitit"], "no Slurm here"),
-    ("pacs_resnet18", [], "data not found under --data_dir"),
-])
-def test_a_sweep_that_cannot_run_stops_before_any_job_folder(name, extra, message, job_env,
-                                                             tmp_path, capsys):
+@pytest.mark.parametrize(
+    "name, extra, message",
+    [
+        ("demo", ["--launcher", "nope"], "unknown launcher 'nope'"),
+        ("demo", ["--launcher", "submitit"], "no Slurm here"),
+        ("pacs_resnet18", [], "data not found under --data_dir"),
+    ],
+)
+def test_a_sweep_that_cannot_run_stops_before_any_job_folder(
+    name, extra, message, job_env, tmp_path, capsys
+):
     out = tmp_path / "sweep"
-    code = main(["sweep", str(SWEEPS / f"{name}.toml"), "--data_dir", str(tmp_path),
-                 "--output_dir", str(out), *extra])
+    code = main(
+        [
+            "sweep",
+            str(SWEEPS / f"{name}.toml"),
+            "--data_dir",
+            str(tmp_path),
+            "--output_dir",
+            str(out),
+            *extra,
+        ]
+    )
     assert code == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
 
 
 def test_demo_sweep_runs_through_both_launchers_and_collect_results_reads_it(
-        job_env, tmp_path, capfd):
+    job_env, tmp_path, capfd
+):
     sweep_file, sweep_dir = small_demo(tmp_path), tmp_path / "sweep"
 
     assert main(["sweep", str(sweep_file)]) == 0  # the file's launcher: local_parallel

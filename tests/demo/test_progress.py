@@ -24,4 +24,6 @@ def test_reports_each_job_once_when_its_done_file_appears(tmp_path):
             time.sleep(0.01)
         (first.output_dir / "done").write_text("done")
     assert [line.split(" (")[0] for line in lines] == [
-        "[2/3] done: DMG, test domain 60", "[3/3] done: DMG, test domain 30"]
+        "[2/3] done: DMG, test domain 60",
+        "[3/3] done: DMG, test domain 30",
+    ]

@@ -23,12 +23,15 @@ def test_values_come_from_the_environment_else_the_default():
     assert values == {"gpus": 2, "mem_gb": 7.5, "wait": True, "cluster": "slurm"}
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"T_GPUS": "one"}, "T_GPUS = 'one' is not valid: gpus must be an integer >= 0"),
-    ({"T_GPUS": "-1"}, "gpus must be an integer >= 0"),
-    ({"T_WAIT": "maybe"}, "wait must be true or false"),
-    ({"T_CLUSTER": "pbs"}, "cluster must be one of slurm, local"),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"T_GPUS": "one"}, "T_GPUS = 'one' is not valid: gpus must be an integer >= 0"),
+        ({"T_GPUS": "-1"}, "gpus must be an integer >= 0"),
+        ({"T_WAIT": "maybe"}, "wait must be true or false"),
+        ({"T_CLUSTER": "pbs"}, "cluster must be one of slurm, local"),
+    ],
+)
 def test_bad_values_name_the_variable_and_what_is_allowed(env, expected):
     with pytest.raises(LauncherConfigError, match=expected):
         read_options(OPTIONS, env)
@@ -41,10 +44,16 @@ def test_values_from_a_sweep_file_keep_their_type_checks():
         gpus.check(True, "[launcher] gpus")
 
 
-@pytest.mark.parametrize("command, expected", [
-    ("python -m domainbed.scripts.train --dataset PACS --output_dir /s/ab12 --seed 3", "/s/ab12"),
-    ("python -m domainbed.scripts.train --output_dir='/s/with space'", "/s/with space"),
-    ("python -m domainbed.scripts.train --dataset PACS", None),
-])
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        (
+            "python -m domainbed.scripts.train --dataset PACS --output_dir /s/ab12 --seed 3",
+            "/s/ab12",
+        ),
+        ("python -m domainbed.scripts.train --output_dir='/s/with space'", "/s/with space"),
+        ("python -m domainbed.scripts.train --dataset PACS", None),
+    ],
+)
 def test_output_dir_is_read_from_domainbed_commands(command, expected):
     assert output_dir_of(command) == expected

@@ -27,8 +27,12 @@ DUMP_ENV = (
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for name in ("DMG_LOCAL_PARALLEL_JOBS", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-                 "MKL_NUM_THREADS"):
+    for name in (
+        "DMG_LOCAL_PARALLEL_JOBS",
+        "CUDA_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+    ):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 

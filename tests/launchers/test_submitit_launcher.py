@@ -56,16 +56,31 @@ def commands(sweep_dir, n):
 
 def test_jobs_become_slurm_arrays_with_the_settings_of_the_environment(slurm_env, tmp_path):
     bin_dir = fake_slurm(tmp_path / "bin", FAKE_SBATCH)
-    slurm_env(bin_dir, partition="gpu", gpus="2", cpus="6", mem_gb="40", time_min="90",
-              array_parallelism="3", max_array_size="4")
+    slurm_env(
+        bin_dir,
+        partition="gpu",
+        gpus="2",
+        cpus="6",
+        mem_gb="40",
+        time_min="90",
+        array_parallelism="3",
+        max_array_size="4",
+    )
     sweep = tmp_path / "sweep"
     launcher.submitit_launcher(commands(sweep, 6))
 
     scripts = sorted(bin_dir.glob("sbatch_*.sh"))
     assert len(scripts) == 2  # 6 jobs, at most 4 per array
     first, second = (s.read_text() for s in scripts)
-    for line in ("--partition=gpu", "--gpus-per-node=2", "--cpus-per-task=6", "--mem=40GB",
-                 "--time=90", "--array=0-3%3", f"--output={sweep}/.submitit/%A_%a_0_log.out"):
+    for line in (
+        "--partition=gpu",
+        "--gpus-per-node=2",
+        "--cpus-per-task=6",
+        "--mem=40GB",
+        "--time=90",
+        "--array=0-3%3",
+        f"--output={sweep}/.submitit/%A_%a_0_log.out",
+    ):
         assert f"#SBATCH {line}" in first, line
     assert "#SBATCH --array=0-1%2" in second
     link = sweep / "job5" / "submitit.out"
@@ -84,10 +99,26 @@ def test_domainbed_sweep_exits_non_zero_when_submission_fails(tmp_path):
     env = domainbed_env(DMG_SUBMITIT_CLUSTER="slurm", DMG_SUBMITIT_PARTITION="nosuch")
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     result = run_domainbed(
-        "sweep", "launch", "--datasets", "Debug28", "--algorithms", "ERM", "--n_hparams", "1",
-        "--n_trials", "1", "--single_test_envs", "--data_dir", str(tmp_path / "data"),
-        "--output_dir", str(tmp_path / "sweep"), "--command_launcher", "submitit",
-        "--skip_confirmation", env=env, check=False,
+        "sweep",
+        "launch",
+        "--datasets",
+        "Debug28",
+        "--algorithms",
+        "ERM",
+        "--n_hparams",
+        "1",
+        "--n_trials",
+        "1",
+        "--single_test_envs",
+        "--data_dir",
+        str(tmp_path / "data"),
+        "--output_dir",
+        str(tmp_path / "sweep"),
+        "--command_launcher",
+        "submitit",
+        "--skip_confirmation",
+        env=env,
+        check=False,
     )
     assert result.returncode != 0
     assert "LaunchError" in result.stderr and "invalid partition specified" in result.stderr

@@ -30,8 +30,12 @@ def test_mnist_needs_torchvision_s_raw_files(tmp_path):
     assert dataset_status("RotatedMNIST", "domainbed.datasets", 6, str(tmp_path)).state == MISSING
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-                 "t10k-labels-idx1-ubyte"):
+    for name in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
         (raw / name).write_bytes(b"")
     assert dataset_status("RotatedMNIST", "domainbed.datasets", 6, str(tmp_path)).state == PRESENT
 

@@ -11,14 +11,24 @@ def test_overrides_update_the_defaults():
     assert hparams["mask_lr"] == effective_hparams("DMG", "PACS")["mask_lr"]
 
 
-@pytest.mark.parametrize("algorithm, overrides, message", [
-    ("DMG", {"lamda_overlap": 0.1}, "'lamda_overlap' is not an hparam of DMG on PACS; its "
-                                    "hparams are: .*lambda_overlap"),
-    ("Aggregate", {"lambda_overlap": 0.1}, "not an hparam of Aggregate"),
-    ("ERM", {"resnet18": "yes"}, "'resnet18' of ERM on PACS must be of the type of its default"),
-    ("ERM", {"batch_size": 32.5}, "batch_size"),
-    ("DMG", {"mask_init": "gaussian"}, "mask_init' must be one of"),
-])
+@pytest.mark.parametrize(
+    "algorithm, overrides, message",
+    [
+        (
+            "DMG",
+            {"lamda_overlap": 0.1},
+            "'lamda_overlap' is not an hparam of DMG on PACS; its hparams are: .*lambda_overlap",
+        ),
+        ("Aggregate", {"lambda_overlap": 0.1}, "not an hparam of Aggregate"),
+        (
+            "ERM",
+            {"resnet18": "yes"},
+            "'resnet18' of ERM on PACS must be of the type of its default",
+        ),
+        ("ERM", {"batch_size": 32.5}, "batch_size"),
+        ("DMG", {"mask_init": "gaussian"}, "mask_init' must be one of"),
+    ],
+)
 def test_unknown_names_and_wrong_types_are_rejected(algorithm, overrides, message):
     with pytest.raises(HParamsError, match=message):
         effective_hparams(algorithm, "PACS", overrides)

@@ -36,7 +36,11 @@ def test_shipped_sweep_files_are_valid(path):
 
 def test_the_paper_and_standard_files_are_shipped():
     assert {p.stem for p in SWEEPS} >= {
-        "demo", "domainbed_standard", "pacs_resnet18", "pacs_resnet50", "domainnet_resnet18",
+        "demo",
+        "domainbed_standard",
+        "pacs_resnet18",
+        "pacs_resnet50",
+        "domainnet_resnet18",
         "domainnet_resnet50",
     }
 
@@ -49,34 +53,53 @@ def test_defaults_are_domainbed_s(tmp_path):
     assert config.hparams_of("DMG") == {} and config.launcher is None
 
 
-@pytest.mark.parametrize("text, message", [
-    (BASE + "n_hparam = 3\n", r"unknown key\(s\) n_hparam in \[sweep\]; valid keys: algorithms, "),
-    (BASE + "[sweeps]\n", r"unknown key\(s\) sweeps in the file .*valid keys: sweep, launcher"),
-    ('[sweep]\ndatasets = ["PACS"]\n', r"\[sweep\] needs algorithms"),
-    (BASE + "n_trials = 0\n", r"n_trials = 0 is not valid: it must be an integer >= 1"),
-    (BASE + "steps = 2.5\n", r"steps = 2.5 is not valid"),
-    (BASE + "n_hparams = 2\nn_hparams_from = 2\n", "must be below n_hparams"),
-    (BASE + "[sweep.algorithm_hparams.IRM]\nlr = 1e-3\n", "IRM is not one of the sweep's"),
-    (BASE + "[launcher]\njobs = 2\n", r"\[launcher\] has settings \(jobs\) but no name"),
-    (BASE + "[sweep.hparams]\nwhen = 1979-05-27\n", "cannot be an hparam"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            BASE + "n_hparam = 3\n",
+            r"unknown key\(s\) n_hparam in \[sweep\]; valid keys: algorithms, ",
+        ),
+        (BASE + "[sweeps]\n", r"unknown key\(s\) sweeps in the file .*valid keys: sweep, launcher"),
+        ('[sweep]\ndatasets = ["PACS"]\n', r"\[sweep\] needs algorithms"),
+        (BASE + "n_trials = 0\n", r"n_trials = 0 is not valid: it must be an integer >= 1"),
+        (BASE + "steps = 2.5\n", r"steps = 2.5 is not valid"),
+        (BASE + "n_hparams = 2\nn_hparams_from = 2\n", "must be below n_hparams"),
+        (BASE + "[sweep.algorithm_hparams.IRM]\nlr = 1e-3\n", "IRM is not one of the sweep's"),
+        (BASE + "[launcher]\njobs = 2\n", r"\[launcher\] has settings \(jobs\) but no name"),
+        (BASE + "[sweep.hparams]\nwhen = 1979-05-27\n", "cannot be an hparam"),
+    ],
+)
 def test_structure_mistakes(text, message, tmp_path):
     with pytest.raises(SweepFileError, match=message):
         parse(text, tmp_path)
 
 
-@pytest.mark.parametrize("text, message", [
-    (BASE.replace('"ERM"', '"ERMM"'), r"unknown algorithm\(s\) ERMM; valid algorithms: ERM, "),
-    (BASE.replace("RotatedDigits", "PAC"), r"unknown dataset\(s\) PAC; valid datasets: .*PACS"),
-    (BASE + "[sweep.hparams]\nlambda_overlap = 0.1\n",
-     r"\[sweep.hparams\]: 'lambda_overlap' is not an hparam of ERM.*\[sweep.algorithm_hparams"),
-    (BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n", "mask_lr' must be >= 0"),
-    (BASE + '[launcher]\nname = "slurm"\n', "unknown launcher 'slurm'; .*local_parallel.*submitit"),
-    (BASE + '[launcher]\nname = "submitit"\nqueue = "gpu"\n',
-     r"unknown key\(s\) queue in \[launcher\] of submitit; valid keys: cluster, partition"),
-    (BASE + '[launcher]\nname = "submitit"\ngpus = "two"\n', r"\[launcher\] gpus = 'two'"),
-    (BASE + '[launcher]\nname = "local"\njobs = 2\n', r"unknown key\(s\) jobs in \[launcher\] of"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (BASE.replace('"ERM"', '"ERMM"'), r"unknown algorithm\(s\) ERMM; valid algorithms: ERM, "),
+        (BASE.replace("RotatedDigits", "PAC"), r"unknown dataset\(s\) PAC; valid datasets: .*PACS"),
+        (
+            BASE + "[sweep.hparams]\nlambda_overlap = 0.1\n",
+            r"\[sweep.hparams\]: 'lambda_overlap' is not an hparam of ERM.*\[sweep.algorithm_hparams",
+        ),
+        (BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n", "mask_lr' must be >= 0"),
+        (
+            BASE + '[launcher]\nname = "slurm"\n',
+            "unknown launcher 'slurm'; .*local_parallel.*submitit",
+        ),
+        (
+            BASE + '[launcher]\nname = "submitit"\nqueue = "gpu"\n',
+            r"unknown key\(s\) queue in \[launcher\] of submitit; valid keys: cluster, partition",
+        ),
+        (BASE + '[launcher]\nname = "submitit"\ngpus = "two"\n', r"\[launcher\] gpus = 'two'"),
+        (
+            BASE + '[launcher]\nname = "local"\njobs = 2\n',
+            r"unknown key\(s\) jobs in \[launcher\] of",
+        ),
+    ],
+)
 def test_names_and_hparams_are_checked_against_domainbed(text, message, tmp_path):
     with pytest.raises(SweepFileError, match=message):
         checked(text, tmp_path)
@@ -85,7 +108,9 @@ def test_names_and_hparams_are_checked_against_domainbed(text, message, tmp_path
 def test_algorithm_hparams_go_on_top_of_the_common_ones(tmp_path):
     config = checked(
         BASE + "[sweep.hparams]\nlr = 0.01\n[sweep.algorithm_hparams.DMG]\nlr = 0.002\n"
-        "lambda_overlap = 0.3\n", tmp_path)
+        "lambda_overlap = 0.3\n",
+        tmp_path,
+    )
     assert config.hparams_of("ERM") == {"lr": 0.01}
     assert config.hparams_of("DMG") == {"lr": 0.002, "lambda_overlap": 0.3}
 

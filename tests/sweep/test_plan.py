@@ -17,20 +17,25 @@ PAPER_MASK_LAYERS = ["featurizer.network.layer3", "featurizer.network.layer4", "
 def effective(job):
     """The hparams train.py will use for this job: random search, then --hparams."""
     args = job.train_args
-    hparams = hparams_registry.random_hparams(args["algorithm"], args["dataset"],
-                                              args["hparams_seed"])
+    hparams = hparams_registry.random_hparams(
+        args["algorithm"], args["dataset"], args["hparams_seed"]
+    )
     hparams.update(json.loads(args["hparams"]))
     return hparams
 
 
 def test_pacs_resnet50_expands_to_the_paper_s_comparison(tmp_path):
-    sweep = plan.resolve(load_sweep(SWEEPS / "pacs_resnet50.toml"), str(tmp_path / "data"),
-                         str(tmp_path / "sweep"))
+    sweep = plan.resolve(
+        load_sweep(SWEEPS / "pacs_resnet50.toml"), str(tmp_path / "data"), str(tmp_path / "sweep")
+    )
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
 
     assert len(jobs) == 720  # 3 algorithms x 4 test domains x 20 hparams x 3 trials
     assert Counter(j.train_args["algorithm"] for j in jobs) == {
-        "Aggregate": 240, "MultiHead": 240, "DMG": 240}
+        "Aggregate": 240,
+        "MultiHead": 240,
+        "DMG": 240,
+    }
     assert {tuple(j.train_args["test_envs"]) for j in jobs} == {(0,), (1,), (2,), (3,)}
     assert {j.train_args["hparams_seed"] for j in jobs} == set(range(20))
     assert {j.train_args["trial_seed"] for j in jobs} == {0, 1, 2}
@@ -55,15 +60,20 @@ def test_pacs_resnet50_expands_to_the_paper_s_comparison(tmp_path):
 def test_resnet18_files_switch_augmix_off_too():
     for name in ("pacs_resnet18", "domainnet_resnet18"):
         assert load_sweep(SWEEPS / f"{name}.toml").hparams == {
-            "resnet18": True, "resnet50_augmix": False}
+            "resnet18": True,
+            "resnet50_augmix": False,
+        }
 
 
 def test_groups_become_domainbed_sweep_calls_into_one_folder(tmp_path):
     sweep = plan.resolve(load_sweep(SWEEPS / "pacs_resnet50.toml"), "data", str(tmp_path))
-    first, second = (plan.domainbed_sweep_args(sweep, g, "launch", "submitit")
-                     for g in sweep.groups)
-    assert first[first.index("--algorithms") + 1:first.index("--n_hparams_from")] == [
-        "Aggregate", "MultiHead"]
+    first, second = (
+        plan.domainbed_sweep_args(sweep, g, "launch", "submitit") for g in sweep.groups
+    )
+    assert first[first.index("--algorithms") + 1 : first.index("--n_hparams_from")] == [
+        "Aggregate",
+        "MultiHead",
+    ]
     assert json.loads(second[second.index("--hparams") + 1])["lambda_overlap"] == 0.1
     assert first[first.index("--output_dir") + 1] == second[second.index("--output_dir") + 1]
     assert sweep.data_dir == str(Path("data").resolve())
@@ -74,8 +84,9 @@ def test_launcher_settings_of_the_file_become_variables_the_environment_wins(tmp
     env, notes = launcher_environment(config, "submitit", {"DMG_SUBMITIT_TIME_MIN": "30"})
     assert env["DMG_SUBMITIT_GPUS"] == "1" and env["DMG_SUBMITIT_MEM_GB"] == "32"
     assert env["DMG_SUBMITIT_TIME_MIN"] == "30"
-    assert notes == ["DMG_SUBMITIT_TIME_MIN=30 from the environment wins over time_min = 720 "
-                     "in the file"]
+    assert notes == [
+        "DMG_SUBMITIT_TIME_MIN=30 from the environment wins over time_min = 720 in the file"
+    ]
     env, notes = launcher_environment(config, "local_parallel", {})
     assert "DMG_SUBMITIT_GPUS" not in env and "not used" in notes[0]
 
