@@ -30,7 +30,8 @@ def _as_text(value: Any) -> str:
 def launcher_environment(
     config: SweepConfig, launcher: str, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
-    """The environment of DomainBed's sweep process, and notes on variables that win over the file."""
+    """The environment of DomainBed's sweep process, and notes on variables that win over
+    the file."""
     env = dict(environ)
     notes = []
     if launcher != config.launcher:

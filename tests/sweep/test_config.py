@@ -82,7 +82,8 @@ def test_structure_mistakes(text, message, tmp_path):
         (BASE.replace("RotatedDigits", "PAC"), r"unknown dataset\(s\) PAC; valid datasets: .*PACS"),
         (
             BASE + "[sweep.hparams]\nlambda_overlap = 0.1\n",
-            r"\[sweep.hparams\]: 'lambda_overlap' is not an hparam of ERM.*\[sweep.algorithm_hparams",
+            r"\[sweep.hparams\]: 'lambda_overlap' is not an hparam of ERM"
+            r".*\[sweep.algorithm_hparams",
         ),
         (BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n", "mask_lr' must be >= 0"),
         (
