@@ -12,7 +12,8 @@ from domainbed import networks
 from domainbed.algorithms import Algorithm
 from torch import nn
 
-from dmg_domainbed.hparams import HParam, HParamError, HParamSpace
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams import HParam, HParamSpace
 
 
 def weight_importance(initial: torch.Tensor, finals: torch.Tensor) -> torch.Tensor:
@@ -220,7 +221,7 @@ class ImportanceMask(Algorithm):
         owner = type(self).__name__
         type(self).HPARAMS.validate(hparams, owner)
         if hparams["freeze_step"] < hparams["phase1_steps"]:
-            raise HParamError(
+            raise UserError(
                 f"{owner} hparam 'freeze_step' ({hparams['freeze_step']}) must be >= "
                 f"'phase1_steps' ({hparams['phase1_steps']}): weights are frozen in phase 2; "
                 'fix it with e.g. --hparams \'{"phase1_steps": 2500, "freeze_step": 4250}\''

@@ -1,8 +1,9 @@
 """``dmg-domainbed`` command line: one module per subcommand, each thin over library code.
 
 A subcommand module defines ``add_parser(subparsers)`` (which registers its parser and sets
-``func`` to a ``run(args) -> int``). User errors raise :class:`CommandError`; they are printed
-as one clear message with exit code 2, before any work starts.
+``func`` to a ``run(args) -> int``). User errors raise :class:`~dmg_domainbed.errors.UserError`
+anywhere in the package; they are printed as one clear message with exit code 2, before any
+work starts. Every other exception keeps its traceback.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ import argparse
 import importlib
 import sys
 
+from dmg_domainbed.errors import UserError
+
 SUBCOMMANDS = ("demo", "report", "evaluate", "masks", "sweep", "doctor")
-
-
-class CommandError(Exception):
-    """Bad input from the user: printed without a traceback, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except CommandError as error:
+    except UserError as error:
         print(f"dmg-domainbed {args.command}: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -6,9 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dmg_domainbed.cli import CommandError
-from dmg_domainbed.cli._input import user_errors
 from dmg_domainbed.demo.plan import ALGORITHMS, DemoPlan
+from dmg_domainbed.errors import UserError
 
 
 def _positive(text: str) -> int:
@@ -61,20 +60,19 @@ def run(args: argparse.Namespace) -> int:
 
     unknown = [name for name in args.algorithms if name not in algorithms.ALGORITHMS]
     if unknown:
-        raise CommandError(
+        raise UserError(
             f"unknown algorithm(s) {', '.join(unknown)}; DomainBed knows: "
             f"{', '.join(algorithms.ALGORITHMS)}"
         )
     from dmg_domainbed.demo.run import run_demo
 
     plan = DemoPlan(Path(args.output_dir), tuple(dict.fromkeys(args.algorithms)), args.steps)
-    with user_errors():
-        try:
-            return run_demo(plan, args.jobs, lambda line: print(line, flush=True))
-        except KeyboardInterrupt:
-            print(
-                f"Interrupted. Run the same command again to resume: finished jobs are kept "
-                f"in {plan.sweep_dir}.",
-                file=sys.stderr,
-            )
-            return 130
+    try:
+        return run_demo(plan, args.jobs, lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print(
+            f"Interrupted. Run the same command again to resume: finished jobs are kept "
+            f"in {plan.sweep_dir}.",
+            file=sys.stderr,
+        )
+        return 130

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dmg_domainbed.cli import CommandError
+from dmg_domainbed.errors import UserError
 
 
 def add_parser(subparsers) -> None:
@@ -32,9 +32,9 @@ def _parse_hparams(text: str | None) -> dict:
     try:
         hparams = json.loads(text)
     except json.JSONDecodeError as error:
-        raise CommandError(f"--hparams is not valid JSON ({error}): {text!r}") from None
+        raise UserError(f"--hparams is not valid JSON ({error}): {text!r}") from None
     if not isinstance(hparams, dict):
-        raise CommandError(
+        raise UserError(
             f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; got {text!r}"
         )
     return hparams
@@ -44,9 +44,6 @@ def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.preflight import doctor
 
     hparams = _parse_hparams(args.hparams)
-    try:
-        checks = doctor.diagnose(args.algorithm, args.dataset, args.data_dir, hparams)
-    except doctor.DoctorInputError as error:
-        raise CommandError(str(error)) from None
+    checks = doctor.diagnose(args.algorithm, args.dataset, args.data_dir, hparams)
     print(doctor.render(checks, args.algorithm, args.dataset))
     return 0 if doctor.is_ready(checks) else 1

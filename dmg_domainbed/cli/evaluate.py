@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dmg_domainbed.cli._input import user_errors
 from dmg_domainbed.reporting.runs import read_run, require_model
 
 
@@ -38,21 +37,18 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with user_errors():
-        runs = [read_run(path) for path in args.run_dir]
-        for run_ in runs:
-            require_model(run_)
-        import pandas as pd
+    runs = [read_run(path) for path in args.run_dir]
+    for run_ in runs:
+        require_model(run_)
+    import pandas as pd
 
-        from dmg_domainbed.reporting import in_domain
-        from dmg_domainbed.reporting.files import write_table
-        from dmg_domainbed.reporting.report import check_output_dir
+    from dmg_domainbed.reporting import in_domain
+    from dmg_domainbed.reporting.files import write_table
+    from dmg_domainbed.reporting.report import check_output_dir
 
-        in_domain.check_comparable(runs)
-        output = check_output_dir(Path(args.output_dir), *(run_.path for run_ in runs))
-        frame = pd.concat(
-            [in_domain.evaluate_run(r, args.data_dir) for r in runs], ignore_index=True
-        )
+    in_domain.check_comparable(runs)
+    output = check_output_dir(Path(args.output_dir), *(run_.path for run_ in runs))
+    frame = pd.concat([in_domain.evaluate_run(r, args.data_dir) for r in runs], ignore_index=True)
     table = in_domain.table3(frame)
     title = in_domain.table3_title(runs[0])
     paths = write_table(frame, [(title, table)], output, "in_domain", "Prediction")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dmg_domainbed.cli._input import user_errors
 from dmg_domainbed.reporting.runs import read_run, require_algorithm, require_model
 
 
@@ -36,17 +35,16 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with user_errors():
-        run_ = read_run(args.run_dir)
-        require_algorithm(run_, ("DMG", "ImportanceMask"), "masks")
-        require_model(run_)
-        from dmg_domainbed.reporting.importance_report import write_importance_report
-        from dmg_domainbed.reporting.masks_report import write_masks_report
-        from dmg_domainbed.reporting.report import check_output_dir
+    run_ = read_run(args.run_dir)
+    require_algorithm(run_, ("DMG", "ImportanceMask"), "masks")
+    require_model(run_)
+    from dmg_domainbed.reporting.importance_report import write_importance_report
+    from dmg_domainbed.reporting.masks_report import write_masks_report
+    from dmg_domainbed.reporting.report import check_output_dir
 
-        output = check_output_dir(Path(args.output_dir), run_.path)
-        write = write_masks_report if run_.algorithm == "DMG" else write_importance_report
-        written = write(run_, output)
+    output = check_output_dir(Path(args.output_dir), run_.path)
+    write = write_masks_report if run_.algorithm == "DMG" else write_importance_report
+    written = write(run_, output)
     print(f"{run_.algorithm} masks of {run_.describe()}:")
     print(written.summary.round(3).to_string())
     print(f"Wrote {', '.join(str(p) for p in written.files)}")

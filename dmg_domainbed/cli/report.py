@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dmg_domainbed.cli._input import user_errors
 from dmg_domainbed.reporting.runs import require_sweep
 
 
@@ -31,11 +30,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with user_errors():
-        require_sweep(args.input_dir)
-        from dmg_domainbed.reporting.report import results_markdown, write_report
+    require_sweep(args.input_dir)
+    from dmg_domainbed.reporting.report import results_markdown, write_report
 
-        written = write_report(args.input_dir, Path(args.output_dir))
+    written = write_report(args.input_dir, Path(args.output_dir))
     print(results_markdown(written.results, written.averages))
     print(f"Wrote {', '.join(str(p) for p in written.files)}")
     return 0

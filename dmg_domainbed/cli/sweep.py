@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from dmg_domainbed.cli import CommandError
+from dmg_domainbed.errors import UserError
 
 
 def add_parser(subparsers) -> None:
@@ -41,20 +41,17 @@ def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.sweep import plan
     from dmg_domainbed.sweep import run as sweep_run
 
-    try:
-        config = sweep_config.load_sweep(args.file)
-        sweep_config.check_against_domainbed(config)
-        launcher = args.launcher or config.launcher
-        if launcher is not None:
-            sweep_config.check_launcher(config, launcher)
-        elif not args.dry_run:
-            raise CommandError(
-                f'{config.path} names no launcher: add [launcher] name = "..." to it or pass '
-                "--launcher NAME (e.g. local_parallel, submitit, local)"
-            )
-        sweep = plan.resolve(config, args.data_dir, args.output_dir)
-    except ValueError as error:
-        raise CommandError(str(error)) from None
+    config = sweep_config.load_sweep(args.file)
+    sweep_config.check_against_domainbed(config)
+    launcher = args.launcher or config.launcher
+    if launcher is not None:
+        sweep_config.check_launcher(config, launcher)
+    elif not args.dry_run:
+        raise UserError(
+            f'{config.path} names no launcher: add [launcher] name = "..." to it or pass '
+            "--launcher NAME (e.g. local_parallel, submitit, local)"
+        )
+    sweep = plan.resolve(config, args.data_dir, args.output_dir)
     groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
     print(plan.summary(sweep, groups))
     env, notes = (
@@ -69,13 +66,10 @@ def run(args: argparse.Namespace) -> int:
         if launcher is not None:
             try:
                 sweep_run.check_ready(sweep, launcher, env)
-            except sweep_run.SweepNotReady as error:
+            except UserError as error:
                 print(f"Launching it now would stop before any job: {error}")
         return 0
-    try:
-        print(f"  launcher: {sweep_run.check_ready(sweep, launcher, env)}")
-    except sweep_run.SweepNotReady as error:
-        raise CommandError(str(error)) from None
+    print(f"  launcher: {sweep_run.check_ready(sweep, launcher, env)}")
     incomplete = sum(job.state == Job.INCOMPLETE for _, jobs in groups for job in jobs)
     if incomplete and not args.delete_incomplete:
         print(

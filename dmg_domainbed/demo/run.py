@@ -17,11 +17,11 @@ from typing import TextIO
 
 from dmg_domainbed.demo.plan import DemoPlan, Job
 from dmg_domainbed.demo.progress import DoneWatcher
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import in_domain, masks_report, report, tables
 from dmg_domainbed.reporting.files import write_table
 from dmg_domainbed.reporting.runs import (
     RESULTS_FILE,
-    InputError,
     read_records,
     read_run,
     run_folders,
@@ -56,7 +56,7 @@ def check_no_conflicting_runs(plan: DemoPlan, jobs: list[Job]) -> None:
         args = records[-1]["args"] if records else {}
         key = (args.get("algorithm"), (args.get("test_envs") or [None])[0])
         if key in wanted:
-            raise InputError(
+            raise UserError(
                 f"'{plan.sweep_dir}' already holds a run of {key[0]} on test env {key[1]} made "
                 f"with other settings ({folder}, steps={args.get('steps')}). Use another "
                 "--output_dir for this configuration, or delete that folder."

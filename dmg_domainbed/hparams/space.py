@@ -10,11 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from dmg_domainbed.errors import UserError
+
 Sampler = Callable[[np.random.RandomState], Any]
-
-
-class HParamError(ValueError):
-    """A hyperparameter value that the algorithm cannot use."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class HParam:
     help: str = ""
 
     def check(self, value: Any, owner: str) -> None:
-        """Raise :class:`HParamError` naming the value, what is allowed and how to fix it."""
+        """Raise :class:`UserError` naming the value, what is allowed and how to fix it."""
         expected = type(self.default)
         fix = f"fix it with e.g. --hparams '{json.dumps({self.name: self.default})}'"
         if self.types is not None:
@@ -54,24 +52,24 @@ class HParam:
         if self.types is None:
             expected_name = expected.__name__
         if not ok:
-            raise HParamError(
+            raise UserError(
                 f"{owner} hparam '{self.name}' must be of type {expected_name}; "
                 f"got {value!r} ({type(value).__name__}); {fix}"
             )
         if self.minimum is not None and (value != value or value < self.minimum):
-            raise HParamError(
+            raise UserError(
                 f"{owner} hparam '{self.name}' must be >= {self.minimum}; got {value!r}; {fix}"
             )
         if self.choices is not None and value not in self.choices:
             allowed = ", ".join(repr(c) for c in self.choices)
-            raise HParamError(
+            raise UserError(
                 f"{owner} hparam '{self.name}' must be one of {allowed}; got {value!r}; {fix}"
             )
         if self.validate is not None:
             try:
                 self.validate(value)
             except ValueError as error:
-                raise HParamError(
+                raise UserError(
                     f"{owner} hparam '{self.name}' is invalid: {error}; {fix}"
                 ) from None
 
@@ -102,7 +100,7 @@ class HParamSpace:
         """Check every declared hparam in ``hparams`` (all must be present)."""
         for h in self:
             if h.name not in hparams:
-                raise HParamError(
+                raise UserError(
                     f"{owner} needs hparam '{h.name}' (default {h.default!r}) but it is missing; "
                     "build hparams with domainbed.hparams_registry.default_hparams"
                 )

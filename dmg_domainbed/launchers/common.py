@@ -15,16 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dmg_domainbed.errors import UserError
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-
-
-class LaunchError(RuntimeError):
-    """Jobs could not be submitted, or some of them failed."""
-
-
-class LauncherConfigError(ValueError):
-    """A launcher setting has a value the launcher cannot use."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +46,7 @@ class Option:
         return f"{kind} >= {self.minimum:g}" if self.minimum is not None else kind
 
     def check(self, value: Any, given_as: str) -> Any:
-        """Return ``value`` converted to ``kind``; raise :class:`LauncherConfigError` if invalid."""
+        """Return ``value`` converted to ``kind``; raise :class:`UserError` if invalid."""
         if isinstance(value, str) and self.kind is not str:
             value = self._from_text(value, given_as)
         if self.kind is bool:
@@ -79,8 +73,8 @@ class Option:
         except ValueError:
             raise self._error(text, given_as) from None
 
-    def _error(self, value: Any, given_as: str) -> LauncherConfigError:
-        return LauncherConfigError(
+    def _error(self, value: Any, given_as: str) -> UserError:
+        return UserError(
             f"{given_as} = {value!r} is not valid: {self.name} must be {self.describe_allowed()} "
             f"({self.help}). Fix the value or unset it to use the default."
         )

@@ -12,7 +12,7 @@ Like DomainBed's ``local`` launcher, each command is a shell command string run 
 
 A job whose command names ``--output_dir DIR`` writes what it prints to ``DIR/launcher.log``;
 other commands print to the terminal. The launcher waits for every job and raises
-:class:`~dmg_domainbed.launchers.common.LaunchError` listing the failed ones, if any.
+:class:`~dmg_domainbed.errors.UserError` listing the failed ones, if any.
 Ctrl-C stops the running jobs.
 """
 
@@ -28,7 +28,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmg_domainbed.launchers.common import LaunchError, Option, output_dir_of, read_options
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
 
 OPTIONS = (
     Option(
@@ -143,7 +144,7 @@ def _tail(path: Path | None, lines: int = 5) -> str:
 def local_parallel_launcher(commands: list[str]) -> None:
     """Run ``commands`` (shell strings) N at a time on this machine and wait for all of them.
 
-    Raises :class:`LaunchError` naming every command that exited non-zero, after all finished.
+    Raises :class:`UserError` naming every command that exited non-zero, after all finished.
     """
     plan = Plan.from_environment()
     total = len(commands)
@@ -179,7 +180,7 @@ def local_parallel_launcher(commands: list[str]) -> None:
             + (f"\n    log: {job.log}{_tail(job.log)}" if job.log else "")
             for job, code in sorted(failures, key=lambda f: f[0].index)
         )
-        raise LaunchError(f"{len(failures)} of {total} job(s) failed:{details}")
+        raise UserError(f"{len(failures)} of {total} job(s) failed:{details}")
 
 
 def check(environ: Mapping[str, str]) -> str:

@@ -27,7 +27,7 @@ Any other ``sbatch`` option can be given through Slurm's own input variables
 (``SBATCH_ACCOUNT``, ``SBATCH_QOS``, ``SBATCH_CONSTRAINT``, ...). Each job folder gets links
 ``submitit.out`` and ``submitit.err`` to that job's Slurm logs. DomainBed's own ``out.txt`` and
 ``err.txt`` are written there by DomainBed as usual. A failed submission raises
-:class:`~dmg_domainbed.launchers.common.LaunchError`, so DomainBed's sweep exits non-zero.
+:class:`~dmg_domainbed.errors.UserError`, so DomainBed's sweep exits non-zero.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dmg_domainbed.launchers.common import LaunchError, Option, output_dir_of, read_options
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
 
 OPTIONS = (
     Option(
@@ -111,7 +112,7 @@ def run_command(command: str) -> None:
 
 
 def settings(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """The launcher's settings from ``environ``; :class:`LauncherConfigError` if one is invalid."""
+    """The launcher's settings from ``environ``; :class:`UserError` if one is invalid."""
     values = read_options(OPTIONS, environ)
     if values["wait"] is None or values["cluster"] == "debug":
         values["wait"] = values["cluster"] != "slurm"
@@ -134,11 +135,11 @@ def check(environ: Mapping[str, str]) -> str:
     """Validate the settings in ``environ`` before any job exists; describe how jobs will run."""
     values = settings(environ)
     if importlib.util.find_spec("submitit") is None:
-        raise LaunchError(_NO_SUBMITIT)
+        raise UserError(_NO_SUBMITIT)
     if values["cluster"] == "slurm":
         path = environ.get("PATH")
         if not all(shutil.which(tool, path=path) for tool in ("sbatch", "srun")):
-            raise LaunchError(
+            raise UserError(
                 "no Slurm here (sbatch and srun are not both on PATH). Submit from a Slurm login "
                 'node, or set DMG_SUBMITIT_CLUSTER=local (cluster = "local" in the sweep '
                 "file) to run the jobs on this machine."
@@ -150,7 +151,7 @@ def default_folder(commands: Sequence[str]) -> Path:
     """``.submitit`` inside the folder that holds every job's ``--output_dir``."""
     output_dirs = [output_dir_of(c) for c in commands]
     if not output_dirs or None in output_dirs:
-        raise LaunchError(
+        raise UserError(
             "the submitit launcher could not tell where to write its logs: not every command "
             "names an --output_dir. Set DMG_SUBMITIT_FOLDER to a folder for submitit's files."
         )
@@ -162,11 +163,11 @@ def _make_executor(values: Mapping[str, Any], folder: Path):
     try:
         import submitit
     except ImportError as error:
-        raise LaunchError(f"{_NO_SUBMITIT} ({error})") from error
+        raise UserError(f"{_NO_SUBMITIT} ({error})") from error
     try:
         executor = submitit.AutoExecutor(folder=str(folder), cluster=values["cluster"])
     except RuntimeError as error:
-        raise LaunchError(
+        raise UserError(
             f"submitit cannot use the '{values['cluster']}' cluster here: {error}. Run the sweep "
             "on a Slurm login node, or set DMG_SUBMITIT_CLUSTER=local to run the jobs on this "
             "machine."
@@ -209,7 +210,7 @@ def _submit(executor, commands: Sequence[str], chunk: int) -> list[Any]:
             submitted = executor.map_array(run_command, part)
         except Exception as error:
             done = f"; the first {len(jobs)} were submitted" if jobs else ""
-            raise LaunchError(
+            raise UserError(
                 f"submitting {len(commands)} job(s) failed at job {start + 1}{done}: "
                 f"{type(error).__name__}: {error}"
             ) from error
@@ -230,7 +231,7 @@ def _wait(jobs: Sequence[Any], commands: Sequence[str]) -> None:
                 f"{job.paths.stderr}"
             )
     if failures:
-        raise LaunchError(f"{len(failures)} of {len(jobs)} job(s) failed:{''.join(failures)}")
+        raise UserError(f"{len(failures)} of {len(jobs)} job(s) failed:{''.join(failures)}")
 
 
 def submitit_launcher(commands: list[str]) -> None:

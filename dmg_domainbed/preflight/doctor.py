@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, environment, weights
 from dmg_domainbed.preflight.hparams import effective_hparams
 
@@ -23,10 +24,6 @@ IMAGE_DATASET_FOR_WEIGHTS = "PACS"
 BACKBONE_HPARAMS = ("resnet18", "resnet50_augmix", "vit", "dinov2")
 
 
-class DoctorInputError(ValueError):
-    """A name or value given to the doctor that DomainBed does not know."""
-
-
 @dataclass(frozen=True)
 class Check:
     status: str
@@ -34,8 +31,8 @@ class Check:
     details: tuple[str, ...] = ()
 
 
-def _choices(kind: str, given: str, valid: Sequence[str]) -> DoctorInputError:
-    return DoctorInputError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
+def _choices(kind: str, given: str, valid: Sequence[str]) -> UserError:
+    return UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
 
 
 def dataset_input_shape(dataset: str) -> tuple[int, ...] | None:
@@ -177,7 +174,7 @@ def diagnose(
     data_dir: str | None = None,
     hparams: Mapping[str, Any] | None = None,
 ) -> list[Check]:
-    """Every check, in order. Raises :class:`DoctorInputError` for an unknown name or hparam."""
+    """Every check, in order. Raises :class:`UserError` for an unknown name or hparam."""
     checks = [_domainbed_check()]
     if checks[0].status == FAIL:
         return checks
@@ -193,10 +190,7 @@ def diagnose(
         raise _choices("algorithm", algorithm, algorithms.ALGORITHMS)
     if dataset is not None and dataset not in datasets.DATASETS:
         raise _choices("dataset", dataset, datasets.DATASETS)
-    try:
-        effective = effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)
-    except ValueError as error:
-        raise DoctorInputError(str(error)) from None
+    effective = effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)
     checks.append(_plugin_check(algorithm, dataset))
     checks.append(_torch_check())
     checks.append(_weights_check(algorithm, dataset, effective))

@@ -12,9 +12,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-
-class HParamsError(ValueError):
-    """An hparam override that DomainBed would ignore or the algorithm could not use."""
+from dmg_domainbed.errors import UserError
 
 
 def _same_kind(default: Any, value: Any) -> bool:
@@ -49,7 +47,7 @@ def effective_hparams(
 ) -> dict[str, Any]:
     """The hparams of a run with ``hparams_seed`` 0: the defaults updated with ``overrides``.
 
-    Raises :class:`HParamsError` for an unknown name or a value of the wrong type.
+    Raises :class:`UserError` for an unknown name or a value of the wrong type.
     """
     from domainbed import hparams_registry
 
@@ -58,7 +56,7 @@ def effective_hparams(
     unknown = sorted(set(overrides) - set(hparams))
     if unknown:
         verb = "is not an hparam" if len(unknown) == 1 else "are not hparams"
-        raise HParamsError(
+        raise UserError(
             f"{', '.join(map(repr, unknown))} {verb} of {algorithm} on {dataset}; "
             f"its hparams are: {', '.join(sorted(hparams))}"
         )
@@ -66,12 +64,9 @@ def effective_hparams(
     for name, value in overrides.items():
         declared = [space[name] for space in spaces if name in space]
         if declared:
-            try:
-                declared[-1].check(value, algorithm)
-            except ValueError as error:
-                raise HParamsError(str(error)) from None
+            declared[-1].check(value, algorithm)
         elif not _same_kind(hparams[name], value):
-            raise HParamsError(
+            raise UserError(
                 f"hparam {name!r} of {algorithm} on {dataset} must be of the type of its default "
                 f"{hparams[name]!r} ({type(hparams[name]).__name__}); got {value!r} "
                 f"({type(value).__name__})"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import importance_maps, models
 from dmg_domainbed.reporting.masks_report import MasksReport, environment_names
-from dmg_domainbed.reporting.runs import InputError, Run, require_algorithm, require_model
+from dmg_domainbed.reporting.runs import Run, require_algorithm, require_model
 from dmg_domainbed.reporting.style import save
 
 
@@ -16,7 +17,7 @@ def write_importance_report(run: Run, output_dir: Path, stem: str = "masks") -> 
     require_model(run)
     algorithm = models.load_algorithm(run, "cpu")
     if algorithm.in_phase1:
-        raise InputError(
+        raise UserError(
             f"'{run.path}' is an ImportanceMask run that ended in phase 1 (step "
             f"{run.records[-1]['step']}, phase1_steps {run.hparams['phase1_steps']}): importance "
             "is computed when phase 1 ends. Train for more steps than phase1_steps, or lower it, "

@@ -21,8 +21,9 @@ from collections.abc import Callable
 import pandas as pd
 import torch
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import models
-from dmg_domainbed.reporting.runs import InputError, Run
+from dmg_domainbed.reporting.runs import Run
 from dmg_domainbed.reporting.splits import rebuild_splits
 
 PREDICT = "predict"
@@ -119,7 +120,7 @@ def check_comparable(runs: list[Run]) -> None:
     for run in runs[1:]:
         differ = [k for k in keys if run.args.get(k) != first.args.get(k)]
         if differ:
-            raise InputError(
+            raise UserError(
                 f"runs '{first.path}' and '{run.path}' differ in {', '.join(differ)}; "
                 "runs in one table must share dataset, test envs, trial seed and holdout "
                 "fraction (then they were evaluated on the same examples). Evaluate them "

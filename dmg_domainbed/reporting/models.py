@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from dmg_domainbed.reporting.runs import InputError, Run, require_model
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.reporting.runs import Run, require_model
 
 
 def device() -> str:
@@ -26,7 +27,7 @@ def load_algorithm(run: Run, on: str | None = None) -> torch.nn.Module:
     try:
         algorithm_class = algorithms.get_algorithm_class(checkpoint["args"]["algorithm"])
     except NotImplementedError as error:
-        raise InputError(
+        raise UserError(
             f"'{path}' was trained with algorithm '{checkpoint['args']['algorithm']}', which "
             f"this DomainBed does not know ({error}). Install the package that provides it."
         ) from None
@@ -48,13 +49,13 @@ def load_dataset(run: Run, data_dir: str | None = None):
     try:
         dataset_class = datasets.get_dataset_class(run.dataset)
     except NotImplementedError:
-        raise InputError(
+        raise UserError(
             f"run '{run.path}' used dataset '{run.dataset}', which DomainBed does not know here."
         ) from None
     try:
         return dataset_class(root, run.test_envs, run.hparams)
     except (OSError, RuntimeError, ValueError) as error:
-        raise InputError(
+        raise UserError(
             f"cannot load dataset {run.dataset} from data_dir '{root}' "
             f"({type(error).__name__}: {error}). Pass --data_dir with the folder the run "
             "was trained on."

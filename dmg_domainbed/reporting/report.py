@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import plots, tables
 from dmg_domainbed.reporting.markdown import markdown_table
-from dmg_domainbed.reporting.runs import InputError, require_sweep
+from dmg_domainbed.reporting.runs import require_sweep
 from dmg_domainbed.reporting.style import save
 
 
@@ -27,7 +28,7 @@ def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
     resolved = output_dir.resolve()
     for folder in inputs:
         if resolved == folder.resolve() or folder.resolve() in resolved.parents:
-            raise InputError(
+            raise UserError(
                 f"output folder '{output_dir}' lies inside the input folder '{folder}', which "
                 "is only read. Choose an --output_dir outside it."
             )
@@ -67,7 +68,7 @@ def write_report(sweep_dir: str | Path, output_dir: str | Path) -> SweepReport:
     results = tables.results_frame(records)
     averages = tables.averages_frame(records)
     if results.empty:
-        raise InputError(
+        raise UserError(
             f"the runs in '{sweep}' are of datasets DomainBed does not list "
             f"({sorted(records.select('args.dataset').unique())}); collect_results would "
             "print no table either."

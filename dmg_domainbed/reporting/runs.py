@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed.errors import UserError
+
 RESULTS_FILE = "results.jsonl"
 MODEL_FILE = "model.pkl"
 DONE_FILE = "done"
-
-
-class InputError(ValueError):
-    """A folder or file given by the user that cannot be used; the message says how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +72,10 @@ def run_folders(sweep_dir: Path) -> list[Path]:
 
 
 def read_run(run_dir: str | Path) -> Run:
-    """Read one run folder; a wrong folder raises :class:`InputError` saying what to give."""
+    """Read one run folder; a wrong folder raises :class:`UserError` saying what to give."""
     path = Path(run_dir)
     if not path.is_dir():
-        raise InputError(
+        raise UserError(
             f"run folder '{path}' does not exist. Give the folder of one training run: "
             f"the --output_dir of domainbed.scripts.train, or one sub-folder of a sweep."
         )
@@ -90,12 +88,12 @@ def read_run(run_dir: str | Path) -> Run:
                 f" It looks like a sweep folder with {len(inside)} runs; give one of them, "
                 f"e.g. --run_dir {inside[0]}"
             )
-        raise InputError(
+        raise UserError(
             f"'{path}' is not a DomainBed training run: it has no {RESULTS_FILE}.{hint}"
         )
     records = read_records(results)
     if not records or "args" not in records[-1]:
-        raise InputError(
+        raise UserError(
             f"'{results}' holds no complete record: the run has not reached its first "
             "checkpoint yet. Wait for it, or rerun it with domainbed.scripts.train."
         )
@@ -103,9 +101,9 @@ def read_run(run_dir: str | Path) -> Run:
 
 
 def require_model(run: Run) -> Path:
-    """The run's ``model.pkl``, or :class:`InputError` explaining why it is missing."""
+    """The run's ``model.pkl``, or :class:`UserError` explaining why it is missing."""
     if not run.model_path.is_file():
-        raise InputError(
+        raise UserError(
             f"run '{run.path}' has no {MODEL_FILE}. train.py writes it when training ends; "
             f"wait until the run has finished (a '{DONE_FILE}' file appears), or rerun it without "
             "--skip_model_save."
@@ -114,7 +112,7 @@ def require_model(run: Run) -> Path:
 
 
 def require_algorithm(run: Run, allowed: tuple[str, ...], command: str) -> None:
-    """:class:`InputError` unless ``run`` trained one of ``allowed``; names suitable siblings."""
+    """:class:`UserError` unless ``run`` trained one of ``allowed``; names suitable siblings."""
     if run.algorithm in allowed:
         return
     siblings = []
@@ -127,17 +125,17 @@ def require_algorithm(run: Run, allowed: tuple[str, ...], command: str) -> None:
     hint = ""
     if siblings:
         hint = f" Runs of {'/'.join(allowed)} next to it: {', '.join(map(str, siblings))}."
-    raise InputError(
+    raise UserError(
         f"'{run.path}' is a run of {run.algorithm}; '{command}' needs a run of "
         f"{' or '.join(allowed)}.{hint}"
     )
 
 
 def require_sweep(sweep_dir: str | Path) -> Path:
-    """``sweep_dir`` as a Path, or :class:`InputError` if it holds no training run."""
+    """``sweep_dir`` as a Path, or :class:`UserError` if it holds no training run."""
     path = Path(sweep_dir)
     if not path.is_dir():
-        raise InputError(
+        raise UserError(
             f"sweep folder '{path}' does not exist. Give the --output_dir of "
             "domainbed.scripts.sweep (or of 'dmg-domainbed demo', its 'sweep' sub-folder)."
         )
@@ -147,7 +145,7 @@ def require_sweep(sweep_dir: str | Path) -> Path:
             hint = " It is a single run; give the folder that holds the runs (its parent)."
         elif (path / "sweep").is_dir():
             hint = f" Did you mean --input_dir {path / 'sweep'}?"
-        raise InputError(
+        raise UserError(
             f"no training runs in '{path}': expected sub-folders with {RESULTS_FILE}, as "
             f"domainbed.scripts.sweep writes them.{hint}"
         )

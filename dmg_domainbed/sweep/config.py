@@ -36,16 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed.errors import UserError
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 TASKS = ("domain_generalization", "domain_adaptation")
-
-
-class SweepFileError(ValueError):
-    """A sweep file that cannot describe a DomainBed sweep."""
 
 
 @dataclass(frozen=True)
@@ -132,17 +130,17 @@ def _check_json_values(table: Mapping[str, Any], where: str) -> None:
     """hparams go to DomainBed as JSON: TOML dates and times cannot."""
     for name, value in table.items():
         if not isinstance(value, bool | int | float | str | list | dict):
-            raise SweepFileError(
+            raise UserError(
                 f"{where}: {name} = {value!r} ({type(value).__name__}) cannot be an hparam; "
                 "use a number, string, boolean, list or table"
             )
 
 
 def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
-    """A :class:`SweepConfig` from a parsed TOML document; :class:`SweepFileError` if invalid."""
+    """A :class:`SweepConfig` from a parsed TOML document; :class:`UserError` if invalid."""
 
-    def fail(message: str) -> SweepFileError:
-        return SweepFileError(f"{path}: {message}")
+    def fail(message: str) -> UserError:
+        return UserError(f"{path}: {message}")
 
     problem = _unknown("the file (top-level tables)", set(document), list(TABLES))
     if problem:
@@ -201,9 +199,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
         with open(path, "rb") as stream:
             document = tomllib.load(stream)
     except FileNotFoundError:
-        raise SweepFileError(f"{path}: no such sweep file") from None
+        raise UserError(f"{path}: no such sweep file") from None
     except tomllib.TOMLDecodeError as error:
-        raise SweepFileError(f"{path}: not valid TOML: {error}") from None
+        raise UserError(f"{path}: not valid TOML: {error}") from None
     return parse_sweep(document, path)
 
 
@@ -219,7 +217,7 @@ def check_launcher(config: SweepConfig, name: str) -> None:
     from domainbed import command_launchers
 
     if name not in command_launchers.REGISTRY:
-        raise SweepFileError(
+        raise UserError(
             f"{config.path}: unknown launcher {name!r}; registered DomainBed command launchers: "
             f"{', '.join(sorted(command_launchers.REGISTRY))}"
         )
@@ -228,12 +226,12 @@ def check_launcher(config: SweepConfig, name: str) -> None:
     options = {option.name: option for option in launcher_options(name)}
     problem = _unknown(f"[launcher] of {name}", set(config.launcher_options), list(options))
     if problem:
-        raise SweepFileError(f"{config.path}: {problem}")
+        raise UserError(f"{config.path}: {problem}")
     for key, value in config.launcher_options.items():
         try:
             options[key].check(value, f"[launcher] {key}")
-        except ValueError as error:
-            raise SweepFileError(f"{config.path}: {error}") from None
+        except UserError as error:
+            raise UserError(f"{config.path}: {error}") from None
 
 
 def check_against_domainbed(config: SweepConfig) -> None:
@@ -250,7 +248,7 @@ def check_against_domainbed(config: SweepConfig) -> None:
     ):
         unknown = [name for name in given if name not in valid]
         if unknown:
-            raise SweepFileError(
+            raise UserError(
                 f"{config.path}: unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: "
                 f"{', '.join(valid)}"
             )
@@ -258,16 +256,16 @@ def check_against_domainbed(config: SweepConfig) -> None:
         for dataset in config.datasets:
             try:
                 effective_hparams(algorithm, dataset, config.hparams)
-            except ValueError as error:
-                raise SweepFileError(
+            except UserError as error:
+                raise UserError(
                     f"{config.path}: [sweep.hparams]: {error}. [sweep.hparams] applies to every "
                     "algorithm: move an hparam that only some algorithms have to "
                     "[sweep.algorithm_hparams.NAME] of those algorithms"
                 ) from None
             try:
                 effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
-            except ValueError as error:
-                raise SweepFileError(
+            except UserError as error:
+                raise UserError(
                     f"{config.path}: [sweep.algorithm_hparams.{algorithm}]: {error}"
                 ) from None
     if config.launcher is not None:

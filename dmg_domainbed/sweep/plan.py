@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dmg_domainbed.sweep.config import SweepConfig, SweepFileError
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.sweep.config import SweepConfig
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def resolve(config: SweepConfig, data_dir: str | None, output_dir: str | None) -
     }
     for key, value in chosen.items():
         if value is None:
-            raise SweepFileError(
+            raise UserError(
                 f'{config.path}: no {key}: set {key} = "..." in [sweep] or pass --{key} DIR'
             )
     return Sweep(config, **{k: os.path.abspath(os.path.expanduser(v)) for k, v in chosen.items()})

@@ -14,13 +14,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
-
-
-class SweepNotReady(ValueError):
-    """Something that would make every job of the sweep fail."""
 
 
 def _as_text(value: Any) -> str:
@@ -76,11 +73,11 @@ def weight_notes(sweep: plan.Sweep) -> list[str]:
 
 
 def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str:
-    """Raise :class:`SweepNotReady` if the jobs could not start; describe the launcher's plan."""
+    """Raise :class:`UserError` if the jobs could not start; describe the launcher's plan."""
     from domainbed import command_launchers, datasets
 
     if shutil.which("python", path=env.get("PATH")) is None:
-        raise SweepNotReady(
+        raise UserError(
             "no `python` on PATH: DomainBed's sweep starts every job as "
             "`python -m domainbed.scripts.train`. Activate the environment that has DomainBed "
             "and this package, or put its python first on PATH."
@@ -92,7 +89,7 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
         if not found.ok:
             missing.append(f"{name}: {found.detail}")
     if missing:
-        raise SweepNotReady(
+        raise UserError(
             "data not found under --data_dir, every job would fail:\n  "
             + "\n  ".join(missing)
             + "\nGet the datasets with DomainBed's python -m domainbed.scripts.download, or pass "
@@ -103,8 +100,8 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
         return launcher
     try:
         return f"{launcher}: {check(env)}"
-    except (RuntimeError, ValueError) as error:
-        raise SweepNotReady(f"launcher {launcher}: {error}") from None
+    except UserError as error:
+        raise UserError(f"launcher {launcher}: {error}") from None
 
 
 def execute(

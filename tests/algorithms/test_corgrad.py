@@ -15,7 +15,7 @@ from dmg_domainbed.algorithms.corgrad import (
     corrected_update,
     project_conflicting_chunks,
 )
-from dmg_domainbed.hparams import HParamError
+from dmg_domainbed.errors import UserError
 from tests.helpers import run_domainbed
 
 from .conftest import build, minibatches
@@ -178,7 +178,7 @@ def test_one_source_domain_has_no_conflicts_and_no_outliers():
     ],
 )
 def test_bad_hparams_fail_at_construction(hparams, message):
-    with pytest.raises(HParamError, match=message):
+    with pytest.raises(UserError, match=message):
         build("CorGrad", **hparams)
 
 

@@ -7,7 +7,7 @@ from domainbed import algorithms
 from torch import nn
 
 from dmg_domainbed.algorithms.dmg import DMG, fused_adam
-from dmg_domainbed.hparams import HParamError
+from dmg_domainbed.errors import UserError
 
 from .conftest import build, minibatches
 
@@ -157,7 +157,7 @@ def test_state_dict_round_trip_gives_identical_predictions():
     ],
 )
 def test_bad_hparams_fail_at_construction(hparams, message):
-    with pytest.raises(HParamError, match=message):
+    with pytest.raises(UserError, match=message):
         build("DMG", **hparams)
 
 

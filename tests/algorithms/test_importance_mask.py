@@ -16,7 +16,7 @@ from dmg_domainbed.algorithms.importance_mask import (
     unimportant_rate,
     weight_importance,
 )
-from dmg_domainbed.hparams import HParamError
+from dmg_domainbed.errors import UserError
 from tests.helpers import run_domainbed
 
 from .conftest import build, minibatches
@@ -201,7 +201,7 @@ def test_state_dict_after_phase1_loads_into_a_fresh_model():
     ],
 )
 def test_bad_hparams_fail_at_construction(hparams, message):
-    with pytest.raises(HParamError, match=message):
+    with pytest.raises(UserError, match=message):
         build("ImportanceMask", **hparams)
 
 

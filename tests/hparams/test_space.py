@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from domainbed.lib import misc
 
-from dmg_domainbed.hparams import HParam, HParamError, HParamSpace, resolve_space
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams import HParam, HParamSpace, resolve_space
 
 SPACE = HParamSpace(
     HParam("weight", 0.1, lambda r: 10 ** r.uniform(-2, 0), minimum=0.0),
@@ -50,7 +51,7 @@ def test_a_plain_mapping_declaration_is_accepted():
 )
 def test_bad_values_are_rejected_with_what_is_allowed_and_a_fix(name, value, message):
     hparams = SPACE.defaults() | {name: value}
-    with pytest.raises(HParamError, match=message) as error:
+    with pytest.raises(UserError, match=message) as error:
         SPACE.validate(hparams, "Demo")
     assert "Demo hparam" in str(error.value) and "--hparams" in str(error.value)
 
@@ -62,7 +63,7 @@ def test_an_int_is_a_valid_float_and_defaults_validate():
 def test_a_missing_hparam_is_named():
     hparams = SPACE.defaults()
     del hparams["count"]
-    with pytest.raises(HParamError, match="needs hparam 'count'"):
+    with pytest.raises(UserError, match="needs hparam 'count'"):
         SPACE.validate(hparams, "Demo")
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.common import (
-    LauncherConfigError,
     Option,
     output_dir_of,
     read_options,
@@ -33,14 +33,14 @@ def test_values_come_from_the_environment_else_the_default():
     ],
 )
 def test_bad_values_name_the_variable_and_what_is_allowed(env, expected):
-    with pytest.raises(LauncherConfigError, match=expected):
+    with pytest.raises(UserError, match=expected):
         read_options(OPTIONS, env)
 
 
 def test_values_from_a_sweep_file_keep_their_type_checks():
     gpus, mem = OPTIONS[0], OPTIONS[1]
     assert mem.check(16, "[launcher] mem_gb") == 16.0
-    with pytest.raises(LauncherConfigError, match=r"\[launcher\] gpus = True"):
+    with pytest.raises(UserError, match=r"\[launcher\] gpus = True"):
         gpus.check(True, "[launcher] gpus")
 
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import local_parallel
-from dmg_domainbed.launchers.common import LauncherConfigError, LaunchError
 from dmg_domainbed.launchers.local_parallel import LOG_NAME, local_parallel_launcher
 
 PY = shlex.quote(sys.executable)
@@ -75,7 +75,7 @@ def test_failures_are_reported_after_all_jobs_ran(clean_env, tmp_path):
         f"touch {tmp_path / 'second'}",
         f"touch {tmp_path / 'third'}",
     ]
-    with pytest.raises(LaunchError) as failure:
+    with pytest.raises(UserError) as failure:
         local_parallel_launcher(commands)
     message = str(failure.value)
     assert "1 of 3 job(s) failed" in message and "exit 3" in message
@@ -86,7 +86,7 @@ def test_failures_are_reported_after_all_jobs_ran(clean_env, tmp_path):
 
 def test_a_bad_number_of_jobs_is_rejected_before_anything_runs(clean_env, tmp_path):
     clean_env.setenv("DMG_LOCAL_PARALLEL_JOBS", "zero")
-    with pytest.raises(LauncherConfigError, match="DMG_LOCAL_PARALLEL_JOBS = 'zero'.*integer"):
+    with pytest.raises(UserError, match="DMG_LOCAL_PARALLEL_JOBS = 'zero'.*integer"):
         local_parallel_launcher([f"touch {tmp_path / 'x'}"])
     assert not (tmp_path / "x").exists()
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import submitit_launcher as launcher
-from dmg_domainbed.launchers.common import LauncherConfigError, LaunchError
 
 from ..helpers import domainbed_env, run_domainbed
 
@@ -90,7 +90,7 @@ def test_jobs_become_slurm_arrays_with_the_settings_of_the_environment(slurm_env
 
 def test_a_failed_submission_raises_with_sbatch_s_message(slurm_env, tmp_path):
     slurm_env(fake_slurm(tmp_path / "bin", FAILING_SBATCH), partition="nosuch")
-    with pytest.raises(LaunchError, match="invalid partition specified: nosuch"):
+    with pytest.raises(UserError, match="invalid partition specified: nosuch"):
         launcher.submitit_launcher(commands(tmp_path / "sweep", 2))
 
 
@@ -121,15 +121,15 @@ def test_domainbed_sweep_exits_non_zero_when_submission_fails(tmp_path):
         check=False,
     )
     assert result.returncode != 0
-    assert "LaunchError" in result.stderr and "invalid partition specified" in result.stderr
+    assert "UserError" in result.stderr and "invalid partition specified" in result.stderr
     assert "Launched" not in result.stdout
 
 
 def test_without_slurm_the_error_says_how_to_run_locally(slurm_env, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
-    with pytest.raises(LaunchError, match="DMG_SUBMITIT_CLUSTER=local"):
+    with pytest.raises(UserError, match="DMG_SUBMITIT_CLUSTER=local"):
         launcher.check(os.environ)
-    with pytest.raises(LaunchError, match="DMG_SUBMITIT_CLUSTER=local"):
+    with pytest.raises(UserError, match="DMG_SUBMITIT_CLUSTER=local"):
         launcher.submitit_launcher(commands(tmp_path / "sweep", 1))
 
 
@@ -137,7 +137,7 @@ def test_settings_are_checked_and_waiting_is_the_default_off_slurm(slurm_env, tm
     assert launcher.settings({})["wait"] is False
     assert launcher.settings({"DMG_SUBMITIT_CLUSTER": "local"})["wait"] is True
     assert launcher.settings({"DMG_SUBMITIT_CLUSTER": "debug", "DMG_SUBMITIT_WAIT": "0"})["wait"]
-    with pytest.raises(LauncherConfigError, match="DMG_SUBMITIT_MEM_GB = 'lots'"):
+    with pytest.raises(UserError, match="DMG_SUBMITIT_MEM_GB = 'lots'"):
         launcher.settings({"DMG_SUBMITIT_MEM_GB": "lots"})
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from dmg_domainbed.preflight.hparams import HParamsError, effective_hparams
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight.hparams import effective_hparams
 
 
 def test_overrides_update_the_defaults():
@@ -30,5 +31,5 @@ def test_overrides_update_the_defaults():
     ],
 )
 def test_unknown_names_and_wrong_types_are_rejected(algorithm, overrides, message):
-    with pytest.raises(HParamsError, match=message):
+    with pytest.raises(UserError, match=message):
         effective_hparams(algorithm, "PACS", overrides)

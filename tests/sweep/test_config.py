@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.sweep.config import (
-    SweepFileError,
     check_against_domainbed,
     load_sweep,
     parse_sweep,
@@ -71,7 +71,7 @@ def test_defaults_are_domainbed_s(tmp_path):
     ],
 )
 def test_structure_mistakes(text, message, tmp_path):
-    with pytest.raises(SweepFileError, match=message):
+    with pytest.raises(UserError, match=message):
         parse(text, tmp_path)
 
 
@@ -102,7 +102,7 @@ def test_structure_mistakes(text, message, tmp_path):
     ],
 )
 def test_names_and_hparams_are_checked_against_domainbed(text, message, tmp_path):
-    with pytest.raises(SweepFileError, match=message):
+    with pytest.raises(UserError, match=message):
         checked(text, tmp_path)
 
 
@@ -117,9 +117,9 @@ def test_algorithm_hparams_go_on_top_of_the_common_ones(tmp_path):
 
 
 def test_missing_file_and_bad_toml(tmp_path):
-    with pytest.raises(SweepFileError, match="no such sweep file"):
+    with pytest.raises(UserError, match="no such sweep file"):
         load_sweep(tmp_path / "nope.toml")
-    with pytest.raises(SweepFileError, match="not valid TOML"):
+    with pytest.raises(UserError, match="not valid TOML"):
         parse("[sweep\n", tmp_path)
-    with pytest.raises(SweepFileError, match="a \\[sweep\\] table is required"):
+    with pytest.raises(UserError, match="a \\[sweep\\] table is required"):
         parse_sweep({}, tmp_path / "empty.toml")
