@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Container
 from importlib import metadata
 from types import ModuleType
 from typing import Any
@@ -163,8 +164,11 @@ def register_launchers(module: ModuleType) -> None:
         module.REGISTRY.setdefault(name, launcher)
 
 
-def plugin_hparams(group: str, name: str, random_seed: int) -> dict[str, tuple[Any, Any]]:
-    """(default, random) of the hparams that plugin ``name`` of ``group`` declares."""
+def plugin_hparams(
+    group: str, name: str, random_seed: int, dataset: str, defined: Container[str]
+) -> dict[str, tuple[Any, Any]]:
+    """(default, random) of the hparams that plugin ``name`` of ``group`` declares for runs on
+    ``dataset``, given the names already ``defined``."""
     if name not in entry_points(group):
         return {}
     component = load(group, name)
@@ -175,7 +179,7 @@ def plugin_hparams(group: str, name: str, random_seed: int) -> dict[str, tuple[A
 
     from dmg_domainbed.hparams import resolve_space
 
-    return resolve_space(space, random_seed, misc.seed_hash)
+    return resolve_space(space, random_seed, misc.seed_hash, dataset, defined)
 
 
 def register_hparams(module: ModuleType) -> None:
@@ -189,8 +193,8 @@ def register_hparams(module: ModuleType) -> None:
     @functools.wraps(domainbed_hparams)
     def _hparams(algorithm: str, dataset: str, random_seed: int) -> dict[str, tuple[Any, Any]]:
         hparams = domainbed_hparams(algorithm, dataset, random_seed)
-        hparams.update(plugin_hparams(DATASET_GROUP, dataset, random_seed))
-        hparams.update(plugin_hparams(ALGORITHM_GROUP, algorithm, random_seed))
+        hparams.update(plugin_hparams(DATASET_GROUP, dataset, random_seed, dataset, hparams))
+        hparams.update(plugin_hparams(ALGORITHM_GROUP, algorithm, random_seed, dataset, hparams))
         return hparams
 
     module._hparams = _hparams

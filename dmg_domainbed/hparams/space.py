@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import numbers
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,19 +20,42 @@ class HParam:
     """One hyperparameter: default value, random-search sampler and what is valid.
 
     The type of ``default`` is the type a value must have (an ``int`` is accepted where the
-    default is a ``float``) unless ``types`` lists the accepted types. ``minimum`` bounds
-    numbers from below; ``choices`` lists the allowed values of a string; ``validate`` is a
-    last check that raises ``ValueError``.
+    default is a ``float``) unless ``types`` lists the accepted types. ``minimum`` and
+    ``maximum`` bound numbers (inclusive); ``choices`` lists the allowed values of a string;
+    ``validate`` is a last check that raises ``ValueError``.
+
+    Where it is declared:
+
+    * ``per_dataset``: defaults that replace ``default`` on the named datasets;
+    * ``datasets``: declared on these datasets only (elsewhere DomainBed's value, if any, stays);
+    * ``where_defined``: declared only where DomainBed or the dataset already has the hparam,
+      to fix the value of one of theirs (e.g. a featurizer's dropout) without adding it to
+      datasets that do not use it.
     """
 
     name: str
     default: Any
     sample: Sampler
     minimum: float | None = None
+    maximum: float | None = None
     choices: tuple[Any, ...] | None = None
     validate: Callable[[Any], None] | None = None
     types: tuple[type, ...] | None = None
     help: str = ""
+    per_dataset: Mapping[str, Any] = field(default_factory=dict)
+    datasets: tuple[str, ...] | None = None
+    where_defined: bool = False
+
+    def applies(self, dataset: str | None, defined: Container[str] = ()) -> bool:
+        """Whether the hparam is declared for runs on ``dataset`` (``None``: any dataset), given
+        the names DomainBed and the dataset already define."""
+        if self.datasets is not None and dataset is not None and dataset not in self.datasets:
+            return False
+        return not self.where_defined or self.name in defined
+
+    def default_on(self, dataset: str | None) -> Any:
+        """The default on ``dataset``."""
+        return self.per_dataset.get(dataset, self.default)
 
     def check(self, value: Any, owner: str) -> None:
         """Raise :class:`UserError` naming the value, what is allowed and how to fix it."""
@@ -59,6 +82,10 @@ class HParam:
         if self.minimum is not None and (value != value or value < self.minimum):
             raise UserError(
                 f"{owner} hparam '{self.name}' must be >= {self.minimum}; got {value!r}; {fix}"
+            )
+        if self.maximum is not None and (value != value or value > self.maximum):
+            raise UserError(
+                f"{owner} hparam '{self.name}' must be <= {self.maximum}; got {value!r}; {fix}"
             )
         if self.choices is not None and value not in self.choices:
             allowed = ", ".join(repr(c) for c in self.choices)
@@ -93,13 +120,17 @@ class HParamSpace:
     def __getitem__(self, name: str) -> HParam:
         return self._hparams[name]
 
-    def defaults(self) -> dict[str, Any]:
-        return {h.name: h.default for h in self}
+    def defaults(self, dataset: str | None = None) -> dict[str, Any]:
+        """The default of every hparam declared for every dataset, on ``dataset``."""
+        return {h.name: h.default_on(dataset) for h in self if h.applies(None, ())}
 
     def validate(self, hparams: Mapping[str, Any], owner: str) -> None:
-        """Check every declared hparam in ``hparams`` (all must be present)."""
+        """Check every declared hparam in ``hparams``; those declared for every dataset must be
+        present, the others are checked where present."""
         for h in self:
             if h.name not in hparams:
+                if h.datasets is not None or h.where_defined:
+                    continue
                 raise UserError(
                     f"{owner} needs hparam '{h.name}' (default {h.default!r}) but it is missing; "
                     "build hparams with domainbed.hparams_registry.default_hparams"
@@ -111,17 +142,24 @@ def resolve_space(
     space: HParamSpace | Mapping[str, tuple[Any, Sampler]] | Iterable[HParam],
     random_seed: int,
     seed_hash: Callable[..., int],
+    dataset: str | None = None,
+    defined: Container[str] = (),
 ) -> dict[str, tuple[Any, Any]]:
-    """(default, random value) per name, each sampler seeded exactly as DomainBed seeds its own.
+    """(default, random value) per name declared for ``dataset``, each sampler seeded exactly
+    as DomainBed seeds its own.
 
     DomainBed draws every hparam from ``RandomState(seed_hash(random_seed, name))``; doing the
-    same keeps a name's random value independent of which other hparams exist. Third-party
-    plugins may declare a plain mapping ``{name: (default, sampler)}`` instead of a space.
+    same keeps a name's random value independent of which other hparams exist. ``defined``: the
+    names DomainBed and the dataset already define (see :attr:`HParam.where_defined`).
+    Third-party plugins may declare a plain mapping ``{name: (default, sampler)}`` instead of a
+    space.
     """
     if isinstance(space, Mapping):
         items = [(name, default, sample) for name, (default, sample) in space.items()]
     else:
-        items = [(h.name, h.default, h.sample) for h in space]
+        items = [
+            (h.name, h.default_on(dataset), h.sample) for h in space if h.applies(dataset, defined)
+        ]
     return {
         name: (default, _plain(sample(np.random.RandomState(seed_hash(random_seed, name)))))
         for name, default, sample in items
