@@ -9,6 +9,7 @@ A sweep file has two tables; every key is optional unless marked::
     n_hparams_from = 0                 # (0)
     n_trials = 3                       # (3)
     steps = 5000                       # default: each dataset's own number of steps
+    checkpoint_freq = 500              # default: each dataset's own checkpoint frequency
     single_test_envs = true            # false (DomainBed's default): every 1 and 2 test envs
     holdout_fraction = 0.2             # (0.2)
     task = "domain_generalization"     # or "domain_adaptation"
@@ -57,6 +58,7 @@ class SweepConfig:
     n_hparams_from: int = 0
     n_trials: int = 3
     steps: int | None = None
+    checkpoint_freq: int | None = None
     single_test_envs: bool = False
     holdout_fraction: float = 0.2
     task: str = "domain_generalization"
@@ -104,6 +106,7 @@ SWEEP_KEYS = {
     "n_hparams_from": (_int(0), "an integer >= 0"),
     "n_trials": (_int(1), "an integer >= 1"),
     "steps": (_int(1), "an integer >= 1"),
+    "checkpoint_freq": (_int(1), "an integer >= 1"),
     "single_test_envs": (lambda v: isinstance(v, bool), "true or false"),
     "holdout_fraction": (_fraction, "a number between 0 and 1"),
     "task": (lambda v: v in TASKS, " or ".join(repr(t) for t in TASKS)),

@@ -5,8 +5,7 @@ import re
 import pandas as pd
 import pytest
 
-from tests.cli.conftest import cli, runs_of, snapshot
-from tests.helpers import DEMO_ALGORITHMS, run_domainbed
+from tests.helpers import DEMO_ALGORITHMS, cli, run_domainbed, runs_of, snapshot
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
