@@ -11,6 +11,8 @@ train.py's splits uses DomainBed's own code, exactly as train.py does.
 from __future__ import annotations
 
 import json
+import pickle
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,15 +85,35 @@ class Run:
 
 
 def read_records(results_path: Path) -> list[dict[str, Any]]:
-    """The records of one ``results.jsonl``; a half-written last line is ignored."""
+    """The records of one ``results.jsonl``.
+
+    A half-written last line (what a job killed while writing leaves) is left out with a
+    warning on stderr that names the file; a damaged line before the last one is a
+    :class:`UserError` naming the file and the line.
+    """
+    with open(results_path) as stream:
+        lines = stream.read().splitlines()
     records = []
-    with open(results_path) as lines:
-        for line in lines:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number < len(lines):
+                raise UserError(
+                    f"'{results_path}' is damaged at line {number} of {len(lines)} ({error}); "
+                    "only a half-written last line can be left out. Rerun that job (delete its "
+                    "folder, then launch the sweep again), or remove the line by hand."
+                ) from None
+            warn(
+                f"'{results_path}': its last line is half-written (a job stopped while writing "
+                f"it?); the {len(records)} complete record(s) before it are used"
+            )
     return records
+
+
+def warn(message: str) -> None:
+    """A warning the user should see, on stderr."""
+    print(f"dmg-domainbed: warning: {message}", file=sys.stderr, flush=True)
 
 
 def run_folders(sweep_dir: Path) -> list[Path]:
@@ -219,7 +241,13 @@ def load_algorithm(run: Run, on: str | None = None):
 
     path = require_model(run)
     cls = algorithm_class(run)
-    checkpoint = torch.load(path, map_location=on or device(), weights_only=False)
+    try:
+        checkpoint = torch.load(path, map_location=on or device(), weights_only=False)
+    except (EOFError, RuntimeError, pickle.UnpicklingError) as error:
+        raise UserError(
+            f"'{path}' cannot be read ({type(error).__name__}: {error}): it is damaged or was "
+            "cut short (a job stopped while saving it?). Rerun the run to write it again."
+        ) from None
     algorithm = cls(
         checkpoint["model_input_shape"],
         checkpoint["model_num_classes"],

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.preflight import data
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
@@ -90,6 +91,8 @@ def weight_notes(sweep: plan.Sweep) -> list[str]:
 def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str:
     """Raise :class:`UserError` if the jobs could not start; describe the launcher's plan."""
     from domainbed import command_launchers, datasets
+
+    check_creatable(Path(sweep.output_dir), "the sweep's output_dir")
 
     if shutil.which("python", path=env.get("PATH")) is None:
         raise UserError(
