@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from domainbed.algorithms import Algorithm
 
 from dmg_domainbed.algorithms.task_network import TaskNetwork
-from dmg_domainbed.hparams import HParamSpace
+from dmg_domainbed.hparams import HParamSpace, reject_unknown
 
 
 class Aggregate(Algorithm):
@@ -21,6 +21,7 @@ class Aggregate(Algorithm):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
+        reject_unknown(type(self), hparams)
         type(self).HPARAMS.validate(hparams, type(self).__name__)
         self.num_domains = num_domains
         self.network = TaskNetwork(input_shape, num_classes, hparams)

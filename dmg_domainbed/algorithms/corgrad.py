@@ -16,7 +16,7 @@ from domainbed import networks
 from domainbed.algorithms import Algorithm
 from torch import nn
 
-from dmg_domainbed.hparams import HParam, HParamSpace
+from dmg_domainbed.hparams import HParam, HParamSpace, reject_unknown
 
 PARAMETER_SETS = ("conv_linear", "all")
 
@@ -257,6 +257,7 @@ class CorGrad(Algorithm):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
+        reject_unknown(type(self), hparams)
         type(self).HPARAMS.validate(hparams, type(self).__name__)
         self.featurizer = networks.Featurizer(input_shape, hparams)
         self.classifier = networks.Classifier(

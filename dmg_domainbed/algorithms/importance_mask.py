@@ -13,7 +13,7 @@ from domainbed.algorithms import Algorithm
 from torch import nn
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams import HParam, HParamSpace
+from dmg_domainbed.hparams import HParam, HParamSpace, reject_unknown
 
 
 def weight_importance(initial: torch.Tensor, finals: torch.Tensor) -> torch.Tensor:
@@ -219,6 +219,7 @@ class ImportanceMask(Algorithm):
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
         owner = type(self).__name__
+        reject_unknown(type(self), hparams)
         type(self).HPARAMS.validate(hparams, owner)
         if hparams["freeze_step"] < hparams["phase1_steps"]:
             raise UserError(

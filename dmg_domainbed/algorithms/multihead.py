@@ -9,7 +9,7 @@ from domainbed.algorithms import Algorithm
 from torch import nn
 
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
-from dmg_domainbed.hparams import HParamSpace
+from dmg_domainbed.hparams import HParamSpace, reject_unknown
 
 
 class MultiHead(Algorithm):
@@ -26,6 +26,7 @@ class MultiHead(Algorithm):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
+        reject_unknown(type(self), hparams)
         type(self).HPARAMS.validate(hparams, type(self).__name__)
         self.num_domains = num_domains
         self.num_classes = num_classes
