@@ -70,7 +70,9 @@ def test_the_hook_imports_only_itself_until_domainbed_is_imported(clean_venvs):
 @pytest.mark.parametrize(
     "value, switched_off", [("1", True), ("yes", True), ("0", False), ("false", False), ("", False)]
 )
-def test_disable_variable_switches_the_hook_off_unless_0_false_or_empty(clean_venvs, value, switched_off):
+def test_disable_variable_switches_the_hook_off_unless_0_false_or_empty(
+    clean_venvs, value, switched_off
+):
     plain, _ = modules_and_watcher(clean_venvs["plain"])
     hooked, watching = modules_and_watcher(clean_venvs["hooked"], DMG_DOMAINBED_DISABLE=value)
     assert watching is not switched_off
