@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dmg_domainbed import TESTED_DOMAINBED_COMMIT
+from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup
 from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, environment, weights
@@ -73,11 +73,7 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
 
     probe = environment.probe_fresh_process()
     where = f"fresh `python` process ({probe.python or 'not found'})"
-    disabled = (
-        ["DMG_DOMAINBED_DISABLE is set: unset it"]
-        if os.environ.get("DMG_DOMAINBED_DISABLE")
-        else []
-    )
+    disabled = ["DMG_DOMAINBED_DISABLE is set: unset it"] if _startup.disabled() else []
     if probe.error:
         return Check(FAIL, "plugins", (f"{where}: {probe.error}", *disabled, *probe.warnings))
     lines = [f"{where} runs {probe.executable}, DomainBed from {probe.domainbed}"]
