@@ -1,7 +1,8 @@
 """A job for the launcher tests: ``python -m tests.launchers.probe_job MODE [ARG]``.
 
 ``report PATH`` writes what the job sees (ids, environment, threads, random draws, streams)
-to PATH as JSON, ``torch PATH`` only torch's threads and seed; the other modes end the job in
+to PATH as JSON, ``settings PATH`` only torch's threads and seed and DomainBed's data-loader
+workers; the other modes end the job in
 one way each; ``sleep SECONDS [MARKER]`` creates MARKER and sleeps.
 Only the standard library is imported at the top, so that a parent that forks this module has
 nothing heavy to import; the modes that need torch import it.
@@ -61,10 +62,15 @@ def report(path: str) -> None:
         json.dump(state, out)
 
 
-def torch_state(path: str) -> None:
+def settings(path: str) -> None:
     import torch
+    from domainbed import datasets
 
-    state = {"torch_threads": torch.get_num_threads(), "torch_seed": torch.initial_seed()}
+    state = {
+        "torch_threads": torch.get_num_threads(),
+        "torch_seed": torch.initial_seed(),
+        "pacs_loader_workers": datasets.PACS.N_WORKERS,
+    }
     with open(path, "w") as out:
         json.dump(state, out)
 
@@ -82,8 +88,8 @@ def out_of_gpu_memory() -> None:
 def main(mode: str, *args: str) -> None:
     if mode == "report":
         report(*args)
-    elif mode == "torch":
-        torch_state(*args)
+    elif mode == "settings":
+        settings(*args)
     elif mode == "exit":
         sys.exit(int(args[0]))
     elif mode == "message":

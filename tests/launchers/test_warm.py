@@ -146,17 +146,20 @@ def test_a_forked_job_starts_as_a_new_process(tmp_path, job_environ, sigterm_han
     assert torch.initial_seed() not in (first["torch_seed"], second["torch_seed"])
 
 
-def test_a_new_process_of_this_torch_seeds_the_same_way_as_a_forked_job(tmp_path, job_environ):
+def test_a_new_process_and_a_forked_job_get_the_same_settings(tmp_path, job_environ):
+    """Threads, seeding and data-loader workers: what a new process reads from its variables
+    at import, a forked job gets from the warm runner."""
     from dmg_domainbed.launchers.warm import TORCH_FIXED_DEFAULT_SEED
 
     from ..helpers import run_python
 
     fresh = tmp_path / "fresh.json"
-    run_python("-m", PROBE, "torch", str(fresh), env=job_environ)
+    run_python("-m", PROBE, "settings", str(fresh), env=job_environ)
     forked = tmp_path / "forked.json"
-    _run_probe(tmp_path, "forked", ["torch", str(forked)], job_environ)
+    _run_probe(tmp_path, "forked", ["settings", str(forked)], job_environ)
     fresh, forked = json.loads(fresh.read_text()), json.loads(forked.read_text())
     assert fresh["torch_threads"] == forked["torch_threads"]
+    assert fresh["pacs_loader_workers"] == forked["pacs_loader_workers"] == 1
     fixed = TORCH_FIXED_DEFAULT_SEED
     assert (fresh["torch_seed"] == fixed) == (forked["torch_seed"] == fixed)
 
