@@ -80,8 +80,8 @@ def module_arguments(command: str, module: str = TRAIN_MODULE) -> tuple[str, lis
 
 
 def module_imports(module: str) -> list[str]:
-    """The modules that ``module``'s top level imports, in order (``from a import b`` gives
-    ``a`` and, when ``b`` is a submodule, ``a.b``)."""
+    """The names that ``module``'s top level imports, in order (``from a import b`` gives ``a``
+    and ``a.b``, which may be a submodule or a name defined in ``a``)."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(f"no module named {module!r}", name=module)

@@ -194,3 +194,21 @@ def test_the_module_runs_with_this_interpreter_only(tmp_path):
     (other / "python").chmod(0o755)
     refusal = warm.refusal("python", dict(os.environ, PATH=str(other)))
     assert "not this process's interpreter" in refusal and sys.executable in refusal
+
+
+POISONED_PARENT = f"""
+import os, torch
+from dmg_domainbed.launchers.warm import WarmStart
+
+torch.set_num_threads(2)
+torch.ones(1 << 20).mul_(2).sum()  # starts OpenMP's threads in this process
+print(WarmStart("{PROBE}").refusal("python", os.environ))
+"""
+
+
+def test_a_parent_that_ran_openmp_threads_starts_jobs_as_new_processes():
+    """A child forked after OpenMP's threads started would hang at its first parallel region."""
+    from ..helpers import run_python
+
+    printed = run_python("-c", POISONED_PARENT).stdout
+    assert "has run multi-threaded torch operations" in printed
