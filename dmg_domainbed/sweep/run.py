@@ -23,6 +23,8 @@ from typing import IO, Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.launchers.lifetime import parent_death_hook
+from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.preflight import data
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
@@ -133,12 +135,19 @@ def execute(
     """Launch every group's jobs that have not been launched (after deleting the incomplete
     ones when ``delete_incomplete``), reporting each job as it finishes; the first non-zero
     exit status stops. What the launch processes print goes to ``log`` (appended) when given,
-    else to the terminal."""
+    else to the terminal.
+
+    The sweep's folder is locked meanwhile (:class:`~dmg_domainbed.locks.FolderLock`): a second
+    command on it stops with a message naming this one, before it deletes or launches
+    anything. The launch processes end with this one, however it ends.
+    """
     from domainbed.scripts.sweep import Job
 
-    groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
-    everything = [job for _, group_jobs in groups for job in group_jobs]
     with contextlib.ExitStack() as stack:
+        stack.enter_context(FolderLock(sweep.output_dir))
+        # job states are read under the lock: no other command changes them meanwhile
+        groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
+        everything = [job for _, group_jobs in groups for job in group_jobs]
         output = stack.enter_context(open(log, "a")) if log else None
         with DoneWatcher(everything, echo, plan.describe_job):
             for group, group_jobs in groups:
@@ -168,6 +177,7 @@ def _run(command: list[str], env: Mapping[str, str], output: IO[str] | None) -> 
     process = subprocess.Popen(
         command,
         env=dict(env),
+        preexec_fn=parent_death_hook(),
         stdin=subprocess.DEVNULL,
         stdout=output,
         stderr=subprocess.STDOUT if output is not None else None,
