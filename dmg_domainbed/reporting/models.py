@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import random
+from collections.abc import Iterator
+
+import numpy as np
 import torch
 
 from dmg_domainbed.errors import UserError
@@ -41,8 +46,26 @@ def load_algorithm(run: Run, on: str | None = None) -> torch.nn.Module:
     return algorithm.to(on or device()).eval()
 
 
+@contextlib.contextmanager
+def seeded_like_train(seed: int) -> Iterator[None]:
+    """Seed Python, NumPy and torch as train.py does right before it builds the dataset (a
+    dataset that draws random data, like DomainBed's ``Debug224``, draws the same), and give the
+    caller's random states back afterwards."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
 def load_dataset(run: Run, data_dir: str | None = None):
-    """The run's dataset, built with train.py's arguments and hparams (``data_dir`` overrides)."""
+    """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
+    overrides)."""
     from domainbed import datasets
 
     root = data_dir if data_dir is not None else run.args.get("data_dir")
@@ -53,7 +76,8 @@ def load_dataset(run: Run, data_dir: str | None = None):
             f"run '{run.path}' used dataset '{run.dataset}', which DomainBed does not know here."
         ) from None
     try:
-        return dataset_class(root, run.test_envs, run.hparams)
+        with seeded_like_train(run.args.get("seed", 0)):
+            return dataset_class(root, run.test_envs, run.hparams)
     except (OSError, RuntimeError, ValueError) as error:
         raise UserError(
             f"cannot load dataset {run.dataset} from data_dir '{root}' "
