@@ -153,7 +153,7 @@ def routing_figure(
         handles.append(
             Line2D([], [], marker="x", color="black", ls="", label="top-1 over capacity")
         )
-        fig.legend(handles=handles, loc="outside upper center", ncol=len(handles), fontsize=8)
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
     fig.suptitle(
         f"{title}\nexpert maps: opacity = gate value g1; attention of the last block",
         fontsize=9,
@@ -178,7 +178,6 @@ def load_figure(frame: pd.DataFrame, num_experts: int, title: str) -> Figure:
                 rows[name],
                 width,
                 color=palette[name],
-                label=name,
             )
         ax.axhline(1 / num_experts, color="grey", ls="--", lw=0.8)
         ax.set_xticks(
@@ -186,7 +185,8 @@ def load_figure(frame: pd.DataFrame, num_experts: int, title: str) -> Figure:
         )
         ax.set_ylabel("share of tokens (top-1)", fontsize=8)
         ax.set_title(f"block {block}: expert load; dashed: balanced", fontsize=9)
-    axes[0].legend(fontsize=7, ncol=num_experts)
+    handles = [Patch(color=palette[name], label=name) for name in palette]
+    fig.legend(handles=handles, loc="outside lower center", ncol=num_experts, fontsize=8)
     fig.suptitle(title, fontsize=9)
     return fig
 

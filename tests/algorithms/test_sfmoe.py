@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,6 +19,11 @@ from dmg_domainbed.reporting import in_domain, models
 from dmg_domainbed.reporting.runs import read_run
 
 from ..helpers import run_domainbed
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 SHAPE = (3, 224, 224)
 OFFLINE = {"sfmoe_pretrained": False}
@@ -326,3 +332,30 @@ def test_draw_learned_pictures_of_a_finished_run(trained_run, tmp_path):
     assert (load["images"] == 3).all()  # each environment's held-out split
     assert drawn.summary.shape[0] == 6
     assert SFMOE.LEARNED_PICTURES
+
+
+def test_sweep_files_run_sfmoe_on_the_papers_datasets_and_note_its_own_weights(
+    empty_caches, capsys
+):
+    from dmg_domainbed.cli import main
+
+    sweeps = Path(__file__).resolve().parents[2] / "sweeps"
+    code = main(
+        [
+            "sweep",
+            str(sweeps / "sfmoe_domainbed.toml"),
+            "--data_dir",
+            str(empty_caches),
+            "--dry-run",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "960 job(s)" in out and "PACS SFMOE" in out and "TerraIncognita SFMOE" in out
+    assert "SFMOE's pretrained weights: deit_small_distilled_patch16_224 weights not found" in out
+    assert "resnet50" not in out  # SFMOE loads none of DomainBed's backbones
+    # The authors' DomainNet runs: 15,001 steps, a checkpoint every 500.
+    with open(sweeps / "sfmoe_domainnet.toml", "rb") as stream:
+        domainnet = tomllib.load(stream)["sweep"]
+    assert domainnet["algorithms"] == ["SFMOE"] and domainnet["datasets"] == ["DomainNet"]
+    assert (domainnet["steps"], domainnet["checkpoint_freq"]) == (15001, 500)
