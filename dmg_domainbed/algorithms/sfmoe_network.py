@@ -89,15 +89,14 @@ def weight_locations(weights_file: str) -> list[WeightFile]:
     locations = []
     cache = _hf_cache()
     if cache is not None:
-        folder = cache / f"models--{cfg.hf_hub_id.replace('/', '--')}"
-        cached = _hf_cached_file(cfg.hf_hub_id)
-        filename = (
-            str(cached.relative_to(folder))
-            if cached is not None and cached.is_relative_to(folder)
-            else f"snapshots/<revision>/{' or '.join(HF_FILES)}"
-        )
         what = f"timm {MODEL}.{PRETRAINED_TAG} (Hugging Face hub {cfg.hf_hub_id})"
-        locations.append(WeightFile(what, folder, filename, cached is not None, how_to_get()))
+        cached = _hf_cached_file(cfg.hf_hub_id)
+        if cached is not None:
+            locations.append(WeightFile(what, cached.parent, cached.name, True, how_to_get()))
+        else:
+            folder = cache / f"models--{cfg.hf_hub_id.replace('/', '--')}"
+            filename = f"snapshots/<revision>/{' or '.join(HF_FILES)}"
+            locations.append(WeightFile(what, folder, filename, False, how_to_get()))
     checkpoints = torch_hub_dir() / "checkpoints"
     filename = os.path.basename(urlparse(cfg.url).path)
     locations.append(
@@ -122,16 +121,7 @@ def find_weights(weights_file: str) -> Path | None:
             f"Give the path of the {MODEL} weights (a .pth or .safetensors file), or "
             '\'{"sfmoe_weights": ""}\' to use timm\'s caches'
         )
-    for location in locations:
-        if location.present:
-            return _resolved(location)
-    return None
-
-
-def _resolved(location: WeightFile) -> Path:
-    if "<revision>" not in location.filename:
-        return location.path
-    return _hf_cached_file(_pretrained_cfg().hf_hub_id)
+    return next((location.path for location in locations if location.present), None)
 
 
 def _create(num_classes: int, **kwargs: Any) -> nn.Module:
@@ -226,7 +216,7 @@ def check_weights(hparams: Mapping[str, Any]) -> WeightsCheck:
         )
     locations = tuple(weight_locations(hparams["sfmoe_weights"]))
     fix = f"to get the right file: {how_to_get()}"
-    found = next((_resolved(w) for w in locations if w.present), None)
+    found = next((w.path for w in locations if w.present), None)
     if found is None:
         return WeightsCheck(
             locations,
