@@ -19,14 +19,15 @@ the dense model's. At a small batch the parameters (28.75 M against 21.67 M, eac
 gradient and two Adam moments) weigh more than the activations, so the CPU memory ratio says
 little about the 160-image step.
 
-Usage: ``python benchmarks/sfmoe_cost.py [--configs cpu cuda] [--quick] [--threads N]
-[--clock wall|cpu] [--csv PATH]``.
+Usage: ``python benchmarks/sfmoe_cost.py [--configs cpu cuda] [--batch N] [--quick]
+[--threads N] [--clock wall|cpu] [--csv PATH]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -185,6 +186,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="wall",
         help="cpu: process CPU time on CPU, unaffected by other processes taking the cores",
     )
+    parser.add_argument(
+        "--batch", type=int, default=None, help="images per domain (default: 2 on CPU, 32 on CUDA)"
+    )
     parser.add_argument("--csv", default="sfmoe_cost.csv", help="where to save the table")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -198,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for setting in SETTINGS:
         if args.configs and setting.name not in args.configs:
             continue
+        if args.batch is not None:
+            setting = dataclasses.replace(setting, batch=args.batch)
         if setting.device == "cuda" and not torch.cuda.is_available():
             print(f"{setting.name}: skipped, no CUDA device (torch.cuda.is_available() is False)")
             continue
