@@ -66,16 +66,22 @@ _loaded: dict[tuple[str, str], Any | None] = {}
 
 
 def _initializing(module_name: str) -> bool:
-    """True while ``module_name`` is half-way through its first import."""
-    spec = getattr(sys.modules.get(module_name), "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
+    """True while a module of ``module_name``'s top-level package is half-way through its first
+    import (the plugin module itself, or a module of its package that it imports)."""
+    package = module_name.partition(".")[0]
+    return any(
+        getattr(getattr(module, "__spec__", None), "_initializing", False)
+        for name, module in list(sys.modules.items())
+        if name == package or name.startswith(f"{package}.")
+    )
 
 
 def load(group: str, name: str) -> Any | None:
     """Load one entry point; a failure is reported once and gives ``None``.
 
-    A plugin module that imports DomainBed triggers registration while it is itself still
-    being imported; its entry point is then left for a later call instead of failing.
+    A plugin module that imports DomainBed triggers registration while it (or a module of its
+    package) is still being imported; its entry point is then left for a later call instead of
+    failing.
     """
     key = (group, name)
     if key in _loaded:

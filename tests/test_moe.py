@@ -1,4 +1,5 @@
-"""The sparse top-2 MoE layer: capacity, routing, balance loss, dispatch and evaluation."""
+"""The sparse top-2 MoE layer: capacity, routing, balance loss, dispatch and evaluation. No
+DomainBed needed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dmg_domainbed.moe import SparseMoE, balance_loss, expert_capacity, route
+
+pytestmark = pytest.mark.no_domainbed
 
 DIM, HIDDEN, EXPERTS = 8, 16, 4
 

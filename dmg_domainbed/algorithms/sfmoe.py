@@ -229,6 +229,6 @@ class SFMOE(PluginAlgorithm):
 def _datasets_of_shape(shape: tuple[int, ...]) -> list[str]:
     from domainbed import datasets
 
-    from dmg_domainbed.preflight.doctor import dataset_input_shape
+    from dmg_domainbed.datasets import input_shape
 
-    return [name for name in datasets.DATASETS if dataset_input_shape(name) == shape]
+    return [name for name in datasets.DATASETS if input_shape(name) == shape]

@@ -32,10 +32,9 @@ from torch import nn
 
 from dmg_domainbed.algorithms.base import Drawn
 from dmg_domainbed.algorithms.sfmoe_network import GRID, PREFIX_TOKENS
-from dmg_domainbed.reporting import models
-from dmg_domainbed.reporting.runs import Run
-from dmg_domainbed.reporting.splits import rebuild_splits
-from dmg_domainbed.reporting.style import colours, figure, save
+from dmg_domainbed.reporting.files import save
+from dmg_domainbed.reporting.pictures import colours, figure
+from dmg_domainbed.reporting.runs import Run, load_dataset, rebuild_splits
 
 IMAGES_PER_DOMAIN = 2
 LOAD_IMAGES = 64
@@ -107,7 +106,7 @@ def _clean_dataset(run: Run):
     """The run's dataset without training augmentation, otherwise as train.py built it."""
     last = dict(run.records[-1])
     last["hparams"] = {**run.hparams, "data_augmentation": False}
-    return models.load_dataset(dataclasses.replace(run, records=(*run.records[:-1], last)))
+    return load_dataset(dataclasses.replace(run, records=(*run.records[:-1], last)))
 
 
 def _display(image: torch.Tensor) -> np.ndarray:
@@ -193,12 +192,10 @@ def load_figure(frame: pd.DataFrame, num_experts: int, title: str) -> Figure:
 
 def draw(algorithm, run: Run, output_dir: Path, stem: str) -> Drawn:
     """Write the pictures and the table of the module docstring; the table is the summary."""
-    from domainbed import datasets
-
     algorithm.eval()
     dataset = _clean_dataset(run)
     splits = rebuild_splits(dataset, run.args)
-    names = datasets.get_dataset_class(run.dataset).ENVIRONMENTS
+    names = run.environments()
     seen, rows = {}, []
     for env, split in enumerate(splits):
         keys = split.out_keys[:LOAD_IMAGES]
@@ -210,11 +207,7 @@ def draw(algorithm, run: Run, output_dir: Path, stem: str) -> Drawn:
             rows.append(
                 {"domain": names[env], "role": role, "block": block, "images": len(keys), **load}
             )
-    held_out = ", ".join(names[e] for e in run.test_envs)
-    title = (
-        f"SFMOE on {run.dataset}, test domain {held_out} (hparams {run.args['hparams_seed']}, "
-        f"trial {run.args['trial_seed']}, step {run.records[-1]['step']})"
-    )
+    title = f"SFMOE on {run.title()}"
     output_dir.mkdir(parents=True, exist_ok=True)
     heads = algorithm.network.blocks[-1].attn.num_heads
     num_experts = algorithm.moe_layers[0].num_experts if algorithm.blocks else 0

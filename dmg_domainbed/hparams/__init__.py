@@ -6,6 +6,6 @@ valid value looks like; :mod:`dmg_domainbed.integration` merges resolved spaces 
 ``domainbed.hparams_registry`` and the algorithms validate user overrides at construction.
 """
 
-from dmg_domainbed.hparams.space import HParam, HParamSpace, resolve_space
+from dmg_domainbed.hparams.space import HParam, HParamSpace, positive, resolve_space
 
-__all__ = ["HParam", "HParamSpace", "resolve_space"]
+__all__ = ["HParam", "HParamSpace", "positive", "resolve_space"]

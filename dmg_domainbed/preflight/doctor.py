@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT
+from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, environment, weights
 from dmg_domainbed.preflight.hparams import effective_hparams
@@ -33,19 +34,6 @@ class Check:
 
 def _choices(kind: str, given: str, valid: Sequence[str]) -> UserError:
     return UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
-
-
-def dataset_input_shape(dataset: str) -> tuple[int, ...] | None:
-    """The input shape DomainBed's featurizer sees for ``dataset``, known without building it."""
-    from domainbed import datasets
-
-    cls = datasets.get_dataset_class(dataset)
-    shape = getattr(cls, "INPUT_SHAPE", None) or getattr(cls, "input_shape", None)
-    if shape is None and issubclass(cls, datasets.MultipleEnvironmentImageFolder):
-        shape = (3, 224, 224)
-    if shape is None and issubclass(cls, datasets.MultipleEnvironmentMNIST):
-        shape = (1, 28, 28)
-    return tuple(shape) if shape is not None else None
 
 
 def _domainbed_check() -> Check:
@@ -139,7 +127,7 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     if own is not None:
         return _own_weights_check(own, scope, dataset)
     backbone = ", ".join(f"{k}={hparams.get(k)}" for k in BACKBONE_HPARAMS if k in hparams)
-    shape = dataset_input_shape(dataset) if dataset else (3, 224, 224)
+    shape = input_shape(dataset) if dataset else (3, 224, 224)
     if not weights.uses_pretrained_backbone(shape):
         return Check(
             OK,
@@ -169,7 +157,7 @@ def _input_check(algorithm: str, dataset: str) -> list[Check]:
     from domainbed import algorithms
 
     check = getattr(algorithms.get_algorithm_class(algorithm), "check_input_shape", None)
-    shape = dataset_input_shape(dataset)
+    shape = input_shape(dataset)
     if check is None or shape is None:
         return []
     try:
