@@ -16,6 +16,9 @@ demo need to know about it; they ask the algorithm class and never test its name
                                run (``dmg-domainbed masks``); empty: nothing
 ``training_curves(runs, envs)`` a figure of its logged diagnostics over training, for sweep
                                reports; ``None``: none
+``check_input_shape(shape)``   classmethod: ``UserError`` for inputs it cannot take (``doctor``)
+``check_weights(hparams)``     classmethod of an algorithm that loads its own pretrained weights:
+                               a ``WeightsCheck`` (``doctor``, ``sweep``)
 ============================== ===============================================================
 
 DomainBed's own algorithms declare none of this; the functions at the end of this module give

@@ -10,9 +10,12 @@ train.py's splits uses DomainBed's own code, exactly as train.py does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
+import random
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,8 +261,29 @@ def load_algorithm(run: Run, on: str | None = None):
     return algorithm.to(on or device()).eval()
 
 
+@contextlib.contextmanager
+def seeded_like_train(seed: int) -> Iterator[None]:
+    """Seed Python, NumPy and torch as train.py does right before it builds the dataset (a
+    dataset that draws random data, like DomainBed's ``Debug224``, draws the same), and give the
+    caller's random states back afterwards."""
+    import numpy as np
+    import torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
 def load_dataset(run: Run, data_dir: str | None = None):
-    """The run's dataset, built with train.py's arguments and hparams (``data_dir`` overrides)."""
+    """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
+    overrides)."""
     from domainbed import datasets
 
     root = data_dir if data_dir is not None else run.args.get("data_dir")
@@ -270,7 +294,8 @@ def load_dataset(run: Run, data_dir: str | None = None):
             f"run '{run.path}' used dataset '{run.dataset}', which DomainBed does not know here."
         ) from None
     try:
-        return dataset_class(root, run.test_envs, run.hparams)
+        with seeded_like_train(run.args.get("seed", 0)):
+            return dataset_class(root, run.test_envs, run.hparams)
     except (OSError, RuntimeError, ValueError) as error:
         raise UserError(
             f"cannot load dataset {run.dataset} from data_dir '{root}' "

@@ -69,25 +69,34 @@ def launcher_environment(
 
 def weight_notes(sweep: plan.Sweep) -> list[str]:
     """Pretrained weights the jobs will download because they are not in the cache."""
+    from domainbed import algorithms
+
     from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.preflight.hparams import effective_hparams
-    from dmg_domainbed.preflight.weights import needed_weights
+    from dmg_domainbed.preflight.weights import algorithm_weights, needed_weights
 
     missing: dict[str, str] = {}
+    notes = []
     for algorithm in sweep.config.algorithms:
+        algorithm_class = algorithms.get_algorithm_class(algorithm)
         for dataset in sweep.config.datasets:
             hparams = effective_hparams(algorithm, dataset, sweep.config.hparams_of(algorithm))
+            own = algorithm_weights(algorithm_class, hparams)
+            if own is not None:  # the algorithm's own weights, the same on every dataset
+                if not own.ready:
+                    notes.append(f"{algorithm}'s pretrained weights: {'; '.join(own.details)}")
+                break
             files, _ = needed_weights(hparams, input_shape(dataset))
             for f in files:
                 if not f.present:
                     missing.setdefault(f.filename, f"{f.filename} in {f.folder}")
-    if not missing:
-        return []
-    return [
-        "pretrained weights not in the cache, each job downloads them when it builds its model "
-        f"(jobs without internet fail): {'; '.join(missing.values())}. "
-        "`dmg-domainbed doctor --dataset NAME --hparams JSON` says how to get them."
-    ]
+    if missing:
+        notes.append(
+            "pretrained weights not in the cache, each job downloads them when it builds its "
+            f"model (jobs without internet fail): {'; '.join(missing.values())}. "
+            "`dmg-domainbed doctor --dataset NAME --hparams JSON` says how to get them."
+        )
+    return notes
 
 
 def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str:
