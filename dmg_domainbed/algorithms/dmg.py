@@ -9,6 +9,8 @@ from domainbed import networks
 from torch import nn
 
 from dmg_domainbed import masks, named_layers
+from dmg_domainbed.alexnet import AlexNetFeaturizer
+from dmg_domainbed.algorithms import paper
 from dmg_domainbed.algorithms.aggregate import Aggregate
 from dmg_domainbed.algorithms.base import Drawn, pooled
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
@@ -25,6 +27,8 @@ def default_mask_layers(network: nn.Module) -> list[str]:
 
     * ResNet-18/50: inputs of layer3, layer4 and the classifier, per channel for the convs
       (the authors' released ResNet runs);
+    * AlexNet: inputs of its two 4096-unit layers and of the classifier (9216, 4096 and 4096
+      units: the authors' ``classifier.1``, ``classifier.4`` and ``classifier.6``);
     * MNIST_CNN: input of the last conv block and of the classifier;
     * MLP: its hidden layers' inputs (every post-ReLU activation) and the classifier input;
     * Wide ResNet (32x32 inputs): input of its last stage and of the classifier;
@@ -33,6 +37,8 @@ def default_mask_layers(network: nn.Module) -> list[str]:
     featurizer = network.featurizer
     if isinstance(featurizer, networks.ResNet):
         return ["featurizer.network.layer3", "featurizer.network.layer4", "classifier"]
+    if isinstance(featurizer, AlexNetFeaturizer):
+        return ["featurizer.classifier.1", "featurizer.classifier.4", "classifier"]
     if isinstance(featurizer, networks.MNIST_CNN):
         return ["featurizer.conv4", "classifier"]
     if isinstance(featurizer, networks.MLP):
@@ -106,16 +112,17 @@ class DMG(Aggregate):
         HParam(
             "mask_lr",
             1e-2,
-            lambda r: 10 ** r.uniform(-2.5, -1),
+            lambda r: 10 ** r.uniform(-4, -1),
             minimum=0.0,
-            help="Adam learning rate of the mask logits",
+            help="Adam learning rate of the mask logits (the authors: 1e-4, over 50-150 epochs)",
         ),
         HParam(
             "mask_weight_decay",
             0.0,
-            lambda r: 0.0,
+            lambda r: float(r.choice([0.0, 1e-5])),
             minimum=0.0,
-            help="Adam weight decay of the mask logits",
+            per_dataset={"PACS": 1e-5},
+            help="Adam weight decay of the mask logits (the authors: 1e-5 on PACS, 0 on DomainNet)",
         ),
         HParam(
             "mask_layers",
@@ -147,8 +154,10 @@ class DMG(Aggregate):
             lr=hparams["mask_lr"],
             weight_decay=hparams["mask_weight_decay"],
         )
+        self.schedule = paper.lr_schedule(hparams, self.optimizer, self.mask_optimizer)
 
     def update(self, minibatches, unlabeled=None):
+        rates = self.schedule.before_update(minibatches)
         x, y = pooled(minibatches)
         with self.masks.per_example(domain_labels(minibatches), "sample"):
             ce = F.cross_entropy(self.network(x), y)
@@ -161,7 +170,7 @@ class DMG(Aggregate):
         loss.backward()
         self.optimizer.step()
         self.mask_optimizer.step()
-        return self._diagnostics(loss, ce, overlap, sparsity, probs)
+        return {**self._diagnostics(loss, ce, overlap, sparsity, probs), **rates}
 
     def _diagnostics(self, loss, ce, overlap, sparsity, probs) -> dict[str, float]:
         """Losses, mean hard IoU between domains per layer, active fraction per domain.
