@@ -111,7 +111,8 @@ def test_mask_lr_search_reaches_the_authors_1e4():
     assert 1e-4 <= min(drawn) < 1.2e-4 and 0.08 < max(drawn) <= 0.1
     domainbeds = np.random.RandomState(misc.seed_hash(3, "mask_lr"))  # how DomainBed seeds it
     assert hparams_registry.random_hparams("DMG", "PACS", 3)["mask_lr"] == sample(domainbeds)
-    assert hparams_registry.default_hparams("DMG", "PACS")["mask_lr"] == 1e-2
+    assert hparams_registry.default_hparams("DMG", "PACS")["mask_lr"] == 1e-3
+    assert hparams_registry.default_hparams("DMG", "RotatedDigits")["mask_lr"] == 3e-3
 
 
 @pytest.fixture
