@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.runs import (
     RESULTS_FILE,
     algorithm_class,
@@ -145,6 +146,7 @@ def write_run_reports(demo: Demo, finished: list, echo: Echo) -> list[Path]:
 def run_demo(demo: Demo, echo: Echo = print) -> int:
     """The whole demo; returns the exit code (0 when every job finished)."""
     start = time.monotonic()
+    check_creatable(demo.output_dir, "--output_dir")
     config = demo.config()
     check_against_domainbed(config)
     sweep = demo.sweep()

@@ -44,9 +44,23 @@ def modules_named(network: nn.Module, names: Sequence[str], purpose: str) -> lis
     modules = dict(network.named_modules())
     unknown = [name for name in names if name not in modules or name == ""]
     if unknown or not names:
-        valid = ", ".join(name for name in modules if name)
         problem = f"unknown {unknown!r}" if unknown else "no layer given"
         raise UserError(
-            f"cannot {purpose} layers {list(names)!r}: {problem}. Valid layer names: {valid}"
+            f"cannot {purpose} layers {list(names)!r}: {problem}. Valid layer names: "
+            f"{describe_names([name for name in modules if name])}"
         )
     return [modules[name] for name in names]
+
+
+def describe_names(names: Sequence[str], limit: int = 40) -> str:
+    """``names`` joined; a long list (a ResNet has hundreds) keeps the shallowest levels that
+    fit in ``limit`` and says how many deeper names exist."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    fitting = (d for d in range(1, 10) if sum(n.count(".") < d for n in names) <= limit)
+    depth = max(fitting, default=1)
+    shown = [name for name in names if name.count(".") < depth]
+    return (
+        f"{', '.join(shown)} and {len(names) - len(shown)} deeper ones (any name of the "
+        "network's named_modules())"
+    )

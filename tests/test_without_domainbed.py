@@ -46,6 +46,9 @@ def test_pure_maths_runs_and_the_rest_fails_with_the_set_up_instructions(tmp_pat
     ).stdout
     n_pure = len([line for line in collected.splitlines() if "::" in line])
     assert re.search(rf"\b{n_pure} passed", summary), summary
-    assert "6 errors" in summary, summary  # test_aggregate: collection; test_report: set-up
+    # test_aggregate fails at collection, every test of test_report at set-up; none runs and fails.
+    errors = re.search(r"\b(\d+) errors?\b", summary)
+    assert errors and int(errors.group(1)) >= 2, summary
+    assert "failed" not in summary, summary
     assert "git clone https://github.com/facebookresearch/DomainBed" in result.stdout
     assert "DomainBed is hidden" in result.stdout

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.sweep import run as sweep_run
 
     config = sweep_config.load_sweep(args.file)
-    sweep_config.check_against_domainbed(config)
+    build_notes = sweep_config.check_against_domainbed(config)
     launcher = args.launcher or config.launcher
     if launcher is not None:
         sweep_config.check_launcher(config, launcher)
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if launcher is None
         else sweep_run.launcher_environment(config, launcher, os.environ)
     )
-    for note in notes + sweep_run.weight_notes(sweep):
+    for note in build_notes + notes + sweep_run.weight_notes(sweep):
         print(f"  note: {note}")
     if args.dry_run:
         _show_dry_run(groups, launcher or "LAUNCHER")

@@ -8,13 +8,16 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.tables import markdown_table
 
 DPI = 110
 
 
 def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
-    """``output_dir``, unless it lies inside a folder the report reads (which stays untouched)."""
+    """``output_dir``, unless it lies inside a folder the report reads (which stays untouched)
+    or cannot be created."""
+    check_creatable(output_dir, "--output_dir")
     resolved = output_dir.resolve()
     for folder in inputs:
         if resolved == folder.resolve() or folder.resolve() in resolved.parents:

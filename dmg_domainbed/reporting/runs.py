@@ -10,7 +10,12 @@ train.py's splits uses DomainBed's own code, exactly as train.py does.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import pickle
+import random
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,15 +88,35 @@ class Run:
 
 
 def read_records(results_path: Path) -> list[dict[str, Any]]:
-    """The records of one ``results.jsonl``; a half-written last line is ignored."""
+    """The records of one ``results.jsonl``.
+
+    A half-written last line (what a job killed while writing leaves) is left out with a
+    warning on stderr that names the file; a damaged line before the last one is a
+    :class:`UserError` naming the file and the line.
+    """
+    with open(results_path) as stream:
+        lines = stream.read().splitlines()
     records = []
-    with open(results_path) as lines:
-        for line in lines:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number < len(lines):
+                raise UserError(
+                    f"'{results_path}' is damaged at line {number} of {len(lines)} ({error}); "
+                    "only a half-written last line can be left out. Rerun that job (delete its "
+                    "folder, then launch the sweep again), or remove the line by hand."
+                ) from None
+            warn(
+                f"'{results_path}': its last line is half-written (a job stopped while writing "
+                f"it?); the {len(records)} complete record(s) before it are used"
+            )
     return records
+
+
+def warn(message: str) -> None:
+    """A warning the user should see, on stderr."""
+    print(f"dmg-domainbed: warning: {message}", file=sys.stderr, flush=True)
 
 
 def run_folders(sweep_dir: Path) -> list[Path]:
@@ -230,7 +255,13 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
 
     path = model_file if model_file is not None else require_model(run)
     cls = algorithm_class(run)
-    checkpoint = torch.load(path, map_location=on or device(), weights_only=False)
+    try:
+        checkpoint = torch.load(path, map_location=on or device(), weights_only=False)
+    except (EOFError, RuntimeError, pickle.UnpicklingError) as error:
+        raise UserError(
+            f"'{path}' cannot be read ({type(error).__name__}: {error}): it is damaged or was "
+            "cut short (a job stopped while saving it?). Rerun the run to write it again."
+        ) from None
     algorithm = cls(
         checkpoint["model_input_shape"],
         checkpoint["model_num_classes"],
@@ -241,8 +272,29 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
     return algorithm.to(on or device()).eval()
 
 
+@contextlib.contextmanager
+def seeded_like_train(seed: int) -> Iterator[None]:
+    """Seed Python, NumPy and torch as train.py does right before it builds the dataset (a
+    dataset that draws random data, like DomainBed's ``Debug224``, draws the same), and give the
+    caller's random states back afterwards."""
+    import numpy as np
+    import torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
 def load_dataset(run: Run, data_dir: str | None = None):
-    """The run's dataset, built with train.py's arguments and hparams (``data_dir`` overrides)."""
+    """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
+    overrides)."""
     from domainbed import datasets
 
     root = data_dir if data_dir is not None else run.args.get("data_dir")
@@ -253,7 +305,8 @@ def load_dataset(run: Run, data_dir: str | None = None):
             f"run '{run.path}' used dataset '{run.dataset}', which DomainBed does not know here."
         ) from None
     try:
-        return dataset_class(root, run.test_envs, run.hparams)
+        with seeded_like_train(run.args.get("seed", 0)):
+            return dataset_class(root, run.test_envs, run.hparams)
     except (OSError, RuntimeError, ValueError) as error:
         raise UserError(
             f"cannot load dataset {run.dataset} from data_dir '{root}' "

@@ -10,13 +10,14 @@ a long pandas DataFrame, one row per cell, ready for CSV.
 
 from __future__ import annotations
 
-import contextlib
-import io
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from dmg_domainbed.reporting.runs import RESULTS_FILE, read_records
 
 SELECTION_METHOD_NAMES = (
     "IIDAccuracySelectionMethod",
@@ -35,12 +36,18 @@ def selection_methods() -> list[type]:
 
 
 def load_sweep_records(sweep_dir: str | Path):
-    """Every record of the sweep, read by DomainBed's ``reporting.load_records`` (whose
-    progress bar over run folders is kept off the terminal)."""
-    from domainbed.lib import reporting
+    """Every record of the sweep, as DomainBed's ``reporting.load_records`` reads them (each
+    sub-folder's ``results.jsonl``, in ``os.listdir`` order, as a ``Q``), except that a
+    half-written last line is left out with a warning instead of stopping everything (see
+    :func:`~dmg_domainbed.reporting.runs.read_records`)."""
+    from domainbed.lib.query import Q
 
-    with contextlib.redirect_stderr(io.StringIO()):
-        return reporting.load_records(str(sweep_dir))
+    records = []
+    for name in os.listdir(sweep_dir):
+        results = Path(sweep_dir) / name / RESULTS_FILE
+        if results.is_file():
+            records += read_records(results)
+    return Q(records)
 
 
 def mean_and_error(accuracies: Sequence[float]) -> tuple[float, float] | None:

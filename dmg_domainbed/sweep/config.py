@@ -240,10 +240,18 @@ def check_launcher(config: SweepConfig, name: str) -> None:
             raise UserError(f"{config.path}: {error}") from None
 
 
-def check_against_domainbed(config: SweepConfig) -> None:
-    """Names and hparams that DomainBed (with this package's plugins) knows, or an error."""
+def check_against_domainbed(config: SweepConfig) -> list[str]:
+    """Names and hparams that DomainBed (with this package's plugins) knows, or an error.
+
+    Each of this package's algorithms is also built for each dataset with the file's fixed
+    hparams (cheaply: no weights, no data; see :mod:`dmg_domainbed.preflight.networks`), so
+    that a value only its network can refute stops the sweep here. Returns notes on builds
+    that could not be made.
+    """
     import dmg_domainbed
+    from dmg_domainbed.algorithms.base import PluginAlgorithm
     from dmg_domainbed.preflight.hparams import effective_hparams
+    from dmg_domainbed.preflight.networks import check_network
 
     dmg_domainbed.register()
     from domainbed import algorithms, datasets
@@ -258,6 +266,7 @@ def check_against_domainbed(config: SweepConfig) -> None:
                 f"{config.path}: unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: "
                 f"{', '.join(valid)}"
             )
+    notes: list[str | None] = []
     for algorithm in config.algorithms:
         for dataset in config.datasets:
             try:
@@ -268,11 +277,14 @@ def check_against_domainbed(config: SweepConfig) -> None:
                     "algorithm: move an hparam that only some algorithms have to "
                     "[sweep.algorithm_hparams.NAME] of those algorithms"
                 ) from None
+            where = f"[sweep.algorithm_hparams.{algorithm}]"
             try:
-                effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
+                hparams = effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
+                if issubclass(algorithms.get_algorithm_class(algorithm), PluginAlgorithm):
+                    where = f"{algorithm}'s network on {dataset}"
+                    notes.append(check_network(algorithm, dataset, hparams))
             except UserError as error:
-                raise UserError(
-                    f"{config.path}: [sweep.algorithm_hparams.{algorithm}]: {error}"
-                ) from None
+                raise UserError(f"{config.path}: {where}: {error}") from None
     if config.launcher is not None:
         check_launcher(config, config.launcher)
+    return [note for note in notes if note]

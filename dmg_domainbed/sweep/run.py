@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.launchers.lifetime import parent_death_hook
+from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.preflight import data
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
@@ -66,30 +69,41 @@ def launcher_environment(
 
 def weight_notes(sweep: plan.Sweep) -> list[str]:
     """Pretrained weights the jobs will download because they are not in the cache."""
+    from domainbed import algorithms
+
     from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.preflight.hparams import effective_hparams
-    from dmg_domainbed.preflight.weights import needed_weights
+    from dmg_domainbed.preflight.weights import algorithm_weights, needed_weights
 
     missing: dict[str, str] = {}
+    notes = []
     for algorithm in sweep.config.algorithms:
+        algorithm_class = algorithms.get_algorithm_class(algorithm)
         for dataset in sweep.config.datasets:
             hparams = effective_hparams(algorithm, dataset, sweep.config.hparams_of(algorithm))
+            own = algorithm_weights(algorithm_class, hparams)
+            if own is not None:  # the algorithm's own weights, the same on every dataset
+                if not own.ready:
+                    notes.append(f"{algorithm}'s pretrained weights: {'; '.join(own.details)}")
+                break
             files, _ = needed_weights(hparams, input_shape(dataset))
             for f in files:
                 if not f.present:
                     missing.setdefault(f.filename, f"{f.filename} in {f.folder}")
-    if not missing:
-        return []
-    return [
-        "pretrained weights not in the cache, each job downloads them when it builds its model "
-        f"(jobs without internet fail): {'; '.join(missing.values())}. "
-        "`dmg-domainbed doctor --dataset NAME --hparams JSON` says how to get them."
-    ]
+    if missing:
+        notes.append(
+            "pretrained weights not in the cache, each job downloads them when it builds its "
+            f"model (jobs without internet fail): {'; '.join(missing.values())}. "
+            "`dmg-domainbed doctor --dataset NAME --hparams JSON` says how to get them."
+        )
+    return notes
 
 
 def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str:
     """Raise :class:`UserError` if the jobs could not start; describe the launcher's plan."""
     from domainbed import command_launchers, datasets
+
+    check_creatable(Path(sweep.output_dir), "the sweep's output_dir")
 
     if shutil.which("python", path=env.get("PATH")) is None:
         raise UserError(
@@ -130,12 +144,19 @@ def execute(
     """Launch every group's jobs that have not been launched (after deleting the incomplete
     ones when ``delete_incomplete``), reporting each job as it finishes; the first non-zero
     exit status stops. What the launch processes print goes to ``log`` (appended) when given,
-    else to the terminal."""
+    else to the terminal.
+
+    The sweep's folder is locked meanwhile (:class:`~dmg_domainbed.locks.FolderLock`): a second
+    command on it stops with a message naming this one, before it deletes or launches
+    anything. The launch processes end with this one, however it ends.
+    """
     from domainbed.scripts.sweep import Job
 
-    groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
-    everything = [job for _, group_jobs in groups for job in group_jobs]
     with contextlib.ExitStack() as stack:
+        stack.enter_context(FolderLock(sweep.output_dir))
+        # job states are read under the lock: no other command changes them meanwhile
+        groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
+        everything = [job for _, group_jobs in groups for job in group_jobs]
         output = stack.enter_context(open(log, "a")) if log else None
         with DoneWatcher(everything, echo, plan.describe_job):
             for group, group_jobs in groups:
@@ -165,6 +186,7 @@ def _run(command: list[str], env: Mapping[str, str], output: IO[str] | None) -> 
     process = subprocess.Popen(
         command,
         env=dict(env),
+        preexec_fn=parent_death_hook(),
         stdin=subprocess.DEVNULL,
         stdout=output,
         stderr=subprocess.STDOUT if output is not None else None,

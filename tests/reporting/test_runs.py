@@ -34,10 +34,19 @@ def record(step):
     return {"step": step, "args": ARGS, "hparams": {"lr": 0.001}}
 
 
-def test_a_half_written_last_line_is_left_out(tmp_path):
+def test_a_half_written_last_line_is_left_out_with_a_warning_naming_the_file(tmp_path, capsys):
     folder = write_run(tmp_path / "run", [record(0), record(100)], '{"step": 200, "ar')
     assert [r["step"] for r in read_records(folder / "results.jsonl")] == [0, 100]
+    warning = capsys.readouterr().err
+    assert f"'{folder / 'results.jsonl'}': its last line is half-written" in warning
+    assert "the 2 complete record(s) before it are used" in warning
     assert read_run(folder).records[-1]["step"] == 100
+
+
+def test_a_damaged_line_before_the_last_is_an_error_naming_file_and_line(tmp_path):
+    folder = write_run(tmp_path / "run", [record(0)], '{"step": 1\n' + json.dumps(record(2)))
+    with pytest.raises(UserError, match=r"results.jsonl' is damaged at line 2 of 3"):
+        read_records(folder / "results.jsonl")
 
 
 def test_run_properties_follow_train_py_args(tmp_path):
