@@ -63,6 +63,25 @@ def _torchvision_resnet(depth: int) -> WeightFile:
     )
 
 
+def _torchvision_alexnet() -> WeightFile:
+    """The file of this package's AlexNet featurizer (``alexnet = true``; see
+    :mod:`dmg_domainbed.alexnet`), which replaces DomainBed's ResNet entirely."""
+    import torchvision.models as models
+
+    from dmg_domainbed.alexnet import WEIGHTS
+
+    url = getattr(models.AlexNet_Weights, WEIGHTS).url
+    folder = torch_hub_dir() / "checkpoints"
+    filename = os.path.basename(urlparse(url).path)
+    return WeightFile(
+        what=f"torchvision alexnet ImageNet weights ({WEIGHTS})",
+        folder=folder,
+        filename=filename,
+        present=(folder / filename).is_file(),
+        fetch=f"download {url} into {folder}",
+    )
+
+
 def _timm_resnet50_augmix() -> WeightFile:
     from timm.models import get_pretrained_cfg
 
@@ -142,6 +161,8 @@ def needed_weights(
     that would stop the model from being built at all."""
     if not uses_pretrained_backbone(input_shape):
         return [], []
+    if hparams.get("alexnet"):
+        return [_torchvision_alexnet()], []
     if hparams.get("vit"):
         if not hparams.get("dinov2"):
             return [], ["DomainBed builds no ViT but DINOv2: with vit=true set dinov2=true"]

@@ -52,23 +52,29 @@ def _classes(logits: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = None) -> pd.DataFrame:
+def evaluate_run(
+    run: Run, data_dir: str | None = None, device: str | None = None, step: int | None = None
+) -> pd.DataFrame:
     """Accuracy of every prediction of ``run`` on each source domain's held-out split.
 
     Columns: ``run``, ``algorithm``, ``prediction``, ``env``, ``domain`` (environment name),
     ``n_examples``, ``accuracy`` (%), ``changed`` (% of examples whose class differs from
-    ``predict``'s) and ``logged`` (train.py's last ``env<i>_out_acc`` in %, ``predict`` only).
+    ``predict``'s) and ``logged`` (train.py's ``env<i>_out_acc`` in %, ``predict`` only).
+
+    ``step``: evaluate the model train.py saved at that checkpoint (``model_step<step>.pkl``)
+    against the record of that step, instead of the final ``model.pkl`` and the last record.
     """
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
     on = device or run_files.device()
-    algorithm = run_files.load_algorithm(run, on)
+    model_file = None if step is None else run_files.checkpoint_models(run)[step]
+    algorithm = run_files.load_algorithm(run, on, model_file)
     dataset = run_files.load_dataset(run, data_dir)
     environments = type(dataset).ENVIRONMENTS
     splits = run_files.rebuild_splits(dataset, run.args)
     rows = []
-    last = run.records[-1]
+    record = run.records[-1] if step is None else next(r for r in run.records if r["step"] == step)
     ways = predictors(run, algorithm)
     reference_name = next(iter(ways))
     for d, env in enumerate(run.source_envs()):
@@ -88,7 +94,7 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
         reference = torch.cat(batches[reference_name])
         for name, predicted in batches.items():
             predicted = torch.cat(predicted)
-            logged = 100 * last[f"env{env}_out_acc"] if name == reference_name else None
+            logged = 100 * record[f"env{env}_out_acc"] if name == reference_name else None
             rows.append(
                 {
                     "run": str(run.path),
