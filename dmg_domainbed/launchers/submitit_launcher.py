@@ -47,6 +47,7 @@ time even without Slurm accounting, and reports each failed job with the end of 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -197,9 +198,21 @@ def run_command(command: str) -> None:
         if moved is not None:
             print(f"files of an interrupted attempt moved to {moved}", flush=True)
     preemption = _preemption_signal()
-    code = subprocess.run(
-        command, shell=True, preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN)
-    ).returncode
+    # A process group of its own: whatever ends this process (a requeue, Ctrl-C) ends the whole
+    # command, not only the shell that runs it.
+    process = subprocess.Popen(
+        command,
+        shell=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN),
+    )
+    try:
+        code = process.wait()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
     if code == 0:
         return
     killed_by = -code if code < 0 else code - 128 if code > 128 else None  # direct, or via sh

@@ -1,0 +1,164 @@
+"""Waiting for jobs on a real Slurm cluster (``wait = true``): a failing job is reported with its
+cause, a pre-empted job runs again without losing finished work, and a cancelled or vanished
+job ends the wait in bounded time, with and without accounting."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dmg_domainbed.launchers import slurm_wait
+
+from ..helpers import run_domainbed
+from .cluster import array_tasks, preempt
+from .conftest import job_environment, wait_until
+
+LAUNCH = (
+    "import json, sys\n"
+    "from dmg_domainbed.launchers.submitit_launcher import submitit_launcher\n"
+    "submitit_launcher(json.loads(sys.argv[1]))\n"
+)
+
+
+def start_launcher(env: dict[str, str], commands: list[str]) -> subprocess.Popen:
+    """The launcher in a process of its own, as DomainBed's sweep script calls it."""
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, json.dumps(commands)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def domainbed_job(sweep: Path, test_env: int, steps: int) -> str:
+    """DomainBed's train command of one RotatedDigits ERM job, with its folder made as
+    DomainBed's sweep makes it before calling the launcher."""
+    from domainbed.scripts.sweep import Job
+
+    args = {
+        "dataset": "RotatedDigits",
+        "algorithm": "ERM",
+        "test_envs": [test_env],
+        "holdout_fraction": 0.2,
+        "hparams_seed": 0,
+        "data_dir": str(sweep.parent / "data"),
+        "task": "domain_generalization",
+        "trial_seed": 0,
+        "seed": test_env,
+        "steps": steps,
+    }
+    job = Job(args, str(sweep))
+    os.makedirs(job.output_dir)
+    return job.command_str
+
+
+def files_of(folder: Path) -> dict[str, tuple[int, int]]:
+    """Size and modification time of the files a job wrote (not the links to Slurm's logs)."""
+    return {
+        p.name: (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.iterdir()
+        if not p.is_symlink()
+    }
+
+
+def logged_steps(results: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in results.read_text().splitlines()]
+
+
+def test_a_failing_job_is_reported_with_the_end_of_its_err_txt(slurm_cluster, tmp_path):
+    result = run_domainbed(
+        "sweep",
+        "launch",
+        "--datasets",
+        "RotatedDigits",
+        "--algorithms",
+        "DMG",
+        "--n_hparams",
+        "1",
+        "--n_trials",
+        "1",
+        "--single_test_envs",
+        "--hparams",
+        '{"lambda_overlap": -1}',
+        "--data_dir",
+        str(tmp_path / "data"),
+        "--output_dir",
+        str(tmp_path / "sweep"),
+        "--command_launcher",
+        "submitit",
+        "--skip_confirmation",
+        env=job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true"),
+        check=False,
+    )
+    assert result.returncode != 0
+    report = result.stderr.split("UserError: ", 1)[1]
+    assert report.startswith("4 of 4 job(s) failed:")
+    assert report.count("CommandFailed: the command exited with status 1") == 4
+    cause = "UserError: DMG hparam 'lambda_overlap' must be >= 0.0; got -1"
+    assert report.count("its error output ends with:") == 4 and report.count(cause) == 4
+    assert "File " not in report and "_log.err" not in report  # the cause, not frames or logs
+
+
+def test_a_preempted_job_runs_again_and_finished_work_is_kept(slurm_cluster, tmp_path):
+    sweep = tmp_path / "sweep"
+    short, long = domainbed_job(sweep, 0, steps=20), domainbed_job(sweep, 1, steps=500)
+    launcher = start_launcher(
+        job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true"), [short, long]
+    )
+    short_dir, long_dir = (Path(c.split("--output_dir ")[1].split()[0]) for c in (short, long))
+    wait_until(lambda: (short_dir / "done").exists(), 180, "short job done")
+    finished = files_of(short_dir)
+    wait_until(lambda: (long_dir / "results.jsonl").exists(), 120, "long job training")
+    long_job = max(array_tasks(slurm_cluster), key=int) + "_1"
+    preempt(slurm_cluster, long_job)
+
+    output = launcher.communicate(timeout=240)[0]
+    assert launcher.returncode == 0, output
+    assert "submitit: all 2 job(s) finished" in output
+    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", long_job)
+    # The rerun logged every checkpoint once; the interrupted attempt is kept aside.
+    assert logged_steps(long_dir / "results.jsonl") == [0, 100, 200, 300, 400, 499]
+    assert (long_dir / "done").exists()
+    first_attempt = long_dir / "interrupted_attempt_1"
+    assert logged_steps(first_attempt / "results.jsonl")[0] == 0
+    assert not (first_attempt / "done").exists()
+    # The job that had finished is untouched.
+    assert files_of(short_dir) == finished
+
+
+@pytest.mark.parametrize("which", ["slurm_cluster", "cluster_without_accounting"])
+def test_the_wait_ends_soon_after_a_job_is_cancelled(which, request, tmp_path):
+    cluster = request.getfixturevalue(which)
+    env = job_environment(cluster, cpus="1", mem_gb="1", wait="true", folder=str(tmp_path))
+    launcher = start_launcher(env, ["sleep 300", "sleep 300"])
+    array = wait_until(
+        lambda: next(
+            (a for a, tasks in array_tasks(cluster).items() if "RUNNING" in tasks.values()), None
+        ),
+        120,
+        "running job",
+    )
+    cancelled = time.monotonic()
+    cluster.run("scancel", array)
+    output = launcher.communicate(timeout=120)[0]
+    waited = time.monotonic() - cancelled
+    assert launcher.returncode != 0
+    assert "2 of 2 job(s) failed" in output and output.count("cancelled (Slurm state") == 2
+    assert waited < slurm_wait.POLL_MAX_S + 15  # Slurm's kill (KillWait 5 s), then one poll
+
+
+def test_the_wait_ends_when_slurm_no_longer_knows_a_job(cluster_without_accounting, tmp_path):
+    never = slurm_wait.Task("999999_0", "true", tmp_path / "result.pkl", tmp_path / "err", None)
+    started = time.monotonic()
+    verdicts = slurm_wait.wait_for(
+        [never], cluster_without_accounting.env(), load=None, say=lambda _: None, grace_s=1
+    )
+    assert time.monotonic() - started < 10
+    assert verdicts["999999_0"].reason.startswith("Slurm no longer knows the job")
