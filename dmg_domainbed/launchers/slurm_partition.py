@@ -132,11 +132,15 @@ def read_partitions(environ: Mapping[str, str]) -> dict[str, Partition]:
     except subprocess.TimeoutExpired:
         raise UserError(
             f"sinfo did not answer within {SINFO_TIMEOUT_S} s: the Slurm controller cannot be "
-            "reached from here (check SLURM_CONF and that slurmctld is up)."
+            "reached from here. Check SLURM_CONF and that slurmctld is up, or set "
+            "DMG_SUBMITIT_CLUSTER=local to run the jobs on this machine."
         ) from None
     if result.returncode != 0:
+        said = " / ".join(result.stderr.strip().splitlines()[-2:])
         raise UserError(
-            f"sinfo failed, Slurm cannot be asked for its partitions: {result.stderr.strip()}"
+            f"sinfo failed, so Slurm cannot be asked what its partitions offer ({said}). Check "
+            "that this machine reaches the cluster (SLURM_CONF, slurmctld up), or set "
+            "DMG_SUBMITIT_CLUSTER=local to run the jobs on this machine."
         )
     return parse_sinfo(result.stdout)
 
