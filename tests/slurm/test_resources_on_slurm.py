@@ -5,13 +5,14 @@ unset settings default to what fits; the jobs get what was asked for."""
 from __future__ import annotations
 
 import re
+import runpy
+import sys
 
 import pytest
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import submitit_launcher as launcher
 
-from ..helpers import run_domainbed
 from .cluster import SHORT_PARTITION, SHORT_PARTITION_MAX_MIN, array_tasks
 from .conftest import job_environment
 
@@ -88,34 +89,40 @@ def test_jobs_get_the_resources_and_arrays_that_were_asked_for(
     assert "gpu" not in shown.lower()  # no GPU request for CPU jobs
 
 
-def test_domainbed_s_own_sweep_refused_leaves_no_job_folder_behind(slurm_cluster, tmp_path):
+def test_domainbed_s_own_sweep_refused_leaves_no_job_folder_behind(
+    slurm_cluster, use_cluster, tmp_path, monkeypatch
+):
+    use_cluster(slurm_cluster, cpus="8")
     sweep = tmp_path / "sweep"
-    result = run_domainbed(
-        "sweep",
-        "launch",
-        "--datasets",
-        "RotatedDigits",
-        "--algorithms",
-        "ERM",
-        "--n_hparams",
-        "1",
-        "--n_trials",
-        "1",
-        "--single_test_envs",
-        "--data_dir",
-        str(tmp_path / "data"),
-        "--output_dir",
-        str(sweep),
-        "--command_launcher",
-        "submitit",
-        "--skip_confirmation",
-        env=job_environment(slurm_cluster, cpus="8"),
-        check=False,
+    # DomainBed's own sweep script, in this process (where DomainBed is already imported).
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "sweep",
+            "launch",
+            "--datasets",
+            "RotatedDigits",
+            "--algorithms",
+            "ERM",
+            "--n_hparams",
+            "1",
+            "--n_trials",
+            "1",
+            "--single_test_envs",
+            "--data_dir",
+            str(tmp_path / "data"),
+            "--output_dir",
+            str(sweep),
+            "--command_launcher",
+            "submitit",
+            "--skip_confirmation",
+        ],
     )
-    assert result.returncode != 0
-    assert "cpus = 8 (DMG_SUBMITIT_CPUS)" in result.stderr
+    with pytest.raises(UserError, match=r"cpus = 8 \(DMG_SUBMITIT_CPUS\)") as refused:
+        runpy.run_module("domainbed.scripts.sweep", run_name="__main__")
     assert "The 4 empty job folder(s) made for the jobs that were not submitted were removed" in (
-        result.stderr
+        str(refused.value)
     )
     # DomainBed made the 4 folders, the launcher removed them: the next run launches all 4.
     assert list(sweep.iterdir()) == []

@@ -15,7 +15,6 @@ import pytest
 
 from dmg_domainbed.launchers import slurm_wait
 
-from ..helpers import run_domainbed
 from .cluster import array_tasks, preempt
 from .conftest import job_environment, wait_until
 
@@ -37,14 +36,14 @@ def start_launcher(env: dict[str, str], commands: list[str]) -> subprocess.Popen
     )
 
 
-def domainbed_job(sweep: Path, test_env: int, steps: int) -> str:
-    """DomainBed's train command of one RotatedDigits ERM job, with its folder made as
-    DomainBed's sweep makes it before calling the launcher."""
+def domainbed_job(sweep: Path, test_env: int, steps: int, hparams: str | None = None) -> str:
+    """DomainBed's train command of one RotatedDigits job (ERM; DMG with ``hparams``), with its
+    folder made as DomainBed's sweep makes it before calling the launcher."""
     from domainbed.scripts.sweep import Job
 
     args = {
         "dataset": "RotatedDigits",
-        "algorithm": "ERM",
+        "algorithm": "DMG" if hparams else "ERM",
         "test_envs": [test_env],
         "holdout_fraction": 0.2,
         "hparams_seed": 0,
@@ -53,6 +52,7 @@ def domainbed_job(sweep: Path, test_env: int, steps: int) -> str:
         "trial_seed": 0,
         "seed": test_env,
         "steps": steps,
+        **({"hparams": hparams} if hparams else {}),
     }
     job = Job(args, str(sweep))
     os.makedirs(job.output_dir)
@@ -72,38 +72,23 @@ def logged_steps(results: Path) -> list[int]:
     return [json.loads(line)["step"] for line in results.read_text().splitlines()]
 
 
-def test_a_failing_job_is_reported_with_the_end_of_its_err_txt(slurm_cluster, tmp_path):
-    result = run_domainbed(
-        "sweep",
-        "launch",
-        "--datasets",
-        "RotatedDigits",
-        "--algorithms",
-        "DMG",
-        "--n_hparams",
-        "1",
-        "--n_trials",
-        "1",
-        "--single_test_envs",
-        "--hparams",
-        '{"lambda_overlap": -1}',
-        "--data_dir",
-        str(tmp_path / "data"),
-        "--output_dir",
-        str(tmp_path / "sweep"),
-        "--command_launcher",
-        "submitit",
-        "--skip_confirmation",
-        env=job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true"),
-        check=False,
-    )
-    assert result.returncode != 0
-    report = result.stderr.split("UserError: ", 1)[1]
-    assert report.startswith("4 of 4 job(s) failed:")
-    assert report.count("CommandFailed: the command exited with status 1") == 4
-    cause = "UserError: DMG hparam 'lambda_overlap' must be >= 0.0; got -1"
-    assert report.count("its error output ends with:") == 4 and report.count(cause) == 4
-    assert "File " not in report and "_log.err" not in report  # the cause, not frames or logs
+def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(slurm_cluster, tmp_path):
+    sweep = tmp_path / "sweep"
+    bad_hparam = domainbed_job(sweep, 0, steps=20, hparams='{"lambda_overlap": -1}')
+    no_output_dir = "echo 'cannot reach the data server' >&2; exit 3"
+    env = job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true", folder=str(sweep))
+    launcher = start_launcher(env, [bad_hparam, no_output_dir])
+    report = launcher.communicate(timeout=240)[0]
+    assert launcher.returncode != 0
+    report = report.split("UserError: ", 1)[1]
+    assert report.startswith("2 of 2 job(s) failed:")
+    # DomainBed's job: the exception at the end of its err.txt, without the traceback's frames.
+    assert "CommandFailed: the command exited with status 1" in report
+    assert "UserError: DMG hparam 'lambda_overlap' must be >= 0.0; got -1" in report
+    assert "File " not in report and "_log.err" not in report
+    # A command without an --output_dir: the end of its Slurm error log.
+    assert "CommandFailed: the command exited with status 3" in report
+    assert "cannot reach the data server" in report
 
 
 def test_a_preempted_job_runs_again_and_finished_work_is_kept(slurm_cluster, tmp_path):
