@@ -52,6 +52,7 @@ GRACE_S = 15.0
 SILENT_LIMIT_S = 600.0
 TAIL_LINES = 6
 DETAILED_FAILURES = 10
+_SLURM_LOG_NOISE = ("submitit ", "srun: ", "slurmstepd")
 QUERY_TIMEOUT_S = 60
 
 
@@ -92,11 +93,22 @@ def without_traceback_frames(lines: list[str]) -> list[str]:
     return after[first:] or lines
 
 
-def cause(task: Task) -> list[str]:
-    """What the job printed last on its error stream (DomainBed's err.txt, else Slurm's log),
-    from the exception on when it ends with a traceback."""
+def command_output(log_lines: list[str], launcher_error: str) -> list[str]:
+    """What the command printed, out of its Slurm error log: without the lines of submitit,
+    srun and slurmstepd, and without the traceback of the launcher's own ``launcher_error``
+    (the verdict already says how the command ended)."""
+    starts = [i for i, line in enumerate(log_lines) if line.startswith("Traceback (most recent")]
+    if starts and any(launcher_error in line for line in log_lines[starts[-1] :]):
+        log_lines = log_lines[: starts[-1]]
+    return [line for line in log_lines if not line.startswith(_SLURM_LOG_NOISE)]
+
+
+def cause(task: Task, launcher_error: str) -> list[str]:
+    """What the job printed last on its error stream (DomainBed's err.txt, else what the command
+    wrote to Slurm's log), from the exception on when it ends with a traceback."""
     lines = tail(task.output_dir / "err.txt", lines=200) if task.output_dir is not None else []
-    lines = lines or tail(task.slurm_stderr, lines=200)
+    if not lines:
+        lines = command_output(tail(task.slurm_stderr, lines=200), launcher_error)
     return without_traceback_frames(lines)[-TAIL_LINES:]
 
 
@@ -241,9 +253,12 @@ def wait_for(
     return verdicts
 
 
-def failure_report(tasks: Sequence[Task], verdicts: Mapping[str, Verdict]) -> str | None:
+def failure_report(
+    tasks: Sequence[Task], verdicts: Mapping[str, Verdict], launcher_error: str
+) -> str | None:
     """Every failed task: its command, why it ended and the end of its error stream (in full for
-    the first ``DETAILED_FAILURES``, then counted by reason)."""
+    the first ``DETAILED_FAILURES``, then counted by reason). ``launcher_error`` names the
+    exception the launcher raises in a job whose command failed."""
     failed = [task for task in tasks if not verdicts[task.job_id].ok]
     if not failed:
         return None
@@ -251,7 +266,7 @@ def failure_report(tasks: Sequence[Task], verdicts: Mapping[str, Verdict]) -> st
     for task in failed[:DETAILED_FAILURES]:
         parts.append(f"  job {task.job_id}: {verdicts[task.job_id].reason}")
         parts.append(f"    {task.command}")
-        lines = cause(task)
+        lines = cause(task, launcher_error)
         if lines:
             parts.append("    its error output ends with:")
             parts += [f"      {line}" for line in lines]

@@ -443,7 +443,7 @@ def _wait(values: Mapping[str, Any], jobs: Sequence[Any], commands: Sequence[str
         verdicts = slurm_wait.wait_for(tasks, os.environ, pickle_load)
     else:
         verdicts = _local_verdicts(jobs)
-    report = slurm_wait.failure_report(tasks, verdicts)
+    report = slurm_wait.failure_report(tasks, verdicts, CommandFailed.__name__)
     if report is not None:
         raise UserError(report)
 

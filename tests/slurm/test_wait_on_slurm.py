@@ -25,15 +25,28 @@ LAUNCH = (
 )
 
 
-def start_launcher(env: dict[str, str], commands: list[str]) -> subprocess.Popen:
-    """The launcher in a process of its own, as DomainBed's sweep script calls it."""
-    return subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, json.dumps(commands)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+@pytest.fixture
+def start_launcher():
+    """Start the launcher in a process of its own, as DomainBed's sweep script calls it; a
+    launcher still waiting when the test ends is stopped."""
+    started = []
+
+    def start(env: dict[str, str], commands: list[str]) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-c", LAUNCH, json.dumps(commands)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
 def domainbed_job(sweep: Path, test_env: int, steps: int, hparams: str | None = None) -> str:
@@ -72,10 +85,12 @@ def logged_steps(results: Path) -> list[int]:
     return [json.loads(line)["step"] for line in results.read_text().splitlines()]
 
 
-def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(slurm_cluster, tmp_path):
+def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(
+    slurm_cluster, start_launcher, tmp_path
+):
     sweep = tmp_path / "sweep"
     bad_hparam = domainbed_job(sweep, 0, steps=20, hparams='{"lambda_overlap": -1}')
-    no_output_dir = "echo 'cannot reach the data server' >&2; exit 3"
+    no_output_dir = "echo cannot reach the data server at $((6000 + 66)) >&2; exit 3"
     env = job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true", folder=str(sweep))
     launcher = start_launcher(env, [bad_hparam, no_output_dir])
     report = launcher.communicate(timeout=240)[0]
@@ -88,10 +103,12 @@ def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(slurm_cl
     assert "File " not in report and "_log.err" not in report
     # A command without an --output_dir: the end of its Slurm error log.
     assert "CommandFailed: the command exited with status 3" in report
-    assert "cannot reach the data server" in report
+    assert "      cannot reach the data server at 6066" in report
 
 
-def test_a_preempted_job_runs_again_and_finished_work_is_kept(slurm_cluster, tmp_path):
+def test_a_preempted_job_runs_again_and_finished_work_is_kept(
+    slurm_cluster, start_launcher, tmp_path
+):
     sweep = tmp_path / "sweep"
     short, long = domainbed_job(sweep, 0, steps=20), domainbed_job(sweep, 1, steps=500)
     launcher = start_launcher(
@@ -119,7 +136,7 @@ def test_a_preempted_job_runs_again_and_finished_work_is_kept(slurm_cluster, tmp
 
 
 @pytest.mark.parametrize("which", ["slurm_cluster", "cluster_without_accounting"])
-def test_the_wait_ends_soon_after_a_job_is_cancelled(which, request, tmp_path):
+def test_the_wait_ends_soon_after_a_job_is_cancelled(which, request, start_launcher, tmp_path):
     cluster = request.getfixturevalue(which)
     env = job_environment(cluster, cpus="1", mem_gb="1", wait="true", folder=str(tmp_path))
     launcher = start_launcher(env, ["sleep 300", "sleep 300"])
