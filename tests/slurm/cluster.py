@@ -303,7 +303,7 @@ class SlurmCluster:
             "ReturnToService=2",
             "MinJobAge=600",
             "JobRequeue=1",
-            "KillWait=5",
+            "KillWait=2",  # seconds from a cancel's SIGTERM to its SIGKILL
             "SchedulerParameters=sched_interval=2",
             (
                 "AccountingStorageType=accounting_storage/slurmdbd\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import runpy
 import sys
+from importlib.util import find_spec
 
 import pytest
 
@@ -120,7 +121,7 @@ def test_domainbed_s_own_sweep_refused_leaves_no_job_folder_behind(
         ],
     )
     with pytest.raises(UserError, match=r"cpus = 8 \(DMG_SUBMITIT_CPUS\)") as refused:
-        runpy.run_module("domainbed.scripts.sweep", run_name="__main__")
+        runpy.run_path(find_spec("domainbed.scripts.sweep").origin, run_name="__main__")
     assert "The 4 empty job folder(s) made for the jobs that were not submitted were removed" in (
         str(refused.value)
     )
