@@ -185,6 +185,33 @@ def _refresh(folders: set[Path]) -> None:
             pass
 
 
+def judge(
+    waiting: Mapping[str, Task],
+    states: Mapping[str, str],
+    ended_at: dict[str, float],
+    now: float,
+    grace_s: float,
+) -> dict[str, Verdict]:
+    """Verdicts on tasks without a result file, from Slurm's ``states`` (tasks missing from it
+    are no longer known to Slurm). ``ended_at`` remembers when each was first seen ended."""
+    verdicts = {}
+    for job_id in waiting:
+        state = states.get(job_id)
+        if state is not None and state not in ENDED:
+            ended_at.pop(job_id, None)  # e.g. requeued after a pre-emption
+        elif state == "CANCELLED":
+            verdicts[job_id] = Verdict(False, "cancelled (Slurm state CANCELLED)")
+        elif now - ended_at.setdefault(job_id, now) >= grace_s:
+            verdicts[job_id] = Verdict(
+                False,
+                f"ended without a result (Slurm state {state})"
+                if state is not None
+                else "Slurm no longer knows the job (it ended more than MinJobAge ago, or the "
+                "controller lost it) and it left no result",
+            )
+    return verdicts
+
+
 def wait_for(
     tasks: Sequence[Task],
     environ: Mapping[str, str],
@@ -202,7 +229,7 @@ def wait_for(
     last_answer = time.monotonic()
     poll_s = POLL_FIRST_S
     shown = None
-    while waiting:
+    while True:
         _refresh({task.result_file.parent for task in waiting.values()})
         for job_id, task in list(waiting.items()):
             verdict = result_verdict(task, load)
@@ -210,47 +237,30 @@ def wait_for(
                 verdicts[job_id] = verdict
                 del waiting[job_id]
         if not waiting:
-            break
+            return verdicts
         states = queue_states(list(waiting), environ)
         now = time.monotonic()
-        if states is None:
-            if now - last_answer > SILENT_LIMIT_S:
-                for job_id in waiting:
-                    verdicts[job_id] = Verdict(
-                        False, f"unknown: Slurm did not answer for {SILENT_LIMIT_S / 60:.0f} min"
-                    )
-                break
-            states = {}
-        else:
+        if states is not None:
             last_answer = now
-        unlisted = [job_id for job_id in waiting if job_id not in states]
-        if unlisted:
-            states.update(accounting_states(unlisted, environ))
-        for job_id in list(waiting):
-            state = states.get(job_id)
-            if state is not None and state not in ENDED:
-                ended_at.pop(job_id, None)  # e.g. requeued after a pre-emption
-                continue
-            if state == "CANCELLED":
-                verdicts[job_id] = Verdict(False, "cancelled (Slurm state CANCELLED)")
-            elif now - ended_at.setdefault(job_id, now) >= grace_s:
-                verdicts[job_id] = Verdict(
-                    False,
-                    f"ended without a result (Slurm state {state})"
-                    if state is not None
-                    else "Slurm no longer knows the job (it ended more than MinJobAge ago, or "
-                    "the controller lost it) and it left no result",
-                )
-            if job_id in verdicts:
+            unlisted = [job_id for job_id in waiting if job_id not in states]
+            if unlisted:
+                states.update(accounting_states(unlisted, environ))
+            judged = judge(waiting, states, ended_at, now, grace_s)
+            verdicts.update(judged)
+            for job_id in judged:
                 del waiting[job_id]
-        counts = Counter(states.get(job_id, "UNKNOWN") for job_id in waiting)
-        summary = ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))
-        if waiting and summary != shown:
-            say(f"submitit: waiting for {len(waiting)} of {len(tasks)} job(s): {summary}")
-            shown = summary
+            counts = Counter(states.get(job_id, "UNKNOWN").lower() for job_id in waiting)
+            summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+            if waiting and summary != shown:
+                say(f"submitit: waiting for {len(waiting)} of {len(tasks)} job(s): {summary}")
+                shown = summary
+        elif now - last_answer > SILENT_LIMIT_S:
+            silent = Verdict(False, f"unknown: Slurm did not answer for {SILENT_LIMIT_S:.0f} s")
+            return {**verdicts, **dict.fromkeys(waiting, silent)}
+        if not waiting:
+            return verdicts
         time.sleep(poll_s)
         poll_s = min(POLL_MAX_S, poll_s * 1.25)
-    return verdicts
 
 
 def failure_report(

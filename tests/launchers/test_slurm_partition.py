@@ -4,7 +4,6 @@ partitions unlike the single-node test cluster (GPU nodes, mixed nodes, time lim
 import pytest
 
 from dmg_domainbed.launchers import slurm_partition as sp
-from dmg_domainbed.launchers.slurm_wait import without_traceback_frames
 
 SINFO = """\
 gpu|up|2-00:00:00|UNLIMITED|32|257000|gpu:v100:4(S:0-1)|10
@@ -92,19 +91,3 @@ def test_unknown_and_missing_default_partitions():
     no_default = sp.parse_sinfo(SINFO.replace("cpu*", "cpu"))
     with pytest.raises(ValueError, match="no default partition"):
         sp.choose(no_default, None)
-
-
-def test_an_error_stream_ending_in_a_traceback_shows_its_exception():
-    lines = [
-        "warning: something",
-        "Traceback (most recent call last):",
-        '  File "train.py", line 1, in <module>',
-        "    main()",
-        "ValueError: bad value",
-        "  hint line of the message",
-    ]
-    assert without_traceback_frames(lines) == [
-        "ValueError: bad value",
-        "  hint line of the message",
-    ]
-    assert without_traceback_frames(lines[:1]) == lines[:1]
