@@ -109,10 +109,14 @@ def domainbed_sweep(cluster: SlurmCluster, folder: Path, steps: int, launcher: s
     env.pop("DMG_LOCAL_PARALLEL_JOBS", None)  # local_parallel: one job per core
     command = [sys.executable, "-m", "dmg_domainbed", "sweep", str(sweep_file)]
     started = time.monotonic()
-    subprocess.run(
-        [*command, "--launcher", launcher], env=env, check=True, stdout=subprocess.DEVNULL
+    result = subprocess.run(
+        [*command, "--launcher", launcher], env=env, capture_output=True, text=True
     )
     elapsed = time.monotonic() - started
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"{launcher} sweep failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
     done = len(list(output.glob("*/done")))
     if done != N_JOBS:
         raise RuntimeError(f"{launcher}: {done} of {N_JOBS} jobs done")

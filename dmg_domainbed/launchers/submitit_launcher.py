@@ -257,7 +257,7 @@ def resolve(values: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, 
         lines = []
         for name, fix in problems:
             value = getattr(request, name)
-            origin = f"{_ENV_OF[name]}" if given[name] is not None else "the default"
+            origin = _ENV_OF[name] if given[name] is not None else "the default"
             lines.append(f"{name} = {value:g} ({origin}): {fix}")
         raise UserError(f"the jobs cannot run on {partition.describe()}:\n  " + "\n  ".join(lines))
     resolved.update(
