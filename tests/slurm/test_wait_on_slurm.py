@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -81,22 +82,65 @@ def files_of(folder: Path) -> dict[str, tuple[int, int]]:
     }
 
 
+def output_dir(command: str) -> Path:
+    return Path(command.split("--output_dir ")[1].split()[0])
+
+
 def logged_steps(results: Path) -> list[int]:
     return [json.loads(line)["step"] for line in results.read_text().splitlines()]
 
 
-def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(
-    slurm_cluster, start_launcher, tmp_path
-):
-    sweep = tmp_path / "sweep"
-    bad_hparam = domainbed_job(sweep, 0, steps=20, hparams='{"lambda_overlap": -1}')
+@dataclass
+class Run:
+    """What one waiting launcher did with four jobs, one of them pre-empted."""
+
+    output: str
+    returncode: int
+    long_job: str
+    short_dir: Path
+    long_dir: Path
+    short_files: dict[str, tuple[int, int]]
+
+
+@pytest.fixture(scope="module")
+def preempted_run(slurm_cluster, tmp_path_factory):
+    """One waiting launcher, four jobs on the node's two CPUs: a short DomainBed job; a long one,
+    pre-empted (SIGTERM and USR2, as submitit's own helper sends them) once the short one is
+    done and the long one is training; a DomainBed job with a bad hparam and a plain command
+    that fails, which run on the CPUs the others leave. Sharing the run keeps a CPU busy while
+    the pre-empted job waits to run again."""
+    sweep = tmp_path_factory.mktemp("preempted") / "sweep"
+    short, long = domainbed_job(sweep, 0, steps=20), domainbed_job(sweep, 1, steps=500)
+    bad_hparam = domainbed_job(sweep, 2, steps=20, hparams='{"lambda_overlap": -1}')
     no_output_dir = "echo cannot reach the data server at $((6000 + 66)) >&2; exit 3"
-    env = job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true", folder=str(sweep))
-    launcher = start_launcher(env, [bad_hparam, no_output_dir])
-    report = launcher.communicate(timeout=240)[0]
-    assert launcher.returncode != 0
-    report = report.split("UserError: ", 1)[1]
-    assert report.startswith("2 of 2 job(s) failed:")
+    logs = str(sweep.parent / "logs")  # the plain command names no --output_dir
+    env = job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true", folder=logs)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, json.dumps([short, long, bad_hparam, no_output_dir])],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        short_dir, long_dir = (output_dir(c) for c in (short, long))
+        wait_until(lambda: (short_dir / "done").exists(), 180, "short job done")
+        short_files = files_of(short_dir)
+        wait_until(lambda: (long_dir / "results.jsonl").exists(), 120, "long job training")
+        long_job = max(array_tasks(slurm_cluster), key=int) + "_1"
+        preempt(slurm_cluster, long_job)
+        output = launcher.communicate(timeout=300)[0]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+    return Run(output, launcher.returncode, long_job, short_dir, long_dir, short_files)
+
+
+def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(preempted_run):
+    assert preempted_run.returncode != 0
+    report = preempted_run.output.split("UserError: ", 1)[1]
+    assert report.startswith("2 of 4 job(s) failed:")
     # DomainBed's job: the exception at the end of its err.txt, without the traceback's frames.
     assert "CommandFailed: the command exited with status 1" in report
     assert "UserError: DMG hparam 'lambda_overlap' must be >= 0.0; got -1" in report
@@ -106,33 +150,18 @@ def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(
     assert "      cannot reach the data server at 6066" in report
 
 
-def test_a_preempted_job_runs_again_and_finished_work_is_kept(
-    slurm_cluster, start_launcher, tmp_path
-):
-    sweep = tmp_path / "sweep"
-    short, long = domainbed_job(sweep, 0, steps=20), domainbed_job(sweep, 1, steps=500)
-    launcher = start_launcher(
-        job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true"), [short, long]
-    )
-    short_dir, long_dir = (Path(c.split("--output_dir ")[1].split()[0]) for c in (short, long))
-    wait_until(lambda: (short_dir / "done").exists(), 180, "short job done")
-    finished = files_of(short_dir)
-    wait_until(lambda: (long_dir / "results.jsonl").exists(), 120, "long job training")
-    long_job = max(array_tasks(slurm_cluster), key=int) + "_1"
-    preempt(slurm_cluster, long_job)
-
-    output = launcher.communicate(timeout=240)[0]
-    assert launcher.returncode == 0, output
-    assert "submitit: all 2 job(s) finished" in output
-    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", long_job)
+def test_a_preempted_job_runs_again_and_finished_work_is_kept(preempted_run, slurm_cluster):
+    run = preempted_run
+    assert f"job {run.long_job}" not in run.output  # not among the failed ones
+    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", run.long_job)
     # The rerun logged every checkpoint once; the interrupted attempt is kept aside.
-    assert logged_steps(long_dir / "results.jsonl") == [0, 100, 200, 300, 400, 499]
-    assert (long_dir / "done").exists()
-    first_attempt = long_dir / "interrupted_attempt_1"
+    assert logged_steps(run.long_dir / "results.jsonl") == [0, 100, 200, 300, 400, 499]
+    assert (run.long_dir / "done").exists()
+    first_attempt = run.long_dir / "interrupted_attempt_1"
     assert logged_steps(first_attempt / "results.jsonl")[0] == 0
     assert not (first_attempt / "done").exists()
     # The job that had finished is untouched.
-    assert files_of(short_dir) == finished
+    assert files_of(run.short_dir) == run.short_files
 
 
 @pytest.mark.parametrize("which", ["slurm_cluster", "cluster_without_accounting"])
