@@ -58,10 +58,6 @@ def install(accounting: bool) -> None:
     missing = missing_tools(accounting)
     if not missing:
         return
-    if os.geteuid() != 0:
-        raise ClusterUnavailable(
-            f"Slurm is not installed ({', '.join(missing)} missing) and installing it needs root"
-        )
     if shutil.which("apt-get") is None:
         raise ClusterUnavailable(
             f"Slurm is not installed ({', '.join(missing)} missing) and "
@@ -360,9 +356,14 @@ class SlurmCluster:
 
 def start_cluster(root: Path, accounting: bool) -> SlurmCluster:
     """Install what is missing (when allowed) and start a cluster under ``root``."""
+    if os.geteuid() != 0:
+        raise ClusterUnavailable("the test cluster runs slurmctld and slurmd as root")
     install(accounting)
     cluster = SlurmCluster(root, accounting)
-    cluster.start()
+    try:
+        cluster.start()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        raise ClusterUnavailable(f"starting it failed: {error}") from error
     return cluster
 
 
