@@ -57,7 +57,8 @@ class Partition:
             "no time limit" if self.max_time_min is None else f"time limit {self.max_time_min} min"
         )
         kinds = "; ".join(kind.describe() for kind in self.nodes)
-        return f"partition {self.name} ({kinds}; {limit})"
+        state = "" if self.state == "up" else f"; {self.state}: no job starts until it is up"
+        return f"partition {self.name} ({kinds}; {limit}{state})"
 
 
 def parse_minutes(text: str) -> int | None:

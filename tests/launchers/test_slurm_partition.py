@@ -40,7 +40,11 @@ def test_sinfo_lines_become_partitions_of_node_kinds():
     assert cpu.default and cpu.max_time_min is None
     assert cpu.nodes[0].cpus == 48  # the partition's MaxCPUsPerNode, under the node's 128
     assert cpu.nodes[0].memory_gb == 1005.8  # MB to GB, rounded down to 0.1
-    assert tiny.state == "down" and tiny.max_time_min == 30
+    assert tiny.max_time_min == 30
+    assert tiny.describe() == (
+        "partition tiny (1 node(s) of 4 CPUs, 7.8 GB, no GPU; time limit 30 min; down: no job "
+        "starts until it is up)"
+    )
 
 
 def unset(**given):
