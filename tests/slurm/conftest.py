@@ -1,4 +1,4 @@
-"""Real Slurm clusters for the tests in this folder, one per test session (see cluster.py).
+"""Real Slurm clusters for the tests in this folder, started once per test run (see cluster.py).
 
 Where Slurm is missing, the fixtures install Debian's packages when this process may (root and
 apt-get); otherwise the tests skip with the reason. On CI (``CI=true``) a cluster that cannot be
