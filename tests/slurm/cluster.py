@@ -163,17 +163,16 @@ class SlurmCluster:
             raise
 
     def _spawn(self, name: str, *command: str) -> None:
-        log = open(self.root / "log" / f"{name}.out", "wb")  # noqa: SIM115 (kept by the child)
         executable = shutil.which(command[0], path=tool_path())
-        self.processes[name] = subprocess.Popen(
-            [executable, *command[1:]],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.env(),
-            start_new_session=True,  # Ctrl-C on the tests reaches them through stop() only
-        )
-        log.close()
+        with open(self.root / "log" / f"{name}.out", "wb") as log:  # the child keeps its copy
+            self.processes[name] = subprocess.Popen(
+                [executable, *command[1:]],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                start_new_session=True,  # Ctrl-C on the tests reaches them through stop() only
+            )
 
     def _until(self, ready, what: str, timeout: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
