@@ -150,3 +150,23 @@ def needed_weights(
     if hparams.get("resnet50_augmix"):
         files.append(_timm_resnet50_augmix())
     return files, []
+
+
+@dataclass(frozen=True)
+class WeightsCheck:
+    """An algorithm's own account of the pretrained weights it loads, for algorithms that do
+    not use DomainBed's featurizer: they offer ``check_weights(hparams) -> WeightsCheck``.
+
+    ``locations``: where the loader looks, in its order (found or not); ``ready``: whether the
+    run would load them; ``details``: what was found (does it load, does it fit) and how to
+    get the weights."""
+
+    locations: tuple[WeightFile, ...]
+    ready: bool
+    details: tuple[str, ...]
+
+
+def algorithm_weights(algorithm_class: type, hparams: Mapping[str, object]) -> WeightsCheck | None:
+    """``algorithm_class``'s check of its own weights, or ``None`` when it loads DomainBed's."""
+    check = getattr(algorithm_class, "check_weights", None)
+    return check(hparams) if check is not None else None
