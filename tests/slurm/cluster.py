@@ -36,6 +36,8 @@ SHORT_PARTITION = "short"
 SHORT_PARTITION_MAX_MIN = 10
 # Memory kept back from what the node reports, so that slurmd accepts the node.
 RESERVED_MEMORY_MB = 1024
+# The node's CPUs, whatever the machine has: the tests' requests and timings assume this many.
+NODE_CPUS = 2
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 20
 
@@ -95,7 +97,8 @@ def free_ports(n: int) -> list[int]:
 
 
 def node_line(hostname: str) -> str:
-    """The node as ``slurmd -C`` sees it, with memory kept back and no UpTime."""
+    """The node as ``slurmd -C`` sees it, with memory kept back, no UpTime and ``NODE_CPUS``
+    CPUs (``SlurmdParameters=config_overrides`` lets slurmd offer what it is told)."""
     described = subprocess.run(
         [shutil.which("slurmd", path=tool_path()), "-C"], capture_output=True, text=True, check=True
     ).stdout.splitlines()[0]
@@ -103,6 +106,13 @@ def node_line(hostname: str) -> str:
     fields["NodeName"] = hostname
     fields["RealMemory"] = str(int(fields["RealMemory"]) - RESERVED_MEMORY_MB)
     fields.pop("UpTime", None)
+    fields.update(
+        CPUs=str(NODE_CPUS),
+        Boards="1",
+        SocketsPerBoard="1",
+        CoresPerSocket=str(NODE_CPUS),
+        ThreadsPerCore="1",
+    )
     return " ".join(f"{k}={v}" for k, v in fields.items()) + " NodeAddr=127.0.0.1 State=UNKNOWN"
 
 
@@ -287,6 +297,7 @@ class SlurmCluster:
             f"SlurmdPidFile={root / 'run' / 'slurmd.pid'}",
             f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
             f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+            "SlurmdParameters=config_overrides",  # the node line's CPUs, not the machine's
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",

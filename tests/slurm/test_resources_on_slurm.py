@@ -4,7 +4,7 @@ unset settings default to what fits; the jobs get what was asked for."""
 
 from __future__ import annotations
 
-import re
+import math
 import runpy
 import sys
 from importlib.util import find_spec
@@ -14,20 +14,25 @@ import pytest
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import submitit_launcher as launcher
 
-from .cluster import SHORT_PARTITION, SHORT_PARTITION_MAX_MIN, array_tasks
+from .cluster import NODE_CPUS, SHORT_PARTITION, SHORT_PARTITION_MAX_MIN, array_tasks
 from .conftest import job_environment
 
 
 def node_memory_gb(cluster) -> float:
+    """The node's memory as sinfo gives it, in GB rounded down to 0.1 GB."""
     (memory_mb,) = set(cluster.run("sinfo", "-h", "-N", "-o", "%m").split())
-    return int(memory_mb) / 1024
+    return math.floor(int(memory_mb) / 1024 * 10) / 10
 
 
 @pytest.mark.parametrize(
     "settings, message",
     [
         ({"gpus": "1"}, r"gpus = 1 \(DMG_SUBMITIT_GPUS\): the partition has no GPUs"),
-        ({"cpus": "3"}, r"cpus = 3 \(DMG_SUBMITIT_CPUS\): more than any node has.*at most 2"),
+        (
+            {"cpus": str(NODE_CPUS + 1)},
+            rf"cpus = {NODE_CPUS + 1} \(DMG_SUBMITIT_CPUS\): more than any node has.*"
+            rf"at most {NODE_CPUS}",
+        ),
         ({"mem_gb": "4096"}, r"mem_gb = 4096 \(DMG_SUBMITIT_MEM_GB\): more than any node has"),
         (
             {"partition": SHORT_PARTITION, "time_min": "60"},
@@ -41,17 +46,24 @@ def test_a_request_that_cannot_run_is_refused_naming_the_setting(settings, messa
     with pytest.raises(UserError, match=message) as refused:
         launcher.check(job_environment(slurm_cluster, **settings))
     if "partition" not in settings or "time_min" in settings:
-        assert "1 node(s) of 2 CPUs" in str(refused.value)  # what the partition offers
+        assert f"1 node(s) of {NODE_CPUS} CPUs" in str(refused.value)  # what the partition offers
 
 
 def test_unset_resources_default_to_what_the_partition_offers(slurm_cluster, use_cluster, tmp_path):
     memory = node_memory_gb(slurm_cluster)
+
+    def share_gb(cpus: int) -> float:
+        """32 GB, or the job's CPU share of the node's memory (to 0.1 GB below) if less."""
+        return min(32, math.floor(memory * cpus / NODE_CPUS * 10) / 10)
+
+    # No GPU on a partition without GPUs; the node's CPUs (fewer than 8) and their memory.
     described = launcher.check(job_environment(slurm_cluster))
-    # No GPU on a partition without GPUs; the node's 2 CPUs (fewer than 8), all its memory.
-    assert re.search(r"partition debug; per job 0 GPU, 2 CPU, ([\d.]+) GB, 1440 min", described)
-    assert memory - 0.2 < float(re.search(r"CPU, ([\d.]+) GB", described)[1]) <= memory
+    assert (
+        f"partition debug; per job 0 GPU, {NODE_CPUS} CPU, {share_gb(NODE_CPUS):g} GB, 1440 min"
+        in described
+    )
     one_cpu = launcher.check(job_environment(slurm_cluster, partition=SHORT_PARTITION, cpus="1"))
-    assert f"1 CPU, {int(memory * 5) / 10:g} GB, {SHORT_PARTITION_MAX_MIN} min" in one_cpu
+    assert f"1 CPU, {share_gb(1):g} GB, {SHORT_PARTITION_MAX_MIN} min" in one_cpu
 
     # Jobs with the defaults start and finish (none pends forever).
     use_cluster(slurm_cluster, folder=str(tmp_path / "logs"), wait="true")

@@ -1,8 +1,8 @@
 """A sweep on a real Slurm cluster: submitted by ``dmg-domainbed sweep`` as one array in squeue,
 cancelled with scancel, resumed through DomainBed's own sweep script (``delete_incomplete``, then
 ``launch --command_launcher submitit``); DomainBed's results, done files and collect_results; a
-rerun that submits nothing. DomainBed's scripts run in this process, where DomainBed is already
-imported: on 2 cores each fresh import of DomainBed costs seconds."""
+rerun through either that submits nothing. DomainBed's scripts run in this process, where
+DomainBed is already imported: on 2 cores each fresh import of DomainBed costs seconds."""
 
 from __future__ import annotations
 
@@ -126,4 +126,6 @@ def test_a_sweep_runs_as_one_array_survives_scancel_and_a_rerun_submits_nothing(
     code, out, err = cli("sweep", str(sweep_file))
     assert code == 0, err
     assert "4 job(s): 0 to launch, 4 done, 0 incomplete" in out and "submitted" not in out
+    out = domainbed_script("sweep", "launch", *same_jobs, "--command_launcher", "submitit")
+    assert "submitit: nothing to submit" in out and "Launched 0 jobs!" in out
     assert set(array_tasks(slurm_cluster)) == arrays
