@@ -106,8 +106,11 @@ def test_a_sweep_runs_as_one_array_survives_scancel_and_a_rerun_submits_nothing(
     out = domainbed_script("sweep", "delete_incomplete", *same_jobs, "--command_launcher", "local")
     assert "Deleted 4 jobs!" in out
     use_cluster(slurm_cluster, cpus="1", mem_gb="1")
+    before = set(array_tasks(slurm_cluster))
     out = domainbed_script("sweep", "launch", *same_jobs, "--command_launcher", "submitit")
     assert "submitit: submitted 4 job(s)" in out and "Launched 4 jobs!" in out
+    arrays = {k: v for k, v in array_tasks(slurm_cluster).items() if k not in before}
+    assert [sorted(tasks) for tasks in arrays.values()] == [["0", "1", "2", "3"]]  # one array
     wait_until(lambda: all((d / "done").exists() for d in jobs), 240, "4 done files")
     for job in jobs:
         assert (job / "results.jsonl").read_text().count("\n") == 2  # steps 0 and 19
