@@ -331,6 +331,43 @@ def remove_empty_job_folders(commands: Sequence[str]) -> int:
     return removed
 
 
+def slurm_job_of(output_dir: Path) -> str | None:
+    """The Slurm id (``ARRAY_TASK``) of the job that last ran in a DomainBed job folder, read
+    from the ``submitit.err`` link's target (submitit names it ``<id>_<task>_log.err``);
+    ``None`` when the folder was never submitted through this launcher."""
+    link = Path(output_dir) / LINK_NAMES["stderr"]
+    if not link.is_symlink():
+        return None
+    name = os.readlink(link).rsplit("/", 1)[-1]
+    if not name.endswith("_log.err"):
+        return None
+    return name[: -len("_log.err")].rsplit("_", 1)[0]
+
+
+def still_queued(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dict[Path, str]:
+    """Job folders whose Slurm job is still pending or running, with its state (e.g.
+    ``RUNNING``): deleting them would pull the folder from under a job that still writes it.
+
+    Without ``squeue`` on the PATH (no Slurm here) nothing is queued; a Slurm that does not
+    answer is an error, since then nothing can be known.
+    """
+    jobs = {Path(d): job for d in output_dirs if (job := slurm_job_of(Path(d))) is not None}
+    if not jobs or shutil.which("squeue", path=environ.get("PATH")) is None:
+        return {}
+    states = slurm_wait.queue_states(sorted(set(jobs.values())), environ)
+    if states is None:
+        raise UserError(
+            f"{len(jobs)} incomplete job folder(s) were submitted to Slurm, and squeue did not "
+            "answer whether those jobs still run, so none is deleted. Run the command again "
+            "when Slurm answers, or without delete-incomplete."
+        )
+    return {
+        folder: states[job]
+        for folder, job in jobs.items()
+        if job in states and states[job] not in slurm_wait.ENDED
+    }
+
+
 def _refused(error: UserError, commands: Sequence[str], submitted: int = 0) -> UserError:
     removed = remove_empty_job_folders(commands[submitted:])
     if removed:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dmg_domainbed.launchers import slurm_wait
+from dmg_domainbed.launchers.submitit_launcher import still_queued
 
 from .cluster import array_tasks, preempt
 from .conftest import job_environment, wait_until
@@ -100,6 +101,7 @@ class Run:
     short_dir: Path
     long_dir: Path
     short_files: dict[str, tuple[int, int]]
+    queued_while_training: dict[Path, str]
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +129,7 @@ def preempted_run(slurm_cluster, tmp_path_factory):
         wait_until(lambda: (short_dir / "done").exists(), 180, "short job done")
         short_files = files_of(short_dir)
         wait_until(lambda: (long_dir / "results.jsonl").exists(), 120, "long job training")
+        queued = still_queued([short_dir, long_dir], slurm_cluster.env())
         long_job = max(array_tasks(slurm_cluster), key=int) + "_1"
         preempt(slurm_cluster, long_job)
         output = launcher.communicate(timeout=300)[0]
@@ -134,7 +137,7 @@ def preempted_run(slurm_cluster, tmp_path_factory):
         if launcher.poll() is None:
             launcher.kill()
             launcher.communicate()
-    return Run(output, launcher.returncode, long_job, short_dir, long_dir, short_files)
+    return Run(output, launcher.returncode, long_job, short_dir, long_dir, short_files, queued)
 
 
 def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(preempted_run):
@@ -162,6 +165,11 @@ def test_a_preempted_job_runs_again_and_finished_work_is_kept(preempted_run, slu
     assert not (first_attempt / "done").exists()
     # The job that had finished is untouched.
     assert files_of(run.short_dir) == run.short_files
+
+
+def test_a_job_folder_whose_job_still_runs_is_known_before_anything_deletes_it(preempted_run):
+    # Read from the folder's link to its Slurm log and squeue: the finished job is not listed.
+    assert preempted_run.queued_while_training == {preempted_run.long_dir: "RUNNING"}
 
 
 @pytest.mark.parametrize("which", ["slurm_cluster", "cluster_without_accounting"])
