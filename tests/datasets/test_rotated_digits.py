@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import default_collate
 from domainbed import datasets, hparams_registry, networks
 from sklearn.datasets import load_digits
+from torch.utils.data import default_collate
 
 
 def build(test_envs=(0,), hparams=None):
