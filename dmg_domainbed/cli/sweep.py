@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if launcher is None
         else sweep_run.launcher_environment(config, launcher, os.environ)
     )
-    for note in notes + sweep_run.weight_notes(sweep):
+    for note in notes:
         print(f"  note: {note}")
     if args.dry_run:
         _show_dry_run(sweep, groups, launcher or "LAUNCHER")

@@ -15,7 +15,7 @@ from typing import Any
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight import data, environment, weights
+from dmg_domainbed.preflight import data, environment, requirements, weights
 from dmg_domainbed.preflight.hparams import effective_hparams
 
 OK, FAIL, WARN, INFO = "ok", "FAIL", "warn", "info"
@@ -151,8 +151,7 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
     from domainbed import datasets
 
     def status_of(name: str) -> data.DataStatus:
-        cls = datasets.get_dataset_class(name)
-        return data.dataset_status(name, cls.__module__, len(cls.ENVIRONMENTS), data_dir)
+        return requirements.data_status(name, data_dir)
 
     if dataset is not None:
         found = status_of(dataset)
@@ -163,7 +162,7 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
     lines = [f"under {os.path.abspath(data_dir)}:"]
     for name in datasets.DATASETS:
         found = status_of(name)
-        if found.state in (data.PRESENT, data.MISSING):
+        if found.state in (data.PRESENT, data.MISSING, data.INVALID):
             lines.append(f"{found.state:8} {name}: {found.detail}")
     return Check(INFO, "data", tuple(lines))
 
