@@ -132,9 +132,10 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
     lines = [f"{scope} ({backbone}) loads:"]
     for f in files:
-        state = "cached " if f.present else "MISSING"
-        lines.append(f"{state} {f.what}: {f.filename} in {f.folder}")
-        if not f.present:
+        if f.present:
+            lines.append(f"cached  {f.what}: {f.path}")
+        else:
+            lines.append(f"MISSING {f.what}: not found at {f.path}")
             lines.append(f"        to get it: {f.fetch}")
     missing = problems or [f for f in files if not f.present]
     if not missing:

@@ -60,8 +60,8 @@ def test_not_ready_without_data_and_weights(env, capsys, tmp_path):
     assert f"expected {tmp_path / 'data' / 'PACS'}/ with 4 domain folders" in out
     checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
     assert (
-        "MISSING torchvision resnet18 ImageNet weights (IMAGENET1K_V1): resnet18-f37072fd.pth "
-        f"in {checkpoints}" in out
+        "MISSING torchvision resnet18 ImageNet weights (IMAGENET1K_V1): not found at "
+        f"{checkpoints / 'resnet18-f37072fd.pth'}" in out
     )
     assert "timm" not in out  # resnet50_augmix off: timm's weights are not needed
     assert "NOT READY: a run of DMG on PACS would not start; see: pretrained weights, data" in out
