@@ -65,14 +65,19 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
 
     Columns: ``run``, ``algorithm``, ``prediction``, ``env``, ``domain`` (environment name),
     ``n_examples``, ``accuracy`` (%), ``changed`` (% of examples whose class differs from
-    ``predict``'s) and ``logged`` (train.py's last ``env<i>_out_acc`` in %, ``predict`` only).
+    ``predict``'s) and ``logged`` (train.py's last ``env<i>_out_acc`` in %, ``predict`` only;
+    empty where train.py classified the images augmented, see
+    :func:`~dmg_domainbed.reporting.models.augmented_evaluation`).
     """
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
     on = device or models.device()
     algorithm = models.load_algorithm(run, on)
-    dataset = models.load_dataset(run, data_dir)
+    # The held-out images as they are (Table 3), never with the training augmentation; what
+    # train.py logged is then comparable only where it did not augment them either.
+    dataset = models.load_dataset(run, data_dir, augment=False)
+    comparable = not models.augmented_evaluation(run)
     environments = type(dataset).ENVIRONMENTS
     splits = rebuild_splits(dataset, run.args)
     rows = []
@@ -96,7 +101,9 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
         reference = torch.cat(batches[reference_name])
         for name, predicted in batches.items():
             predicted = torch.cat(predicted)
-            logged = 100 * last[f"env{env}_out_acc"] if name == reference_name else None
+            logged = (
+                100 * last[f"env{env}_out_acc"] if name == reference_name and comparable else None
+            )
             rows.append(
                 {
                     "run": str(run.path),

@@ -41,11 +41,13 @@ def load_algorithm(run: Run, on: str | None = None) -> torch.nn.Module:
     return algorithm.to(on or device()).eval()
 
 
-def load_dataset(run: Run, data_dir: str | None = None):
-    """The run's dataset, built with train.py's arguments and hparams (``data_dir`` overrides)."""
+def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
+    """The run's dataset, built with train.py's arguments and hparams (``data_dir`` overrides);
+    ``augment=False`` switches DomainBed's training augmentation off."""
     from domainbed import datasets
 
     root = data_dir if data_dir is not None else run.args.get("data_dir")
+    hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
     try:
         dataset_class = datasets.get_dataset_class(run.dataset)
     except NotImplementedError:
@@ -53,10 +55,28 @@ def load_dataset(run: Run, data_dir: str | None = None):
             f"run '{run.path}' used dataset '{run.dataset}', which DomainBed does not know here."
         ) from None
     try:
-        return dataset_class(root, run.test_envs, run.hparams)
+        return dataset_class(root, run.test_envs, hparams)
     except (OSError, RuntimeError, ValueError) as error:
         raise UserError(
             f"cannot load dataset {run.dataset} from data_dir '{root}' "
             f"({type(error).__name__}: {error}). Pass --data_dir with the folder the run "
             "was trained on."
         ) from None
+
+
+def augmented_evaluation(run: Run) -> bool:
+    """Whether train.py classified the training domains' held-out images augmented.
+
+    DomainBed's image and WILDS datasets give a training domain's whole dataset the training
+    augmentation when ``data_augmentation`` is on (its default), held-out split included, so
+    the ``env<i>_out_acc`` train.py logs for those domains come from randomly augmented images.
+    """
+    from domainbed import datasets
+
+    augmenting = tuple(
+        getattr(datasets, name)
+        for name in ("MultipleEnvironmentImageFolder", "WILDSDataset", "SpawriousBenchmark")
+        if hasattr(datasets, name)
+    )
+    dataset_class = datasets.get_dataset_class(run.dataset)
+    return bool(run.hparams.get("data_augmentation")) and issubclass(dataset_class, augmenting)

@@ -46,21 +46,27 @@ class Device:
     """Where the jobs train: what train.py picks (CUDA when available) and how memory is read."""
 
     kind: str
-    description: str
 
     @property
     def memory(self) -> str:
         return "peak GPU memory" if self.kind == "cuda" else "peak host memory"
 
+    def describe(self) -> str:
+        """The device's name. Called once the jobs have run: reading a GPU's properties starts
+        CUDA in this process, which must not hold the GPU while a job needs it."""
+        import torch
+
+        if self.kind == "cuda":
+            properties = torch.cuda.get_device_properties(0)
+            return f"cuda: {properties.name}, {properties.total_memory / 2**30:.0f} GiB"
+        return f"cpu: {os.cpu_count()} cores, no CUDA device"
+
 
 def this_device() -> Device:
     import torch
 
-    if torch.cuda.is_available():
-        properties = torch.cuda.get_device_properties(0)
-        total = properties.total_memory / 2**30
-        return Device("cuda", f"cuda: {properties.name}, {total:.0f} GiB")
-    return Device("cpu", f"cpu: {os.cpu_count()} cores, no CUDA device")
+    # Counts the devices without starting CUDA here (no context on the jobs' GPU).
+    return Device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def job_environment(extra: Mapping[str, str]) -> dict[str, str]:

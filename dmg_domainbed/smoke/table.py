@@ -85,7 +85,7 @@ def render(rows: Sequence[tuple[Staged, Outcome]], device: Device, steps: int) -
     per = "the sweep's jobs of the row" if swept else "one job"
     lines += [
         "",
-        f"device: {device.description}; {steps} steps per job with DomainBed's train",
+        f"device: {device.describe()}; {steps} steps per job with DomainBed's train",
         f"batch: source domains x examples per domain; s/step: train.py's step_time after the "
         f"first step; peak GB: {device.memory}",
         f"est. hours: {per} x steps/job x s/step, on one such device, without start-up, "
