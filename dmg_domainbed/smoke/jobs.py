@@ -95,7 +95,9 @@ def _jobs_of(config: SweepConfig, scratch: Path, counted: bool) -> list[SmokeJob
     ]
 
 
-def _narrow(given: Sequence[str] | None, available: Sequence[str], kind: str, path) -> tuple:
+def _narrow(
+    given: Sequence[str] | None, available: Sequence[str], kind: str, path: Path
+) -> tuple[str, ...]:
     if not given:
         return tuple(available)
     unknown = [name for name in given if name not in available]

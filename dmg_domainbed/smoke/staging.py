@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dmg_domainbed import synthetic
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.smoke.jobs import SmokeJob
 
@@ -108,9 +109,13 @@ class Staging:
             message = weights.missing_weights_message(absent)
             staged.problems.append(f"pretrained weights missing: {message}")
             return staged
+        try:
+            self._random_weights(job, files)
+        except UserError as error:  # e.g. DINOv2, whose torch.hub code cannot be made up
+            staged.problems.append(f"{error}; {weights.missing_weights_message(absent)}")
+            return staged
         staged.environment = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
         staged.stand_ins.append(RANDOM_WEIGHTS)
-        self._random_weights(job, files)
         return staged
 
     def _random_weights(self, job: SmokeJob, files: list[weights.WeightFile]) -> None:

@@ -85,3 +85,14 @@ def test_stand_ins_go_to_the_check_s_own_cache_and_the_chosen_folder(user_caches
         and str(timm_file.folder) in note
         for note in staging.notes
     )
+
+
+def test_weights_that_cannot_be_made_up_keep_the_job_from_running(user_caches, tmp_path):
+    hparams = {"vit": True, "dinov2": True}  # DINOv2 comes with torch.hub code of its own
+    (job,) = jobs.from_command_line(["ERM"], ["PACS"], hparams, tmp_path)
+    staging = Staging(tmp_path / "scratch", None, synthetic_data_dir=tmp_path / "synthetic")
+    (staged,) = staging.stage([job])
+    (problem,) = staged.problems
+    assert "cannot write random weights for torch.hub code of facebookresearch/dinov2" in problem
+    assert "torch.hub.load('facebookresearch/dinov2', 'dinov2_vitb14')" in problem
+    assert RANDOM_WEIGHTS not in staged.stand_ins and staged.environment == {}
