@@ -1,4 +1,4 @@
-"""Cost of DMG, MultiHead and Aggregate next to DomainBed's own ERM, measured side by side.
+"""Cost of this package's algorithms next to DomainBed's own ERM, measured side by side.
 
 Every algorithm is built in this one process on the same featurizer architecture, hparams and
 minibatches (random tensors: only shapes matter for cost), then measured three ways:
@@ -49,7 +49,7 @@ from domainbed import algorithms, datasets, hparams_registry
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
-from dmg_domainbed.algorithms.task_network import TaskNetwork
+from dmg_domainbed.algorithms.base import featurizer_classifier, pooled
 
 REFERENCE = "ERM"
 CORE = ("Aggregate", "MultiHead", "DMG")
@@ -61,7 +61,6 @@ MIN_SAMPLE_S = 0.05  # a timing sample repeats fast calls until it lasts about t
 NUM_DOMAINS = 3
 NUM_CLASSES = 10
 EMBEDDED_DATASET = "RotatedDigits"
-MLP_FALLBACK = {"mlp_width": 128, "mlp_depth": 3, "mlp_dropout": 0.0, "batch_size": 32}
 
 
 @dataclass(frozen=True)
@@ -97,14 +96,10 @@ class Row:
 
 def configurations() -> list[Config]:
     """MNIST_CNN 28x28 and the embedded dataset's MLP on CPU; ResNet-50 224x224 on CUDA."""
-    if hasattr(datasets, EMBEDDED_DATASET):
-        shape = tuple(getattr(datasets, EMBEDDED_DATASET).INPUT_SHAPE)
-        embedded = Config("mlp", shape, EMBEDDED_DATASET, "cpu", note=f"{EMBEDDED_DATASET} hparams")
-    else:
-        embedded = Config("mlp", (64,), "RotatedMNIST", "cpu", MLP_FALLBACK, "fallback MLP hparams")
+    shape = tuple(datasets.get_dataset_class(EMBEDDED_DATASET).INPUT_SHAPE)
     return [
         Config("mnist_cnn", (1, 28, 28), "RotatedMNIST", "cpu"),
-        embedded,
+        Config("mlp", shape, EMBEDDED_DATASET, "cpu", note=f"{EMBEDDED_DATASET} hparams"),
         Config(
             "resnet50",
             (3, 224, 224),
@@ -252,7 +247,7 @@ def unavoidable_predict(
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """The plain task network, input of DMG's first masked layer repeated once per domain."""
     with random_resnet_weights():
-        network = TaskNetwork(config.input_shape, NUM_CLASSES, hparams_for("DMG", config))
+        network = featurizer_classifier(config.input_shape, NUM_CLASSES, hparams_for("DMG", config))
     network = network.to(config.device).eval()
     if dmg.masks.fold:
         return network
@@ -279,7 +274,7 @@ class UnavoidableTraining:
         hparams = hparams_for("DMG", config)
         torch.manual_seed(0)
         with random_resnet_weights():
-            self.network = TaskNetwork(config.input_shape, NUM_CLASSES, hparams)
+            self.network = featurizer_classifier(config.input_shape, NUM_CLASSES, hparams)
         self.network.to(config.device).train()
         modules = dict(self.network.named_modules())
         for name in layer_names:
@@ -295,8 +290,7 @@ class UnavoidableTraining:
         return (x * drawn.view(*drawn.shape, *(1,) * (x.dim() - 2)),) + tuple(args[1:])
 
     def update(self, minibatches: list) -> dict[str, float]:
-        x = torch.cat([x for x, _ in minibatches])
-        y = torch.cat([y for _, y in minibatches])
+        x, y = pooled(minibatches)
         loss = nn.functional.cross_entropy(self.network(x), y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,4 +1,5 @@
-"""DMG, MultiHead and Aggregate as plugins of facebookresearch/DomainBed.
+"""Domain-generalization algorithms as plugins of facebookresearch/DomainBed: DMG with its
+multi-head and aggregate baselines, CorGrad and ImportanceMask.
 
 Installing the package is enough: a start-up hook registers the plugins into DomainBed's
 modules the moment DomainBed imports them. Where site-packages hooks do not run (embedded

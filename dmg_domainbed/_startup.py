@@ -1,22 +1,29 @@
 """Start-up hook: register the plugins whenever DomainBed's library modules are imported.
 
 ``dmg_domainbed.pth`` (and ``dmg_domainbed.start`` for Python 3.15+, PEP 829) call
-:func:`install` at interpreter start-up. It only puts a meta-path finder in front of the import
-system; nothing is imported until DomainBed itself is, so the hook costs well under a millisecond
-and imports no torch. When one of the watched DomainBed modules finishes executing, the finder
-hands it to :mod:`dmg_domainbed.integration`, which works in any import order.
+:func:`install` at the start of every Python process of the environment. It only puts a
+meta-path finder in front of the import system; when one of the watched DomainBed modules
+finishes executing, the finder hands it to :mod:`dmg_domainbed.integration`, which works in any
+import order.
 
-Stdlib only. Any failure here is reported on stderr and never breaks the interpreter.
-Set ``DMG_DOMAINBED_DISABLE=1`` to switch the hook off.
+Because it runs in every process, this module imports nothing that a bare ``python -c pass``
+has not already loaded: ``sys`` and ``os`` only. In particular no ``importlib.abc`` (on Python
+3.11 it pulls in ``importlib.resources`` and some 60 modules with it) and no
+``from __future__ import annotations`` (which imports the ``__future__`` module): the finder and
+the loader are plain classes with the methods the import system calls.
+``benchmarks/startup_cost.py`` measures what is left.
+
+Any failure here is reported on stderr and never breaks the interpreter.
+``DMG_DOMAINBED_DISABLE`` set to anything but empty, ``0``, ``false``, ``no`` or ``off`` switches
+the hook off; it is checked before anything else.
 """
-
-from __future__ import annotations
 
 import os
 import sys
-from importlib.abc import Loader, MetaPathFinder
 
 DISABLE_VARIABLE = "DMG_DOMAINBED_DISABLE"
+#: Values of ``DMG_DOMAINBED_DISABLE`` that count as unset (compared lower-case, stripped).
+NOT_SET_VALUES = frozenset({"", "0", "false", "no", "off"})
 WATCHED_MODULES = frozenset(
     {
         "domainbed.algorithms",
@@ -25,6 +32,11 @@ WATCHED_MODULES = frozenset(
         "domainbed.command_launchers",
     }
 )
+
+
+def disabled() -> bool:
+    """Whether ``DMG_DOMAINBED_DISABLE`` switches the hook off in this environment."""
+    return os.environ.get(DISABLE_VARIABLE, "").strip().lower() not in NOT_SET_VALUES
 
 
 def _report(message: str) -> None:
@@ -47,10 +59,14 @@ def _after_import(module) -> None:
         )
 
 
-class _RegisteringLoader(Loader):
-    """Wraps a module's real loader and registers the plugins once the module has run."""
+class _RegisteringLoader:
+    """Wraps a module's real loader and registers the plugins once the module has run.
 
-    def __init__(self, loader: Loader) -> None:
+    The import system calls only ``create_module`` and ``exec_module``; anything else (e.g.
+    ``get_source`` for tracebacks) goes to the real loader.
+    """
+
+    def __init__(self, loader) -> None:
         self._loader = loader
 
     def create_module(self, spec):
@@ -65,8 +81,9 @@ class _RegisteringLoader(Loader):
         return getattr(self._loader, name)
 
 
-class DomainBedImportWatcher(MetaPathFinder):
-    """Finds the watched DomainBed modules with the other finders and wraps their loaders."""
+class DomainBedImportWatcher:
+    """A meta-path finder: finds the watched DomainBed modules with the other finders and wraps
+    their loaders."""
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in WATCHED_MODULES:
@@ -87,7 +104,7 @@ class DomainBedImportWatcher(MetaPathFinder):
 def install() -> None:
     """Put the import watcher in front of ``sys.meta_path`` (once); never raises."""
     try:
-        if os.environ.get(DISABLE_VARIABLE, "").strip().lower() in {"1", "true", "yes", "on"}:
+        if disabled():
             return
         if any(type(f).__name__ == DomainBedImportWatcher.__name__ for f in sys.meta_path):
             return

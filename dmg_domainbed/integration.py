@@ -19,11 +19,15 @@ entry-point group               object the entry point names
 algorithm hparams come last. DomainBed's own algorithms on DomainBed's own datasets get exactly
 the hparams they get without plugins. This package's algorithms are registered through the same
 groups. A broken entry point is reported once on stderr and skipped.
+
+One setting is applied here too, because it writes into DomainBed's dataset classes:
+``DMG_DOMAINBED_LOADER_WORKERS`` (see :func:`cap_loader_workers`).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Container
 from importlib import metadata
@@ -34,6 +38,7 @@ ALGORITHM_GROUP = "domainbed.algorithms"
 DATASET_GROUP = "domainbed.datasets"
 LAUNCHER_GROUP = "domainbed.command_launchers"
 _MARK = "__dmg_domainbed_registered__"
+LOADER_WORKERS_VARIABLE = "DMG_DOMAINBED_LOADER_WORKERS"
 
 
 _reported: set[str] = set()
@@ -66,16 +71,22 @@ _loaded: dict[tuple[str, str], Any | None] = {}
 
 
 def _initializing(module_name: str) -> bool:
-    """True while ``module_name`` is half-way through its first import."""
-    spec = getattr(sys.modules.get(module_name), "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
+    """True while a module of ``module_name``'s top-level package is half-way through its first
+    import (the plugin module itself, or a module of its package that it imports)."""
+    package = module_name.partition(".")[0]
+    return any(
+        getattr(getattr(module, "__spec__", None), "_initializing", False)
+        for name, module in list(sys.modules.items())
+        if name == package or name.startswith(f"{package}.")
+    )
 
 
 def load(group: str, name: str) -> Any | None:
     """Load one entry point; a failure is reported once and gives ``None``.
 
-    A plugin module that imports DomainBed triggers registration while it is itself still
-    being imported; its entry point is then left for a later call instead of failing.
+    A plugin module that imports DomainBed triggers registration while it (or a module of its
+    package) is still being imported; its entry point is then left for a later call instead of
+    failing.
     """
     key = (group, name)
     if key in _loaded:
@@ -157,6 +168,68 @@ def register_algorithms(module: ModuleType) -> None:
 
 def register_datasets(module: ModuleType) -> None:
     _open_namespace(module, "DATASETS", DATASET_GROUP, "dataset", "get_dataset_class")
+    cap_loader_workers(module)
+
+
+# Each dataset class's own N_WORKERS, as it was before any cap, to cap it again from there.
+_own_loader_workers: dict[type, int] = {}
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for subclass in cls.__subclasses__():
+        found += [subclass, *_subclasses(subclass)]
+    return found
+
+
+def _own_workers(cls: type) -> int:
+    """``cls.N_WORKERS`` as the class hierarchy defines it, before any cap."""
+    for klass in cls.__mro__:
+        if klass in _own_loader_workers:
+            return _own_loader_workers[klass]
+        if "N_WORKERS" in vars(klass):
+            return vars(klass)["N_WORKERS"]
+    return 0
+
+
+def loader_workers_budget(environ=os.environ) -> int | None:
+    """The value of ``DMG_DOMAINBED_LOADER_WORKERS``: None if unset; a bad value is reported
+    once and ignored (launchers reject it before any job starts)."""
+    text = environ.get(LOADER_WORKERS_VARIABLE, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        _report(
+            f"{LOADER_WORKERS_VARIABLE}={text!r} is not a whole number >= 0: ignored, "
+            "DomainBed's own data-loader workers are used. Fix or unset the variable."
+        )
+        return None
+    return int(text)
+
+
+def cap_loader_workers(module: ModuleType, environ=os.environ) -> None:
+    """Cap the data-loader workers of every dataset class of ``domainbed.datasets``' family.
+
+    DomainBed's ``train.py`` gives each of its loaders ``dataset.N_WORKERS`` worker processes
+    (8 unless a dataset says otherwise), with one training loader per source domain, all
+    prefetching at once. ``DMG_DOMAINBED_LOADER_WORKERS=N`` is a budget per job: each loader of
+    a dataset with ``E`` domains gets ``max(1, N // (E - 1))`` workers (its ``E - 1`` training
+    loaders together about ``N``, with one test domain), never more than the dataset's own
+    number and never 0 where that is not 0 (0 would move augmentation into the training
+    process and change its random stream). Unset, every class gets its own number back.
+    Called at registration and again by a forked job with its own environment.
+    """
+    budget = loader_workers_budget(environ)
+    classes = _subclasses(module.MultipleDomainDataset)
+    for cls in classes:
+        _own_loader_workers.setdefault(cls, _own_workers(cls))
+    for cls in classes:
+        own = _own_loader_workers[cls]
+        domains = len(getattr(cls, "ENVIRONMENTS", None) or ())
+        if budget is None or own == 0 or domains < 2:
+            cls.N_WORKERS = own
+        else:
+            cls.N_WORKERS = min(own, max(1, budget // (domains - 1)))
 
 
 def register_launchers(module: ModuleType) -> None:

@@ -28,6 +28,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
+from dmg_domainbed import named_layers
+
 EPS = 1e-6  # the authors' smoothing of the soft IoU
 INITS = ("random_uniform", "scalar")
 MODES = ("soft", "hard")
@@ -134,31 +136,21 @@ class DomainMasks(nn.Module):
         fold: bool = False,
     ) -> None:
         super().__init__()
-        modules = dict(network.named_modules())
-        unknown = [name for name in layer_names if name not in modules or name == ""]
-        if unknown or not layer_names:
-            valid = ", ".join(name for name in modules if name)
-            raise ValueError(
-                f"cannot mask layers {list(layer_names)!r}: "
-                f"{'unknown ' + repr(unknown) if unknown else 'no layer given'}. "
-                f"Valid layer names: {valid}"
-            )
+        layers = named_layers.modules_named(network, layer_names, "mask")
         self.num_domains = num_domains
         self.fold = fold
-        layers = [modules[name] for name in layer_names]
         input_shapes = _probe_input_shapes(network, layers, example_input)
         # Keep the order in which the forward pass reaches the layers: the first one expands.
         order = sorted(range(len(layer_names)), key=lambda i: input_shapes[i][0])
         self.layer_names = [layer_names[i] for i in order]
-        self.input_ndims = [len(input_shapes[i][1]) for i in order]
         self.logits = nn.ParameterList(
             nn.Parameter(initial_logits(num_domains, input_shapes[i][1][1], init, init_scalar))
             for i in order
         )
         self._route: tuple | None = None
         self._handles = [
-            modules[name].register_forward_pre_hook(self._hook(position))
-            for position, name in enumerate(self.layer_names)
+            layers[i].register_forward_pre_hook(self._hook(position))
+            for position, i in enumerate(order)
         ]
 
     @contextlib.contextmanager

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
@@ -62,3 +65,31 @@ def run_cli(*args: str, check: bool = True, cwd: Path | None = None):
     """``python -m dmg_domainbed ARGS`` in a subprocess (two jobs at once, one thread each)."""
     env = domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2")
     return run_python("-m", "dmg_domainbed", *args, check=check, cwd=cwd, env=env)
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """``dmg-domainbed ARGS`` in this process: (exit code, stdout, stderr)."""
+    from dmg_domainbed.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def runs_of(sweep_dir: Path) -> dict[tuple[str, int], Path]:
+    """Run folders of a sweep by (algorithm, first test env)."""
+    runs = {}
+    for results in sweep_dir.glob("*/results.jsonl"):
+        args = json.loads(results.read_text().splitlines()[0])["args"]
+        runs[(args["algorithm"], args["test_envs"][0])] = results.parent
+    return runs
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Size and modification time of every file under ``folder``."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }

@@ -161,3 +161,21 @@ def test_bad_hparams_stop_train_py_before_the_first_step(tmp_path):
     # train.py tees its stderr into stdout and err.txt
     assert "DMG hparam 'lambda_overlap' must be >= 0.0; got -1" in result.stdout + result.stderr
     assert not (tmp_path / "results.jsonl").exists() and not (tmp_path / "done").exists()
+
+
+def test_a_misspelt_hparam_stops_train_py_before_the_first_step(tmp_path):
+    def train(algorithm, check):
+        args = ["--algorithm", algorithm, "--dataset", "RotatedDigits", "--steps", "1"]
+        output = ["--output_dir", str(tmp_path / algorithm)]
+        hparams = ["--hparams", '{"lamda_overlap": 0.5}']
+        return run_domainbed("train", *args, *hparams, *output, check=check)
+
+    dmg = train("DMG", check=False)
+    assert dmg.returncode != 0
+    assert "DMG does not know hparam 'lamda_overlap' (did you mean 'lambda_overlap'?)" in (
+        dmg.stdout + dmg.stderr
+    )
+    assert not (tmp_path / "DMG" / "results.jsonl").exists()
+    # DomainBed's own algorithm keeps DomainBed's behaviour: the name is carried, never read
+    train("ERM", check=True)
+    assert records(tmp_path / "ERM")[-1]["hparams"]["lamda_overlap"] == 0.5

@@ -6,6 +6,8 @@ import torch
 from dmg_domainbed import masks
 from dmg_domainbed.mask_penalty import mask_penalty
 
+pytestmark = pytest.mark.no_domainbed
+
 WIDTHS = (4, 7, 3)  # layers of different widths: the stacked probabilities are zero-padded
 
 

@@ -9,6 +9,8 @@ from torch import nn
 
 from dmg_domainbed import masks
 
+pytestmark = pytest.mark.no_domainbed
+
 
 def logit(p: float) -> float:
     return math.log(p / (1 - p))

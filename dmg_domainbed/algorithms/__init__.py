@@ -1,5 +1,8 @@
 """DomainBed algorithms of this package, one per module.
 
-They are registered into DomainBed through the ``domainbed.algorithms`` entry-point group (see
-:mod:`dmg_domainbed.integration`), never by importing this package.
+Each module holds one algorithm: its class, its hparams and everything else the package asks
+of it (see :mod:`.base`); its pictures, when it draws any, sit next to it in
+``<name>_pictures.py``. The algorithms are registered into DomainBed through the
+``domainbed.algorithms`` entry-point group (see :mod:`dmg_domainbed.integration`), never by
+importing this package.
 """

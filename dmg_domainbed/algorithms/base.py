@@ -7,7 +7,8 @@ demo need to know about it; they ask the algorithm class and never test its name
 
 ============================== ===============================================================
 ``HPARAMS``                    its hparams (:class:`~dmg_domainbed.hparams.HParamSpace`),
-                               validated when the algorithm is built
+                               validated when the algorithm is built; a name that neither
+                               DomainBed nor the algorithm defines is refused
 ``KNOWN_DOMAIN_PREDICTIONS``   known-domain predictions (paper Table 3) as ``{mode: label}``,
                                served by ``predict_known_domain(x, domain, mode)``
 ``run_length_hparams(steps)``  hparams whose value depends on the run's number of steps
@@ -15,6 +16,9 @@ demo need to know about it; they ask the algorithm class and never test its name
                                run (``dmg-domainbed masks``); empty: nothing
 ``training_curves(runs, envs)`` a figure of its logged diagnostics over training, for sweep
                                reports; ``None``: none
+``check_input_shape(shape)``   classmethod: ``UserError`` for inputs it cannot take (``doctor``)
+``check_weights(hparams)``     classmethod of an algorithm that loads its own pretrained weights:
+                               a ``WeightsCheck`` (``doctor``, ``sweep``)
 ============================== ===============================================================
 
 DomainBed's own algorithms declare none of this; the functions at the end of this module give
@@ -34,7 +38,7 @@ from domainbed import networks
 from domainbed.algorithms import Algorithm
 from torch import nn
 
-from dmg_domainbed.hparams import HParamSpace
+from dmg_domainbed.hparams import HParamSpace, reject_unknown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,6 +64,7 @@ class PluginAlgorithm(Algorithm):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
+        reject_unknown(type(self), hparams)
         self.HPARAMS.validate(hparams, type(self).__name__)
         self.num_domains = num_domains
         self.num_classes = num_classes

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from domainbed import networks
-from domainbed.algorithms import Algorithm
 from torch import nn
 
+from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier
 from dmg_domainbed.hparams import HParam, HParamSpace
 
 PARAMETER_SETS = ("conv_linear", "all")
@@ -183,12 +182,7 @@ def corrected_parameters(network: nn.Module, which: str) -> list[nn.Parameter]:
     ]
 
 
-def _at_most_one(value: float) -> None:
-    if value > 1:
-        raise ValueError(f"must lie in [0, 1]; got {value!r}")
-
-
-class CorGrad(Algorithm):
+class CorGrad(PluginAlgorithm):
     """CorGrad (Zhou et al., ECAI 2024): chunk-wise conflict projection and norm-outlier blending.
 
     Every step, each source domain's minibatch goes through DomainBed's featurizer and classifier
@@ -243,7 +237,7 @@ class CorGrad(Algorithm):
             0.6,
             lambda r: r.uniform(0.4, 0.8),
             minimum=0.0,
-            validate=_at_most_one,
+            maximum=1.0,
             help="weight an outlier domain keeps on its own gradient",
         ),
         HParam(
@@ -257,12 +251,7 @@ class CorGrad(Algorithm):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
-        type(self).HPARAMS.validate(hparams, type(self).__name__)
-        self.featurizer = networks.Featurizer(input_shape, hparams)
-        self.classifier = networks.Classifier(
-            self.featurizer.n_outputs, num_classes, hparams["nonlinear_classifier"]
-        )
-        self.network = nn.Sequential(self.featurizer, self.classifier)
+        self.network = featurizer_classifier(input_shape, num_classes, hparams)
         self.optimizer = torch.optim.Adam(
             self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )

@@ -5,23 +5,42 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from domainbed import networks
 from torch import nn
 
-from dmg_domainbed import masks
+from dmg_domainbed import masks, named_layers
 from dmg_domainbed.algorithms.aggregate import Aggregate
+from dmg_domainbed.algorithms.base import Drawn, pooled
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
-from dmg_domainbed.algorithms.task_network import default_mask_layers
 from dmg_domainbed.hparams import HParam, HParamSpace
 from dmg_domainbed.mask_penalty import mask_penalty
 
+#: Keys of the per-layer hard IoU and per-domain active fraction in ``update``'s diagnostics.
+IOU_PREFIX = "mask_iou/"
+ACTIVE_PREFIX = "mask_active/d"
 
-def _check_mask_layers(value) -> None:
-    names = [value] if isinstance(value, str) else value
-    if not names or not all(isinstance(name, str) and name for name in names):
-        raise ValueError(
-            "give 'auto', one layer name, or a list of layer names such as "
-            "['featurizer.conv4', 'classifier']"
-        )
+
+def default_mask_layers(network: nn.Module) -> list[str]:
+    """The layers whose inputs DMG masks when ``mask_layers`` is ``"auto"``.
+
+    * ResNet-18/50: inputs of layer3, layer4 and the classifier, per channel for the convs
+      (the authors' released ResNet runs);
+    * MNIST_CNN: input of the last conv block and of the classifier;
+    * MLP: its hidden layers' inputs (every post-ReLU activation) and the classifier input;
+    * Wide ResNet (32x32 inputs): input of its last stage and of the classifier;
+    * anything else: the classifier input.
+    """
+    featurizer = network.featurizer
+    if isinstance(featurizer, networks.ResNet):
+        return ["featurizer.network.layer3", "featurizer.network.layer4", "classifier"]
+    if isinstance(featurizer, networks.MNIST_CNN):
+        return ["featurizer.conv4", "classifier"]
+    if isinstance(featurizer, networks.MLP):
+        hidden = [f"featurizer.hiddens.{i}" for i in range(len(featurizer.hiddens))]
+        return hidden + ["featurizer.output", "classifier"]
+    if hasattr(featurizer, "layer3"):
+        return ["featurizer.layer3", "classifier"]
+    return ["classifier"]
 
 
 def fused_adam(params, **options) -> torch.optim.Adam:
@@ -51,7 +70,17 @@ class DMG(Aggregate):
     domain-specific; 1e-2 lets logits travel tens of units.
     """
 
+    KNOWN_DOMAIN_PREDICTIONS = {
+        "soft": "KnownDomain, soft masks",
+        "hard": "KnownDomain, hard masks",
+    }
+    LEARNED_PICTURES = (
+        "per masked layer, every unit's mask probability per source domain and the IoU "
+        "between domains"
+    )
+
     HPARAMS = HParamSpace(
+        *Aggregate.HPARAMS,
         HParam(
             "lambda_overlap",
             0.1,
@@ -93,22 +122,20 @@ class DMG(Aggregate):
             "auto",
             lambda r: "auto",
             types=(str, list),
-            validate=_check_mask_layers,
+            validate=named_layers.check_value,
             help="'auto' or the names of the layers whose inputs are masked",
         ),
     )
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
-        layers = hparams["mask_layers"]
-        if layers == "auto":
-            layers = default_mask_layers(self.network)
-        elif isinstance(layers, str):
-            layers = [layers]
-        fold = list(layers) == ["classifier"] and isinstance(self.network.classifier, nn.Linear)
+        layers = named_layers.resolve(
+            hparams["mask_layers"], lambda: default_mask_layers(self.network)
+        )
+        fold = layers == ["classifier"] and isinstance(self.network.classifier, nn.Linear)
         self.masks = masks.DomainMasks(
             self.network,
-            list(layers),
+            layers,
             num_domains,
             example_input=torch.zeros(2, *input_shape),
             init=hparams["mask_init"],
@@ -122,8 +149,7 @@ class DMG(Aggregate):
         )
 
     def update(self, minibatches, unlabeled=None):
-        x = torch.cat([x for x, _ in minibatches])
-        y = torch.cat([y for _, y in minibatches])
+        x, y = pooled(minibatches)
         with self.masks.per_example(domain_labels(minibatches), "sample"):
             ce = F.cross_entropy(self.network(x), y)
         penalty, overlap, sparsity, probs = mask_penalty(
@@ -151,9 +177,9 @@ class DMG(Aggregate):
         numbers = values[:4].tolist()
         hard = (values[4:].reshape(probs.shape) > 0.5).astype(np.float64)
         if self.num_domains > 1:
-            names += [f"mask_iou/{layer}" for layer in self.masks.layer_names]
+            names += [f"{IOU_PREFIX}{layer}" for layer in self.masks.layer_names]
             numbers += masks.mean_over_pairs(masks.pairwise_soft_iou(hard)).tolist()
-        names += [f"mask_active/d{d}" for d in range(self.num_domains)]
+        names += [f"{ACTIVE_PREFIX}{d}" for d in range(self.num_domains)]
         units = sum(logits.shape[-1] for logits in self.masks.logits)
         numbers += (hard.sum((0, 2)) / units).tolist()
         return dict(zip(names, numbers, strict=True))
@@ -174,3 +200,18 @@ class DMG(Aggregate):
         domains = known_domains(domain, len(x), self.num_domains, x.device)
         with self.masks.per_example(domains, mode):
             return self.network(x)
+
+    def draw_learned(self, run, output_dir, stem) -> Drawn:
+        """``<stem>.png`` (mask probabilities and hard IoU per layer),
+        ``<stem>_probabilities.csv`` and ``<stem>_iou.csv``."""
+        from dmg_domainbed.algorithms import dmg_pictures
+
+        return dmg_pictures.draw_masks(self, run, output_dir, stem)
+
+    @classmethod
+    def training_curves(cls, runs, environments):
+        """Overlap loss, hard IoU between domain masks per layer and active fraction per domain,
+        over training."""
+        from dmg_domainbed.algorithms import dmg_pictures
+
+        return dmg_pictures.training_curves(runs, environments)

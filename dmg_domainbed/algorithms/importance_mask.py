@@ -8,12 +8,12 @@ from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F
-from domainbed import networks
-from domainbed.algorithms import Algorithm
 from torch import nn
 
+from dmg_domainbed import named_layers
+from dmg_domainbed.algorithms.base import Drawn, PluginAlgorithm, featurizer_classifier, pooled
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams import HParam, HParamSpace
+from dmg_domainbed.hparams import HParam, HParamSpace, positive
 
 
 def weight_importance(initial: torch.Tensor, finals: torch.Tensor) -> torch.Tensor:
@@ -70,45 +70,17 @@ def apply_rates(before: torch.Tensor, after: torch.Tensor, rates: torch.Tensor) 
     return torch.lerp(before, after, rates)
 
 
-def _check_layers(value) -> None:
-    names = [value] if isinstance(value, str) else value
-    if not names or not all(isinstance(name, str) and name for name in names):
-        raise ValueError(
-            "give 'auto', one layer name, or a list of layer names such as ['classifier']"
-        )
-
-
-def _at_most_one(value: float) -> None:
-    if value > 1:
-        raise ValueError(f"must lie in [0, 1]; got {value!r}")
-
-
-def _positive(value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"must be > 0; got {value!r}")
-
-
-def _network(input_shape, num_classes: int, hparams: dict) -> nn.Sequential:
-    """DomainBed's featurizer and classifier, named ``featurizer.*`` and ``classifier``."""
-    featurizer = networks.Featurizer(input_shape, hparams)
-    classifier = networks.Classifier(
-        featurizer.n_outputs, num_classes, hparams["nonlinear_classifier"]
-    )
-    return nn.Sequential(OrderedDict(featurizer=featurizer, classifier=classifier))
-
-
 def _tracked_parameters(network: nn.Module, layers: list[str]) -> OrderedDict[str, nn.Parameter]:
     """Every parameter of the named layers (their sub-layers included), in network order."""
-    modules = dict(network.named_modules())
-    unknown = [name for name in layers if name not in modules or name == ""]
-    if unknown:
-        valid = ", ".join(name for name in modules if name)
-        raise ValueError(
-            f"cannot track layers {layers!r}: unknown {unknown!r}. Valid layer names: {valid}"
-        )
-    empty = [name for name in layers if not any(True for _ in modules[name].parameters())]
+    modules = named_layers.modules_named(network, layers, "track")
+    empty = [
+        name for name, module in zip(layers, modules) if next(module.parameters(), None) is None
+    ]
     if empty:
-        raise ValueError(f"layers {empty!r} have no weights to track; pick layers that do")
+        raise UserError(
+            f"ImportanceMask hparam 'importance_layers': layers {empty!r} have no weights to "
+            "track; name layers that have weights, e.g. 'classifier'"
+        )
     prefixes = tuple(f"{name}." for name in layers)
     return OrderedDict(
         (name, param)
@@ -121,14 +93,7 @@ SCHEDULE_HPARAMS = ("phase1_steps", "freeze_step", "unimportant_lr_half_life")
 DEFAULT_RUN_STEPS = 5000  # the run length the schedule defaults are sized for (DomainBed's)
 
 
-def schedule_hparams(total_steps: int) -> dict[str, int]:
-    """The declared schedule defaults scaled from DomainBed's 5,000 steps to ``total_steps``."""
-    defaults = ImportanceMask.HPARAMS.defaults()
-    scale = total_steps / DEFAULT_RUN_STEPS
-    return {name: max(1, round(defaults[name] * scale)) for name in SCHEDULE_HPARAMS}
-
-
-class ImportanceMask(Algorithm):
+class ImportanceMask(PluginAlgorithm):
     """Importance-based weight masking, after a PACS project of the same name (no paper).
 
     **Phase 1** (updates ``0 .. phase1_steps - 1``): ``D`` copies of the network, all from one
@@ -189,7 +154,7 @@ class ImportanceMask(Algorithm):
             0.6,
             lambda r: r.uniform(0.4, 0.8),
             minimum=0.0,
-            validate=_at_most_one,
+            maximum=1.0,
             help="fraction of tracked weights that are important",
         ),
         HParam(
@@ -203,7 +168,7 @@ class ImportanceMask(Algorithm):
             "unimportant_lr_half_life",
             250.0,
             lambda r: 250.0,
-            validate=_positive,
+            validate=positive,
             help="steps over which the unimportant multiplier halves",
         ),
         HParam(
@@ -211,29 +176,27 @@ class ImportanceMask(Algorithm):
             "auto",
             lambda r: "auto",
             types=(str, list),
-            validate=_check_layers,
+            validate=named_layers.check_value,
             help="'auto' (the classifier) or names of the layers whose weights are tracked",
         ),
     )
 
+    LEARNED_PICTURES = (
+        "per tracked parameter, every weight's importance and the important-weight mask"
+    )
+
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
-        owner = type(self).__name__
-        type(self).HPARAMS.validate(hparams, owner)
         if hparams["freeze_step"] < hparams["phase1_steps"]:
             raise UserError(
-                f"{owner} hparam 'freeze_step' ({hparams['freeze_step']}) must be >= "
+                f"ImportanceMask hparam 'freeze_step' ({hparams['freeze_step']}) must be >= "
                 f"'phase1_steps' ({hparams['phase1_steps']}): weights are frozen in phase 2; "
-                'fix it with e.g. --hparams \'{"phase1_steps": 2500, "freeze_step": 4250}\''
+                """fix it with e.g. --hparams '{"phase1_steps": 2500, "freeze_step": 4250}'"""
             )
-        layers = hparams["importance_layers"]
-        if layers == "auto":
-            layers = ["classifier"]
-        elif isinstance(layers, str):
-            layers = [layers]
-        initial = _network(input_shape, num_classes, hparams)
-        self.network = _network(input_shape, num_classes, hparams)
-        self.tracked_names = list(_tracked_parameters(self.network, list(layers)))
+        layers = named_layers.resolve(hparams["importance_layers"], lambda: ["classifier"])
+        initial = featurizer_classifier(input_shape, num_classes, hparams)
+        self.network = featurizer_classifier(input_shape, num_classes, hparams)
+        self.tracked_names = list(_tracked_parameters(self.network, layers))
         self.domain_networks = nn.ModuleList(copy.deepcopy(initial) for _ in range(num_domains))
         self.optimizer = torch.optim.Adam(
             self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
@@ -304,8 +267,7 @@ class ImportanceMask(Algorithm):
             hp["unimportant_lr_factor"],
             hp["unimportant_lr_half_life"],
         )
-        x = torch.cat([x for x, _ in minibatches])
-        y = torch.cat([y for _, y in minibatches])
+        x, y = pooled(minibatches)
         loss = F.cross_entropy(self.network(x), y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -324,6 +286,20 @@ class ImportanceMask(Algorithm):
         if self.in_phase1:
             return torch.stack([net(x) for net in self.domain_networks]).mean(0)
         return self.network(x)
+
+    @classmethod
+    def run_length_hparams(cls, steps: int) -> dict[str, int]:
+        """The phase schedule's defaults, sized for DomainBed's 5,000 steps, scaled to ``steps``."""
+        defaults = cls.HPARAMS.defaults()
+        scale = steps / DEFAULT_RUN_STEPS
+        return {name: max(1, round(defaults[name] * scale)) for name in SCHEDULE_HPARAMS}
+
+    def draw_learned(self, run, output_dir, stem) -> Drawn:
+        """``<stem>.png`` (importance and important mask per tracked parameter) and
+        ``<stem>_importance.csv``; a run that ended in phase 1 has no importance yet."""
+        from dmg_domainbed.algorithms import importance_mask_pictures
+
+        return importance_mask_pictures.draw_importance(self, run, output_dir, stem)
 
     def _per_parameter(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         maps, offset = {}, 0

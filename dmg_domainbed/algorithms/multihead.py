@@ -5,30 +5,29 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from domainbed import networks
-from domainbed.algorithms import Algorithm
 from torch import nn
 
+from dmg_domainbed.algorithms.aggregate import DROPOUT_OFF
+from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
 from dmg_domainbed.hparams import HParamSpace
 
 
-class MultiHead(Algorithm):
+class MultiHead(PluginAlgorithm):
     """Multi-Head of the paper (Tables 1-3).
 
     Training routes every example to its own domain's linear head; ``predict`` averages the raw
     logits of all heads, computed exactly as one linear layer with the mean weights and biases;
     :meth:`predict_known_domain` uses the example's own head. All heads are evaluated in one
-    matrix product, so there is no loop over domains. DomainBed's featurizer (and its dropout
-    hparams) are used as in ERM; heads are always linear.
+    matrix product, so there is no loop over domains. The featurizer is DomainBed's, with its
+    dropout off by default as in Aggregate and DMG (the paper's regime); heads are always linear.
     """
 
-    HPARAMS = HParamSpace()
+    HPARAMS = HParamSpace(*DROPOUT_OFF)
+    KNOWN_DOMAIN_PREDICTIONS = {"soft": "KnownDomain, own head"}
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
-        type(self).HPARAMS.validate(hparams, type(self).__name__)
-        self.num_domains = num_domains
-        self.num_classes = num_classes
         self.featurizer = networks.Featurizer(input_shape, hparams)
         heads = [nn.Linear(self.featurizer.n_outputs, num_classes) for _ in range(num_domains)]
         self.head_weight = nn.Parameter(torch.stack([h.weight.detach() for h in heads]))
@@ -56,8 +55,7 @@ class MultiHead(Algorithm):
         return logits.view(-1, self.num_classes)
 
     def update(self, minibatches, unlabeled=None):
-        x = torch.cat([x for x, _ in minibatches])
-        y = torch.cat([y for _, y in minibatches])
+        x, y = pooled(minibatches)
         features = self.featurizer(x)
         if len({len(x) for x, _ in minibatches}) == 1:  # DomainBed's usual equal batches
             logits = self._own_heads_of_equal_blocks(features)

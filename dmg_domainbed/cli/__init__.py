@@ -20,17 +20,14 @@ SUBCOMMANDS = ("demo", "report", "evaluate", "masks", "sweep", "doctor", "smoke"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dmg-domainbed",
-        description="DMG, MultiHead and Aggregate for DomainBed: demo, reports, sweeps.",
+        description=(
+            "Domain-generalization algorithms for DomainBed (DMG, MultiHead, Aggregate, "
+            "CorGrad, ImportanceMask): demo, sweeps, reports, checks."
+        ),
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"dmg_domainbed.cli.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"dmg_domainbed.cli.{name}":
-                raise
-            continue
-        module.add_parser(subparsers)
+        importlib.import_module(f"dmg_domainbed.cli.{name}").add_parser(subparsers)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""``dmg-domainbed demo``: compare ERM, Aggregate, MultiHead and DMG on RotatedDigits."""
+"""``dmg-domainbed demo``: a real DomainBed sweep on the embedded RotatedDigits, and its report."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dmg_domainbed.demo.plan import ALGORITHMS, DemoPlan
-from dmg_domainbed.errors import UserError
+from dmg_domainbed.demo import ALGORITHMS
 
 
 def _positive(text: str) -> int:
@@ -56,23 +55,15 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from domainbed import algorithms
+    from dmg_domainbed.demo import Demo, run_demo
 
-    unknown = [name for name in args.algorithms if name not in algorithms.ALGORITHMS]
-    if unknown:
-        raise UserError(
-            f"unknown algorithm(s) {', '.join(unknown)}; DomainBed knows: "
-            f"{', '.join(algorithms.ALGORITHMS)}"
-        )
-    from dmg_domainbed.demo.run import run_demo
-
-    plan = DemoPlan(Path(args.output_dir), tuple(dict.fromkeys(args.algorithms)), args.steps)
+    demo = Demo(Path(args.output_dir), tuple(dict.fromkeys(args.algorithms)), args.steps, args.jobs)
     try:
-        return run_demo(plan, args.jobs, lambda line: print(line, flush=True))
+        return run_demo(demo, lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print(
             f"Interrupted. Run the same command again to resume: finished jobs are kept "
-            f"in {plan.sweep_dir}.",
+            f"in {demo.sweep_dir}.",
             file=sys.stderr,
         )
         return 130

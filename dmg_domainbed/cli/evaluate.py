@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dmg_domainbed.reporting.runs import read_run, require_model
-
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -37,27 +35,21 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dmg_domainbed.reporting.files import check_output_dir
+    from dmg_domainbed.reporting.in_domain import write_in_domain
+    from dmg_domainbed.reporting.runs import read_run, require_model
+
     runs = [read_run(path) for path in args.run_dir]
     for run_ in runs:
         require_model(run_)
-    import pandas as pd
-
-    from dmg_domainbed.reporting import in_domain
-    from dmg_domainbed.reporting.files import write_table
-    from dmg_domainbed.reporting.report import check_output_dir
-
-    in_domain.check_comparable(runs)
     output = check_output_dir(Path(args.output_dir), *(run_.path for run_ in runs))
-    frame = pd.concat([in_domain.evaluate_run(r, args.data_dir) for r in runs], ignore_index=True)
-    table = in_domain.table3(frame)
-    title = in_domain.table3_title(runs[0])
-    paths = write_table(frame, [(title, table)], output, "in_domain", "Prediction")
-    print(title + "\n")
-    print(table.to_string())
-    logged = frame.dropna(subset=["logged"])
-    mismatch = logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
-    augmented = frame[frame["prediction"].str.endswith(f"({in_domain.PREDICT})")]["logged"].isna()
-    if augmented.any():
+    written = write_in_domain([runs], output, args.data_dir)
+    for title, table in written.sections:
+        print(title + "\n")
+        print(table.to_string())
+    mismatch = written.logged_mismatches()
+    augmented = written.augmented()
+    if augmented:
         print(
             "\nThe held-out images are classified without augmentation. train.py classified "
             "some of them with its random training augmentation (DomainBed's data_augmentation "
@@ -69,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
             f"\nWARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
             f"{len(mismatch)} domain(s); was the dataset loaded from another --data_dir?"
         )
-    elif not logged.empty:
+    elif not written.frame["logged"].isna().all():
         print(
             "\npredict's accuracy equals the env<i>_out_acc train.py logged at its last step "
-            f"on {'every source domain' if not augmented.any() else 'the others'}: the splits "
-            "are train.py's."
+            f"on {'the others' if augmented else 'every source domain'}: the splits are "
+            "train.py's."
         )
-    print(f"Wrote {', '.join(str(p) for p in paths)}")
+    print(f"Wrote {', '.join(str(p) for p in written.files)}")
     return 0

@@ -15,9 +15,9 @@ def add_parser(subparsers) -> None:
         description=(
             "Reads a DomainBed sweep folder and writes the numbers of collect_results for "
             "every model-selection method (results.csv, averages.csv, results.md), test "
-            "accuracy per test domain by algorithm (accuracy_<dataset>.png) and DMG's mask "
-            "diagnostics over training (dmg_diagnostics_<dataset>.png). The sweep folder is "
-            "only read."
+            "accuracy per test domain by algorithm (accuracy_<dataset>.png) and, for algorithms "
+            "that log diagnostics (DMG's masks), their curves over training "
+            "(<algorithm>_diagnostics_<dataset>.png). The sweep folder is only read."
         ),
     )
     parser.add_argument(
@@ -31,7 +31,8 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_sweep(args.input_dir)
-    from dmg_domainbed.reporting.report import results_markdown, write_report
+    from dmg_domainbed.reporting.report import write_report
+    from dmg_domainbed.reporting.tables import results_markdown
 
     written = write_report(args.input_dir, Path(args.output_dir))
     print(results_markdown(written.results, written.averages))

@@ -1,4 +1,4 @@
-"""``dmg-domainbed sweep FILE``: run a sweep file through DomainBed's own sweep script."""
+"""``dmg-domainbed sweep FILE``: run a sweep file with DomainBed's own sweep code."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from dmg_domainbed.errors import UserError
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "sweep",
-        help="run a sweep file (sweeps/*.toml) through DomainBed's sweep script",
+        help="run a sweep file (sweeps/*.toml) with DomainBed's sweep code",
         description=(
-            "Check a sweep file, show its jobs, and run it as DomainBed's own "
-            "`python -m domainbed.scripts.sweep launch` (job folders, hashes and `done` files "
-            "stay DomainBed's; finished jobs are skipped)."
+            "Check a sweep file, show its jobs, and launch them with DomainBed's own sweep code "
+            "(its job list, Job.launch and the command launcher: job folders, hashes and "
+            "`done` files stay DomainBed's; finished jobs are skipped)."
         ),
     )
     parser.add_argument("file", help="a sweep file, e.g. sweeps/demo.toml")
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.sweep import run as sweep_run
 
     config = sweep_config.load_sweep(args.file)
-    sweep_config.check_against_domainbed(config)
+    build_notes = sweep_config.check_against_domainbed(config)
     launcher = args.launcher or config.launcher
     if launcher is not None:
         sweep_config.check_launcher(config, launcher)
@@ -59,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
         if launcher is None
         else sweep_run.launcher_environment(config, launcher, os.environ)
     )
-    for note in notes:
+    for note in build_notes + notes:
         print(f"  note: {note}")
     if args.dry_run:
-        _show_dry_run(sweep, groups, launcher or "LAUNCHER")
+        _show_dry_run(groups, launcher or "LAUNCHER")
         if launcher is not None:
             try:
                 sweep_run.check_ready(sweep, launcher, env)
@@ -76,20 +76,13 @@ def run(args: argparse.Namespace) -> int:
             f"  {incomplete} incomplete job(s) are left as they are (they may still be running)"
             "; once they have stopped, rerun with --delete-incomplete to launch them again"
         )
-    return sweep_run.execute(sweep, groups, launcher, env, args.delete_incomplete)
+    return sweep_run.execute(sweep, launcher, env, args.delete_incomplete)
 
 
-def _show_dry_run(sweep, groups, launcher: str) -> None:
+def _show_dry_run(groups, launcher: str) -> None:
     from domainbed.scripts.sweep import Job
 
-    from dmg_domainbed.sweep import plan
-
-    print("DomainBed sweep commands:")
-    for group, _ in groups:
-        print(
-            "  "
-            + plan.shell_line("python", plan.domainbed_sweep_args(sweep, group, "launch", launcher))
-        )
+    print(f"Launcher: {launcher} (DomainBed's Job.launch, one launch per group)")
     print("Jobs to launch:")
     for _, jobs in groups:
         for job in jobs:

@@ -3,9 +3,11 @@
 An algorithm or dataset plugin sets a class attribute ``HPARAMS = HParamSpace(HParam(...), ...)``.
 Each :class:`HParam` carries its default, the sampler of DomainBed's random search and what a
 valid value looks like; :mod:`dmg_domainbed.integration` merges resolved spaces into
-``domainbed.hparams_registry`` and the algorithms validate user overrides at construction.
+``domainbed.hparams_registry`` and the algorithms validate user overrides at construction,
+names (:func:`reject_unknown`) and values.
 """
 
-from dmg_domainbed.hparams.space import HParam, HParamSpace, resolve_space
+from dmg_domainbed.hparams.names import reject_unknown
+from dmg_domainbed.hparams.space import HParam, HParamSpace, positive, resolve_space
 
-__all__ = ["HParam", "HParamSpace", "resolve_space"]
+__all__ = ["HParam", "HParamSpace", "positive", "reject_unknown", "resolve_space"]

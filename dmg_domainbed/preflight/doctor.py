@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dmg_domainbed import TESTED_DOMAINBED_COMMIT
+from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup
+from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, environment, requirements, weights
 from dmg_domainbed.preflight.hparams import effective_hparams
@@ -33,19 +34,6 @@ class Check:
 
 def _choices(kind: str, given: str, valid: Sequence[str]) -> UserError:
     return UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
-
-
-def dataset_input_shape(dataset: str) -> tuple[int, ...] | None:
-    """The input shape DomainBed's featurizer sees for ``dataset``, known without building it."""
-    from domainbed import datasets
-
-    cls = datasets.get_dataset_class(dataset)
-    shape = getattr(cls, "INPUT_SHAPE", None) or getattr(cls, "input_shape", None)
-    if shape is None and issubclass(cls, datasets.MultipleEnvironmentImageFolder):
-        shape = (3, 224, 224)
-    if shape is None and issubclass(cls, datasets.MultipleEnvironmentMNIST):
-        shape = (1, 28, 28)
-    return tuple(shape) if shape is not None else None
 
 
 def _domainbed_check() -> Check:
@@ -85,11 +73,7 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
 
     probe = environment.probe_fresh_process()
     where = f"fresh `python` process ({probe.python or 'not found'})"
-    disabled = (
-        ["DMG_DOMAINBED_DISABLE is set: unset it"]
-        if os.environ.get("DMG_DOMAINBED_DISABLE")
-        else []
-    )
+    disabled = ["DMG_DOMAINBED_DISABLE is set: unset it"] if _startup.disabled() else []
     if probe.error:
         return Check(FAIL, "plugins", (f"{where}: {probe.error}", *disabled, *probe.warnings))
     lines = [f"{where} runs {probe.executable}, DomainBed from {probe.domainbed}"]
@@ -119,9 +103,27 @@ def _torch_check() -> Check:
     return Check(INFO if importable else FAIL, "torch", tuple(lines))
 
 
+def _own_weights_check(own: weights.WeightsCheck, scope: str, dataset: str | None) -> Check:
+    lines = [f"{scope} loads its own weights; looked in, in order:"]
+    for f in own.locations:
+        lines.append(
+            f"{'found  ' if f.present else 'absent '} {f.what}: {f.filename} in {f.folder}"
+        )
+    lines += own.details
+    return Check(
+        OK if own.ready else (FAIL if dataset else WARN), "pretrained weights", tuple(lines)
+    )
+
+
 def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, Any]) -> Check:
+    from domainbed import algorithms
+
+    scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
+    own = weights.algorithm_weights(algorithms.get_algorithm_class(algorithm), hparams)
+    if own is not None:
+        return _own_weights_check(own, scope, dataset)
     backbone = ", ".join(f"{k}={hparams.get(k)}" for k in BACKBONE_HPARAMS if k in hparams)
-    shape = dataset_input_shape(dataset) if dataset else (3, 224, 224)
+    shape = input_shape(dataset) if dataset else (3, 224, 224)
     if not weights.uses_pretrained_backbone(shape):
         return Check(
             OK,
@@ -129,7 +131,6 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
             (f"none: {dataset} inputs {shape} use no pretrained featurizer",),
         )
     files, problems = weights.needed_weights(hparams, shape)
-    scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
     lines = [f"{scope} ({backbone}) loads:"]
     for f in files:
         if f.present:
@@ -146,6 +147,21 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
         "the job fails there"
     )
     return Check(FAIL if dataset else WARN, "pretrained weights", tuple(lines))
+
+
+def _input_check(algorithm: str, dataset: str) -> list[Check]:
+    """An algorithm that takes some input shapes only offers ``check_input_shape(shape)``."""
+    from domainbed import algorithms
+
+    check = getattr(algorithms.get_algorithm_class(algorithm), "check_input_shape", None)
+    shape = input_shape(dataset)
+    if check is None or shape is None:
+        return []
+    try:
+        check(shape)
+    except UserError as error:
+        return [Check(FAIL, "input", (str(error),))]
+    return [Check(OK, "input", (f"{algorithm} takes {dataset}'s inputs {shape}",))]
 
 
 def _data_check(dataset: str | None, data_dir: str | None) -> Check:
@@ -193,6 +209,8 @@ def diagnose(
     effective = effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)
     checks.append(_plugin_check(algorithm, dataset))
     checks.append(_torch_check())
+    if dataset is not None:
+        checks += _input_check(algorithm, dataset)
     checks.append(_weights_check(algorithm, dataset, effective))
     checks.append(_data_check(dataset, data_dir))
     return checks

@@ -30,11 +30,24 @@ def weight_files(
     """The weight files a run of ``algorithm`` on ``dataset`` with the fixed hparams
     ``overrides`` loads, looked up in ``caches`` (default: this process's), and problems that
     stop its model from being built. Raises ``UserError`` for a bad hparam."""
-    from dmg_domainbed.preflight.doctor import dataset_input_shape
+    from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.preflight.hparams import effective_hparams
 
     hparams = effective_hparams(algorithm, dataset, overrides)
-    return weights.needed_weights(hparams, dataset_input_shape(dataset), caches)
+    return weights.needed_weights(hparams, input_shape(dataset), caches)
+
+
+def own_weights(
+    algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
+) -> weights.WeightsCheck | None:
+    """The algorithm's own check of the weights it loads instead of DomainBed's featurizer's
+    (:func:`~dmg_domainbed.preflight.weights.algorithm_weights`), or ``None``."""
+    from domainbed import algorithms
+
+    from dmg_domainbed.preflight.hparams import effective_hparams
+
+    hparams = effective_hparams(algorithm, dataset, overrides)
+    return weights.algorithm_weights(algorithms.get_algorithm_class(algorithm), hparams)
 
 
 def missing(
@@ -49,6 +62,11 @@ def missing(
     found = data_status(dataset, data_dir)
     if not found.ok:
         problems.append(f"{dataset} data {found.state}: {found.detail}")
+    own = own_weights(algorithm, dataset, overrides)
+    if own is not None:
+        if not own.ready:
+            problems.append(f"{algorithm}'s pretrained weights: {'; '.join(own.details)}")
+        return problems
     files, model_problems = weight_files(algorithm, dataset, overrides)
     problems += model_problems
     absent = [f for f in files if not f.present]

@@ -74,12 +74,17 @@ class WeightFile:
     filename: str
     present: bool
     fetch: str
-    model: str
-    layout: str
+    model: str = ""
+    layout: str = TORCH_HUB_FILE
 
     @property
     def path(self) -> Path:
         return self.folder / self.filename
+
+
+def torch_hub_dir() -> Path:
+    """torch.hub's folder in this process (``$TORCH_HOME/hub``)."""
+    return Caches.current().torch_hub
 
 
 def _torchvision_checkpoint(name: str, caches: Caches) -> WeightFile:
@@ -207,3 +212,23 @@ def missing_weights_message(files: Sequence[WeightFile]) -> str:
     """What is missing, where it was looked for, and the command that fetches each file."""
     lines = [f"{f.what}: not found at {f.path}; to get it: {f.fetch}" for f in files]
     return "; ".join(lines)
+
+
+@dataclass(frozen=True)
+class WeightsCheck:
+    """An algorithm's own account of the pretrained weights it loads, for algorithms that do
+    not use DomainBed's featurizer: they offer ``check_weights(hparams) -> WeightsCheck``.
+
+    ``locations``: where the loader looks, in its order (found or not); ``ready``: whether the
+    run would load them; ``details``: what was found (does it load, does it fit) and how to
+    get the weights."""
+
+    locations: tuple[WeightFile, ...]
+    ready: bool
+    details: tuple[str, ...]
+
+
+def algorithm_weights(algorithm_class: type, hparams: Mapping[str, object]) -> WeightsCheck | None:
+    """``algorithm_class``'s check of its own weights, or ``None`` when it loads DomainBed's."""
+    check = getattr(algorithm_class, "check_weights", None)
+    return check(hparams) if check is not None else None

@@ -1,7 +1,18 @@
-"""Reports on DomainBed sweeps and runs: tables, pictures, in-domain evaluation, DMG's masks.
+"""Reports of DomainBed runs and sweeps, one concept per module.
 
 Every number comes from DomainBed's own files (``results.jsonl``, ``model.pkl``) and, where
 DomainBed has the code (model selection, record grouping, dataset splits), from that code, so
 the reports agree with ``domainbed.scripts.collect_results`` and ``train.py`` to the digit.
 Nothing here writes into the folders it reads.
+
+* :mod:`.runs` -- a training run on disk: reading it, checking it, rebuilding its model,
+  dataset and splits;
+* :mod:`.tables` -- collect_results' numbers as DataFrames and Markdown;
+* :mod:`.pictures` -- the look of every picture, and the sweep's accuracy picture;
+* :mod:`.files` -- writing CSV, Markdown and PNG files into a safe output folder;
+* :mod:`.in_domain` -- in-domain evaluation of finished runs (paper Table 3);
+* :mod:`.report` -- a sweep's report.
+
+What an algorithm learned is drawn by the algorithm itself (``draw_learned``, see
+:mod:`dmg_domainbed.algorithms.base`).
 """

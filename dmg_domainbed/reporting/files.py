@@ -1,12 +1,31 @@
-"""Writing a table as CSV (long form, every column) and Markdown (the readable layout)."""
+"""Writing report files: tables as CSV and Markdown, figures as PNG, into a safe folder."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
-from dmg_domainbed.reporting.markdown import markdown_table
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.reporting.tables import markdown_table
+
+DPI = 110
+
+
+def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
+    """``output_dir``, unless it lies inside a folder the report reads (which stays untouched)
+    or cannot be created."""
+    check_creatable(output_dir, "--output_dir")
+    resolved = output_dir.resolve()
+    for folder in inputs:
+        if resolved == folder.resolve() or folder.resolve() in resolved.parents:
+            raise UserError(
+                f"output folder '{output_dir}' lies inside the input folder '{folder}', which "
+                "is only read. Choose an --output_dir outside it."
+            )
+    return output_dir
 
 
 def write_table(
@@ -24,3 +43,9 @@ def write_table(
         "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
     )
     return [csv_path, md_path]
+
+
+def save(fig: Figure, path: Path) -> Path:
+    """Write ``fig`` as a PNG (with the Agg canvas: no display, no global state)."""
+    fig.savefig(path, dpi=DPI)
+    return path

@@ -1,14 +1,15 @@
 """In-domain evaluation of a finished run (paper Sec. 4, Table 3).
 
 Each source domain's held-out part (train.py's ``env<i>_out`` split, rebuilt by
-:mod:`~dmg_domainbed.reporting.splits`) is classified in several ways:
+:func:`~dmg_domainbed.reporting.runs.rebuild_splits`) is classified in several ways:
 
 * ``predict``: DomainBed's out-of-domain prediction (DMG: raw logits averaged over the source
   domains' soft masks; MultiHead: averaged heads), the number train.py logs as
   ``env<i>_out_acc``;
-* known-domain prediction, for algorithms that offer ``predict_known_domain(x, domain, mode)``:
-  the example's own source domain is used (DMG-KnownDomain with soft masks ``m_d`` or hard
-  masks ``m_d > 0.5``; MultiHead with its own head).
+* known-domain prediction, for algorithms that declare ``KNOWN_DOMAIN_PREDICTIONS`` (served by
+  ``predict_known_domain(x, domain, mode)``): the example's own source domain is used
+  (DMG-KnownDomain with soft masks ``m_d`` or hard masks ``m_d > 0.5``; MultiHead with its own
+  head).
 
 Source domain ``d`` is the ``d``-th training environment in increasing order, test
 environments skipped, as in DomainBed's ``update``.
@@ -16,41 +17,32 @@ environments skipped, as in DomainBed's ``update``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import torch
 
+from dmg_domainbed.algorithms.base import known_domain_predictions
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import models
+from dmg_domainbed.reporting import runs as run_files
+from dmg_domainbed.reporting.files import write_table
 from dmg_domainbed.reporting.runs import Run
-from dmg_domainbed.reporting.splits import rebuild_splits
 
 PREDICT = "predict"
-KNOWN_DOMAIN_MODES = {
-    "DMG": {"soft": "KnownDomain, soft masks", "hard": "KnownDomain, hard masks"},
-    "MultiHead": {"soft": "KnownDomain, own head"},
-}
-DEFAULT_KNOWN_DOMAIN = {"soft": "KnownDomain"}
 
 Predictor = Callable[[torch.Tensor, int], torch.Tensor]
-
-
-def source_envs(num_envs: int, test_envs: list[int]) -> list[int]:
-    """Environment index of each source domain ``d`` (training envs, increasing)."""
-    return [env for env in range(num_envs) if env not in test_envs]
 
 
 def predictors(run: Run, algorithm) -> dict[str, Predictor]:
     """Row label -> function ``(x, d)`` giving logits, for every prediction the algorithm has;
     ``predict`` comes first."""
     rows: dict[str, Predictor] = {f"{run.algorithm} ({PREDICT})": lambda x, d: algorithm.predict(x)}
-    if hasattr(algorithm, "predict_known_domain"):
-        modes = KNOWN_DOMAIN_MODES.get(run.algorithm, DEFAULT_KNOWN_DOMAIN)
-        for mode, label in modes.items():
-            rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: (
-                algorithm.predict_known_domain(x, d, mode)
-            )
+    for mode, label in known_domain_predictions(type(algorithm)).items():
+        rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: algorithm.predict_known_domain(
+            x, d, mode
+        )
     return rows
 
 
@@ -67,24 +59,24 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
     ``n_examples``, ``accuracy`` (%), ``changed`` (% of examples whose class differs from
     ``predict``'s) and ``logged`` (train.py's last ``env<i>_out_acc`` in %, ``predict`` only;
     empty where train.py classified the images augmented, see
-    :func:`~dmg_domainbed.reporting.models.augmented_evaluation`).
+    :func:`~dmg_domainbed.reporting.runs.augmented_evaluation`).
     """
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
-    on = device or models.device()
-    algorithm = models.load_algorithm(run, on)
+    on = device or run_files.device()
+    algorithm = run_files.load_algorithm(run, on)
     # The held-out images as they are (Table 3), never with the training augmentation; what
     # train.py logged is then comparable only where it did not augment them either.
-    dataset = models.load_dataset(run, data_dir, augment=False)
-    comparable = not models.augmented_evaluation(run)
+    dataset = run_files.load_dataset(run, data_dir, augment=False)
+    comparable = not run_files.augmented_evaluation(run)
     environments = type(dataset).ENVIRONMENTS
-    splits = rebuild_splits(dataset, run.args)
+    splits = run_files.rebuild_splits(dataset, run.args)
     rows = []
     last = run.records[-1]
     ways = predictors(run, algorithm)
     reference_name = next(iter(ways))
-    for d, env in enumerate(source_envs(len(dataset), run.test_envs)):
+    for d, env in enumerate(run.source_envs()):
         loader = FastDataLoader(
             dataset=Subset(dataset[env], splits[env].out_keys),
             batch_size=64,
@@ -146,11 +138,46 @@ def table3(frame: pd.DataFrame) -> pd.DataFrame:
 
 def table3_title(run: Run) -> str:
     """Markdown heading of a Table 3 for runs that held out ``run.test_envs``."""
-    from domainbed import datasets
-
-    names = datasets.get_dataset_class(run.dataset).ENVIRONMENTS
+    names = run.environments()
     held_out = ", ".join(names[e] for e in run.test_envs)
     return (
         f"## In-domain accuracy (%) on {run.dataset}, test domain {held_out} held out\n\n"
         "Source domains' held-out splits (train.py's env<i>_out), paper Table 3 layout."
     )
+
+
+@dataclass
+class InDomainReport:
+    """What :func:`write_in_domain` produced: every row, the Table 3 sections, the files."""
+
+    frame: pd.DataFrame
+    sections: list[tuple[str, pd.DataFrame]]
+    files: list[Path]
+
+    def logged_mismatches(self) -> pd.DataFrame:
+        """Rows where ``predict``'s accuracy differs from what train.py logged."""
+        logged = self.frame.dropna(subset=["logged"])
+        return logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
+
+    def augmented(self) -> bool:
+        """Whether some ``predict`` rows have no logged accuracy to compare with (train.py
+        classified those images with its training augmentation)."""
+        rows = self.frame[self.frame["prediction"].str.endswith(f"({PREDICT})")]
+        return bool(rows["logged"].isna().any())
+
+
+def write_in_domain(
+    groups: Sequence[Sequence[Run]], output_dir: Path, data_dir: str | None = None
+) -> InDomainReport:
+    """One Table 3 per group of comparable runs (see :func:`check_comparable`), written as
+    ``in_domain.csv`` (every row of :func:`evaluate_run`) and ``in_domain.md``."""
+    for group in groups:
+        check_comparable(list(group))
+    frames = [evaluate_run(run, data_dir) for group in groups for run in group]
+    frame = pd.concat(frames, ignore_index=True)
+    sections = []
+    for group in groups:
+        rows = frame[frame["run"].isin([str(run.path) for run in group])]
+        sections.append((table3_title(group[0]), table3(rows)))
+    files = write_table(frame, sections, output_dir, "in_domain", "Prediction")
+    return InDomainReport(frame, sections, files)

@@ -1,17 +1,18 @@
-"""``report``: a sweep's results as CSV, Markdown and PNG files."""
+"""A sweep's report: collect_results' numbers as CSV and Markdown, and its pictures."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from dmg_domainbed.algorithms.base import training_curves
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import plots, tables
-from dmg_domainbed.reporting.markdown import markdown_table
+from dmg_domainbed.reporting import pictures, tables
+from dmg_domainbed.reporting.files import check_output_dir, save
 from dmg_domainbed.reporting.runs import require_sweep
-from dmg_domainbed.reporting.style import save
 
 
 @dataclass
@@ -23,44 +24,32 @@ class SweepReport:
     files: list[Path]
 
 
-def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
-    """``output_dir``, unless it lies inside a folder the report reads (which stays untouched)."""
-    resolved = output_dir.resolve()
-    for folder in inputs:
-        if resolved == folder.resolve() or folder.resolve() in resolved.parents:
-            raise UserError(
-                f"output folder '{output_dir}' lies inside the input folder '{folder}', which "
-                "is only read. Choose an --output_dir outside it."
-            )
-    return output_dir
+def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
+    """The runs of ``algorithm`` on ``dataset``: for each set of test environments, the records
+    (by step) of the run with the lowest (hparams_seed, trial_seed), i.e. default hparams when
+    the sweep has them."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        args = record["args"]
+        if args["algorithm"] == algorithm and args["dataset"] == dataset:
+            runs[args["output_dir"]].append(record)
 
+    def rank(run: list[dict]) -> tuple[int, int]:
+        return run[0]["args"]["hparams_seed"], run[0]["args"]["trial_seed"]
 
-def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
-    """Every table of collect_results, in its order, as Markdown sections."""
-    parts = [
-        "# Results\n",
-        "Test-domain accuracy (%), mean +/- standard error over trial seeds, as printed by "
-        "`python -m domainbed.scripts.collect_results`. X: no result (leave-one-domain-out "
-        "selection needs runs that hold out two domains; `--single_test_envs` sweeps have "
-        "none).\n",
-    ]
-    for method in results["selection_method"].unique():
-        parts.append(f"## Model selection: {method}\n")
-        of_method = results[results["selection_method"] == method]
-        for dataset in of_method["dataset"].unique():
-            parts.append(f"### {dataset}\n")
-            table = tables.wide_table(of_method[of_method["dataset"] == dataset])
-            parts.append(markdown_table(table, "Algorithm"))
-        parts.append("### Averages\n")
-        table = tables.wide_table(averages[averages["selection_method"] == method], "dataset")
-        parts.append(markdown_table(table, "Algorithm"))
-    return "\n".join(parts)
+    chosen: dict[tuple, list[dict]] = {}
+    for run in runs.values():
+        key = tuple(run[0]["args"]["test_envs"])
+        if key not in chosen or rank(run) < rank(chosen[key]):
+            chosen[key] = run
+    return [sorted(chosen[key], key=lambda r: r["step"]) for key in sorted(chosen)]
 
 
 def write_report(sweep_dir: str | Path, output_dir: str | Path) -> SweepReport:
-    """Tables (``results.csv``, ``averages.csv``, ``results.md``) and pictures
-    (``accuracy_<dataset>.png``, ``dmg_diagnostics_<dataset>.png``) of a sweep."""
-    from domainbed import datasets
+    """Tables (``results.csv``, ``averages.csv``, ``results.md``) and pictures of a sweep:
+    ``accuracy_<dataset>.png``, and ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm
+    that draws its diagnostics over training (e.g. DMG)."""
+    from domainbed import algorithms, datasets
 
     sweep = require_sweep(sweep_dir)
     output = check_output_dir(Path(output_dir), sweep)
@@ -77,18 +66,17 @@ def write_report(sweep_dir: str | Path, output_dir: str | Path) -> SweepReport:
     files = [output / "results.csv", output / "averages.csv", output / "results.md"]
     results.to_csv(files[0], index=False)
     averages.to_csv(files[1], index=False)
-    files[2].write_text(results_markdown(results, averages))
+    files[2].write_text(tables.results_markdown(results, averages))
     for dataset in results["dataset"].unique():
-        files.append(
-            save(plots.accuracy_figure(results, dataset), output / f"accuracy_{dataset}.png")
-        )
-        runs = plots.diagnostic_runs(records, dataset)
-        if runs:
-            environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
-            files.append(
-                save(
-                    plots.dmg_diagnostics_figure(runs, environments),
-                    output / f"dmg_diagnostics_{dataset}.png",
-                )
-            )
+        accuracy = pictures.accuracy_figure(results, dataset)
+        files.append(save(accuracy, output / f"accuracy_{dataset}.png"))
+        environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
+        for algorithm in results[results["dataset"] == dataset]["algorithm"].unique():
+            if algorithm not in algorithms.ALGORITHMS:
+                continue
+            cls = algorithms.get_algorithm_class(algorithm)
+            curves = training_curves(cls, first_runs(records, dataset, algorithm), environments)
+            if curves is not None:
+                path = output / f"{algorithm.lower()}_diagnostics_{dataset}.png"
+                files.append(save(curves, path))
     return SweepReport(results=results, averages=averages, files=files)

@@ -1,13 +1,21 @@
-"""Finding and checking DomainBed training runs on disk, before any heavy import.
+"""A DomainBed training run on disk: finding it, checking it, and rebuilding what it trained.
 
 A run is the ``--output_dir`` of one ``domainbed.scripts.train`` process: ``results.jsonl``
 (one record per checkpoint, each with train.py's ``args`` and ``hparams``), ``model.pkl``
 (written when training ends) and ``done``. A sweep folder holds one run per sub-folder.
+
+Reading records needs no heavy import; rebuilding the trained algorithm, its dataset and
+train.py's splits uses DomainBed's own code, exactly as train.py does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import pickle
+import random
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,20 +58,65 @@ class Run:
     def model_path(self) -> Path:
         return self.path / MODEL_FILE
 
+    def environments(self) -> list[str]:
+        """The names of the dataset's environments (DomainBed's ``ENVIRONMENTS``)."""
+        from domainbed import datasets
+
+        return list(datasets.get_dataset_class(self.dataset).ENVIRONMENTS)
+
+    def source_envs(self) -> list[int]:
+        """Environment index of each source domain ``d``: the training environments in
+        increasing order, test environments skipped, as DomainBed's ``update`` sees them."""
+        return [env for env in range(len(self.environments())) if env not in self.test_envs]
+
+    def domain_names(self) -> list[str]:
+        """``d<i> = <environment>`` for each source domain of the run."""
+        names = self.environments()
+        return [f"d{d} = {names[env]}" for d, env in enumerate(self.source_envs())]
+
+    def title(self) -> str:
+        """``<dataset>, test domain <names> (hparams <i>, trial <j>, step <n>)``."""
+        names = self.environments()
+        held_out = ", ".join(names[e] for e in self.test_envs)
+        return (
+            f"{self.dataset}, test domain {held_out} (hparams {self.args['hparams_seed']}, "
+            f"trial {self.args['trial_seed']}, step {self.records[-1]['step']})"
+        )
+
     def describe(self) -> str:
         return f"{self.algorithm} on {self.dataset}, test envs {self.test_envs} ({self.path})"
 
 
 def read_records(results_path: Path) -> list[dict[str, Any]]:
-    """The records of one ``results.jsonl``; a half-written last line is ignored."""
+    """The records of one ``results.jsonl``.
+
+    A half-written last line (what a job killed while writing leaves) is left out with a
+    warning on stderr that names the file; a damaged line before the last one is a
+    :class:`UserError` naming the file and the line.
+    """
+    with open(results_path) as stream:
+        lines = stream.read().splitlines()
     records = []
-    with open(results_path) as lines:
-        for line in lines:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number < len(lines):
+                raise UserError(
+                    f"'{results_path}' is damaged at line {number} of {len(lines)} ({error}); "
+                    "only a half-written last line can be left out. Rerun that job (delete its "
+                    "folder, then launch the sweep again), or remove the line by hand."
+                ) from None
+            warn(
+                f"'{results_path}': its last line is half-written (a job stopped while writing "
+                f"it?); the {len(records)} complete record(s) before it are used"
+            )
     return records
+
+
+def warn(message: str) -> None:
+    """A warning the user should see, on stderr."""
+    print(f"dmg-domainbed: warning: {message}", file=sys.stderr, flush=True)
 
 
 def run_folders(sweep_dir: Path) -> list[Path]:
@@ -111,23 +164,31 @@ def require_model(run: Run) -> Path:
     return run.model_path
 
 
-def require_algorithm(run: Run, allowed: tuple[str, ...], command: str) -> None:
-    """:class:`UserError` unless ``run`` trained one of ``allowed``; names suitable siblings."""
-    if run.algorithm in allowed:
+def require_drawing(run: Run, command: str) -> None:
+    """:class:`UserError` unless ``run``'s algorithm draws what it learned; the error names the
+    algorithms that do and up to four runs of theirs next to ``run``."""
+    from domainbed import algorithms
+
+    from dmg_domainbed.algorithms.base import learned_pictures
+
+    if learned_pictures(algorithm_class(run)):
         return
+    drawing = [
+        name
+        for name in algorithms.ALGORITHMS
+        if learned_pictures(algorithms.get_algorithm_class(name))
+    ]
     siblings = []
     for folder in run_folders(run.path.parent):
         records = read_records(folder / RESULTS_FILE)
-        if records and records[-1].get("args", {}).get("algorithm") in allowed:
-            siblings.append(folder)
+        if records and records[-1].get("args", {}).get("algorithm") in drawing:
+            siblings.append(str(folder))
             if len(siblings) == 4:
                 break
-    hint = ""
-    if siblings:
-        hint = f" Runs of {'/'.join(allowed)} next to it: {', '.join(map(str, siblings))}."
+    hint = f" Runs of those next to it: {', '.join(siblings)}." if siblings else ""
     raise UserError(
-        f"'{run.path}' is a run of {run.algorithm}; '{command}' needs a run of "
-        f"{' or '.join(allowed)}.{hint}"
+        f"'{run.path}' is a run of {run.algorithm}, which draws nothing of what it learned; "
+        f"'{command}' needs a run of {' or '.join(drawing)}.{hint}"
     )
 
 
@@ -150,3 +211,150 @@ def require_sweep(sweep_dir: str | Path) -> Path:
             f"domainbed.scripts.sweep writes them.{hint}"
         )
     return path
+
+
+def device() -> str:
+    """The device train.py picks: CUDA when available."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def algorithm_class(run: Run) -> type:
+    """The DomainBed algorithm class the run trained, or :class:`UserError` if unknown here."""
+    from domainbed import algorithms
+
+    try:
+        return algorithms.get_algorithm_class(run.algorithm)
+    except NotImplementedError as error:
+        raise UserError(
+            f"'{run.path}' was trained with algorithm '{run.algorithm}', which this DomainBed "
+            f"does not know ({error}). Install the package that provides it."
+        ) from None
+
+
+def load_algorithm(run: Run, on: str | None = None):
+    """The algorithm saved in the run's ``model.pkl``, in eval mode.
+
+    Built as DomainBed's scripts reload models: ``torch.load(..., weights_only=False)``, then
+    ``algorithm_class(model_input_shape, model_num_classes, model_num_domains, model_hparams)``
+    and ``load_state_dict(model_dict)``.
+    """
+    import torch
+
+    path = require_model(run)
+    cls = algorithm_class(run)
+    try:
+        checkpoint = torch.load(path, map_location=on or device(), weights_only=False)
+    except (EOFError, RuntimeError, pickle.UnpicklingError) as error:
+        raise UserError(
+            f"'{path}' cannot be read ({type(error).__name__}: {error}): it is damaged or was "
+            "cut short (a job stopped while saving it?). Rerun the run to write it again."
+        ) from None
+    algorithm = cls(
+        checkpoint["model_input_shape"],
+        checkpoint["model_num_classes"],
+        checkpoint["model_num_domains"],
+        checkpoint["model_hparams"],
+    )
+    algorithm.load_state_dict(checkpoint["model_dict"])
+    return algorithm.to(on or device()).eval()
+
+
+@contextlib.contextmanager
+def seeded_like_train(seed: int) -> Iterator[None]:
+    """Seed Python, NumPy and torch as train.py does right before it builds the dataset (a
+    dataset that draws random data, like DomainBed's ``Debug224``, draws the same), and give the
+    caller's random states back afterwards."""
+    import numpy as np
+    import torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
+    """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
+    overrides); ``augment=False`` switches DomainBed's training augmentation off."""
+    from domainbed import datasets
+
+    root = data_dir if data_dir is not None else run.args.get("data_dir")
+    hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
+    try:
+        dataset_class = datasets.get_dataset_class(run.dataset)
+    except NotImplementedError:
+        raise UserError(
+            f"run '{run.path}' used dataset '{run.dataset}', which DomainBed does not know here."
+        ) from None
+    try:
+        with seeded_like_train(run.args.get("seed", 0)):
+            return dataset_class(root, run.test_envs, hparams)
+    except (OSError, RuntimeError, ValueError) as error:
+        raise UserError(
+            f"cannot load dataset {run.dataset} from data_dir '{root}' "
+            f"({type(error).__name__}: {error}). Pass --data_dir with the folder the run "
+            "was trained on."
+        ) from None
+
+
+def augmented_evaluation(run: Run) -> bool:
+    """Whether train.py classified the training domains' held-out images augmented.
+
+    DomainBed's image and WILDS datasets give a training domain's whole dataset the training
+    augmentation when ``data_augmentation`` is on (its default), held-out split included, so
+    the ``env<i>_out_acc`` train.py logs for those domains come from randomly augmented images.
+    """
+    from domainbed import datasets
+
+    augmenting = tuple(
+        getattr(datasets, name)
+        for name in ("MultipleEnvironmentImageFolder", "WILDSDataset", "SpawriousBenchmark")
+        if hasattr(datasets, name)
+    )
+    dataset_class = datasets.get_dataset_class(run.dataset)
+    return bool(run.hparams.get("data_augmentation")) and issubclass(dataset_class, augmenting)
+
+
+@dataclass(frozen=True)
+class EnvSplit:
+    """Indices (into environment ``env``) of train.py's ``in``, ``out`` and ``uda`` parts."""
+
+    env: int
+    in_keys: list[int]
+    out_keys: list[int]
+    uda_keys: list[int]
+
+
+def rebuild_splits(dataset, args: dict[str, Any]) -> list[EnvSplit]:
+    """Every environment's split, given train.py's ``args`` (from ``results.jsonl``).
+
+    train.py splits environment ``i`` with ``misc.split_dataset(env, int(len(env) *
+    holdout_fraction), misc.seed_hash(trial_seed, i))`` into ``out`` (the held-out part,
+    first) and ``in``; a test environment's ``in`` part is split again the same way for domain
+    adaptation (``uda_holdout_fraction``). The same calls with the same seeds give the same
+    example indices.
+    """
+    from domainbed.lib import misc
+
+    trial_seed = args["trial_seed"]
+    splits = []
+    for env_i, env in enumerate(dataset):
+        seed = misc.seed_hash(trial_seed, env_i)
+        out, in_ = misc.split_dataset(env, int(len(env) * args["holdout_fraction"]), seed)
+        uda_keys: list[int] = []
+        in_keys = list(in_.keys)
+        if env_i in args["test_envs"]:
+            fraction = args.get("uda_holdout_fraction", 0)
+            uda, in_part = misc.split_dataset(in_, int(len(in_) * fraction), seed)
+            uda_keys = [in_.keys[k] for k in uda.keys]
+            in_keys = [in_.keys[k] for k in in_part.keys]
+        splits.append(EnvSplit(env_i, in_keys, list(out.keys), uda_keys))
+    return splits

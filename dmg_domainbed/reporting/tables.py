@@ -1,4 +1,5 @@
-"""Results tables of a sweep, computed with DomainBed's own selection and grouping code.
+"""Results tables of a sweep, computed with DomainBed's own selection and grouping code, and
+the Markdown they are shown in.
 
 The numbers are those of ``python -m domainbed.scripts.collect_results``: records are grouped
 by ``domainbed.lib.reporting.get_grouped_records``, each group's accuracy is
@@ -9,13 +10,14 @@ a long pandas DataFrame, one row per cell, ready for CSV.
 
 from __future__ import annotations
 
-import contextlib
-import io
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from dmg_domainbed.reporting.runs import RESULTS_FILE, read_records
 
 SELECTION_METHOD_NAMES = (
     "IIDAccuracySelectionMethod",
@@ -34,12 +36,18 @@ def selection_methods() -> list[type]:
 
 
 def load_sweep_records(sweep_dir: str | Path):
-    """Every record of the sweep, read by DomainBed's ``reporting.load_records`` (whose
-    progress bar over run folders is kept off the terminal)."""
-    from domainbed.lib import reporting
+    """Every record of the sweep, as DomainBed's ``reporting.load_records`` reads them (each
+    sub-folder's ``results.jsonl``, in ``os.listdir`` order, as a ``Q``), except that a
+    half-written last line is left out with a warning instead of stopping everything (see
+    :func:`~dmg_domainbed.reporting.runs.read_records`)."""
+    from domainbed.lib.query import Q
 
-    with contextlib.redirect_stderr(io.StringIO()):
-        return reporting.load_records(str(sweep_dir))
+    records = []
+    for name in os.listdir(sweep_dir):
+        results = Path(sweep_dir) / name / RESULTS_FILE
+        if results.is_file():
+            records += read_records(results)
+    return Q(records)
 
 
 def mean_and_error(accuracies: Sequence[float]) -> tuple[float, float] | None:
@@ -198,3 +206,44 @@ def wide_table(frame: pd.DataFrame, columns: str = "test_domain") -> pd.DataFram
     algorithms down, test domains (or datasets) across, cells as text."""
     table = frame.pivot(index="algorithm", columns=columns, values="text")
     return table.loc[frame["algorithm"].unique(), frame[columns].unique()]
+
+
+def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
+    """Every table of collect_results, in its order, as Markdown sections."""
+    parts = [
+        "# Results\n",
+        "Test-domain accuracy (%), mean +/- standard error over trial seeds, as printed by "
+        "`python -m domainbed.scripts.collect_results`. X: no result (leave-one-domain-out "
+        "selection needs runs that hold out two domains; `--single_test_envs` sweeps have "
+        "none).\n",
+    ]
+    for method in results["selection_method"].unique():
+        parts.append(f"## Model selection: {method}\n")
+        of_method = results[results["selection_method"] == method]
+        for dataset in of_method["dataset"].unique():
+            parts.append(f"### {dataset}\n")
+            table = wide_table(of_method[of_method["dataset"] == dataset])
+            parts.append(markdown_table(table, "Algorithm"))
+        parts.append("### Averages\n")
+        table = wide_table(averages[averages["selection_method"] == method], "dataset")
+        parts.append(markdown_table(table, "Algorithm"))
+    return "\n".join(parts)
+
+
+def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
+    """``table`` with its index as the first column; numbers are written as they are."""
+    label = index_label if index_label is not None else (table.index.name or "")
+    header = [label, *map(str, table.columns)]
+    lines = [_line(header), _line(["---"] + ["---:"] * len(table.columns))]
+    for name, row in table.iterrows():
+        lines.append(_line([name, *row.tolist()]))
+    return "\n".join(lines) + "\n"
+
+
+def _line(cells) -> str:
+    text = ["" if _missing(c) else str(c).replace("|", "\\|") for c in cells]
+    return "| " + " | ".join(text) + " |"
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and value != value)

@@ -98,6 +98,13 @@ class Staging:
     def _stage(self, job: SmokeJob) -> Staged:
         data_dir, stand_ins, problems = self._data[job.dataset]
         staged = Staged(job, data_dir, stand_ins=list(stand_ins), problems=list(problems))
+        own = requirements.own_weights(job.algorithm, job.dataset, job.fixed_hparams)
+        if own is not None:  # weights the algorithm loads itself, which it alone can find
+            if not own.ready:
+                staged.problems.append(
+                    f"{job.algorithm}'s pretrained weights: {'; '.join(own.details)}"
+                )
+            return staged
         files, model_problems = requirements.weight_files(
             job.algorithm, job.dataset, job.fixed_hparams
         )

@@ -9,6 +9,7 @@ A sweep file has two tables; every key is optional unless marked::
     n_hparams_from = 0                 # (0)
     n_trials = 3                       # (3)
     steps = 5000                       # default: each dataset's own number of steps
+    checkpoint_freq = 500              # default: each dataset's own checkpoint frequency
     single_test_envs = true            # false (DomainBed's default): every 1 and 2 test envs
     holdout_fraction = 0.2             # (0.2)
     task = "domain_generalization"     # or "domain_adaptation"
@@ -57,6 +58,7 @@ class SweepConfig:
     n_hparams_from: int = 0
     n_trials: int = 3
     steps: int | None = None
+    checkpoint_freq: int | None = None
     single_test_envs: bool = False
     holdout_fraction: float = 0.2
     task: str = "domain_generalization"
@@ -104,6 +106,7 @@ SWEEP_KEYS = {
     "n_hparams_from": (_int(0), "an integer >= 0"),
     "n_trials": (_int(1), "an integer >= 1"),
     "steps": (_int(1), "an integer >= 1"),
+    "checkpoint_freq": (_int(1), "an integer >= 1"),
     "single_test_envs": (lambda v: isinstance(v, bool), "true or false"),
     "holdout_fraction": (_fraction, "a number between 0 and 1"),
     "task": (lambda v: v in TASKS, " or ".join(repr(t) for t in TASKS)),
@@ -234,10 +237,18 @@ def check_launcher(config: SweepConfig, name: str) -> None:
             raise UserError(f"{config.path}: {error}") from None
 
 
-def check_against_domainbed(config: SweepConfig) -> None:
-    """Names and hparams that DomainBed (with this package's plugins) knows, or an error."""
+def check_against_domainbed(config: SweepConfig) -> list[str]:
+    """Names and hparams that DomainBed (with this package's plugins) knows, or an error.
+
+    Each of this package's algorithms is also built for each dataset with the file's fixed
+    hparams (cheaply: no weights, no data; see :mod:`dmg_domainbed.preflight.networks`), so
+    that a value only its network can refute stops the sweep here. Returns notes on builds
+    that could not be made.
+    """
     import dmg_domainbed
+    from dmg_domainbed.algorithms.base import PluginAlgorithm
     from dmg_domainbed.preflight.hparams import effective_hparams
+    from dmg_domainbed.preflight.networks import check_network
 
     dmg_domainbed.register()
     from domainbed import algorithms, datasets
@@ -252,6 +263,7 @@ def check_against_domainbed(config: SweepConfig) -> None:
                 f"{config.path}: unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: "
                 f"{', '.join(valid)}"
             )
+    notes: list[str | None] = []
     for algorithm in config.algorithms:
         for dataset in config.datasets:
             try:
@@ -262,11 +274,14 @@ def check_against_domainbed(config: SweepConfig) -> None:
                     "algorithm: move an hparam that only some algorithms have to "
                     "[sweep.algorithm_hparams.NAME] of those algorithms"
                 ) from None
+            where = f"[sweep.algorithm_hparams.{algorithm}]"
             try:
-                effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
+                hparams = effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
+                if issubclass(algorithms.get_algorithm_class(algorithm), PluginAlgorithm):
+                    where = f"{algorithm}'s network on {dataset}"
+                    notes.append(check_network(algorithm, dataset, hparams))
             except UserError as error:
-                raise UserError(
-                    f"{config.path}: [sweep.algorithm_hparams.{algorithm}]: {error}"
-                ) from None
+                raise UserError(f"{config.path}: {where}: {error}") from None
     if config.launcher is not None:
         check_launcher(config, config.launcher)
+    return [note for note in notes if note]

@@ -1,10 +1,12 @@
-"""From a checked sweep file to DomainBed's own sweep commands and job list.
+"""From a checked sweep file to DomainBed's own job list, and the commands that launch it.
 
-DomainBed's sweep script passes one ``--hparams`` to every job, so the algorithms of a sweep file
-are grouped by their fixed hparams and each group becomes one
-``python -m domainbed.scripts.sweep launch`` into the same output folder. Job folders, their
-hashes and ``done`` files are DomainBed's: the job list here comes from DomainBed's own
-``make_args_list`` and ``Job``, which only look at the file system.
+DomainBed passes one ``--hparams`` to every job of a sweep, so the algorithms of a sweep file are
+grouped by their fixed hparams and each group is launched on its own, into the same output
+folder. The jobs are DomainBed's: its ``make_args_list`` and ``Job`` (which only look at the file
+system) make them, so job folders, their hashes and ``done`` files are exactly those of
+``python -m domainbed.scripts.sweep``. Where the sweep file asks for ``train.py`` arguments that
+DomainBed's sweep script cannot pass (``checkpoint_freq``), they are added to every job's
+arguments, and so to its hash.
 """
 
 from __future__ import annotations
@@ -12,18 +14,23 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.sweep.config import SweepConfig
 
+LAUNCH_MODULE = "dmg_domainbed.sweep.launch"
+ACTIONS = ("launch", "delete_incomplete")
+
 
 @dataclass(frozen=True)
 class Group:
-    """Algorithms whose jobs share the same fixed hparams (one DomainBed sweep call)."""
+    """Algorithms whose jobs share the same fixed hparams (one launch)."""
 
     algorithms: tuple[str, ...]
     hparams: Mapping[str, Any]
@@ -42,13 +49,43 @@ class Sweep:
     data_dir: str
     output_dir: str
 
+    def fixed_hparams(self, algorithm: str) -> dict[str, Any]:
+        """The fixed hparams of ``algorithm``'s jobs: with a fixed number of steps, those the
+        algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then the
+        file's common hparams, then its own; later ones win."""
+        from domainbed import algorithms
+
+        from dmg_domainbed.algorithms.base import run_length_hparams
+
+        sized = {}
+        if self.config.steps is not None and algorithm in algorithms.ALGORITHMS:
+            cls = algorithms.get_algorithm_class(algorithm)
+            sized = run_length_hparams(cls, self.config.steps)
+        return {**sized, **self.config.hparams_of(algorithm)}
+
     @property
     def groups(self) -> list[Group]:
         by_hparams: dict[str, list[str]] = {}
         for algorithm in self.config.algorithms:
-            key = json.dumps(self.config.hparams_of(algorithm), sort_keys=True)
+            key = json.dumps(self.fixed_hparams(algorithm), sort_keys=True)
             by_hparams.setdefault(key, []).append(algorithm)
         return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
+
+    def to_json(self) -> str:
+        fields = asdict(self.config)
+        fields["path"] = str(self.config.path)
+        return json.dumps(
+            {"config": fields, "data_dir": self.data_dir, "output_dir": self.output_dir}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Sweep:
+        document = json.loads(text)
+        fields = document["config"]
+        fields["path"] = Path(fields["path"])
+        for key in ("algorithms", "datasets"):
+            fields[key] = tuple(fields[key])
+        return cls(SweepConfig(**fields), document["data_dir"], document["output_dir"])
 
 
 def resolve(config: SweepConfig, data_dir: str | None, output_dir: str | None) -> Sweep:
@@ -65,50 +102,8 @@ def resolve(config: SweepConfig, data_dir: str | None, output_dir: str | None) -
     return Sweep(config, **{k: os.path.abspath(os.path.expanduser(v)) for k, v in chosen.items()})
 
 
-def domainbed_sweep_args(sweep: Sweep, group: Group, action: str, launcher: str) -> list[str]:
-    """Arguments of ``python`` running DomainBed's sweep script for one group."""
-    config = sweep.config
-    args = [
-        "-m",
-        "domainbed.scripts.sweep",
-        action,
-        "--datasets",
-        *config.datasets,
-        "--algorithms",
-        *group.algorithms,
-        "--n_hparams_from",
-        str(config.n_hparams_from),
-        "--n_hparams",
-        str(config.n_hparams),
-        "--n_trials",
-        str(config.n_trials),
-        "--holdout_fraction",
-        repr(float(config.holdout_fraction)),
-        "--task",
-        config.task,
-        "--data_dir",
-        sweep.data_dir,
-        "--output_dir",
-        sweep.output_dir,
-        "--command_launcher",
-        launcher,
-        "--skip_confirmation",
-    ]
-    if config.steps is not None:
-        args += ["--steps", str(config.steps)]
-    if group.hparams_json is not None:
-        args += ["--hparams", group.hparams_json]
-    if config.single_test_envs:
-        args.append("--single_test_envs")
-    return args
-
-
-def shell_line(python: str, args: Sequence[str]) -> str:
-    return " ".join(shlex.quote(word) for word in [python, *args])
-
-
 def jobs(sweep: Sweep, group: Group) -> list[Any]:
-    """DomainBed's ``Job`` objects of one group, exactly as its sweep script builds them."""
+    """DomainBed's ``Job`` objects of one group, as its sweep script builds them."""
     from domainbed.scripts import sweep as domainbed_sweep
 
     config = sweep.config
@@ -125,7 +120,26 @@ def jobs(sweep: Sweep, group: Group) -> list[Any]:
         single_test_envs=config.single_test_envs,
         hparams=group.hparams_json,
     )
+    if config.checkpoint_freq is not None:
+        for train_args in args_list:
+            train_args["checkpoint_freq"] = config.checkpoint_freq
     return [domainbed_sweep.Job(train_args, sweep.output_dir) for train_args in args_list]
+
+
+def launch_command(sweep: Sweep, group: Group, action: str, launcher: str) -> list[str]:
+    """The command that runs DomainBed's ``Job.launch`` (or ``Job.delete`` of the incomplete
+    jobs, for ``delete_incomplete``) on one group's jobs, with ``launcher``."""
+    spec = {
+        "sweep": json.loads(sweep.to_json()),
+        "group": sweep.groups.index(group),
+        "action": action,
+        "launcher": launcher,
+    }
+    return [sys.executable, "-m", LAUNCH_MODULE, json.dumps(spec)]
+
+
+def shell_line(words: Sequence[str]) -> str:
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def state_counts(all_jobs: Sequence[Any]) -> Counter:
@@ -134,6 +148,19 @@ def state_counts(all_jobs: Sequence[Any]) -> Counter:
     counts = Counter(job.state for job in all_jobs)
     return Counter(
         {state: counts.get(state, 0) for state in (Job.DONE, Job.INCOMPLETE, Job.NOT_LAUNCHED)}
+    )
+
+
+def describe_job(job) -> str:
+    """``<algorithm>, test domain <names> of <dataset>, hparams <i>, trial <j>``."""
+    from domainbed import datasets
+
+    args = job.train_args
+    names = datasets.get_dataset_class(args["dataset"]).ENVIRONMENTS
+    held_out = ", ".join(names[e] for e in args["test_envs"])
+    return (
+        f"{args['algorithm']}, test domain {held_out} of {args['dataset']}, "
+        f"hparams {args['hparams_seed']}, trial {args['trial_seed']}"
     )
 
 
@@ -152,7 +179,8 @@ def summary(sweep: Sweep, jobs_by_group: Sequence[tuple[Group, Sequence[Any]]]) 
         f"  per dataset and algorithm: {config.n_hparams - config.n_hparams_from} hparams "
         f"seed(s) x {config.n_trials} trial(s) x test envs "
         f"({'one at a time' if config.single_test_envs else 'every 1 and 2'}), "
-        f"{config.steps or 'dataset default'} steps",
+        f"{config.steps or 'dataset default'} steps"
+        + (f", a checkpoint every {config.checkpoint_freq}" if config.checkpoint_freq else ""),
     ]
     width = (
         max(len(f"{job.train_args['dataset']} {job.train_args['algorithm']}") for job in all_jobs)

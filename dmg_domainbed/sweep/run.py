@@ -1,23 +1,37 @@
-"""Running a planned sweep through DomainBed's own sweep script, after checking it can run.
+"""Running a planned sweep with DomainBed's own sweep code, after checking it can run.
 
-Launcher settings from the sweep file become the launcher's environment variables for the
-DomainBed sweep process; a variable already set in the environment wins. Everything that can be
-checked before DomainBed creates job folders is checked first: DomainBed's ``Job.launch``
-creates every job folder before it calls the launcher.
+The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check that
+the jobs could start, delete incomplete job folders when asked, launch each group of
+:mod:`.plan` in a process of its own (:mod:`.launch`), report jobs as they finish, and stop
+cleanly on Ctrl-C. Launcher settings from the sweep file become the launcher's environment
+variables; a variable already set in the environment wins. Everything that can be checked
+before job folders exist is checked first: DomainBed's ``Job.launch`` creates every job folder
+before it calls the launcher.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.launchers.lifetime import parent_death_hook
+from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
+from dmg_domainbed.sweep.progress import DoneWatcher
+
+Echo = Callable[[str], None]
+STOP_GRACE_SECONDS = 2.0
 
 
 def _as_text(value: Any) -> str:
@@ -27,9 +41,13 @@ def _as_text(value: Any) -> str:
 def launcher_environment(
     config: SweepConfig, launcher: str, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
-    """The environment of DomainBed's sweep process, and notes on variables that win over
-    the file."""
+    """The environment of the sweep's processes, and notes on variables that win over the file.
+
+    This interpreter's folder goes first on PATH: DomainBed starts every job as
+    ``python -m domainbed.scripts.train`` with the ``python`` found there.
+    """
     env = dict(environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     notes = []
     if launcher != config.launcher:
         if config.launcher_options:
@@ -52,6 +70,8 @@ def launcher_environment(
 def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str:
     """Raise :class:`UserError` if the jobs could not start; describe the launcher's plan."""
     from domainbed import command_launchers
+
+    check_creatable(Path(sweep.output_dir), "the sweep's output_dir")
 
     if shutil.which("python", path=env.get("PATH")) is None:
         raise UserError(
@@ -85,27 +105,77 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
 
 def execute(
     sweep: plan.Sweep,
-    groups: Sequence[tuple[plan.Group, Sequence[Any]]],
     launcher: str,
     env: Mapping[str, str],
     delete_incomplete: bool,
-    say: Callable[[str], None] = print,
+    echo: Echo = print,
+    log: Path | None = None,
 ) -> int:
-    """Run DomainBed's sweep script for each group; the first non-zero exit status stops."""
+    """Launch every group's jobs that have not been launched (after deleting the incomplete
+    ones when ``delete_incomplete``), reporting each job as it finishes; the first non-zero
+    exit status stops. What the launch processes print goes to ``log`` (appended) when given,
+    else to the terminal.
+
+    The sweep's folder is locked meanwhile (:class:`~dmg_domainbed.locks.FolderLock`): a second
+    command on it stops with a message naming this one, before it deletes or launches
+    anything. The launch processes end with this one, however it ends.
+    """
     from domainbed.scripts.sweep import Job
 
-    for group, group_jobs in groups:
-        counts = plan.state_counts(group_jobs)
-        actions = []
-        if delete_incomplete and counts[Job.INCOMPLETE]:
-            actions.append("delete_incomplete")
-        if counts[Job.NOT_LAUNCHED] or actions:
-            actions.append("launch")
-        for action in actions:
-            args = plan.domainbed_sweep_args(sweep, group, action, launcher)
-            say(f"$ {plan.shell_line('python', args)}")
-            code = subprocess.call([sys.executable, *args], env=dict(env))
-            if code != 0:
-                say(f"DomainBed's sweep {action} exited with status {code}")
-                return code
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(FolderLock(sweep.output_dir))
+        # job states are read under the lock: no other command changes them meanwhile
+        groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
+        everything = [job for _, group_jobs in groups for job in group_jobs]
+        output = stack.enter_context(open(log, "a")) if log else None
+        with DoneWatcher(everything, echo, plan.describe_job):
+            for group, group_jobs in groups:
+                counts = plan.state_counts(group_jobs)
+                actions = []
+                if delete_incomplete and counts[Job.INCOMPLETE]:
+                    actions.append("delete_incomplete")
+                if counts[Job.NOT_LAUNCHED] or actions:
+                    actions.append("launch")
+                for action in actions:
+                    command = plan.launch_command(sweep, group, action, launcher)
+                    code = _run(command, env, output)
+                    if code != 0:
+                        echo(
+                            f"{action} of {', '.join(group.algorithms)} exited with status "
+                            f"{code}" + (f"; see {log}" if log else "")
+                        )
+                        return code
     return 0
+
+
+def _run(command: list[str], env: Mapping[str, str], output: IO[str] | None) -> int:
+    """Run one launch process; Ctrl-C lets it stop its jobs (see :func:`stop`)."""
+    if output is not None:
+        output.write(f"$ {plan.shell_line(command)}\n")
+        output.flush()
+    process = subprocess.Popen(
+        command,
+        env=dict(env),
+        preexec_fn=parent_death_hook(),
+        stdin=subprocess.DEVNULL,
+        stdout=output,
+        stderr=subprocess.STDOUT if output is not None else None,
+    )
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        stop(process)
+        raise
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Let a launch process stop its running jobs (its launcher handles Ctrl-C) and wait for it.
+
+    A Ctrl-C at the terminal reaches it too; an interrupt sent to this process alone is passed
+    on. Killing it outright could leave jobs running on their own.
+    """
+    try:
+        process.wait(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+        process.wait()

@@ -2,12 +2,13 @@
 
 import pytest
 import torch
-from domainbed import algorithms, hparams_registry
 
 MNIST_SHAPE = (3, 28, 28)
 
 
 def build(name, num_domains=3, input_shape=MNIST_SHAPE, num_classes=4, dataset="Debug28", **hp):
+    from domainbed import algorithms, hparams_registry
+
     hparams = hparams_registry.default_hparams(name, dataset)
     if len(input_shape) == 1:
         hparams.update(mlp_width=16, mlp_depth=4, mlp_dropout=0.5)

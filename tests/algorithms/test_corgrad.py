@@ -173,7 +173,7 @@ def test_one_source_domain_has_no_conflicts_and_no_outliers():
     [
         ({"n_parts": 0}, r"'n_parts' must be >= 1; got 0"),
         ({"n_parts": 2.5}, r"'n_parts' must be of type int"),
-        ({"alpha": 1.5}, r"'alpha' is invalid: must lie in \[0, 1\]; got 1.5"),
+        ({"alpha": 1.5}, r"'alpha' must be <= 1.0; got 1.5"),
         ({"corrected_params": "bn"}, r"'corrected_params' must be one of 'conv_linear', 'all'"),
     ],
 )

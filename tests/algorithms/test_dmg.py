@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torchvision
-from domainbed import algorithms
+from domainbed import algorithms, hparams_registry
 from torch import nn
 
 from dmg_domainbed.algorithms.dmg import DMG, fused_adam
@@ -38,7 +38,25 @@ def test_default_masks_on_an_mlp_are_its_hidden_layers_and_the_classifier_input(
         "featurizer.output",
         "classifier",
     ]
-    assert all(not m.p for m in dmg.modules() if isinstance(m, nn.Dropout)), "dropout is off"
+
+
+@pytest.mark.parametrize("name", ["Aggregate", "MultiHead", "DMG"])
+def test_the_paper_algorithms_train_with_dropout_off_and_the_hparam_says_so(name):
+    for dataset, key in (("RotatedDigits", "mlp_dropout"), ("PACS", "resnet_dropout")):
+        for seed in range(5):
+            assert hparams_registry.random_hparams(name, dataset, seed)[key] == 0.0
+        assert hparams_registry.default_hparams(name, dataset)[key] == 0.0
+    assert "mlp_dropout" not in hparams_registry.default_hparams(name, "PACS")
+    erm = {
+        hparams_registry.random_hparams("ERM", "RotatedDigits", s)["mlp_dropout"] for s in range(8)
+    }
+    assert erm != {0.0}, "ERM keeps the dataset's search"
+    rates = {
+        m.p
+        for m in build(name, input_shape=(10,), mlp_dropout=0.3).modules()
+        if isinstance(m, nn.Dropout)
+    }
+    assert rates == {0.3}, "a value given with --hparams is the value used"
 
 
 def test_default_masks_on_resnet18_are_layer3_layer4_and_classifier_channels(monkeypatch):

@@ -6,10 +6,9 @@ from domainbed.lib import misc
 from domainbed.lib.fast_data_loader import FastDataLoader
 from torch.utils.data import Subset
 
-from dmg_domainbed.reporting import in_domain, models
-from dmg_domainbed.reporting.runs import read_run
-from dmg_domainbed.reporting.splits import rebuild_splits
-from tests.cli.conftest import cli, runs_of, snapshot
+from dmg_domainbed.reporting import in_domain
+from dmg_domainbed.reporting.runs import load_algorithm, load_dataset, read_run, rebuild_splits
+from tests.helpers import cli, runs_of, snapshot
 
 
 def test_evaluate_table3_on_train_py_held_out_splits(demo_sweep, tmp_path):
@@ -43,8 +42,8 @@ def test_evaluate_table3_on_train_py_held_out_splits(demo_sweep, tmp_path):
 
 def test_rebuilt_splits_are_train_py_splits_for_every_environment(demo_sweep):
     run = read_run(runs_of(demo_sweep)[("DMG", 3)])
-    algorithm = models.load_algorithm(run, "cpu")
-    dataset = models.load_dataset(run)
+    algorithm = load_algorithm(run, "cpu")
+    dataset = load_dataset(run)
     last = run.records[-1]
     for split in rebuild_splits(dataset, run.args):
         env = dataset[split.env]

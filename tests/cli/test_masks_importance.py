@@ -3,8 +3,7 @@
 import pandas as pd
 import pytest
 
-from tests.cli.conftest import cli, runs_of, snapshot
-from tests.helpers import run_domainbed
+from tests.helpers import cli, run_domainbed, runs_of, snapshot
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,12 @@
 """``dmg-domainbed report`` gives collect_results' numbers, as CSV, Markdown and pictures."""
 
 import re
+import shutil
 
 import pandas as pd
 import pytest
 
-from tests.cli.conftest import cli, runs_of, snapshot
-from tests.helpers import DEMO_ALGORITHMS, run_domainbed
+from tests.helpers import DEMO_ALGORITHMS, cli, run_domainbed, runs_of, snapshot
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -104,3 +104,16 @@ def test_report_refuses_to_write_inside_the_sweep(demo_sweep):
     )
     assert code == 2 and "lies inside the input folder" in message
     assert snapshot(demo_sweep) == before
+
+
+def test_a_half_written_last_line_is_left_out_with_a_warning(report, demo_sweep, tmp_path):
+    sweep = tmp_path / "sweep"
+    shutil.copytree(demo_sweep, sweep)
+    torn = runs_of(sweep)[("DMG", 1)] / "results.jsonl"
+    with open(torn, "a") as stream:
+        stream.write('{"args": {"algorithm": "DMG", "data')
+    code, _, message = cli("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "o"))
+    assert code == 0
+    assert f"'{torn}': its last line is half-written" in message
+    expected = pd.read_csv(report[0] / "results.csv")
+    assert pd.read_csv(tmp_path / "o" / "results.csv").equals(expected)

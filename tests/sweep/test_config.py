@@ -30,8 +30,8 @@ BASE = '[sweep]\nalgorithms = ["ERM", "DMG"]\ndatasets = ["RotatedDigits"]\n'
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
-def test_shipped_sweep_files_are_valid(path):
-    check_against_domainbed(load_sweep(path))
+def test_shipped_sweep_files_are_valid_and_their_networks_build(path):
+    assert check_against_domainbed(load_sweep(path)) == []
 
 
 def test_the_paper_and_standard_files_are_shipped():
@@ -86,6 +86,11 @@ def test_structure_mistakes(text, message, tmp_path):
             r".*\[sweep.algorithm_hparams",
         ),
         (BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n", "mask_lr' must be >= 0"),
+        (
+            BASE + '[sweep.algorithm_hparams.DMG]\nmask_layers = ["featurizer.hiddens.9"]\n',
+            r"DMG's network on RotatedDigits: cannot mask layers \['featurizer.hiddens.9'\]: "
+            r"unknown .* Valid layer names: featurizer, featurizer.input, ",
+        ),
         (
             BASE + '[launcher]\nname = "slurm"\n',
             "unknown launcher 'slurm'; .*local_parallel.*submitit",

@@ -1,14 +1,20 @@
 """A sweep file expands to DomainBed's own job list, with the file's fixed hparams in every job."""
 
 import json
+import os
+import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from domainbed import hparams_registry
 
+from dmg_domainbed.algorithms.importance_mask import ImportanceMask
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import load_sweep
 from dmg_domainbed.sweep.run import launcher_environment
+
+from ..helpers import run_domainbed
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 PAPER_MASK_LAYERS = ["featurizer.network.layer3", "featurizer.network.layer4", "classifier"]
@@ -65,18 +71,64 @@ def test_resnet18_files_switch_augmix_off_too():
         }
 
 
-def test_groups_become_domainbed_sweep_calls_into_one_folder(tmp_path):
+def test_groups_share_one_folder_and_their_launch_commands_carry_the_sweep(tmp_path):
     sweep = plan.resolve(load_sweep(SWEEPS / "pacs_resnet50.toml"), "data", str(tmp_path))
-    first, second = (
-        plan.domainbed_sweep_args(sweep, g, "launch", "submitit") for g in sweep.groups
-    )
-    assert first[first.index("--algorithms") + 1 : first.index("--n_hparams_from")] == [
-        "Aggregate",
-        "MultiHead",
-    ]
-    assert json.loads(second[second.index("--hparams") + 1])["lambda_overlap"] == 0.1
-    assert first[first.index("--output_dir") + 1] == second[second.index("--output_dir") + 1]
+    first, second = sweep.groups
+    assert first.algorithms == ("Aggregate", "MultiHead") and second.algorithms == ("DMG",)
+    assert json.loads(second.hparams_json)["lambda_overlap"] == 0.1
     assert sweep.data_dir == str(Path("data").resolve())
+    command = plan.launch_command(sweep, second, "launch", "submitit")
+    spec = json.loads(command[-1])
+    assert command[1:3] == ["-m", "dmg_domainbed.sweep.launch"]
+    assert (spec["group"], spec["action"], spec["launcher"]) == (1, "launch", "submitit")
+    assert plan.Sweep.from_json(json.dumps(spec["sweep"])) == sweep
+    folders = {os.path.dirname(job.output_dir) for g in sweep.groups for job in plan.jobs(sweep, g)}
+    assert folders == {str(tmp_path)}
+
+
+def test_jobs_are_the_ones_domainbed_sweep_script_makes(tmp_path):
+    config = load_sweep(SWEEPS / "demo.toml")
+    sweep = plan.resolve(config, ".", str(tmp_path / "sweep"))
+    ours = {job.output_dir for group in sweep.groups for job in plan.jobs(sweep, group)}
+    printed = run_domainbed(
+        "sweep",
+        "delete_incomplete",
+        "--datasets",
+        *config.datasets,
+        "--algorithms",
+        *config.algorithms,
+        "--n_hparams",
+        str(config.n_hparams),
+        "--n_trials",
+        str(config.n_trials),
+        "--single_test_envs",
+        "--data_dir",
+        sweep.data_dir,
+        "--output_dir",
+        sweep.output_dir,
+        "--command_launcher",
+        "local",
+        "--skip_confirmation",
+    ).stdout
+    theirs = set(re.findall(r"Not launched: (\S+) ", printed))
+    assert len(ours) == 96 and ours == theirs
+
+
+def test_checkpoint_freq_and_sized_hparams_reach_every_job(tmp_path):
+    config = replace(
+        load_sweep(SWEEPS / "demo.toml"),
+        algorithms=("DMG", "ImportanceMask"),
+        steps=40,
+        checkpoint_freq=10,
+    )
+    sweep = plan.resolve(config, ".", str(tmp_path))
+    by_algorithm = {g.algorithms: g for g in sweep.groups}
+    assert set(by_algorithm) == {("DMG",), ("ImportanceMask",)}
+    assert by_algorithm[("ImportanceMask",)].hparams == ImportanceMask.run_length_hparams(40)
+    for group in sweep.groups:
+        for job in plan.jobs(sweep, group):
+            assert job.train_args["checkpoint_freq"] == 10 and job.train_args["steps"] == 40
+            assert "--checkpoint_freq 10" in job.command_str
 
 
 def test_launcher_settings_of_the_file_become_variables_the_environment_wins(tmp_path):
@@ -91,21 +143,22 @@ def test_launcher_settings_of_the_file_become_variables_the_environment_wins(tmp
     assert "DMG_SUBMITIT_GPUS" not in env and "not used" in notes[0]
 
 
-def test_delete_incomplete_runs_domainbed_s_own_command_before_launch(tmp_path, monkeypatch):
-    from domainbed.scripts.sweep import Job
-
+def test_incomplete_jobs_are_deleted_before_the_launch_only_when_asked(tmp_path, monkeypatch):
     from dmg_domainbed.sweep import run
 
     sweep = plan.resolve(load_sweep(SWEEPS / "demo.toml"), "data", str(tmp_path))
-    group = sweep.groups[0]
-    jobs = plan.jobs(sweep, group)
-    for job in jobs[:2]:
-        job.state = Job.INCOMPLETE
-    for job in jobs[2:]:
-        job.state = Job.DONE
-    calls = []
-    monkeypatch.setattr(run.subprocess, "call", lambda args, env: calls.append(args[3]) or 0)
-    assert run.execute(sweep, [(group, jobs)], "local", {}, False, say=lambda _: None) == 0
-    assert calls == []  # incomplete jobs are left alone; nothing else to launch
-    assert run.execute(sweep, [(group, jobs)], "local", {}, True, say=lambda _: None) == 0
-    assert calls == ["delete_incomplete", "launch"]
+    jobs = plan.jobs(sweep, sweep.groups[0])
+    for n, job in enumerate(jobs):
+        os.makedirs(job.output_dir)
+        if n >= 2:
+            (Path(job.output_dir) / "done").write_text("")
+    actions = []
+    monkeypatch.setattr(
+        run,
+        "_run",
+        lambda command, env, output: actions.append(json.loads(command[-1])["action"]) or 0,
+    )
+    assert run.execute(sweep, "local", {}, False, echo=lambda _: None) == 0
+    assert actions == []  # incomplete jobs are left alone; nothing else to launch
+    assert run.execute(sweep, "local", {}, True, echo=lambda _: None) == 0
+    assert actions == ["delete_incomplete", "launch"]

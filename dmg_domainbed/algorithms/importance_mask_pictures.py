@@ -1,4 +1,5 @@
-"""ImportanceMask's weight importance and important-weight masks as tables and a picture.
+"""Pictures of what ImportanceMask learned: each tracked weight's importance and whether it is
+important.
 
 ``maps`` and ``masks`` are ``{parameter name: array shaped like the parameter}``: importance in
 [0, 1] and the boolean important mask, as ``importance_maps()`` / ``importance_masks()`` give them.
@@ -6,11 +7,37 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from dmg_domainbed.reporting.style import figure
+from dmg_domainbed.algorithms.base import Drawn
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.reporting.files import save
+from dmg_domainbed.reporting.pictures import figure
+from dmg_domainbed.reporting.runs import Run
+
+
+def draw_importance(algorithm, run: Run, output_dir: Path, stem: str) -> Drawn:
+    """``<stem>.png`` and ``<stem>_importance.csv`` of an ImportanceMask run past phase 1."""
+    if algorithm.in_phase1:
+        raise UserError(
+            f"'{run.path}' is an ImportanceMask run that ended in phase 1 (step "
+            f"{run.records[-1]['step']}, phase1_steps {run.hparams['phase1_steps']}): importance "
+            "is computed when phase 1 ends. Train for more steps than phase1_steps, or lower it, "
+            """e.g. --hparams '{"phase1_steps": 750, "freeze_step": 1275}'."""
+        )
+    maps = {k: v.cpu().numpy() for k, v in algorithm.importance_maps().items()}
+    masks = {k: v.cpu().numpy() for k, v in algorithm.importance_masks().items()}
+    output_dir.mkdir(parents=True, exist_ok=True)
+    table = output_dir / f"{stem}_importance.csv"
+    weights_frame(maps, masks).to_csv(table, index=False)
+    title = f"ImportanceMask on {run.title()}"
+    picture = save(importance_figure(maps, masks, title), output_dir / f"{stem}.png")
+    return Drawn(summary=summary_frame(maps, masks), files=[table, picture])
+
 
 MATRIX_HEIGHT = 2.0  # inches of a weight matrix's heatmap
 STRIP_HEIGHT = 0.45  # inches of a one-row heatmap (a bias)

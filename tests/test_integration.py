@@ -57,15 +57,27 @@ def test_start_up_hook_is_installed_without_importing_torch():
     assert disabled.stdout.split() == ["False", "False"]
 
 
+# DomainBed imported before the hook is armed (here: switched off at start-up, armed later)
+LATE_HOOK = (
+    "import os, domainbed.algorithms, domainbed.datasets; "
+    "os.environ['DMG_DOMAINBED_DISABLE'] = '0'; "
+    "import dmg_domainbed._startup as hook; hook.install()"
+)
+
+
 @pytest.mark.parametrize(
-    "first",
+    "first, disable",
     [
-        "import domainbed.hparams_registry",
-        "from dmg_domainbed.algorithms.dmg import DMG",
+        ("import domainbed.hparams_registry", ""),
+        ("import domainbed.algorithms", ""),
+        ("import domainbed.datasets", ""),
+        ("from dmg_domainbed.algorithms.dmg import DMG", ""),
+        (LATE_HOOK, "1"),
     ],
 )
-def test_registration_works_in_any_import_order(first):
-    out = run_python("-c", IMPORT_ORDER_CHECK.format(first=first))
+def test_registration_works_in_any_import_order(first, disable):
+    env = domainbed_env(DMG_DOMAINBED_DISABLE=disable)
+    out = run_python("-c", IMPORT_ORDER_CHECK.format(first=first), env=env)
     assert out.stdout.strip() == "registered"
     assert "dmg-domainbed:" not in out.stderr
 

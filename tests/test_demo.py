@@ -3,9 +3,8 @@
 import json
 import shutil
 
-from dmg_domainbed.algorithms.importance_mask import schedule_hparams
-from tests.cli.conftest import cli, runs_of, snapshot
-from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, run_cli
+from dmg_domainbed.algorithms.importance_mask import ImportanceMask
+from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, run_cli, runs_of, snapshot
 
 N_JOBS = 4 * len(DEMO_ALGORITHMS)
 
@@ -34,8 +33,9 @@ def test_demo_runs_every_test_domain_and_reports(demo_run):
         "dmg_diagnostics_RotatedDigits.png",
         "in_domain.csv",
         "in_domain.md",
-        "masks_test_env0.png",
-        "masks_test_env3.png",
+        "masks_DMG_test_env0.png",
+        "masks_DMG_test_env3.png",
+        "masks_ImportanceMask_test_env1.png",
     ):
         assert (report / name).stat().st_size > 0, name
     assert "Wall time:" in printed
@@ -43,8 +43,8 @@ def test_demo_runs_every_test_domain_and_reports(demo_run):
 
 def test_importance_mask_jobs_get_the_schedule_scaled_to_the_demo_steps(demo_run):
     output, printed = demo_run
-    scaled = schedule_hparams(int(DEMO_STEPS))
-    assert f"phase schedule scaled to {DEMO_STEPS} steps" in printed
+    scaled = ImportanceMask.run_length_hparams(int(DEMO_STEPS))
+    assert f"ImportanceMask: hparams sized for {DEMO_STEPS} steps" in printed
     for (algorithm, _), run in runs_of(output / "sweep").items():
         last = json.loads((run / "results.jsonl").read_text().splitlines()[-1])
         if algorithm == "ImportanceMask":
@@ -68,7 +68,7 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
     ).stdout
 
     assert f"{N_JOBS} jobs, {N_JOBS - 1} already done, 1 to run" in printed
-    assert f"[{N_JOBS}/{N_JOBS}] done: DMG, test domain 60" in printed
+    assert f"[{N_JOBS}/{N_JOBS}] done: DMG, test domain 60 of RotatedDigits" in printed
     assert (interrupted / "done").exists()
     assert {key: snapshot(runs[key]) for key in others} == others
 

@@ -1,4 +1,4 @@
-"""What DMG's masks learned: per-domain mask probabilities and the overlap between domains.
+"""Pictures of what DMG learned: its masks, and its diagnostics over training.
 
 For every masked layer, ``m_d = sigmoid(m~_d)`` of each source domain ``d`` (paper Sec. 2.1)
 and the pairwise IoU between domains: soft (``m_i.m_j / sum(m_i + m_j - m_i m_j)``, the
@@ -9,6 +9,7 @@ DMG-KnownDomain uses).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,24 @@ import torch
 from matplotlib.figure import Figure
 
 from dmg_domainbed import masks
-from dmg_domainbed.reporting.style import figure
+from dmg_domainbed.algorithms.base import Drawn
+from dmg_domainbed.algorithms.dmg import ACTIVE_PREFIX, IOU_PREFIX
+from dmg_domainbed.reporting.files import save
+from dmg_domainbed.reporting.pictures import figure
+from dmg_domainbed.reporting.runs import Run
+
+
+def draw_masks(algorithm, run: Run, output_dir: Path, stem: str) -> Drawn:
+    """``<stem>.png``, ``<stem>_probabilities.csv`` and ``<stem>_iou.csv`` of a DMG run."""
+    layers = layer_masks(algorithm)
+    domains = run.domain_names()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    files = [output_dir / f"{stem}_probabilities.csv", output_dir / f"{stem}_iou.csv"]
+    probabilities_frame(layers, domains).to_csv(files[0], index=False)
+    iou_frame(layers, domains).to_csv(files[1], index=False)
+    title = f"DMG masks on {run.title()}"
+    files.append(save(masks_figure(layers, domains, title), output_dir / f"{stem}.png"))
+    return Drawn(summary=summary_frame(layers, domains), files=files)
 
 
 @dataclass(frozen=True)
@@ -140,4 +158,43 @@ def masks_figure(layers: list[LayerMasks], domains: list[str], title: str) -> Fi
         matrix.set_title("hard IoU (m > 0.5)", fontsize=9)
     heat.set_xlabel("unit")
     fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def training_curves(runs: list[list[dict]], environments: list[str]) -> Figure:
+    """Per DMG run (one row per test-domain choice): the overlap loss, the mean hard IoU
+    between source-domain masks per masked layer, and the fraction of active units
+    (``m_d > 0.5``) per source domain, against the training step (paper Sec. 2, Eq. 2)."""
+    fig = figure(13, 2.5 * len(runs) + 0.5)
+    axes = fig.subplots(len(runs), 3, sharex=True, squeeze=False)
+    for row, run in zip(axes, runs, strict=True):
+        args = run[0]["args"]
+        steps = [r["step"] for r in run]
+        sources = [e for e in range(len(environments)) if e not in args["test_envs"]]
+        held_out = ", ".join(environments[e] for e in args["test_envs"])
+        row[0].plot(steps, [r.get("overlap", np.nan) for r in run], color="black")
+        row[0].set_ylabel(
+            f"test domain {held_out}\n(hparams {args['hparams_seed']}, trial {args['trial_seed']})",
+            fontsize=9,
+        )
+        layers = sorted({k[len(IOU_PREFIX) :] for r in run for k in r if k.startswith(IOU_PREFIX)})
+        for layer in layers:
+            row[1].plot(steps, [r.get(IOU_PREFIX + layer, np.nan) for r in run], label=layer)
+        for d, env in enumerate(sources):
+            row[2].plot(
+                steps,
+                [r.get(f"{ACTIVE_PREFIX}{d}", np.nan) for r in run],
+                label=f"d{d} = {environments[env]}",
+            )
+        row[1].set_ylim(-0.02, 1.02)
+        row[2].set_ylim(-0.02, 1.02)
+        row[1].legend(fontsize=7, loc="lower left")
+        row[2].legend(fontsize=7, loc="lower left", title="source domain", title_fontsize=7)
+        for axis in row:
+            axis.grid(alpha=0.3)
+    axes[0, 0].set_title("overlap loss (sum over layers of mean soft IoU)", fontsize=10)
+    axes[0, 1].set_title("mean hard IoU between domain masks, per layer", fontsize=10)
+    axes[0, 2].set_title("fraction of active units (m > 0.5) per domain", fontsize=10)
+    for axis in axes[-1]:
+        axis.set_xlabel("training step")
     return fig

@@ -1,0 +1,302 @@
+"""How fast DomainBed jobs go through ``local_parallel``: new processes vs forked warm, and
+several jobs per GPU.
+
+``cpu``: the demo's jobs (ERM, Aggregate, MultiHead and DMG on each of RotatedDigits' 4 test
+domains: 16 runs of DomainBed's own ``train.py`` with default hparams), launched as DomainBed's
+sweep writes them, through ``local_parallel`` twice: as new processes
+(``DMG_LOCAL_PARALLEL_WARM=0``) and forked warm from this process, which has imported torch and
+DomainBed as DomainBed's sweep process has. Per mode: wall time, jobs per minute, the mean
+wall time of one job and the CPU time one job took (which other work on the machine does not
+inflate as it does wall times); ``--steps 1`` measures start-up alone. ``--rounds`` repeats
+both modes, alternating, and reports the median wall time.
+
+``gpu --data_dir DIR``: a PACS-shaped sweep on the GPUs: ERM with DomainBed's ResNet-50
+(torchvision's, ``resnet50_augmix`` off) on DomainBed's own PACS loader reading
+``DIR/PACS/<domain>/<class>/*.jpg``, with the weights file DomainBed loads in torch's hub cache
+(random weights are enough: only speed is measured; ``dmg-domainbed doctor --dataset PACS
+--hparams '{"resnet50_augmix": false}'`` names the file). For each number of jobs per GPU
+(default 1, 2 and 4), one wave of that many jobs on every GPU, started together: images/s per
+job (the batch of all training domains over DomainBed's mean step time after step 0, so data
+loading included) and in total, the mean GPU utilisation while every job was training, the peak
+memory nvidia-smi saw per GPU and the peak torch allocated per job.
+
+Usage: ``python benchmarks/job_start.py cpu [--steps 1 1500] [--jobs N] [--rounds R]`` or
+``python benchmarks/job_start.py gpu --data_dir DIR [--jobs_per_gpu 1 2 4] [--steps 300]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from domainbed import datasets
+from domainbed.lib import misc
+from domainbed.scripts.sweep import Job
+
+from dmg_domainbed.launchers.common import output_dir_of
+from dmg_domainbed.launchers.local_parallel import Outcome, Plan, run_commands, usable_cores
+from dmg_domainbed.launchers.local_parallel import visible_gpus as gpus_here
+from dmg_domainbed.preflight.data import dataset_status
+from dmg_domainbed.preflight.weights import needed_weights
+
+DEMO_ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
+GPU_HPARAMS = {"resnet18": False, "resnet50_augmix": False}
+
+
+def sweep_commands(
+    output_dir: Path,
+    dataset: str,
+    algorithms: list[str],
+    test_envs: list[list[int]],
+    steps: int,
+    data_dir: str,
+    trials: int = 1,
+    checkpoint_freq: int | None = None,
+    hparams: dict | None = None,
+) -> list[str]:
+    """The commands DomainBed's sweep writes for these jobs (default hparams)."""
+    commands = []
+    for trial in range(trials):
+        for algorithm in algorithms:
+            for envs in test_envs:
+                args = {
+                    "dataset": dataset,
+                    "algorithm": algorithm,
+                    "test_envs": envs,
+                    "holdout_fraction": 0.2,
+                    "hparams_seed": 0,
+                    "data_dir": data_dir,
+                    "task": "domain_generalization",
+                    "trial_seed": trial,
+                    "seed": misc.seed_hash(dataset, algorithm, envs, 0, trial),
+                    "steps": steps,
+                }
+                if checkpoint_freq is not None:
+                    args["checkpoint_freq"] = checkpoint_freq
+                if hparams:
+                    args["hparams"] = json.dumps(hparams, sort_keys=True)
+                commands.append(Job(args, str(output_dir)).command_str)
+    return commands
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_wave(commands: list[str], plan: Plan) -> tuple[float, float, list[Outcome]]:
+    """Wall time, CPU time of the jobs (both kinds are this process's children, reaped by it)
+    and outcomes of the commands through local_parallel; stops on a failure."""
+    start, cpu_start = time.monotonic(), children_cpu_seconds()
+    outcomes = run_commands(commands, plan, say=lambda line: None)
+    wall, cpu = time.monotonic() - start, children_cpu_seconds() - cpu_start
+    failed = [o for o in outcomes if o.returncode != 0]
+    if failed:
+        sys.exit(f"{len(failed)} job(s) failed, e.g. {failed[0].command}\n  log: {failed[0].log}")
+    return wall, cpu, outcomes
+
+
+def cpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
+    jobs = args.jobs or usable_cores()
+    threads = max(1, usable_cores() // jobs)
+    n_envs = datasets.num_environments("RotatedDigits")
+    test_envs = [[i] for i in range(n_envs)]
+    header = (
+        f"{'steps':>6} {'start':<12} {'jobs':>5} {'at once':>7} {'wall s':>8} {'jobs/min':>9} "
+        f"{'x new':>6} {'job s':>7} {'CPU s/job':>9}"
+    )
+    count = len(args.algorithms) * n_envs
+    print(f"{count} jobs per run; {jobs} at a time, {threads} thread(s) each")
+    print(header)
+    print("-" * len(header))
+    for steps in args.steps:
+        walls: dict[bool, list[float]] = {False: [], True: []}
+        cpus: dict[bool, list[float]] = {False: [], True: []}
+        job_seconds: dict[bool, list[float]] = {False: [], True: []}
+        for round_index in range(args.rounds):
+            for warm in (False, True):
+                folder = scratch / f"steps{steps}_round{round_index}_{'warm' if warm else 'new'}"
+                commands = sweep_commands(
+                    folder, "RotatedDigits", args.algorithms, test_envs, steps, str(scratch)
+                )
+                plan = Plan(jobs=jobs, gpus=(), threads=threads, loader_workers=threads, warm=warm)
+                wall, cpu, outcomes = run_wave(commands, plan)
+                if warm and not all(outcome.warm for outcome in outcomes):
+                    sys.exit("the jobs did not start warm here; see local_parallel's message")
+                walls[warm].append(wall)
+                cpus[warm].append(cpu / len(outcomes))
+                job_seconds[warm] += [outcome.seconds for outcome in outcomes]
+        fresh_wall = statistics.median(walls[False])
+        for warm in (False, True):
+            wall = statistics.median(walls[warm])
+            count = len(job_seconds[warm]) // args.rounds
+            print(
+                f"{steps:>6} {'warm' if warm else 'new process':<12} {count:>5} {jobs:>7} "
+                f"{wall:>8.1f} {60 * count / wall:>9.1f} {fresh_wall / wall:>6.2f} "
+                f"{statistics.mean(job_seconds[warm]):>7.2f} {statistics.median(cpus[warm]):>9.2f}"
+            )
+
+
+@dataclass
+class GpuSample:
+    gpu: str
+    utilisation: float
+    memory_mib: float
+
+
+def nvidia_smi_samples() -> list[GpuSample]:
+    """Utilisation and memory of every GPU now; none where nvidia-smi cannot tell."""
+    try:
+        listing = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,utilization.gpu,memory.used",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    samples = []
+    for line in listing.splitlines():
+        index, utilisation, memory = (field.strip() for field in line.split(","))
+        samples.append(GpuSample(index, float(utilisation), float(memory)))
+    return samples
+
+
+class GpuSampler:
+    """nvidia-smi once a second while a wave runs; utilisation kept only while every job of
+    the wave is training (past its first checkpoint, not done)."""
+
+    def __init__(self, job_dirs: list[Path], gpus: tuple[str, ...]) -> None:
+        self.job_dirs = job_dirs
+        self.gpus = set(gpus)
+        self.training_utilisation: list[float] = []
+        self.peak_memory_mib: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _all_training(self) -> bool:
+        return all(
+            (d / "results.jsonl").exists() and not (d / "done").exists() for d in self.job_dirs
+        )
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            training = self._all_training()
+            for sample in nvidia_smi_samples():
+                if sample.gpu not in self.gpus:
+                    continue
+                peak = self.peak_memory_mib.get(sample.gpu, 0.0)
+                self.peak_memory_mib[sample.gpu] = max(peak, sample.memory_mib)
+                if training:
+                    self.training_utilisation.append(sample.utilisation)
+
+    def __enter__(self) -> GpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def last_record(job_dir: Path) -> dict:
+    return json.loads((job_dir / "results.jsonl").read_text().splitlines()[-1])
+
+
+def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
+    gpus = tuple(gpus_here())
+    if not gpus:
+        sys.exit("gpu: no GPU here (nvidia-smi lists none and CUDA_VISIBLE_DEVICES names none)")
+    dataset = datasets.get_dataset_class("PACS")
+    found = dataset_status("PACS", dataset.__module__, len(dataset.ENVIRONMENTS), args.data_dir)
+    if not found.ok:
+        sys.exit(f"gpu: PACS data not found under --data_dir: {found.detail}")
+    hparams = dict(GPU_HPARAMS, batch_size=args.batch_size)
+    files, problems = needed_weights(hparams, dataset.INPUT_SHAPE)
+    missing = [str(f.path) for f in files if not f.present] + problems
+    if missing:
+        sys.exit(f"gpu: the weights DomainBed loads are not cached: {', '.join(missing)}")
+    cores = usable_cores()
+    training_domains = len(dataset.ENVIRONMENTS) - 1
+    header = (
+        f"{'jobs/GPU':>8} {'jobs':>5} {'img/s/job':>10} {'img/s':>8} {'GPU util %':>10} "
+        f"{'GPU mem GB':>10} {'torch GB/job':>12} {'wall s':>7}"
+    )
+    print(
+        f"ERM, ResNet-50 (random weights), PACS 224x224, {args.batch_size} images x "
+        f"{training_domains} domains a step, {args.steps} steps; GPUs {','.join(gpus)}; "
+        f"{cores} CPU cores"
+    )
+    print(header)
+    print("-" * len(header))
+    for per_gpu in args.jobs_per_gpu:
+        jobs = per_gpu * len(gpus)
+        folder = scratch / f"per_gpu{per_gpu}"
+        commands = sweep_commands(
+            folder,
+            "PACS",
+            ["ERM"],
+            [[0]],
+            args.steps,
+            args.data_dir,
+            trials=jobs,
+            checkpoint_freq=args.steps,
+            hparams=hparams,
+        )
+        threads = max(1, cores // jobs)
+        plan = Plan(jobs=jobs, gpus=gpus, threads=threads, loader_workers=threads, warm=args.warm)
+        job_dirs = [Path(output_dir_of(command)) for command in commands]
+        with GpuSampler(job_dirs, gpus) as sampler:
+            wall, _, _ = run_wave(commands, plan)
+        records = [last_record(d) for d in job_dirs]
+        per_job = [args.batch_size * training_domains / r["step_time"] for r in records]
+        utilisation = (
+            f"{statistics.mean(sampler.training_utilisation):.0f}"
+            if sampler.training_utilisation
+            else "-"
+        )
+        memory = max(sampler.peak_memory_mib.values(), default=float("nan")) / 1024
+        print(
+            f"{per_gpu:>8} {jobs:>5} {statistics.mean(per_job):>10.0f} {sum(per_job):>8.0f} "
+            f"{utilisation:>10} {memory:>10.1f} {max(r['mem_gb'] for r in records):>12.1f} "
+            f"{wall:>7.0f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    modes = parser.add_subparsers(dest="mode", required=True)
+    cpu = modes.add_parser("cpu", help="the demo's jobs on CPU, new processes vs warm")
+    cpu.add_argument("--steps", type=int, nargs="+", default=[1, 1500])
+    cpu.add_argument("--jobs", type=int, default=None, help="at once (default: CPU cores)")
+    cpu.add_argument("--rounds", type=int, default=1)
+    cpu.add_argument("--algorithms", nargs="+", default=list(DEMO_ALGORITHMS))
+    gpu = modes.add_parser("gpu", help="a PACS-shaped sweep at several jobs per GPU")
+    gpu.add_argument("--data_dir", required=True, help="holds PACS/<domain>/<class>/*.jpg")
+    gpu.add_argument("--jobs_per_gpu", type=int, nargs="+", default=[1, 2, 4])
+    gpu.add_argument("--steps", type=int, default=300)
+    gpu.add_argument("--batch_size", type=int, default=32, help="per training domain")
+    gpu.add_argument("--new_processes", dest="warm", action="store_false")
+    for mode in (cpu, gpu):
+        mode.add_argument("--output_dir", help="keep the job folders here (default: deleted)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(args.output_dir or scratch)
+        (cpu_benchmark if args.mode == "cpu" else gpu_benchmark)(args, folder)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""SF-MoE: a distilled DeiT-Small whose blocks 5 and 11 are sparse top-2 mixtures of experts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from dmg_domainbed.algorithms import sfmoe_network
+from dmg_domainbed.algorithms.base import Drawn, PluginAlgorithm, pooled
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams import HParam, HParamSpace
+from dmg_domainbed.moe import SECOND_POLICIES, SparseMoE
+
+if TYPE_CHECKING:
+    from dmg_domainbed.preflight.weights import WeightsCheck
+    from dmg_domainbed.reporting.runs import Run
+
+# The authors' per-dataset defaults (lr, weight decay); their random search draws
+# lr = 10^U(-4.5, -2.5) and keeps weight decay 0.
+PAPER_DATASETS = {
+    "PACS": (3e-5, 0.0),
+    "VLCS": (1e-5, 1e-6),
+    "OfficeHome": (3e-5, 1e-6),
+    "TerraIncognita": (3e-5, 1e-4),
+    "DomainNet": (3e-5, 0.0),
+}
+DEFAULT_LR = 3e-5
+
+
+def _fixed(value: Any):
+    """A random-search sampler that keeps the default: the MoE knobs are not searched."""
+    return lambda r: value
+
+
+def _blocks(value: Sequence[int]) -> None:
+    depth = sfmoe_network.DEPTH
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in value):
+        raise ValueError(f"give block indices (integers 0..{depth - 1}), e.g. [5, 11]")
+    if any(not 0 <= b < depth for b in value) or len(set(value)) != len(value):
+        raise ValueError(f"block indices must be distinct, in 0..{depth - 1}; [] is dense DeiT-S")
+
+
+def _positive(value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"must be > 0; got {value!r}")
+
+
+class SFMOE(PluginAlgorithm):
+    """Sparse Fusion Mixture-of-Experts (Li et al., arXiv 2206.04046v1), as the authors ran it.
+
+    Network (:mod:`~dmg_domainbed.algorithms.sfmoe_network`): timm's distilled DeiT-Small
+    (``deit_small_distilled_patch16_224``, ImageNet weights) whose blocks ``sfmoe_blocks``
+    (default 5 and 11) have a sparse top-2-of-4 mixture of experts in place of their MLP
+    (:class:`~dmg_domainbed.moe.SparseMoE`); the other blocks are the paper's dense "fusion"
+    blocks. ``predict`` is the mean of the class and distillation heads' logits.
+
+    Loss: cross-entropy on the pooled source minibatches plus every MoE layer's balance loss
+    (``sfmoe_aux_weight`` 0.01 each); one Adam (coupled weight decay) over all parameters.
+
+    Evaluation keeps the random second-expert policy, drawing its uniforms from a generator
+    seeded at every eval-mode forward: ``predict`` gives the same logits for the same batch every
+    time. With ``sfmoe_blocks = []`` the same class is dense DeiT-S trained by ERM.
+
+    ``update`` logs ``loss``, ``ce``, ``balance`` (the summed balance losses) and per MoE block
+    ``b``: ``dropped/block<b>`` (share of top-1 assignments over capacity) and
+    ``second/block<b>`` (share of tokens whose second expert was used).
+    """
+
+    HPARAMS = HParamSpace(
+        HParam(
+            "lr",
+            DEFAULT_LR,
+            lambda r: 10 ** r.uniform(-4.5, -2.5),
+            minimum=0.0,
+            per_dataset={name: lr for name, (lr, _) in PAPER_DATASETS.items()},
+            help="Adam learning rate",
+        ),
+        HParam(
+            "weight_decay",
+            0.0,
+            _fixed(0.0),
+            minimum=0.0,
+            per_dataset={name: wd for name, (_, wd) in PAPER_DATASETS.items()},
+            datasets=tuple(PAPER_DATASETS),
+            help="Adam (coupled) weight decay; DomainBed's on other datasets",
+        ),
+        HParam(
+            "sfmoe_blocks",
+            [5, 11],
+            _fixed([5, 11]),
+            types=(list, tuple),
+            validate=_blocks,
+            help="0-based DeiT blocks whose MLP is a sparse MoE; [] is dense DeiT-S",
+        ),
+        HParam("sfmoe_experts", 4, _fixed(4), minimum=2, help="experts per MoE layer"),
+        HParam("sfmoe_top_k", 2, _fixed(2), choices=(1, 2), help="experts per token"),
+        HParam(
+            "sfmoe_capacity_train",
+            1.25,
+            _fixed(1.25),
+            validate=_positive,
+            help="capacity factor in training: C = max(4, min(N, int(N * cf / E)))",
+        ),
+        HParam(
+            "sfmoe_capacity_eval",
+            2.0,
+            _fixed(2.0),
+            validate=_positive,
+            help="capacity factor in evaluation",
+        ),
+        HParam(
+            "sfmoe_second_policy",
+            "random",
+            _fixed("random"),
+            choices=SECOND_POLICIES,
+            help="when the second expert is used: random (u < g2 / threshold), threshold "
+            "(g2 > threshold), all, none",
+        ),
+        HParam(
+            "sfmoe_second_threshold",
+            0.2,
+            _fixed(0.2),
+            validate=_positive,
+            help="threshold of the second-expert policy",
+        ),
+        HParam(
+            "sfmoe_aux_weight",
+            0.01,
+            _fixed(0.01),
+            minimum=0.0,
+            help="weight of each MoE layer's balance loss",
+        ),
+        HParam(
+            "sfmoe_expert_init",
+            "random",
+            _fixed("random"),
+            choices=("random", "copy"),
+            help="random (the authors' runs) or copy (every expert = the pretrained dense MLP)",
+        ),
+        HParam(
+            "sfmoe_gate_std",
+            1.0,
+            _fixed(1.0),
+            minimum=0.0,
+            help="standard deviation of the gate's N(0, std) initialisation",
+        ),
+        HParam(
+            "sfmoe_pretrained",
+            True,
+            _fixed(True),
+            help="start from ImageNet weights; false builds random weights offline",
+        ),
+        HParam(
+            "sfmoe_weights",
+            "",
+            _fixed(""),
+            help="local weight file; empty: timm's caches (Hugging Face hub, then torch hub)",
+        ),
+    )
+    LEARNED_PICTURES = (
+        "per image, each MoE block's top-1 expert of every patch (gate value as opacity, "
+        "assignments over capacity marked) and the last block's class-token attention per "
+        "head; expert load per source domain and for the test domain"
+    )
+
+    def __init__(self, input_shape, num_classes, num_domains, hparams):
+        self.check_input_shape(input_shape)
+        super().__init__(input_shape, num_classes, num_domains, hparams)
+        self.blocks = list(hparams["sfmoe_blocks"])
+        self.network = sfmoe_network.build_network(num_classes, hparams)
+        self.optimizer = torch.optim.Adam(
+            self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
+        )
+
+    @classmethod
+    def check_input_shape(cls, input_shape: Sequence[int]) -> None:
+        """:class:`UserError` unless the inputs are RGB 224x224 images, naming the datasets
+        that are."""
+        if tuple(input_shape) == sfmoe_network.INPUT_SHAPE:
+            return
+        raise UserError(
+            f"{cls.__name__} runs a 224x224 vision transformer on RGB images (input shape "
+            f"{sfmoe_network.INPUT_SHAPE}); the dataset's inputs are {tuple(input_shape)}. "
+            f"Datasets that fit: {', '.join(_datasets_of_shape(sfmoe_network.INPUT_SHAPE))}"
+        )
+
+    @classmethod
+    def check_weights(cls, hparams: Mapping[str, Any]) -> WeightsCheck:
+        """Where the pretrained weights are, whether they load and fit (``dmg-domainbed
+        doctor``)."""
+        return sfmoe_network.check_weights(hparams)
+
+    @property
+    def moe_layers(self) -> list[SparseMoE]:
+        return [self.network.blocks[b].mlp for b in self.blocks]
+
+    def update(self, minibatches, unlabeled=None):
+        x, y = pooled(minibatches)
+        ce = F.cross_entropy(self.network(x), y)
+        layers = self.moe_layers
+        balance = sum((layer.balance for layer in layers), torch.zeros((), device=x.device))
+        loss = ce + balance
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        kept = [layer.routing.kept.float() for layer in layers]
+        values = [loss.detach(), ce.detach(), balance.detach()]
+        values += [1 - k[..., 0].mean() for k in kept]
+        values += [k[..., 1:].sum() / k[..., 0].numel() for k in kept]
+        names = ["loss", "ce", "balance"]
+        names += [f"dropped/block{b}" for b in self.blocks]
+        names += [f"second/block{b}" for b in self.blocks]
+        # One read from the device for every logged value.
+        return dict(zip(names, torch.stack(values).tolist()))
+
+    def predict(self, x):
+        return self.network(x)
+
+    def draw_learned(self, run: Run, output_dir: Path, stem: str) -> Drawn:
+        from dmg_domainbed.algorithms import sfmoe_pictures
+
+        return sfmoe_pictures.draw(self, run, output_dir, stem)
+
+
+def _datasets_of_shape(shape: tuple[int, ...]) -> list[str]:
+    from domainbed import datasets
+
+    from dmg_domainbed.datasets import input_shape
+
+    return [name for name in datasets.DATASETS if input_shape(name) == shape]

@@ -1,0 +1,184 @@
+"""The demo: a real DomainBed sweep on the embedded RotatedDigits, and its report.
+
+The demo is a sweep like any other: its configuration goes through the package's sweep runner
+(:mod:`dmg_domainbed.sweep`: checks, DomainBed's job list and ``Job.launch`` with the
+``local_parallel`` launcher, progress, resume), then collect_results' own tables, the sweep
+report, in-domain Table 3 and the pictures of what each run learned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.reporting.runs import (
+    RESULTS_FILE,
+    algorithm_class,
+    load_algorithm,
+    read_records,
+    read_run,
+    run_folders,
+)
+from dmg_domainbed.sweep import plan, run
+from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
+from dmg_domainbed.sweep.progress import is_done
+
+Echo = Callable[[str], None]
+DATASET = "RotatedDigits"
+ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
+# RotatedDigits ships inside scikit-learn and reads no folder, but DomainBed's jobs require
+# --data_dir. A fixed value keeps the job hashes (and so resuming) independent of the folder.
+DATA_DIR = "."
+LAUNCHER = "local_parallel"
+
+
+@dataclass(frozen=True)
+class Demo:
+    """The demo's sweep: ``algorithms`` on every test domain of RotatedDigits, 1 hparam and 1
+    trial, ``steps`` steps (default: the dataset's ``N_STEPS``), ``jobs`` at once."""
+
+    output_dir: Path
+    algorithms: tuple[str, ...] = ALGORITHMS
+    steps: int | None = None
+    jobs: int | None = None
+
+    @property
+    def sweep_dir(self) -> Path:
+        return self.output_dir / "sweep"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.output_dir / "report"
+
+    @property
+    def log_path(self) -> Path:
+        return self.output_dir / "sweep.log"
+
+    def config(self) -> SweepConfig:
+        from domainbed import datasets
+
+        steps = self.steps or datasets.get_dataset_class(DATASET).N_STEPS
+        return SweepConfig(
+            path=Path("dmg-domainbed demo"),
+            algorithms=self.algorithms,
+            datasets=(DATASET,),
+            n_hparams=1,
+            n_trials=1,
+            steps=steps,
+            single_test_envs=True,
+            launcher=LAUNCHER,
+            launcher_options={"jobs": self.jobs} if self.jobs else {},
+        )
+
+    def sweep(self) -> plan.Sweep:
+        return plan.Sweep(self.config(), DATA_DIR, str(self.sweep_dir.resolve()))
+
+
+def check_no_conflicting_runs(demo: Demo, jobs: list) -> None:
+    """Refuse a folder that already holds the same (algorithm, test domain) with other settings
+    (e.g. another --steps): DomainBed's selection would mix the two runs."""
+    planned = {Path(job.output_dir) for job in jobs}
+    wanted = {(job.train_args["algorithm"], job.train_args["test_envs"][0]) for job in jobs}
+    for folder in run_folders(demo.sweep_dir):
+        if folder.resolve() in planned:
+            continue
+        records = read_records(folder / RESULTS_FILE)
+        args = records[-1]["args"] if records else {}
+        key = (args.get("algorithm"), (args.get("test_envs") or [None])[0])
+        if key in wanted:
+            raise UserError(
+                f"'{demo.sweep_dir}' already holds a run of {key[0]} on test env {key[1]} made "
+                f"with other settings ({folder}, steps={args.get('steps')}). Use another "
+                "--output_dir for this configuration, or delete that folder."
+            )
+
+
+def collect_results_text(sweep_dir: Path) -> str:
+    """What ``python -m domainbed.scripts.collect_results --input_dir SWEEP`` prints, made by
+    its own ``print_results_tables`` for each of its selection methods."""
+    from domainbed.scripts import collect_results
+
+    from dmg_domainbed.reporting import tables
+
+    records = tables.load_sweep_records(sweep_dir)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print("Total records:", len(records))
+        for method in tables.selection_methods():
+            collect_results.print_results_tables(records, method, latex=False)
+    return printed.getvalue()
+
+
+def write_run_reports(demo: Demo, finished: list, echo: Echo) -> list[Path]:
+    """In-domain Table 3 per test domain, and the pictures of what each run learned
+    (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw)."""
+    from dmg_domainbed.algorithms.base import learned_pictures
+    from dmg_domainbed.reporting import in_domain
+
+    runs = [read_run(job.output_dir) for job in finished]
+    files: list[Path] = []
+    for run_ in runs:
+        if not learned_pictures(algorithm_class(run_)):
+            continue
+        stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
+        try:
+            drawn = load_algorithm(run_, "cpu").draw_learned(run_, demo.report_dir, stem)
+        except UserError as error:
+            echo(f"note: no pictures of {run_.describe()}: {error}")
+            continue
+        files += drawn.files
+    by_test_env: dict[int, list] = {}
+    for run_ in runs:
+        by_test_env.setdefault(run_.test_envs[0], []).append(run_)
+    if by_test_env:
+        groups = [by_test_env[env] for env in sorted(by_test_env)]
+        files += in_domain.write_in_domain(groups, demo.report_dir).files
+    return files
+
+
+def run_demo(demo: Demo, echo: Echo = print) -> int:
+    """The whole demo; returns the exit code (0 when every job finished)."""
+    start = time.monotonic()
+    check_creatable(demo.output_dir, "--output_dir")
+    config = demo.config()
+    check_against_domainbed(config)
+    sweep = demo.sweep()
+    jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+    check_no_conflicting_runs(demo, jobs)
+    env, _ = run.launcher_environment(config, LAUNCHER, os.environ)
+    launcher = run.check_ready(sweep, LAUNCHER, env)
+    demo.sweep_dir.mkdir(parents=True, exist_ok=True)
+    done = sum(is_done(job) for job in jobs)
+    echo(
+        f"DomainBed sweep of {', '.join(demo.algorithms)} on {DATASET}, every test domain: "
+        f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
+        f"(launcher {launcher}; log: {demo.log_path})"
+    )
+    for group in sweep.groups:
+        if group.hparams:
+            echo(
+                f"{', '.join(group.algorithms)}: hparams sized for {config.steps} steps, "
+                f"--hparams '{group.hparams_json}'"
+            )
+    code = run.execute(sweep, LAUNCHER, env, delete_incomplete=True, echo=echo, log=demo.log_path)
+    failed = [job for job in jobs if not is_done(job)]
+    for job in failed:
+        echo(f"FAILED: {plan.describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")
+    if code != 0 and not failed:
+        echo(f"The sweep exited with code {code}; see {demo.log_path}")
+    echo(collect_results_text(demo.sweep_dir))
+    from dmg_domainbed.reporting.report import write_report
+
+    files = write_report(demo.sweep_dir, demo.report_dir).files
+    files += write_run_reports(demo, [job for job in jobs if is_done(job)], echo)
+    shown = [p.name for p in files if p.suffix in (".md", ".png")]
+    echo(f"Report in {demo.report_dir} (CSV tables next to each): " + ", ".join(shown))
+    echo(f"Wall time: {time.monotonic() - start:.0f} s")
+    return 1 if failed or code != 0 else 0

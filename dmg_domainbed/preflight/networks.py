@@ -1,0 +1,72 @@
+"""Build an algorithm's network before a sweep launches, to catch hparams only the network can
+check (e.g. a DMG ``mask_layers`` name that does not exist) before any job folder exists.
+
+The build is cheap: no pretrained weights are loaded (torchvision's and timm's builders are told
+``pretrained=False`` for the duration of the build), no data is read, and the parameters live on
+PyTorch's ``meta`` device, which has shapes but no storage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from dmg_domainbed.errors import UserError
+
+TORCHVISION_BUILDERS = ("resnet18", "resnet50", "alexnet")
+
+
+@contextlib.contextmanager
+def without_pretrained_weights() -> Iterator[None]:
+    """Within the block, torchvision's ResNet/AlexNet builders and ``timm.create_model`` build
+    random networks whatever their ``pretrained``/``weights`` argument: nothing is loaded."""
+    import timm
+    import torchvision
+
+    patched = [
+        (torchvision.models, name, getattr(torchvision.models, name))
+        for name in TORCHVISION_BUILDERS
+        if hasattr(torchvision.models, name)
+    ]
+    patched.append((timm, "create_model", timm.create_model))
+    for owner, name, build in patched:
+        if owner is timm:
+            replacement = lambda *args, _build=build, **kwargs: _build(  # noqa: E731
+                *args, **{**kwargs, "pretrained": False}
+            )
+        else:
+            replacement = lambda *_, _build=build, **__: _build(weights=None)  # noqa: E731
+        setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        for owner, name, build in patched:
+            setattr(owner, name, build)
+
+
+def check_network(algorithm: str, dataset: str, hparams: Mapping[str, Any]) -> str | None:
+    """Build ``algorithm`` for ``dataset`` with ``hparams`` as train.py would (no weights, no
+    data). A :class:`UserError` of the algorithm (an hparam value the network refutes) is raised;
+    any other failure of the cheap build is returned as a note (the check could not be made)."""
+    import torch
+    from domainbed import algorithms, datasets
+
+    from dmg_domainbed.datasets import input_shape
+
+    shape = input_shape(dataset)
+    if shape is None:
+        return f"{algorithm} on {dataset}: input shape unknown before loading the data; not built"
+    num_domains = max(1, len(datasets.get_dataset_class(dataset).ENVIRONMENTS) - 1)
+    cls = algorithms.get_algorithm_class(algorithm)
+    try:
+        with without_pretrained_weights(), torch.device("meta"):
+            cls(shape, 2, num_domains, dict(hparams))
+    except UserError:
+        raise
+    except Exception as error:  # the cheap build itself failed: say so, do not block the sweep
+        return (
+            f"{algorithm} on {dataset}: its network could not be built before launch "
+            f"({type(error).__name__}: {error}); the jobs will find out"
+        )
+    return None

@@ -1,0 +1,90 @@
+"""The look of every report picture, and the sweep's accuracy picture.
+
+Figures are ``matplotlib.figure.Figure`` objects written with the Agg canvas
+(:func:`dmg_domainbed.reporting.files.save`), never through pyplot, so making a report needs no
+display and changes no global state. Algorithms draw their own pictures with :func:`figure`.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+
+def figure(width: float, height: float) -> Figure:
+    """A blank figure of ``width`` x ``height`` inches with a tight, readable layout."""
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def colours(names: list[str]) -> dict[str, tuple]:
+    """A stable, distinguishable colour for each name, in the given order."""
+    palette = matplotlib.colormaps["tab10"]
+    return {name: palette(i % 10) for i, name in enumerate(names)}
+
+
+def accuracy_figure(results: pd.DataFrame, dataset: str) -> Figure:
+    """Grouped bars: test accuracy per test domain (and their average) for each algorithm.
+
+    One panel per model-selection method that has results (leave-one-domain-out needs runs
+    holding out two domains); error bars are the standard error over trial seeds
+    (zero with a single trial). ``results`` comes from :func:`.tables.results_frame`.
+    """
+    frame = results[results["dataset"] == dataset]
+    has_result = frame.groupby("selection_method", sort=False)["accuracy"].apply(
+        lambda values: values.notna().any()
+    )
+    methods = [method for method, present in has_result.items() if present]
+    empty = [method for method, present in has_result.items() if not present]
+    if not methods:
+        methods = list(has_result.index)
+    algorithms = list(frame["algorithm"].unique())
+    domains = list(frame["test_domain"].unique())
+    palette = colours(algorithms)
+    width = 0.8 / len(algorithms)
+    fig = figure(max(6.5, 0.32 * len(algorithms) * len(domains) + 2.5), 2.6 * len(methods) + 0.6)
+    axes = fig.subplots(len(methods), 1, sharex=True, squeeze=False)[:, 0]
+    positions = np.arange(len(domains))
+    for axis, method in zip(axes, methods, strict=True):
+        panel = frame[frame["selection_method"] == method]
+        for k, algorithm in enumerate(algorithms):
+            rows = panel[panel["algorithm"] == algorithm].set_index("test_domain").loc[domains]
+            heights = rows["accuracy"].astype(float).to_numpy()
+            errors = np.nan_to_num(rows["stderr"].astype(float).to_numpy())
+            x = positions + (k - (len(algorithms) - 1) / 2) * width
+            bars = axis.bar(
+                x,
+                heights,
+                width,
+                yerr=errors,
+                capsize=2,
+                label=algorithm,
+                color=palette[algorithm],
+                error_kw={"elinewidth": 0.8},
+            )
+            labels = ["" if np.isnan(h) else f"{h:.0f}" for h in heights]
+            axis.bar_label(bars, labels=labels, fontsize=7, padding=1)
+        axis.set_title(f"model selection: {method}", fontsize=10)
+        axis.set_ylabel("test accuracy (%)")
+        axis.set_ylim(0, 105)
+        axis.grid(axis="y", alpha=0.3)
+        axis.set_axisbelow(True)
+    axes[-1].set_xticks(positions, [_domain_label(d) for d in domains])
+    axes[-1].set_xlabel(f"{dataset}: test domain (held out during training)")
+    axes[0].legend(
+        ncols=min(len(algorithms), 6),
+        loc="lower left",
+        bbox_to_anchor=(0, 1.12),
+        frameon=False,
+        fontsize=9,
+    )
+    if empty and len(empty) < len(has_result):
+        fig.supxlabel(
+            f"no result (X in the tables) for: {'; '.join(empty)}", fontsize=8, color="dimgray"
+        )
+    return fig
+
+
+def _domain_label(domain) -> str:
+    return "average" if domain == "Avg" else str(domain)

@@ -1,0 +1,114 @@
+"""A job for the launcher tests: ``python -m tests.launchers.probe_job MODE [ARG]``.
+
+``report PATH`` writes what the job sees (ids, environment, threads, random draws, streams)
+to PATH as JSON, ``settings PATH`` only torch's threads and seed and DomainBed's data-loader
+workers; the other modes end the job in
+one way each; ``sleep SECONDS [MARKER]`` creates MARKER and sleeps.
+Only the standard library is imported at the top, so that a parent that forks this module has
+nothing heavy to import; the modes that need torch import it.
+"""
+
+import ctypes
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+_PR_GET_PDEATHSIG = 2
+
+
+def parent_death_signal() -> int:
+    value = ctypes.c_int(0)
+    ctypes.CDLL(None).prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0)
+    return value.value
+
+
+def report(path: str) -> None:
+    import numpy
+    import torch
+    from domainbed import datasets
+
+    state = {
+        "name": __name__,
+        "argv": sys.argv,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "pgid": os.getpgid(0),
+        "sid": os.getsid(0),
+        "parent_death_signal": parent_death_signal(),
+        "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+        "sigint_handler": getattr(signal.getsignal(signal.SIGINT), "__name__", None),
+        "stdin": sys.stdin.read(),
+        "environ": {
+            name: os.environ.get(name)
+            for name in (
+                "CUDA_VISIBLE_DEVICES",
+                "OMP_NUM_THREADS",
+                "DMG_DOMAINBED_LOADER_WORKERS",
+                "PROBE_MARK",
+            )
+        },
+        "torch_threads": torch.get_num_threads(),
+        "torch_seed": torch.initial_seed(),
+        "random": random.random(),
+        "numpy_random": float(numpy.random.rand()),
+        "pacs_loader_workers": datasets.PACS.N_WORKERS,
+    }
+    print("probe: to stdout")
+    print("probe: to stderr", file=sys.stderr)
+    with open(path, "w") as out:
+        json.dump(state, out)
+
+
+def settings(path: str) -> None:
+    import torch
+    from domainbed import datasets
+
+    state = {
+        "torch_threads": torch.get_num_threads(),
+        "torch_seed": torch.initial_seed(),
+        "pacs_loader_workers": datasets.PACS.N_WORKERS,
+    }
+    with open(path, "w") as out:
+        json.dump(state, out)
+
+
+def out_of_gpu_memory() -> None:
+    import torch
+
+    # The message torch's CUDA caching allocator raises (no GPU here to exhaust).
+    raise torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.06 GiB is free."
+    )
+
+
+def main(mode: str, *args: str) -> None:
+    if mode == "report":
+        report(*args)
+    elif mode == "settings":
+        settings(*args)
+    elif mode == "exit":
+        sys.exit(int(args[0]))
+    elif mode == "message":
+        sys.exit(args[0])
+    elif mode == "raise":
+        raise RuntimeError(args[0])
+    elif mode == "abort":
+        os.abort()
+    elif mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "oom":
+        out_of_gpu_memory()
+    elif mode == "sleep":
+        if len(args) > 1:
+            open(args[1], "w").close()  # a marker: the job is running
+        time.sleep(float(args[0]))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

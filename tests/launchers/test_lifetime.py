@@ -1,0 +1,156 @@
+"""Jobs end with the launcher that started them: Ctrl-C stops them, and so does a kill -9 of
+the launcher's process (DomainBed's sweep included), for warm and for new-process jobs."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dmg_domainbed.launchers.lifetime import parent_death_signal_supported
+
+from ..helpers import domainbed_env
+
+ROOT = Path(__file__).parents[2]
+PROBE = "tests.launchers.probe_job"
+# A launcher process: every command at once; the probe module's commands start warm.
+LAUNCHER = f"""
+import sys
+from dmg_domainbed.launchers.local_parallel import Plan, run_commands
+from dmg_domainbed.launchers.warm import WarmStart
+
+commands = sys.argv[1:]
+plan = Plan(jobs=len(commands), gpus=(), threads=1, loader_workers=1, warm=True)
+run_commands(commands, plan, warm_start=WarmStart("{PROBE}"))
+"""
+
+pytestmark = pytest.mark.skipif(
+    not parent_death_signal_supported(), reason="jobs are tied to their launcher on Linux only"
+)
+
+
+def children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_until(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {seconds:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def leftovers():
+    """Pids to kill after the test, should it fail with them still running."""
+    pids: set[int] = set()
+    yield pids
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def start_launcher(tmp_path, leftovers):
+    """A launcher running one warm and one new-process job, both started; (process, job pids)."""
+    python = os.path.basename(sys.executable)
+    warm_marker, fresh_marker = tmp_path / "warm_started", tmp_path / "fresh_started"
+    commands = [
+        f"{python} -m {PROBE} sleep 600 {warm_marker}",
+        f"{python} -u -m {PROBE} sleep 600 {fresh_marker}",  # not the bare module: a new process
+    ]
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, *commands],
+        cwd=ROOT,
+        env=domainbed_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    leftovers.add(launcher.pid)
+    wait_until(lambda: warm_marker.exists() and fresh_marker.exists(), 120, "both jobs to start")
+    jobs = children(launcher.pid)
+    leftovers.update(jobs)
+    assert len(jobs) == 2
+    return launcher, jobs
+
+
+def test_kill_9_of_the_launcher_ends_its_jobs(tmp_path, leftovers):
+    launcher, jobs = start_launcher(tmp_path, leftovers)
+    launcher.kill()
+    launcher.wait()
+    wait_until(lambda: not any(alive(pid) for pid in jobs), 15, f"jobs {jobs} to end")
+
+
+def test_ctrl_c_stops_every_job(tmp_path, leftovers):
+    launcher, jobs = start_launcher(tmp_path, leftovers)
+    launcher.send_signal(signal.SIGINT)
+    output, _ = launcher.communicate(timeout=60)
+    assert launcher.returncode != 0 and "KeyboardInterrupt" in output
+    assert not any(alive(pid) for pid in jobs)
+
+
+def test_kill_9_of_domainbed_sweep_ends_its_jobs(tmp_path, leftovers):
+    """DomainBed's own sweep script running local_parallel, killed while two jobs train."""
+    sweep_dir = tmp_path / "sweep"
+    sweep = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "domainbed.scripts.sweep",
+            "launch",
+            "--datasets",
+            "RotatedDigits",
+            "--algorithms",
+            "ERM",
+            "--n_hparams",
+            "1",
+            "--n_trials",
+            "1",
+            "--single_test_envs",
+            "--steps",
+            "1000000",
+            "--data_dir",
+            str(tmp_path / "data"),
+            "--output_dir",
+            str(sweep_dir),
+            "--command_launcher",
+            "local_parallel",
+            "--skip_confirmation",
+        ],
+        env=domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: len(list(sweep_dir.glob("*/out.txt"))) == 2, 300, "two jobs to start training"
+        )
+        jobs = children(sweep.pid)
+        leftovers.update(jobs)
+        assert len(jobs) == 2
+    finally:
+        sweep.kill()
+        sweep.wait()
+    wait_until(lambda: not any(alive(pid) for pid in jobs), 15, f"jobs {jobs} to end")
+    assert len(list(sweep_dir.glob("*/done"))) == 0

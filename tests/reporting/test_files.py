@@ -1,0 +1,36 @@
+"""Report files: CSV and Markdown tables, PNG pictures, never inside a folder that is read."""
+
+import pandas as pd
+import pytest
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.reporting.files import check_output_dir, save, write_table
+from dmg_domainbed.reporting.pictures import figure
+
+
+def test_an_output_folder_inside_an_input_folder_is_refused(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    assert check_output_dir(tmp_path / "report", sweep) == tmp_path / "report"
+    for inside in (sweep, sweep / "report", sweep / "a" / "b"):
+        with pytest.raises(UserError, match="lies inside the input folder"):
+            check_output_dir(inside, sweep)
+
+
+def test_a_table_is_written_as_long_csv_and_titled_markdown(tmp_path):
+    long = pd.DataFrame({"prediction": ["a", "b"], "accuracy": [50.0, 75.5]})
+    wide = long.set_index("prediction")
+    paths = write_table(
+        long, [("## First", wide), ("## Second", wide)], tmp_path / "o", "t", "Prediction"
+    )
+    assert [p.name for p in paths] == ["t.csv", "t.md"]
+    assert pd.read_csv(paths[0]).equals(long)
+    markdown = paths[1].read_text()
+    assert markdown.count("| Prediction | accuracy |") == 2
+    assert "## First" in markdown and "| b | 75.5 |" in markdown
+
+
+def test_a_figure_is_saved_as_png(tmp_path):
+    fig = figure(2, 1)
+    fig.add_subplot().plot([0, 1], [1, 0])
+    assert save(fig, tmp_path / "f.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

@@ -1,0 +1,90 @@
+"""A run on disk: its records, the checks that name what to give, and its properties."""
+
+import json
+
+import pytest
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.reporting.runs import (
+    read_records,
+    read_run,
+    require_drawing,
+    require_model,
+    require_sweep,
+    run_folders,
+)
+
+ARGS = {
+    "algorithm": "DMG",
+    "dataset": "RotatedDigits",
+    "test_envs": [1],
+    "hparams_seed": 2,
+    "trial_seed": 1,
+}
+
+
+def write_run(folder, records, text_after=""):
+    folder.mkdir(parents=True)
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    (folder / "results.jsonl").write_text(lines + text_after)
+    return folder
+
+
+def record(step):
+    return {"step": step, "args": ARGS, "hparams": {"lr": 0.001}}
+
+
+def test_a_half_written_last_line_is_left_out_with_a_warning_naming_the_file(tmp_path, capsys):
+    folder = write_run(tmp_path / "run", [record(0), record(100)], '{"step": 200, "ar')
+    assert [r["step"] for r in read_records(folder / "results.jsonl")] == [0, 100]
+    warning = capsys.readouterr().err
+    assert f"'{folder / 'results.jsonl'}': its last line is half-written" in warning
+    assert "the 2 complete record(s) before it are used" in warning
+    assert read_run(folder).records[-1]["step"] == 100
+
+
+def test_a_damaged_line_before_the_last_is_an_error_naming_file_and_line(tmp_path):
+    folder = write_run(tmp_path / "run", [record(0)], '{"step": 1\n' + json.dumps(record(2)))
+    with pytest.raises(UserError, match=r"results.jsonl' is damaged at line 2 of 3"):
+        read_records(folder / "results.jsonl")
+
+
+def test_run_properties_follow_train_py_args(tmp_path):
+    run = read_run(write_run(tmp_path / "run", [record(0), record(100)]))
+    assert (run.algorithm, run.dataset, run.test_envs) == ("DMG", "RotatedDigits", [1])
+    assert run.environments() == ["0", "30", "60", "90"]
+    assert run.source_envs() == [0, 2, 3]
+    assert run.domain_names() == ["d0 = 0", "d1 = 60", "d2 = 90"]
+    assert run.title() == "RotatedDigits, test domain 30 (hparams 2, trial 1, step 100)"
+
+
+def test_wrong_folders_get_messages_that_say_what_to_give(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        read_run(tmp_path / "nope")
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "a", [record(0)])
+    with pytest.raises(UserError, match=r"looks like a sweep folder with 1 runs.*--run_dir"):
+        read_run(sweep)
+    empty = write_run(tmp_path / "empty", [])
+    with pytest.raises(UserError, match="not reached its first checkpoint"):
+        read_run(empty)
+    with pytest.raises(UserError, match="has no model.pkl.*'done'"):
+        require_model(read_run(sweep / "a"))
+    assert run_folders(sweep) == [sweep / "a"]
+    assert require_sweep(sweep) == sweep
+    with pytest.raises(UserError, match="It is a single run"):
+        require_sweep(sweep / "a")
+    (tmp_path / "demo" / "sweep").mkdir(parents=True)
+    with pytest.raises(UserError, match="Did you mean --input_dir"):
+        require_sweep(tmp_path / "demo")
+
+
+def test_a_run_of_an_algorithm_that_draws_nothing_names_runs_that_do(tmp_path):
+    sweep = tmp_path / "sweep"
+    erm = write_run(sweep / "erm", [{**record(0), "args": {**ARGS, "algorithm": "ERM"}}])
+    dmg = write_run(sweep / "dmg", [record(0)])
+    require_drawing(read_run(dmg), "masks")
+    with pytest.raises(UserError) as error:
+        require_drawing(read_run(erm), "masks")
+    assert "is a run of ERM, which draws nothing" in str(error.value)
+    assert "DMG" in str(error.value) and str(dmg) in str(error.value)

@@ -1,0 +1,22 @@
+"""An output folder that cannot be created is a clear error naming the file in the way."""
+
+import pytest
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
+
+pytestmark = pytest.mark.no_domainbed
+
+
+def test_free_paths_and_existing_folders_are_fine(tmp_path):
+    assert check_creatable(tmp_path, "--output_dir") == tmp_path
+    assert check_creatable(tmp_path / "a" / "b", "--output_dir") == tmp_path / "a" / "b"
+
+
+def test_a_file_at_or_above_the_folder_is_named(tmp_path):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("")
+    with pytest.raises(UserError, match=r"--output_dir '.*notes.txt' is a file"):
+        check_creatable(blocker, "--output_dir")
+    with pytest.raises(UserError, match=rf"lies under '{blocker}', which is a file"):
+        check_creatable(blocker / "report" / "x", "--output_dir")
