@@ -13,7 +13,7 @@ import torch
 import torchvision
 from domainbed import algorithms, datasets
 
-from tests.cli.conftest import cli
+from tests.helpers import cli
 
 from .conftest import ALGORITHMS, BACKBONES, BATCH_SIZE, CLASSES, STEPS
 

@@ -96,3 +96,16 @@ def test_weights_that_cannot_be_made_up_keep_the_job_from_running(user_caches, t
     assert "cannot write random weights for torch.hub code of facebookresearch/dinov2" in problem
     assert "torch.hub.load('facebookresearch/dinov2', 'dinov2_vitb14')" in problem
     assert RANDOM_WEIGHTS not in staged.stand_ins and staged.environment == {}
+
+
+def test_an_algorithm_s_own_weights_are_its_own_check_and_never_made_up(user_caches, tmp_path):
+    # SFMOE loads DeiT-S itself (not DomainBed's featurizer): its check names where it looked.
+    (job,) = jobs.from_command_line(["SFMOE"], ["PACS"], {}, tmp_path)
+    staging = Staging(tmp_path / "scratch", None, synthetic_data_dir=tmp_path / "synthetic")
+    (staged,) = staging.stage([job])
+    (problem,) = staged.problems
+    assert problem.startswith("SFMOE's pretrained weights: deit_small_distilled_patch16_224")
+    assert "resnet" not in problem
+    assert staged.stand_ins == [SYNTHETIC_DATA] and staged.environment == {}
+    assert not (tmp_path / "scratch" / "random_weights").exists()
+    assert not (tmp_path / "user_cache").exists()
