@@ -23,7 +23,11 @@ def main(jobs_file: str) -> None:
     # DomainBed loads images with 8 worker processes per data loader, and a run has one loader
     # per domain and split: for a few tiny images, loading them in the process itself is much
     # faster. The smoke check's test runs train.py in a fresh process with DomainBed's 8.
-    datasets.MultipleDomainDataset.N_WORKERS = 0
+    # Registration gives every dataset class its own N_WORKERS, so each is set.
+    classes = [datasets.MultipleDomainDataset]
+    for cls in classes:
+        cls.N_WORKERS = 0
+        classes += cls.__subclasses__()
     stdout, stderr = sys.stdout, sys.stderr
     for args in json.loads(Path(jobs_file).read_text()):
         output = Path(args[args.index("--output_dir") + 1])
