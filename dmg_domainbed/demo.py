@@ -41,13 +41,22 @@ LAUNCHER = "local_parallel"
 
 @dataclass(frozen=True)
 class Demo:
-    """The demo's sweep: ``algorithms`` on every test domain of RotatedDigits, 1 hparam and 1
-    trial, ``steps`` steps (default: the dataset's ``N_STEPS``), ``jobs`` at once."""
+    """The demo's sweep: ``algorithms`` on every test domain of RotatedDigits, ``steps`` steps
+    (default: the dataset's ``N_STEPS``), ``jobs`` at once.
+
+    Each (algorithm, test domain) is trained with ``hparams_samples`` hparam settings, each
+    repeated ``trials`` times with new data splits and seeds, as DomainBed's sweep does: the
+    first setting is DomainBed's defaults (``hparams_seed`` 0), the others are random draws
+    from the algorithm's search space. Trials give collect_results' tables their standard
+    errors; several settings let its model selection choose among them.
+    """
 
     output_dir: Path
     algorithms: tuple[str, ...] = ALGORITHMS
     steps: int | None = None
     jobs: int | None = None
+    trials: int = 3
+    hparams_samples: int = 1
 
     @property
     def sweep_dir(self) -> Path:
@@ -69,8 +78,8 @@ class Demo:
             path=Path("dmg-domainbed demo"),
             algorithms=self.algorithms,
             datasets=(DATASET,),
-            n_hparams=1,
-            n_trials=1,
+            n_hparams=self.hparams_samples,
+            n_trials=self.trials,
             steps=steps,
             single_test_envs=True,
             launcher=LAUNCHER,
@@ -82,8 +91,9 @@ class Demo:
 
 
 def check_no_conflicting_runs(demo: Demo, jobs: list) -> None:
-    """Refuse a folder that already holds the same (algorithm, test domain) with other settings
-    (e.g. another --steps): DomainBed's selection would mix the two runs."""
+    """Refuse a folder that already holds a run of a planned (algorithm, test domain) that this
+    demo does not plan (other --steps, --trials or --hparams_samples): collect_results would
+    select among both configurations' runs."""
     planned = {Path(job.output_dir) for job in jobs}
     wanted = {(job.train_args["algorithm"], job.train_args["test_envs"][0]) for job in jobs}
     for folder in run_folders(demo.sweep_dir):
@@ -94,8 +104,10 @@ def check_no_conflicting_runs(demo: Demo, jobs: list) -> None:
         key = (args.get("algorithm"), (args.get("test_envs") or [None])[0])
         if key in wanted:
             raise UserError(
-                f"'{demo.sweep_dir}' already holds a run of {key[0]} on test env {key[1]} made "
-                f"with other settings ({folder}, steps={args.get('steps')}). Use another "
+                f"'{demo.sweep_dir}' already holds a run of {key[0]} on test env {key[1]} that "
+                f"this demo does not plan ({folder}: steps={args.get('steps')}, "
+                f"hparams_seed={args.get('hparams_seed')}, trial_seed={args.get('trial_seed')}); "
+                "it was made with other --steps, --trials or --hparams_samples. Use another "
                 "--output_dir for this configuration, or delete that folder."
             )
 
@@ -118,11 +130,18 @@ def collect_results_text(sweep_dir: Path) -> str:
 
 def write_run_reports(demo: Demo, finished: list, echo: Echo) -> list[Path]:
     """In-domain Table 3 per test domain, and the pictures of what each run learned
-    (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw)."""
+    (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw), from the first trial of
+    DomainBed's default hparams: the runs that share one data split per test domain, as the
+    sweep report's diagnostics do."""
     from dmg_domainbed.algorithms.base import learned_pictures
     from dmg_domainbed.reporting import in_domain
 
-    runs = [read_run(job.output_dir) for job in finished]
+    first = [
+        job
+        for job in finished
+        if job.train_args["hparams_seed"] == 0 and job.train_args["trial_seed"] == 0
+    ]
+    runs = [read_run(job.output_dir) for job in first]
     files: list[Path] = []
     for run_ in runs:
         if not learned_pictures(algorithm_class(run_)):
@@ -157,7 +176,8 @@ def run_demo(demo: Demo, echo: Echo = print) -> int:
     demo.sweep_dir.mkdir(parents=True, exist_ok=True)
     done = sum(is_done(job) for job in jobs)
     echo(
-        f"DomainBed sweep of {', '.join(demo.algorithms)} on {DATASET}, every test domain: "
+        f"DomainBed sweep of {', '.join(demo.algorithms)} on {DATASET}, every test domain, "
+        f"{demo.hparams_samples} hparam setting(s) x {demo.trials} trial(s): "
         f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
         f"(launcher {launcher}; log: {demo.log_path})"
     )

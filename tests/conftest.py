@@ -59,12 +59,21 @@ def pytest_terminal_summary(terminalreporter):
 def demo_run(tmp_path_factory):
     """One real ``dmg-domainbed demo`` shared by the tests: DomainBed's own sweep script and
     train processes, every algorithm of this package and ERM on every test domain of
-    RotatedDigits, 30 steps. Returns (output folder, what it printed)."""
+    RotatedDigits, one trial of the default hparams, 30 steps. Returns (output folder, what it
+    printed)."""
     from .helpers import DEMO_ALGORITHMS, DEMO_STEPS, run_cli
 
     output = tmp_path_factory.mktemp("demo") / "demo"
     result = run_cli(
-        "demo", "--output_dir", str(output), "--steps", DEMO_STEPS, "--algorithms", *DEMO_ALGORITHMS
+        "demo",
+        "--output_dir",
+        str(output),
+        "--steps",
+        DEMO_STEPS,
+        "--trials",
+        "1",
+        "--algorithms",
+        *DEMO_ALGORITHMS,
     )
     return output, result.stdout
 

@@ -1,6 +1,7 @@
 """``dmg-domainbed demo``: a real DomainBed sweep, its progress, its resume and its report."""
 
 import json
+import re
 import shutil
 
 from dmg_domainbed.algorithms.importance_mask import ImportanceMask
@@ -64,13 +65,54 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
     others = {key: snapshot(run) for key, run in runs.items() if run != interrupted}
 
     printed = run_cli(
-        "demo", "--output_dir", str(output), "--steps", "30", "--algorithms", *DEMO_ALGORITHMS
+        "demo",
+        "--output_dir",
+        str(output),
+        "--steps",
+        DEMO_STEPS,
+        "--trials",
+        "1",
+        "--algorithms",
+        *DEMO_ALGORITHMS,
     ).stdout
 
     assert f"{N_JOBS} jobs, {N_JOBS - 1} already done, 1 to run" in printed
     assert f"[{N_JOBS}/{N_JOBS}] done: DMG, test domain 60 of RotatedDigits" in printed
     assert (interrupted / "done").exists()
     assert {key: snapshot(runs[key]) for key in others} == others
+
+
+def test_trials_and_hparam_samples_give_the_tables_standard_errors(tmp_path):
+    output = tmp_path / "demo"
+    printed = run_cli(
+        "demo",
+        "--output_dir",
+        str(output),
+        "--steps",
+        "5",
+        "--algorithms",
+        "ERM",
+        "--trials",
+        "2",
+        "--hparams_samples",
+        "2",
+    ).stdout
+
+    assert "2 hparam setting(s) x 2 trial(s): 16 jobs" in printed
+    seeds, hparams = set(), {}
+    for folder in (output / "sweep").iterdir():
+        if folder.is_dir():
+            record = json.loads((folder / "results.jsonl").read_text().splitlines()[-1])
+            args = record["args"]
+            seeds.add((args["test_envs"][0], args["hparams_seed"], args["trial_seed"]))
+            hparams.setdefault(args["hparams_seed"], set()).add(record["hparams"]["lr"])
+    assert seeds == {(env, h, t) for env in range(4) for h in (0, 1) for t in (0, 1)}
+    # hparams_seed 0 trains DomainBed's defaults; seed 1 a random draw
+    assert hparams[0] == {1e-3} and hparams[1].isdisjoint(hparams[0])
+    table = printed.split("model selection method: training-domain validation set")[1]
+    erm_row = next(line for line in table.splitlines() if line.startswith("ERM"))
+    errors = [float(error) for error in re.findall(r"\+/- ([0-9.]+)", erm_row)]
+    assert len(errors) == 4 and any(error > 0 for error in errors), erm_row
 
 
 def test_unknown_algorithm_is_refused_before_any_work(tmp_path):

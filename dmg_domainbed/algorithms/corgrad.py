@@ -165,8 +165,10 @@ def corrected_update(
 def corrected_parameters(network: nn.Module, which: str) -> list[nn.Parameter]:
     """The trainable parameters CorGrad corrects.
 
-    ``conv_linear``: weights and biases of every convolution and linear layer (the released
-    code's default); ``all``: every trainable parameter (normalisation layers included).
+    ``all``: every trainable parameter, normalisation layers included (what the authors'
+    published commands corrected: conv, BatchNorm and linear on their ResNet);
+    ``conv_linear``: weights and biases of every convolution and linear layer (what their code
+    meant to select without ``--all_layers``).
     """
     if which not in PARAMETER_SETS:
         raise ValueError(f"which must be one of {PARAMETER_SETS}; got {which!r}")
@@ -212,16 +214,23 @@ class CorGrad(PluginAlgorithm):
     * its trainer passes ``use_alpha`` and ``all_layers`` to ``GradSurgery`` in swapped
       positions, so the published commands (``--use_alpha``, no ``--all_layers``) corrected
       the conv, BatchNorm and linear parameters; here one explicit hparam,
-      ``corrected_params``: ``conv_linear`` (conv and linear weights and biases, the default)
-      or ``all`` (every trainable parameter, normalisation layers of any kind included);
+      ``corrected_params``: ``all`` (every trainable parameter, normalisation layers of any
+      kind included: what the published commands ran, the default) or ``conv_linear`` (conv
+      and linear weights and biases, what the flag's name promised);
     * its ``AlphaSheduler`` (``1 - log(t+1) / log(T)``) is computed but never used: ``alpha``
       is constant there and here, and there is no schedule;
     * the parameters it does not correct keep the last domain's gradient only (it zeroes the
       gradients before each domain's backward); here they get the sum over domains.
 
     Kept as released: the fixed domain order and in-place semantics of step 1, ``torch.chunk``
-    cuts, norms and blending measured after step 1, per-domain forward passes (BatchNorm
-    statistics per domain), Adam with DomainBed's ``lr`` and ``weight_decay``.
+    cuts, norms and blending measured after step 1, per-domain forward passes, Adam with
+    DomainBed's ``lr`` and ``weight_decay``, and BatchNorm frozen: their ResNet keeps every
+    BatchNorm layer in eval mode (ImageNet statistics, never updated), so every domain's
+    gradient is taken on the same normalisation. Here CorGrad sets DomainBed's own
+    ``freeze_bn`` hparam to true, which does the same to DomainBed's ResNet; ``freeze_bn =
+    false`` normalises each domain's minibatch with its own statistics instead. (DomainBed's
+    other featurizers have no pretrained statistics to freeze: MNIST_CNN uses GroupNorm, the
+    Wide ResNet is trained from scratch; ``freeze_bn`` does not act on them.)
     """
 
     HPARAMS = HParamSpace(
@@ -242,10 +251,19 @@ class CorGrad(PluginAlgorithm):
         ),
         HParam(
             "corrected_params",
-            "conv_linear",
-            lambda r: "conv_linear",
+            "all",
+            lambda r: "all",
             choices=PARAMETER_SETS,
-            help="conv_linear: conv and linear layers; all: every trainable parameter",
+            help="all: every trainable parameter (the authors' runs); conv_linear: conv and "
+            "linear layers",
+        ),
+        HParam(
+            "freeze_bn",
+            True,
+            lambda r: True,
+            where_defined=True,
+            help="BatchNorm of DomainBed's ResNet in eval mode, with its ImageNet statistics "
+            "(the authors' runs); false: DomainBed's default, statistics of each minibatch",
         ),
     )
 

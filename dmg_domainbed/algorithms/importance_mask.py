@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 from collections import OrderedDict
 
 import torch
@@ -36,16 +35,27 @@ def normalise(importance: torch.Tensor) -> torch.Tensor:
 
 
 def top_fraction(scores: torch.Tensor, fraction: float) -> torch.Tensor:
-    """Boolean mask of the ``ceil(fraction * N)`` highest scores; ties at the threshold count in.
+    """Boolean mask of the scores at or above their ``1 - fraction`` quantile: the original's
+    ``score >= torch.quantile(score, 1 - fraction)``, ties at the threshold included.
 
-    This is the original's ``score >= quantile(score, 1 - fraction)`` without its limit on the
-    number of elements.
+    The quantile interpolates linearly between the order statistics around rank
+    ``(1 - fraction) (N - 1)``, so ``floor(fraction (N - 1)) + 1`` distinct scores are kept
+    (``ceil(fraction N)`` would keep one more for many ``N``, e.g. 5 of 7 at 0.6 where the
+    original keeps 4); where that rank is a whole number, rounding may make it one fewer, in
+    the original as here. The arithmetic is ``torch.quantile``'s (``1 - fraction`` rounded to the
+    scores' dtype, the rank in double precision, the threshold by ``torch.lerp``), so the same
+    weights are kept to the last one; the two order statistics come from ``kthvalue``, because
+    some torch versions' ``quantile`` refuses tensors of more than 2^24 elements.
     """
-    count = math.ceil(fraction * scores.numel())
-    if count == 0:
+    flat = scores.reshape(-1)
+    if flat.numel() == 0:
         return torch.zeros_like(scores, dtype=torch.bool)
-    threshold = scores.kthvalue(scores.numel() - count + 1).values
-    return scores >= threshold
+    rank = torch.tensor(1 - fraction, dtype=flat.dtype).item() * (flat.numel() - 1)
+    below = int(rank)
+    low = flat.kthvalue(below + 1).values
+    high = flat.kthvalue(min(below + 2, flat.numel())).values
+    weight = torch.tensor(rank - below, dtype=flat.dtype)
+    return scores >= torch.lerp(low, high, weight)
 
 
 def unimportant_rate(
@@ -103,7 +113,8 @@ class ImportanceMask(PluginAlgorithm):
 
     * importance ``I = sum_d |w_d - w_0|`` (:func:`weight_importance`);
     * ``I`` normalised to [0, 1] with one global min and max (:func:`normalise`);
-    * the ``important_fraction`` highest are important (:func:`top_fraction`).
+    * those at or above the ``1 - important_fraction`` quantile are important
+      (:func:`top_fraction`).
 
     The copies are then dropped. **Phase 2** (the remaining updates): a network with its own,
     fresh initialisation, built at construction, is trained on the pooled source minibatches

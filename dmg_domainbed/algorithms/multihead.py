@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from domainbed import networks
 from torch import nn
 
-from dmg_domainbed.algorithms.aggregate import DROPOUT_OFF
+from dmg_domainbed.algorithms import paper
 from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
 from dmg_domainbed.hparams import HParamSpace
@@ -19,22 +18,26 @@ class MultiHead(PluginAlgorithm):
     Training routes every example to its own domain's linear head; ``predict`` averages the raw
     logits of all heads, computed exactly as one linear layer with the mean weights and biases;
     :meth:`predict_known_domain` uses the example's own head. All heads are evaluated in one
-    matrix product, so there is no loop over domains. The featurizer is DomainBed's, with its
-    dropout off by default as in Aggregate and DMG (the paper's regime); heads are always linear.
+    matrix product, so there is no loop over domains. The featurizer is DomainBed's (or AlexNet),
+    with its dropout off by default as in Aggregate and DMG (the paper's regime); heads are
+    always linear, initialised as the authors' (``classifier_init = normal``: weights
+    ``N(0, 0.001^2)``, biases 0, in both their PACS and DomainNet configs).
     """
 
-    HPARAMS = HParamSpace(*DROPOUT_OFF)
+    HPARAMS = HParamSpace(*paper.SHARED, paper.classifier_init("normal"))
     KNOWN_DOMAIN_PREDICTIONS = {"soft": "KnownDomain, own head"}
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
-        self.featurizer = networks.Featurizer(input_shape, hparams)
+        self.featurizer = paper.featurizer(input_shape, hparams)
         heads = [nn.Linear(self.featurizer.n_outputs, num_classes) for _ in range(num_domains)]
         self.head_weight = nn.Parameter(torch.stack([h.weight.detach() for h in heads]))
         self.head_bias = nn.Parameter(torch.stack([h.bias.detach() for h in heads]))
+        paper.initialise_classifier(self.head_weight, self.head_bias, hparams["classifier_init"])
         self.optimizer = torch.optim.Adam(
             self.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
+        self.schedule = paper.lr_schedule(hparams, self.optimizer)
 
     def all_heads(self, features: torch.Tensor) -> torch.Tensor:
         """``[N, D, C]`` logits of every head for every example."""
@@ -55,6 +58,7 @@ class MultiHead(PluginAlgorithm):
         return logits.view(-1, self.num_classes)
 
     def update(self, minibatches, unlabeled=None):
+        rates = self.schedule.before_update(minibatches)
         x, y = pooled(minibatches)
         features = self.featurizer(x)
         if len({len(x) for x, _ in minibatches}) == 1:  # DomainBed's usual equal batches
@@ -65,7 +69,7 @@ class MultiHead(PluginAlgorithm):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return {"loss": loss.item()}
+        return {"loss": loss.item(), **rates}
 
     def predict(self, x):
         """Mean of the heads' raw logits, as one linear layer with mean weight and bias."""

@@ -51,13 +51,36 @@ def add_parser(subparsers) -> None:
         default=None,
         help="jobs run at the same time by the local_parallel launcher (default: one per CPU core)",
     )
+    parser.add_argument(
+        "--trials",
+        type=_positive,
+        default=3,
+        help="trials per hparam setting: new data splits and seeds, which give the tables "
+        "their standard errors (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--hparams_samples",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="hparam settings per algorithm and test domain, as DomainBed's sweep draws them: "
+        "its defaults, then N-1 random draws from the search space, among which model "
+        "selection chooses (default: %(default)s)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.demo import Demo, run_demo
 
-    demo = Demo(Path(args.output_dir), tuple(dict.fromkeys(args.algorithms)), args.steps, args.jobs)
+    demo = Demo(
+        Path(args.output_dir),
+        tuple(dict.fromkeys(args.algorithms)),
+        args.steps,
+        args.jobs,
+        trials=args.trials,
+        hparams_samples=args.hparams_samples,
+    )
     try:
         return run_demo(demo, lambda line: print(line, flush=True))
     except KeyboardInterrupt:

@@ -12,10 +12,30 @@ from __future__ import annotations
 import numpy as np
 import torch
 from domainbed.datasets import MultipleDomainDataset
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset
 from torchvision.transforms.functional import InterpolationMode, rotate
 
 from dmg_domainbed.hparams import HParam, HParamSpace
+
+
+class DomainExamples(Dataset):
+    """One domain's examples, ``tensors = (inputs, labels)``, indexed as ready-made pairs.
+
+    DomainBed's loaders fetch one example at a time through its split wrapper; a lookup in a
+    list of (input row, label) pairs costs a fraction of a ``TensorDataset``'s two tensor
+    indexings, which took a third of a RotatedDigits job's time. The batches are the same.
+    """
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor):
+        self.tensors = (inputs, labels)
+        self._pairs = list(zip(inputs.unbind(0), labels.tolist(), strict=True))
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self._pairs[index]
+
 
 # The split of images into domains is fixed once and for all: it never depends on the
 # hparams, the test environments or any training seed, so every run sees the same domains.
@@ -94,6 +114,6 @@ class RotatedDigits(MultipleDomainDataset):
             rotated = rotate(
                 subset, float(angle), interpolation=InterpolationMode.BILINEAR, fill=0.0
             )
-            self.datasets.append(TensorDataset(rotated.flatten(1), labels[i::n_envs]))
+            self.datasets.append(DomainExamples(rotated.flatten(1), labels[i::n_envs]))
         self.input_shape = self.INPUT_SHAPE
         self.num_classes = 10

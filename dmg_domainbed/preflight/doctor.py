@@ -22,7 +22,7 @@ from dmg_domainbed.preflight.hparams import effective_hparams
 OK, FAIL, WARN, INFO = "ok", "FAIL", "warn", "info"
 # Hparams looked up when no dataset is named: any of DomainBed's 224x224 image datasets.
 IMAGE_DATASET_FOR_WEIGHTS = "PACS"
-BACKBONE_HPARAMS = ("resnet18", "resnet50_augmix", "vit", "dinov2")
+BACKBONE_HPARAMS = ("alexnet", "resnet18", "resnet50_augmix", "vit", "dinov2")
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,30 @@ def _torchvision_checkpoint(name: str, caches: Caches) -> WeightFile:
     )
 
 
+def _torchvision_alexnet(caches: Caches) -> WeightFile:
+    """The file of this package's AlexNet featurizer (``alexnet = true``; see
+    :mod:`dmg_domainbed.alexnet`), which replaces DomainBed's ResNet entirely."""
+    import torchvision.models as models
+
+    from dmg_domainbed.alexnet import WEIGHTS
+
+    url = getattr(models.AlexNet_Weights, WEIGHTS).url
+    folder = caches.torch_hub / "checkpoints"
+    filename = os.path.basename(urlparse(url).path)
+    return WeightFile(
+        what=f"torchvision alexnet ImageNet weights ({WEIGHTS})",
+        folder=folder,
+        filename=filename,
+        present=(folder / filename).is_file(),
+        fetch=(
+            f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; '
+            f"torch.hub.load_state_dict_from_url('{url}')\""
+        ),
+        model="torchvision:alexnet",
+        layout=TORCH_HUB_FILE,
+    )
+
+
 def _hf_weights_name() -> str:
     try:
         import safetensors  # noqa: F401  (timm prefers model.safetensors when it can read it)
@@ -198,6 +222,8 @@ def needed_weights(
     if not uses_pretrained_backbone(input_shape):
         return [], []
     caches = caches or Caches.current()
+    if hparams.get("alexnet"):
+        return [_torchvision_alexnet(caches)], []
     if hparams.get("vit"):
         if not hparams.get("dinov2"):
             return [], ["DomainBed builds no ViT but DINOv2: with vit=true set dinov2=true"]

@@ -52,7 +52,9 @@ def _classes(logits: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = None) -> pd.DataFrame:
+def evaluate_run(
+    run: Run, data_dir: str | None = None, device: str | None = None, step: int | None = None
+) -> pd.DataFrame:
     """Accuracy of every prediction of ``run`` on each source domain's held-out split.
 
     Columns: ``run``, ``algorithm``, ``prediction``, ``env``, ``domain`` (environment name),
@@ -60,12 +62,16 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
     ``predict``'s) and ``logged`` (train.py's last ``env<i>_out_acc`` in %, ``predict`` only;
     empty where train.py classified the images augmented, see
     :func:`~dmg_domainbed.reporting.runs.augmented_evaluation`).
+
+    ``step``: evaluate the model train.py saved at that checkpoint (``model_step<step>.pkl``)
+    against the record of that step, instead of the final ``model.pkl`` and the last record.
     """
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
     on = device or run_files.device()
-    algorithm = run_files.load_algorithm(run, on)
+    model_file = None if step is None else run_files.checkpoint_models(run)[step]
+    algorithm = run_files.load_algorithm(run, on, model_file)
     # The held-out images as they are (Table 3), never with the training augmentation; what
     # train.py logged is then comparable only where it did not augment them either.
     dataset = run_files.load_dataset(run, data_dir, augment=False)
@@ -73,7 +79,7 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
     environments = type(dataset).ENVIRONMENTS
     splits = run_files.rebuild_splits(dataset, run.args)
     rows = []
-    last = run.records[-1]
+    record = run.records[-1] if step is None else next(r for r in run.records if r["step"] == step)
     ways = predictors(run, algorithm)
     reference_name = next(iter(ways))
     for d, env in enumerate(run.source_envs()):
@@ -94,7 +100,7 @@ def evaluate_run(run: Run, data_dir: str | None = None, device: str | None = Non
         for name, predicted in batches.items():
             predicted = torch.cat(predicted)
             logged = (
-                100 * last[f"env{env}_out_acc"] if name == reference_name and comparable else None
+                100 * record[f"env{env}_out_acc"] if name == reference_name and comparable else None
             )
             rows.append(
                 {

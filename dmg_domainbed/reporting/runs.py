@@ -233,8 +233,19 @@ def algorithm_class(run: Run) -> type:
         ) from None
 
 
-def load_algorithm(run: Run, on: str | None = None):
-    """The algorithm saved in the run's ``model.pkl``, in eval mode.
+def checkpoint_models(run: Run) -> dict[int, Path]:
+    """``{step: path}`` of the models train.py saved at its checkpoints
+    (``model_step<step>.pkl``, written with ``--save_model_every_checkpoint``)."""
+    found = {}
+    for path in run.path.glob("model_step*.pkl"):
+        step = path.stem.removeprefix("model_step")
+        if step.isdigit():
+            found[int(step)] = path
+    return dict(sorted(found.items()))
+
+
+def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = None):
+    """The algorithm saved in the run's ``model.pkl`` (or ``model_file``), in eval mode.
 
     Built as DomainBed's scripts reload models: ``torch.load(..., weights_only=False)``, then
     ``algorithm_class(model_input_shape, model_num_classes, model_num_domains, model_hparams)``
@@ -242,7 +253,7 @@ def load_algorithm(run: Run, on: str | None = None):
     """
     import torch
 
-    path = require_model(run)
+    path = model_file if model_file is not None else require_model(run)
     cls = algorithm_class(run)
     try:
         checkpoint = torch.load(path, map_location=on or device(), weights_only=False)

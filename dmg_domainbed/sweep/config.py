@@ -10,6 +10,7 @@ A sweep file has two tables; every key is optional unless marked::
     n_trials = 3                       # (3)
     steps = 5000                       # default: each dataset's own number of steps
     checkpoint_freq = 500              # default: each dataset's own checkpoint frequency
+    save_model_every_checkpoint = true # false: train.py saves only the final model.pkl
     single_test_envs = true            # false (DomainBed's default): every 1 and 2 test envs
     holdout_fraction = 0.2             # (0.2)
     task = "domain_generalization"     # or "domain_adaptation"
@@ -59,6 +60,7 @@ class SweepConfig:
     n_trials: int = 3
     steps: int | None = None
     checkpoint_freq: int | None = None
+    save_model_every_checkpoint: bool = False
     single_test_envs: bool = False
     holdout_fraction: float = 0.2
     task: str = "domain_generalization"
@@ -107,6 +109,7 @@ SWEEP_KEYS = {
     "n_trials": (_int(1), "an integer >= 1"),
     "steps": (_int(1), "an integer >= 1"),
     "checkpoint_freq": (_int(1), "an integer >= 1"),
+    "save_model_every_checkpoint": (lambda v: isinstance(v, bool), "true or false"),
     "single_test_envs": (lambda v: isinstance(v, bool), "true or false"),
     "holdout_fraction": (_fraction, "a number between 0 and 1"),
     "task": (lambda v: v in TASKS, " or ".join(repr(t) for t in TASKS)),

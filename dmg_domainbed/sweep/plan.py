@@ -5,8 +5,8 @@ grouped by their fixed hparams and each group is launched on its own, into the s
 folder. The jobs are DomainBed's: its ``make_args_list`` and ``Job`` (which only look at the file
 system) make them, so job folders, their hashes and ``done`` files are exactly those of
 ``python -m domainbed.scripts.sweep``. Where the sweep file asks for ``train.py`` arguments that
-DomainBed's sweep script cannot pass (``checkpoint_freq``), they are added to every job's
-arguments, and so to its hash.
+DomainBed's sweep script cannot pass (``checkpoint_freq``, ``save_model_every_checkpoint``),
+they are added to every job's arguments, and so to its hash.
 """
 
 from __future__ import annotations
@@ -120,9 +120,13 @@ def jobs(sweep: Sweep, group: Group) -> list[Any]:
         single_test_envs=config.single_test_envs,
         hparams=group.hparams_json,
     )
-    if config.checkpoint_freq is not None:
-        for train_args in args_list:
+    for train_args in args_list:
+        if config.checkpoint_freq is not None:
             train_args["checkpoint_freq"] = config.checkpoint_freq
+        if config.save_model_every_checkpoint:
+            # A switch without a value: DomainBed's Job writes a list as its items joined by
+            # spaces, so an empty list leaves the bare flag that train.py's store_true expects.
+            train_args["save_model_every_checkpoint"] = []
     return [domainbed_sweep.Job(train_args, sweep.output_dir) for train_args in args_list]
 
 
@@ -180,7 +184,8 @@ def summary(sweep: Sweep, jobs_by_group: Sequence[tuple[Group, Sequence[Any]]]) 
         f"seed(s) x {config.n_trials} trial(s) x test envs "
         f"({'one at a time' if config.single_test_envs else 'every 1 and 2'}), "
         f"{config.steps or 'dataset default'} steps"
-        + (f", a checkpoint every {config.checkpoint_freq}" if config.checkpoint_freq else ""),
+        + (f", a checkpoint every {config.checkpoint_freq}" if config.checkpoint_freq else "")
+        + (", every checkpoint's model saved" if config.save_model_every_checkpoint else ""),
     ]
     width = (
         max(len(f"{job.train_args['dataset']} {job.train_args['algorithm']}") for job in all_jobs)

@@ -127,6 +127,8 @@ def execute(
         # job states are read under the lock: no other command changes them meanwhile
         groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
         everything = [job for _, group_jobs in groups for job in group_jobs]
+        if delete_incomplete:
+            refuse_deleting_queued_jobs(everything, env)
         output = stack.enter_context(open(log, "a")) if log else None
         with DoneWatcher(everything, echo, plan.describe_job):
             for group, group_jobs in groups:
@@ -146,6 +148,25 @@ def execute(
                         )
                         return code
     return 0
+
+
+def refuse_deleting_queued_jobs(jobs: list, env: Mapping[str, str]) -> None:
+    """Stop before delete-incomplete removes the folder of a job that is still queued or
+    running on Slurm (submitted by an earlier command that did not wait for it)."""
+    from domainbed.scripts.sweep import Job
+
+    from dmg_domainbed.launchers.submitit_launcher import still_queued
+
+    incomplete = [Path(job.output_dir) for job in jobs if job.state == Job.INCOMPLETE]
+    queued = still_queued(incomplete, env)
+    if queued:
+        listed = "\n  ".join(f"{folder} ({state})" for folder, state in sorted(queued.items()))
+        raise UserError(
+            f"{len(queued)} incomplete job(s) are still queued or running on Slurm; deleting "
+            f"their folders would lose what they write:\n  {listed}\nWait until they end "
+            "(squeue --me), or cancel them (scancel), then run the same command again; nothing "
+            "was deleted or launched."
+        )
 
 
 def _run(command: list[str], env: Mapping[str, str], output: IO[str] | None) -> int:

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torchvision
 
 MNIST_SHAPE = (3, 28, 28)
 
@@ -26,3 +27,24 @@ def minibatches(num_domains=3, batch=4, input_shape=MNIST_SHAPE, num_classes=4):
 @pytest.fixture(autouse=True)
 def seeded():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def random_resnet18(monkeypatch):
+    """DomainBed's ResNet-18 featurizer with random weights instead of its ImageNet download
+    (the architecture is the same)."""
+    resnet18 = torchvision.models.resnet18
+    monkeypatch.setattr(torchvision.models, "resnet18", lambda pretrained: resnet18())
+
+
+def build_resnet18(name, **hp):
+    """``name`` on PACS-shaped inputs with DomainBed's ResNet-18 (use with ``random_resnet18``)."""
+    return build(
+        name,
+        input_shape=(3, 224, 224),
+        num_classes=7,
+        dataset="PACS",
+        resnet18=True,
+        resnet50_augmix=False,
+        **hp,
+    )

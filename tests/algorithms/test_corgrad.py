@@ -1,9 +1,11 @@
 """CorGrad (Zhou et al., ECAI 2024): chunk projection, outlier blending, summed update."""
 
+import copy
 import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from domainbed import algorithms
 from torch import nn
 
@@ -18,7 +20,7 @@ from dmg_domainbed.algorithms.corgrad import (
 from dmg_domainbed.errors import UserError
 from tests.helpers import run_domainbed
 
-from .conftest import build, minibatches
+from .conftest import build, build_resnet18, minibatches
 
 
 def flat(*domains):
@@ -205,3 +207,40 @@ def test_domainbed_train_script_runs_corgrad_and_logs_its_statistics(tmp_path):
     assert records[-1]["hparams"]["n_parts"] == 10 and records[-1]["hparams"]["alpha"] == 0.6
     for key in ("conflict_fraction", "projection_ratio", "outlier_fraction"):
         assert 0 <= records[-1][key] <= 1
+
+
+def test_batchnorm_is_frozen_with_its_statistics_as_the_authors_ran_it(random_resnet18):
+    corgrad = build_resnet18("CorGrad", num_domains=2)
+    corgrad.train()
+    # DomainBed's ResNet pools adaptively: 32x32 images run every layer at a fraction of the cost
+    batches = minibatches(2, 2, input_shape=(3, 32, 32), num_classes=7)
+    reference = copy.deepcopy(corgrad.network).eval()  # eval: BatchNorm uses running statistics
+    with torch.no_grad():
+        expected = torch.stack([F.cross_entropy(reference(x), y) for x, y in batches]).mean()
+    norms = [m for m in corgrad.network.modules() if isinstance(m, nn.BatchNorm2d)]
+    statistics = [m.running_mean.clone() for m in norms]
+
+    logged = corgrad.update(batches)
+
+    assert logged["loss"] == pytest.approx(expected.item(), rel=1e-5)
+    assert all(torch.equal(m.running_mean, s) for m, s in zip(norms, statistics))
+
+
+def test_freeze_bn_false_restores_domainbeds_minibatch_statistics(random_resnet18):
+    corgrad = build_resnet18("CorGrad", freeze_bn=False)
+    corgrad.train()
+    norms = [m for m in corgrad.network.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert norms and all(m.training for m in norms)
+
+
+def test_default_corrects_conv_batchnorm_and_linear_as_the_published_commands(random_resnet18):
+    corgrad = build_resnet18("CorGrad")
+    authors = [
+        p
+        for m in corgrad.network.modules()
+        if isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.Linear))
+        for p in m.parameters(recurse=False)
+    ]
+    corrected = corrected_parameters(corgrad.network, corgrad.hparams["corrected_params"])
+    assert {id(p) for p in corrected} == {id(p) for p in authors}
+    assert any(isinstance(m, nn.BatchNorm2d) for m in corgrad.network.modules())

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 
 import pytest
 import torch
@@ -48,7 +49,23 @@ def test_threshold_keeps_the_top_fraction_with_ties_at_the_threshold():
     scores = torch.tensor([0.1, 0.9, 0.5, 0.3, 0.7])
     assert top_fraction(scores, 0.6).tolist() == [False, True, True, False, True]
     assert top_fraction(torch.tensor([1.0, 1.0, 0.0, 0.0]), 0.25).tolist() == [1, 1, 0, 0]
-    assert not top_fraction(scores, 0.0).any() and top_fraction(scores, 1.0).all()
+    assert top_fraction(scores, 0.0).tolist() == [False, True, False, False, False]
+    assert top_fraction(scores, 1.0).all()
+
+
+@pytest.mark.parametrize("fraction", [0.6, 0.4, 0.75, 0.33])
+def test_threshold_is_the_authors_quantile_rule(fraction):
+    generator = torch.Generator().manual_seed(0)
+    for n in range(1, 200):
+        scores = torch.rand(n, generator=generator)
+        authors = scores >= torch.quantile(scores, 1 - fraction)
+        assert torch.equal(top_fraction(scores, fraction), authors), n
+        if not (fraction * (n - 1)).is_integer():  # else float rounding may keep one fewer
+            assert int(authors.sum()) == math.floor(fraction * (n - 1)) + 1, n
+        tied = scores.mul(4).round()  # many ties at the threshold
+        assert torch.equal(top_fraction(tied, fraction), tied >= torch.quantile(tied, 1 - fraction))
+    # e.g. 7 weights at 0.6: the quantile keeps 4, ceil(0.6 * 7) would be 5
+    assert int(top_fraction(torch.arange(7.0), 0.6).sum()) == 4
 
 
 def test_unimportant_rate_decays_exponentially_then_is_zero_from_the_freeze_step():

@@ -107,3 +107,27 @@ def test_bad_input_exits_2_with_the_choices(args, message, env, capsys):
     code, out, err = doctor(capsys, *args)
     assert code == 2 and out == ""
     assert re.search(message, err)
+
+
+def test_alexnet_runs_are_checked_for_torchvisions_alexnet_file(env, capsys, tmp_path):
+    registered = environment.ProbeResult(
+        python="python",
+        executable=sys.executable,
+        domainbed="/opt/DomainBed/domainbed",
+        algorithms=["ERM", "Aggregate", "DMG", "MultiHead"],
+        datasets=["PACS"],
+        launchers=["local"],
+    )
+    env.setattr(environment, "probe_fresh_process", lambda: registered)
+    code, out, _ = doctor(capsys, "--algorithm", "Aggregate", "--hparams", '{"alexnet": true}')
+    checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
+    assert "Aggregate on 224x224 image datasets (alexnet=True" in out
+    assert (
+        "MISSING torchvision alexnet ImageNet weights (IMAGENET1K_V1): not found at "
+        f"{checkpoints / 'alexnet-owt-7be5be79.pth'}" in out
+    )
+    assert "resnet50-0676ba61.pth" not in out and "timm" not in out
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "alexnet-owt-7be5be79.pth").write_bytes(b"")
+    code, out, _ = doctor(capsys, "--algorithm", "Aggregate", "--hparams", '{"alexnet": true}')
+    assert "cached  torchvision alexnet ImageNet weights" in out

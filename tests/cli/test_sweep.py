@@ -66,6 +66,18 @@ def test_dry_run_lists_the_jobs_and_creates_nothing(job_env, tmp_path, capsys):
     assert not out.exists() and not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("path", sorted(SWEEPS.glob("paper_*.toml")), ids=lambda p: p.stem)
+def test_paper_protocol_files_dry_run(path, job_env, tmp_path, capsys):
+    code = main(["sweep", str(path), "--dry-run", "--data_dir", str(tmp_path / "data")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    jobs = 36 if "pacs" in path.stem else 54  # 3 algorithms x test domains x 3 trials
+    assert f"{jobs} job(s): {jobs} to launch" in printed
+    assert printed.count("--save_model_every_checkpoint  --seed") == jobs
+    assert printed.count("--hparams_seed 0 ") == jobs  # DomainBed's defaults + the fixed ones
+    assert "Dry run: nothing was created or launched." in printed
+
+
 @pytest.mark.parametrize(
     "name, extra, message",
     [

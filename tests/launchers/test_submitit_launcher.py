@@ -1,6 +1,9 @@
-"""submitit launcher: Slurm arrays with the settings of the environment (checked against a
-stand-in ``sbatch``), clear failures, and real DomainBed jobs through submitit's local executor
-(see tests/cli/test_sweep.py)."""
+"""submitit launcher without a Slurm cluster: the exact #SBATCH lines of a GPU request (the test
+cluster has no GPU, so a stand-in ``sinfo`` offers one and a stand-in ``sbatch`` keeps the
+script), what a job does when it runs again, the settings, and the error without Slurm.
+
+Everything else is proven on a real cluster in tests/slurm/ and, through submitit's local
+executor, in tests/cli/test_sweep.py."""
 
 import os
 import stat
@@ -11,74 +14,57 @@ import pytest
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import submitit_launcher as launcher
 
-from ..helpers import domainbed_env, run_domainbed
-
-FAKE_SBATCH = """#!/bin/sh
-# Stand-in for Slurm's sbatch: keeps the submitted script and answers like sbatch.
+GPU_SINFO = """#!/bin/sh
+# Stand-in for sinfo -h -e -o "%P|%a|%l|%B|%c|%m|%G|%D": a partition of 8-GPU nodes.
+echo "gpu*|up|2-00:00:00|UNLIMITED|64|515000|gpu:a100:8(S:0-1)|4"
+"""
+KEEPING_SBATCH = """#!/bin/sh
+# Stand-in for sbatch: keeps the submitted script and answers like sbatch.
 dir=$(dirname "$0")
 n=$(( $(cat "$dir/count" 2>/dev/null || echo 100) + 1 ))
 echo $n > "$dir/count"
 cp "$1" "$dir/sbatch_$n.sh"
 echo "Submitted batch job $n"
 """
-FAILING_SBATCH = """#!/bin/sh
-echo "sbatch: error: invalid partition specified: nosuch" >&2
-exit 1
-"""
-
-
-def fake_slurm(folder, sbatch):
-    """A folder with ``sbatch`` and ``srun`` stand-ins, to put first on PATH."""
-    folder.mkdir()
-    for name, text in (("sbatch", sbatch), ("srun", "#!/bin/sh\nexit 0\n")):
-        path = folder / name
-        path.write_text(text)
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    return folder
 
 
 @pytest.fixture
-def slurm_env(monkeypatch):
+def gpu_cluster(monkeypatch, tmp_path):
+    """``sinfo``, ``sbatch`` and ``srun`` stand-ins first on PATH; no DMG_SUBMITIT_ settings."""
     for name in [n for n in os.environ if n.startswith("DMG_SUBMITIT_")]:
         monkeypatch.delenv(name)
-
-    def use(bin_dir, **settings):
-        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-        for name, value in settings.items():
-            monkeypatch.setenv(f"DMG_SUBMITIT_{name.upper()}", value)
-
-    return use
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name, text in (("sinfo", GPU_SINFO), ("sbatch", KEEPING_SBATCH), ("srun", "#!/bin/sh\n")):
+        path = folder / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return folder
 
 
 def commands(sweep_dir, n):
     return [f"echo job {i} --output_dir {sweep_dir / f'job{i}'}" for i in range(n)]
 
 
-def test_jobs_become_slurm_arrays_with_the_settings_of_the_environment(slurm_env, tmp_path):
-    bin_dir = fake_slurm(tmp_path / "bin", FAKE_SBATCH)
-    slurm_env(
-        bin_dir,
-        partition="gpu",
-        gpus="2",
-        cpus="6",
-        mem_gb="40",
-        time_min="90",
-        array_parallelism="3",
-        max_array_size="4",
-    )
+def test_gpu_jobs_become_arrays_with_the_exact_sbatch_lines(gpu_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("DMG_SUBMITIT_GPUS", "2")
+    monkeypatch.setenv("DMG_SUBMITIT_ARRAY_PARALLELISM", "3")
+    monkeypatch.setenv("DMG_SUBMITIT_MAX_ARRAY_SIZE", "4")
     sweep = tmp_path / "sweep"
     launcher.submitit_launcher(commands(sweep, 6))
 
-    scripts = sorted(bin_dir.glob("sbatch_*.sh"))
+    scripts = sorted(gpu_cluster.glob("sbatch_*.sh"))
     assert len(scripts) == 2  # 6 jobs, at most 4 per array
     first, second = (s.read_text() for s in scripts)
     for line in (
         "--partition=gpu",
         "--gpus-per-node=2",
-        "--cpus-per-task=6",
-        "--mem=40GB",
-        "--time=90",
+        "--cpus-per-task=8",
+        "--mem=32GB",
+        "--time=1440",
         "--array=0-3%3",
+        "--signal=USR2@90",
         f"--output={sweep}/.submitit/%A_%a_0_log.out",
     ):
         assert f"#SBATCH {line}" in first, line
@@ -88,52 +74,52 @@ def test_jobs_become_slurm_arrays_with_the_settings_of_the_environment(slurm_env
     assert os.path.realpath(link) == str(sweep / ".submitit" / "102_1_0_log.out")
 
 
-def test_a_failed_submission_raises_with_sbatch_s_message(slurm_env, tmp_path):
-    slurm_env(fake_slurm(tmp_path / "bin", FAILING_SBATCH), partition="nosuch")
-    with pytest.raises(UserError, match="invalid partition specified: nosuch"):
-        launcher.submitit_launcher(commands(tmp_path / "sweep", 2))
-
-
-def test_domainbed_sweep_exits_non_zero_when_submission_fails(tmp_path):
-    bin_dir = fake_slurm(tmp_path / "bin", FAILING_SBATCH)
-    env = domainbed_env(DMG_SUBMITIT_CLUSTER="slurm", DMG_SUBMITIT_PARTITION="nosuch")
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
-    result = run_domainbed(
-        "sweep",
-        "launch",
-        "--datasets",
-        "Debug28",
-        "--algorithms",
-        "ERM",
-        "--n_hparams",
-        "1",
-        "--n_trials",
-        "1",
-        "--single_test_envs",
-        "--data_dir",
-        str(tmp_path / "data"),
-        "--output_dir",
-        str(tmp_path / "sweep"),
-        "--command_launcher",
-        "submitit",
-        "--skip_confirmation",
-        env=env,
-        check=False,
+def test_defaults_on_a_gpu_partition(gpu_cluster):
+    # One GPU, DomainBed's 8 loader CPUs, 32 GB (under the 8-CPU share of 503 GB), 1440 min
+    # (under the 2-day limit).
+    assert launcher.check(os.environ) == (
+        "Slurm partition gpu; per job 1 GPU, 8 CPU, 32 GB, 1440 min; 256 at a time"
     )
-    assert result.returncode != 0
-    assert "UserError" in result.stderr and "invalid partition specified" in result.stderr
-    assert "Launched" not in result.stdout
 
 
-def test_without_slurm_the_error_says_how_to_run_locally(slurm_env, tmp_path, monkeypatch):
+def test_a_job_whose_done_file_exists_is_not_run_again(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "done").write_text("done")
+    (job / "results.jsonl").write_text('{"step": 0}\n')
+    launcher.run_command(f"touch {tmp_path / 'ran'} && false --output_dir {job}")
+    assert not (tmp_path / "ran").exists()
+    assert (job / "results.jsonl").read_text() == '{"step": 0}\n'
+
+
+def test_a_job_that_runs_again_sets_its_interrupted_attempt_aside(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "results.jsonl").write_text('{"step": 0}\n')
+    (job / "submitit.out").symlink_to(tmp_path / "log.out")
+    command = f"echo '{{\"step\": 9}}' >> {job}/results.jsonl # --output_dir {job}"
+    launcher.run_command(command)
+    assert (job / "results.jsonl").read_text() == '{"step": 9}\n'
+    assert (job / "interrupted_attempt_1" / "results.jsonl").read_text() == '{"step": 0}\n'
+    assert (job / "submitit.out").is_symlink()
+    with pytest.raises(launcher.CommandFailed, match="exited with status 3"):
+        launcher.run_command(f"exit 3 # --output_dir {job}")
+    assert (job / "interrupted_attempt_2" / "results.jsonl").exists()
+
+
+def test_without_slurm_the_error_says_how_to_run_locally(tmp_path, monkeypatch):
+    monkeypatch.delenv("DMG_SUBMITIT_CLUSTER", raising=False)
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    job = tmp_path / "sweep" / "job0"
+    job.mkdir(parents=True)  # as DomainBed makes it before calling the launcher
     with pytest.raises(UserError, match="DMG_SUBMITIT_CLUSTER=local"):
         launcher.check(os.environ)
-    with pytest.raises(UserError, match="DMG_SUBMITIT_CLUSTER=local"):
+    with pytest.raises(UserError, match="DMG_SUBMITIT_CLUSTER=local.*1 empty job folder"):
         launcher.submitit_launcher(commands(tmp_path / "sweep", 1))
+    assert not job.exists()
 
 
-def test_settings_are_checked_and_waiting_is_the_default_off_slurm(slurm_env, tmp_path):
+def test_settings_are_checked_and_waiting_is_the_default_off_slurm():
     assert launcher.settings({})["wait"] is False
     assert launcher.settings({"DMG_SUBMITIT_CLUSTER": "local"})["wait"] is True
     assert launcher.settings({"DMG_SUBMITIT_CLUSTER": "debug", "DMG_SUBMITIT_WAIT": "0"})["wait"]

@@ -54,3 +54,11 @@ def test_small_inputs_need_no_weights_and_vit_needs_dinov2(caches):
     assert files == [] and "dinov2=true" in problems[0]
     files, _ = needed_weights({"vit": True, "dinov2": True}, IMAGES)
     assert names(files) == ["facebookresearch_dinov2_main", "dinov2_vitb14_pretrain.pth"]
+
+
+def test_alexnet_needs_only_torchvisions_alexnet_weights(caches):
+    # alexnet=true replaces DomainBed's ResNet: whatever resnet50_augmix says, no ResNet loads
+    files, problems = needed_weights({"alexnet": True, "resnet50_augmix": True}, IMAGES)
+    assert problems == [] and names(files) == ["alexnet-owt-7be5be79.pth"]
+    assert files[0].folder == caches / "torch" / "hub" / "checkpoints" and not files[0].present
+    assert "IMAGENET1K_V1" in files[0].what

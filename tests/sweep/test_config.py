@@ -26,6 +26,7 @@ def checked(text, tmp_path):
     return config
 
 
+PAPER_BACKBONES = ("alexnet", "resnet18", "resnet50")
 BASE = '[sweep]\nalgorithms = ["ERM", "DMG"]\ndatasets = ["RotatedDigits"]\n'
 
 
@@ -42,6 +43,7 @@ def test_the_paper_and_standard_files_are_shipped():
         "pacs_resnet50",
         "domainnet_resnet18",
         "domainnet_resnet50",
+        *(f"paper_{data}_{net}" for data in ("pacs", "domainnet") for net in PAPER_BACKBONES),
     }
 
 
@@ -64,6 +66,10 @@ def test_defaults_are_domainbed_s(tmp_path):
         ('[sweep]\ndatasets = ["PACS"]\n', r"\[sweep\] needs algorithms"),
         (BASE + "n_trials = 0\n", r"n_trials = 0 is not valid: it must be an integer >= 1"),
         (BASE + "steps = 2.5\n", r"steps = 2.5 is not valid"),
+        (
+            BASE + "save_model_every_checkpoint = 1\n",
+            r"save_model_every_checkpoint = 1 is not valid: it must be true or false",
+        ),
         (BASE + "n_hparams = 2\nn_hparams_from = 2\n", "must be below n_hparams"),
         (BASE + "[sweep.algorithm_hparams.IRM]\nlr = 1e-3\n", "IRM is not one of the sweep's"),
         (BASE + "[launcher]\njobs = 2\n", r"\[launcher\] has settings \(jobs\) but no name"),

@@ -131,6 +131,20 @@ def test_checkpoint_freq_and_sized_hparams_reach_every_job(tmp_path):
             assert "--checkpoint_freq 10" in job.command_str
 
 
+def test_save_model_every_checkpoint_reaches_every_job_as_a_bare_switch(tmp_path):
+    config = replace(load_sweep(SWEEPS / "demo.toml"), save_model_every_checkpoint=True)
+    sweep = plan.resolve(config, ".", str(tmp_path))
+    plain = plan.resolve(load_sweep(SWEEPS / "demo.toml"), ".", str(tmp_path))
+    for group, plain_group in zip(sweep.groups, plain.groups, strict=True):
+        jobs, plain_jobs = plan.jobs(sweep, group), plan.jobs(plain, plain_group)
+        for job, plain_job in zip(jobs, plain_jobs, strict=True):
+            # train.py's store_true takes no value: the switch is followed by the next option
+            assert re.search(r"--save_model_every_checkpoint +--seed ", job.command_str)
+            assert "save_model_every_checkpoint" not in plain_job.command_str
+            assert job.output_dir != plain_job.output_dir
+    assert "every checkpoint's model saved" in plan.summary(sweep, [(g, []) for g in sweep.groups])
+
+
 def test_launcher_settings_of_the_file_become_variables_the_environment_wins(tmp_path):
     config = load_sweep(SWEEPS / "pacs_resnet50.toml")
     env, notes = launcher_environment(config, "submitit", {"DMG_SUBMITIT_TIME_MIN": "30"})

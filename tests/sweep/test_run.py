@@ -105,3 +105,33 @@ def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path)
     )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert len(list(sweep_dir.glob("*/done"))) == 4
+
+
+def test_delete_incomplete_stops_at_a_job_that_slurm_still_runs(tmp_path, monkeypatch):
+    from dmg_domainbed.sweep import config, plan
+
+    sweep_file = small_sweep(tmp_path, steps=5)
+    sweep = plan.resolve(config.load_sweep(sweep_file), None, None)
+    jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+    running = Path(jobs[0].output_dir)
+    running.mkdir(parents=True)
+    (running / "out.txt").write_text("still training")
+    # what the submitit launcher leaves in a job folder: a link to the job's Slurm log
+    (running / "submitit.err").symlink_to("../.submitit/4242_0_0_log.err")
+    # squeue stands in for a cluster here; tests/slurm reads a real one's answer
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\necho '4242_0|RUNNING'\n")
+    (bin_dir / "squeue").chmod(0o755)
+    for name, value in domainbed_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    before = snapshot(tmp_path / "sweep")
+
+    code, _, message = cli("sweep", str(sweep_file), "--delete-incomplete")
+
+    assert code == 2
+    assert "1 incomplete job(s) are still queued or running on Slurm" in message
+    assert f"{running} (RUNNING)" in message and "scancel" in message
+    assert snapshot(tmp_path / "sweep") == before
+    assert len(list((tmp_path / "sweep").iterdir())) == 1  # nothing launched

@@ -1,0 +1,69 @@
+"""``dmg-domainbed select``: model selection over saved checkpoints by known-domain accuracy on
+the source domains' validation splits (the DMG authors' selection), next to DomainBed's."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "select",
+        help="select checkpoints by known-domain source validation accuracy (the paper's way)",
+        description=(
+            "Evaluates every model a sweep's runs saved at their checkpoints (train.py's "
+            "--save_model_every_checkpoint) on the source domains' validation splits, rebuilt "
+            "exactly as train.py made them, with every prediction the algorithm has (DMG: "
+            "predict, known-domain soft and hard masks; MultiHead: predict, own head), and "
+            "reports the test-domain accuracy that each prediction's validation accuracy "
+            "selects with DomainBed's training-domain validation method (best checkpoint, "
+            "then best hparams; mean over trials). Selecting by predict gives collect_results' "
+            "numbers; DMG selected by its hard masks is the paper's protocol. Writes "
+            "checkpoints.csv, selection.csv and selection.md."
+        ),
+    )
+    parser.add_argument("--input_dir", required=True, help="the sweep folder (DomainBed's)")
+    parser.add_argument(
+        "--output_dir", default="dmg_select", help="where the tables go (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--data_dir", default=None, help="dataset folder, if not the one the runs were trained with"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dmg_domainbed.reporting.checkpoint_selection import write_selection
+    from dmg_domainbed.reporting.files import check_output_dir
+    from dmg_domainbed.reporting.runs import require_sweep
+
+    sweep = require_sweep(args.input_dir)
+    output = check_output_dir(Path(args.output_dir), sweep)
+    written = write_selection(sweep, output, args.data_dir)
+    for title, table in written.sections:
+        print(title + "\n")
+        print(table.to_string())
+    for run_ in written.without_checkpoints:
+        print(
+            f"\nnote: {run_.describe()} saved no checkpoint models; its known-domain rows "
+            "leave it out"
+        )
+    evaluations = written.evaluations
+    if len(evaluations):
+        logged = evaluations.dropna(subset=["logged"])
+        mismatch = logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
+        if mismatch.empty:
+            print(
+                f"\n{evaluations['step'].nunique()} checkpoint step(s) evaluated; predict's "
+                "accuracy equals the env<i>_out_acc train.py logged at each: the splits are "
+                "train.py's."
+            )
+        else:
+            print(
+                f"\nWARNING: predict's accuracy differs from train.py's logged env<i>_out_acc "
+                f"at {len(mismatch)} (checkpoint, domain) pair(s); was the dataset loaded from "
+                "another --data_dir?"
+            )
+    print(f"Wrote {', '.join(str(p) for p in written.files)}")
+    return 0
