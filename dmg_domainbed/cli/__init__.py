@@ -14,7 +14,7 @@ import sys
 
 from dmg_domainbed.errors import UserError
 
-SUBCOMMANDS = ("demo", "report", "evaluate", "select", "masks", "sweep", "doctor")
+SUBCOMMANDS = ("demo", "report", "evaluate", "select", "masks", "sweep", "doctor", "smoke")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -48,15 +48,24 @@ def run(args: argparse.Namespace) -> int:
         print(title + "\n")
         print(table.to_string())
     mismatch = written.logged_mismatches()
-    if mismatch.empty:
+    augmented = written.augmented()
+    if augmented:
         print(
-            "\npredict's accuracy equals the env<i>_out_acc train.py logged at its last step "
-            "on every source domain: the splits are train.py's."
+            "\nThe held-out images are classified without augmentation. train.py classified "
+            "some of them with its random training augmentation (DomainBed's data_augmentation "
+            "applies to a training domain's held-out split too): its logged accuracies for "
+            "those are not compared."
         )
-    else:
+    if not mismatch.empty:
         print(
             f"\nWARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
             f"{len(mismatch)} domain(s); was the dataset loaded from another --data_dir?"
+        )
+    elif not written.frame["logged"].isna().all():
+        print(
+            "\npredict's accuracy equals the env<i>_out_acc train.py logged at its last step "
+            f"on {'the others' if augmented else 'every source domain'}: the splits are "
+            "train.py's."
         )
     print(f"Wrote {', '.join(str(p) for p in written.files)}")
     return 0

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if launcher is None
         else sweep_run.launcher_environment(config, launcher, os.environ)
     )
-    for note in build_notes + notes + sweep_run.weight_notes(sweep):
+    for note in build_notes + notes:
         print(f"  note: {note}")
     if args.dry_run:
         _show_dry_run(groups, launcher or "LAUNCHER")

@@ -16,7 +16,7 @@ from typing import Any
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup
 from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight import data, environment, weights
+from dmg_domainbed.preflight import data, environment, requirements, weights
 from dmg_domainbed.preflight.hparams import effective_hparams
 
 OK, FAIL, WARN, INFO = "ok", "FAIL", "warn", "info"
@@ -133,9 +133,10 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     files, problems = weights.needed_weights(hparams, shape)
     lines = [f"{scope} ({backbone}) loads:"]
     for f in files:
-        state = "cached " if f.present else "MISSING"
-        lines.append(f"{state} {f.what}: {f.filename} in {f.folder}")
-        if not f.present:
+        if f.present:
+            lines.append(f"cached  {f.what}: {f.path}")
+        else:
+            lines.append(f"MISSING {f.what}: not found at {f.path}")
             lines.append(f"        to get it: {f.fetch}")
     missing = problems or [f for f in files if not f.present]
     if not missing:
@@ -167,8 +168,7 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
     from domainbed import datasets
 
     def status_of(name: str) -> data.DataStatus:
-        cls = datasets.get_dataset_class(name)
-        return data.dataset_status(name, cls.__module__, len(cls.ENVIRONMENTS), data_dir)
+        return requirements.data_status(name, data_dir)
 
     if dataset is not None:
         found = status_of(dataset)
@@ -179,7 +179,7 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
     lines = [f"under {os.path.abspath(data_dir)}:"]
     for name in datasets.DATASETS:
         found = status_of(name)
-        if found.state in (data.PRESENT, data.MISSING):
+        if found.state in (data.PRESENT, data.MISSING, data.INVALID):
             lines.append(f"{found.state:8} {name}: {found.detail}")
     return Check(INFO, "data", tuple(lines))
 

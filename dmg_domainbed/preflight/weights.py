@@ -8,7 +8,8 @@ it by timm's ``resnet50.ram_in1k``: with the default hparams *both* are download
 and ``dinov2`` it loads DINOv2 ViT-B/14 through ``torch.hub``. Smaller inputs (MNIST's CNN,
 the Wide ResNet, the MLP) use no pretrained weights.
 
-Caches are only looked at here; nothing is downloaded.
+Caches are only looked at here; nothing is downloaded. Each missing file comes with the command
+that puts it where the loader looks.
 """
 
 from __future__ import annotations
@@ -25,16 +26,56 @@ DINOV2_REPO, DINOV2_MODEL = "facebookresearch/dinov2", "dinov2_vitb14"
 DINOV2_REPO_FOLDER = "facebookresearch_dinov2_main"
 DINOV2_CHECKPOINT = "dinov2_vitb14_pretrain.pth"
 
+# Where a file sits in its cache: a torch.hub checkpoint file, a Hugging Face hub snapshot, or
+# a torch.hub repository of code.
+TORCH_HUB_FILE, HF_SNAPSHOT, TORCH_HUB_REPO = "torch hub file", "hf snapshot", "torch hub repo"
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The two caches DomainBed's networks load pretrained weights from."""
+
+    torch_hub: Path  # torch.hub.get_dir(): $TORCH_HOME/hub
+    hf_hub: Path  # huggingface_hub's cache: $HF_HUB_CACHE, else $HF_HOME/hub
+
+    @classmethod
+    def current(cls) -> Caches:
+        """The caches this process (and a job started with its environment) reads."""
+        import torch
+        from huggingface_hub import constants
+
+        return cls(Path(torch.hub.get_dir()), Path(constants.HF_HUB_CACHE))
+
+    @classmethod
+    def under(cls, root: Path) -> Caches:
+        """Both caches inside ``root``, for a process started with :meth:`environment`."""
+        root = Path(root).absolute()
+        return cls(root / "torch" / "hub", root / "huggingface" / "hub")
+
+    def environment(self) -> dict[str, str]:
+        """Environment variables that make torch.hub, torchvision and timm read these caches."""
+        return {
+            "TORCH_HOME": str(self.torch_hub.parent),
+            "HF_HOME": str(self.hf_hub.parent),
+            "HF_HUB_CACHE": str(self.hf_hub),
+        }
+
 
 @dataclass(frozen=True)
 class WeightFile:
-    """One file a run needs: what it is, where the loader looks for it, how to get it there."""
+    """One file a run needs: what it is, where the loader looks for it, how to get it there.
+
+    ``model`` names the architecture the file holds weights of (``torchvision:resnet50``,
+    ``timm:resnet50.ram_in1k``); ``layout`` says how its cache stores it.
+    """
 
     what: str
     folder: Path
     filename: str
     present: bool
     fetch: str
+    model: str = ""
+    layout: str = TORCH_HUB_FILE
 
     @property
     def path(self) -> Path:
@@ -42,28 +83,32 @@ class WeightFile:
 
 
 def torch_hub_dir() -> Path:
-    import torch
+    """torch.hub's folder in this process (``$TORCH_HOME/hub``)."""
+    return Caches.current().torch_hub
 
-    return Path(torch.hub.get_dir())
 
-
-def _torchvision_resnet(depth: int) -> WeightFile:
-    import torchvision.models as models
+def _torchvision_checkpoint(name: str, caches: Caches) -> WeightFile:
+    from torchvision import models
 
     # ``pretrained=True`` is torchvision's legacy name for IMAGENET1K_V1.
-    url = getattr(models, f"ResNet{depth}_Weights").IMAGENET1K_V1.url
-    folder = torch_hub_dir() / "checkpoints"
+    url = models.get_model_weights(name).IMAGENET1K_V1.url
+    folder = caches.torch_hub / "checkpoints"
     filename = os.path.basename(urlparse(url).path)
     return WeightFile(
-        what=f"torchvision resnet{depth} ImageNet weights (IMAGENET1K_V1)",
+        what=f"torchvision {name} ImageNet weights (IMAGENET1K_V1)",
         folder=folder,
         filename=filename,
         present=(folder / filename).is_file(),
-        fetch=f"download {url} into {folder}",
+        fetch=(
+            f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; '
+            f"torch.hub.load_state_dict_from_url('{url}')\""
+        ),
+        model=f"torchvision:{name}",
+        layout=TORCH_HUB_FILE,
     )
 
 
-def _torchvision_alexnet() -> WeightFile:
+def _torchvision_alexnet(caches: Caches) -> WeightFile:
     """The file of this package's AlexNet featurizer (``alexnet = true``; see
     :mod:`dmg_domainbed.alexnet`), which replaces DomainBed's ResNet entirely."""
     import torchvision.models as models
@@ -71,65 +116,73 @@ def _torchvision_alexnet() -> WeightFile:
     from dmg_domainbed.alexnet import WEIGHTS
 
     url = getattr(models.AlexNet_Weights, WEIGHTS).url
-    folder = torch_hub_dir() / "checkpoints"
+    folder = caches.torch_hub / "checkpoints"
     filename = os.path.basename(urlparse(url).path)
     return WeightFile(
         what=f"torchvision alexnet ImageNet weights ({WEIGHTS})",
         folder=folder,
         filename=filename,
         present=(folder / filename).is_file(),
-        fetch=f"download {url} into {folder}",
+        fetch=(
+            f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; '
+            f"torch.hub.load_state_dict_from_url('{url}')\""
+        ),
+        model="torchvision:alexnet",
+        layout=TORCH_HUB_FILE,
     )
 
 
-def _timm_resnet50_augmix() -> WeightFile:
+def _hf_weights_name() -> str:
+    try:
+        import safetensors  # noqa: F401  (timm prefers model.safetensors when it can read it)
+    except ImportError:
+        return "pytorch_model.bin"
+    return "model.safetensors"
+
+
+def _timm_checkpoint(name: str, caches: Caches) -> WeightFile:
     from timm.models import get_pretrained_cfg
 
-    cfg = get_pretrained_cfg(TIMM_MODEL)
-    fetch_hint = (
-        f'on a machine with internet run python -c "import timm; '
-        f"timm.create_model('{TIMM_MODEL}', pretrained=True)\", then copy its cache folder "
-    )
+    cfg = get_pretrained_cfg(name)
+    create = f"import timm; timm.create_model('{name}', pretrained=True)"
     try:
         import huggingface_hub
     except ImportError:
         huggingface_hub = None
     if cfg.hf_hub_id and huggingface_hub is not None:
-        from huggingface_hub import constants
-
-        try:
-            import safetensors  # noqa: F401  (timm prefers model.safetensors when it can read it)
-
-            filename = "model.safetensors"
-        except ImportError:
-            filename = "pytorch_model.bin"
-        cache = Path(constants.HF_HUB_CACHE)
-        repo_folder = cache / f"models--{cfg.hf_hub_id.replace('/', '--')}"
-        cached = huggingface_hub.try_to_load_from_cache(cfg.hf_hub_id, filename)
+        filename = _hf_weights_name()
+        repo_folder = caches.hf_hub / f"models--{cfg.hf_hub_id.replace('/', '--')}"
+        cached = huggingface_hub.try_to_load_from_cache(
+            cfg.hf_hub_id, filename, cache_dir=caches.hf_hub
+        )
         return WeightFile(
-            what=f"timm {TIMM_MODEL} weights (Hugging Face hub {cfg.hf_hub_id})",
+            what=f"timm {name} weights (Hugging Face hub {cfg.hf_hub_id})",
             folder=repo_folder,
             filename=f"snapshots/<revision>/{filename}",
             present=isinstance(cached, str),
-            fetch=fetch_hint + f"{repo_folder.name} into {cache}; set HF_HUB_OFFLINE=1 "
+            fetch=f'HF_HUB_CACHE={caches.hf_hub} python -c "{create}"; set HF_HUB_OFFLINE=1 '
             "on nodes without internet",
+            model=f"timm:{name}",
+            layout=HF_SNAPSHOT,
         )
-    folder = torch_hub_dir() / "checkpoints"
+    folder = caches.torch_hub / "checkpoints"
     filename = os.path.basename(urlparse(cfg.url).path)
     return WeightFile(
-        what=f"timm {TIMM_MODEL} weights",
+        what=f"timm {name} weights",
         folder=folder,
         filename=filename,
         present=(folder / filename).is_file(),
-        fetch=f"download {cfg.url} into {folder}",
+        fetch=f'TORCH_HOME={caches.torch_hub.parent} python -c "{create}"',
+        model=f"timm:{name}",
+        layout=TORCH_HUB_FILE,
     )
 
 
-def _dinov2() -> list[WeightFile]:
-    hub = torch_hub_dir()
-    hint = (
-        f'on a machine with internet run python -c "import torch; '
-        f"torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')\" and copy it from there"
+def _dinov2(caches: Caches) -> list[WeightFile]:
+    hub = caches.torch_hub
+    fetch = (
+        f'TORCH_HOME={hub.parent} python -c "import torch; '
+        f"torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')\""
     )
     return [
         WeightFile(
@@ -137,14 +190,18 @@ def _dinov2() -> list[WeightFile]:
             hub,
             DINOV2_REPO_FOLDER,
             (hub / DINOV2_REPO_FOLDER).is_dir(),
-            hint,
+            fetch,
+            model=f"torch.hub:{DINOV2_REPO}",
+            layout=TORCH_HUB_REPO,
         ),
         WeightFile(
             f"DINOV2 {DINOV2_MODEL} weights",
             hub / "checkpoints",
             DINOV2_CHECKPOINT,
             (hub / "checkpoints" / DINOV2_CHECKPOINT).is_file(),
-            hint,
+            fetch,
+            model=f"torch.hub:{DINOV2_REPO}:{DINOV2_MODEL}",
+            layout=TORCH_HUB_FILE,
         ),
     ]
 
@@ -155,22 +212,32 @@ def uses_pretrained_backbone(input_shape: Sequence[int] | None) -> bool:
 
 
 def needed_weights(
-    hparams: Mapping[str, object], input_shape: Sequence[int] | None
+    hparams: Mapping[str, object],
+    input_shape: Sequence[int] | None,
+    caches: Caches | None = None,
 ) -> tuple[list[WeightFile], list[str]]:
-    """The weight files a run with ``hparams`` on inputs of ``input_shape`` loads, and problems
-    that would stop the model from being built at all."""
+    """The weight files a run with ``hparams`` on inputs of ``input_shape`` loads (looked up in
+    ``caches``, by default this process's), and problems that would stop the model from being
+    built at all."""
     if not uses_pretrained_backbone(input_shape):
         return [], []
+    caches = caches or Caches.current()
     if hparams.get("alexnet"):
-        return [_torchvision_alexnet()], []
+        return [_torchvision_alexnet(caches)], []
     if hparams.get("vit"):
         if not hparams.get("dinov2"):
             return [], ["DomainBed builds no ViT but DINOv2: with vit=true set dinov2=true"]
-        return _dinov2(), []
-    files = [_torchvision_resnet(18 if hparams.get("resnet18") else 50)]
+        return _dinov2(caches), []
+    files = [_torchvision_checkpoint("resnet18" if hparams.get("resnet18") else "resnet50", caches)]
     if hparams.get("resnet50_augmix"):
-        files.append(_timm_resnet50_augmix())
+        files.append(_timm_checkpoint(TIMM_MODEL, caches))
     return files, []
+
+
+def missing_weights_message(files: Sequence[WeightFile]) -> str:
+    """What is missing, where it was looked for, and the command that fetches each file."""
+    lines = [f"{f.what}: not found at {f.path}; to get it: {f.fetch}" for f in files]
+    return "; ".join(lines)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,9 @@ def evaluate_run(
 
     Columns: ``run``, ``algorithm``, ``prediction``, ``env``, ``domain`` (environment name),
     ``n_examples``, ``accuracy`` (%), ``changed`` (% of examples whose class differs from
-    ``predict``'s) and ``logged`` (train.py's ``env<i>_out_acc`` in %, ``predict`` only).
+    ``predict``'s) and ``logged`` (train.py's last ``env<i>_out_acc`` in %, ``predict`` only;
+    empty where train.py classified the images augmented, see
+    :func:`~dmg_domainbed.reporting.runs.augmented_evaluation`).
 
     ``step``: evaluate the model train.py saved at that checkpoint (``model_step<step>.pkl``)
     against the record of that step, instead of the final ``model.pkl`` and the last record.
@@ -70,7 +72,10 @@ def evaluate_run(
     on = device or run_files.device()
     model_file = None if step is None else run_files.checkpoint_models(run)[step]
     algorithm = run_files.load_algorithm(run, on, model_file)
-    dataset = run_files.load_dataset(run, data_dir)
+    # The held-out images as they are (Table 3), never with the training augmentation; what
+    # train.py logged is then comparable only where it did not augment them either.
+    dataset = run_files.load_dataset(run, data_dir, augment=False)
+    comparable = not run_files.augmented_evaluation(run)
     environments = type(dataset).ENVIRONMENTS
     splits = run_files.rebuild_splits(dataset, run.args)
     rows = []
@@ -94,7 +99,9 @@ def evaluate_run(
         reference = torch.cat(batches[reference_name])
         for name, predicted in batches.items():
             predicted = torch.cat(predicted)
-            logged = 100 * record[f"env{env}_out_acc"] if name == reference_name else None
+            logged = (
+                100 * record[f"env{env}_out_acc"] if name == reference_name and comparable else None
+            )
             rows.append(
                 {
                     "run": str(run.path),
@@ -157,6 +164,12 @@ class InDomainReport:
         """Rows where ``predict``'s accuracy differs from what train.py logged."""
         logged = self.frame.dropna(subset=["logged"])
         return logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
+
+    def augmented(self) -> bool:
+        """Whether some ``predict`` rows have no logged accuracy to compare with (train.py
+        classified those images with its training augmentation)."""
+        rows = self.frame[self.frame["prediction"].str.endswith(f"({PREDICT})")]
+        return bool(rows["logged"].isna().any())
 
 
 def write_in_domain(

@@ -292,12 +292,13 @@ def seeded_like_train(seed: int) -> Iterator[None]:
         np.random.set_state(numpy_state)
 
 
-def load_dataset(run: Run, data_dir: str | None = None):
+def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
     """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
-    overrides)."""
+    overrides); ``augment=False`` switches DomainBed's training augmentation off."""
     from domainbed import datasets
 
     root = data_dir if data_dir is not None else run.args.get("data_dir")
+    hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
     try:
         dataset_class = datasets.get_dataset_class(run.dataset)
     except NotImplementedError:
@@ -306,13 +307,31 @@ def load_dataset(run: Run, data_dir: str | None = None):
         ) from None
     try:
         with seeded_like_train(run.args.get("seed", 0)):
-            return dataset_class(root, run.test_envs, run.hparams)
+            return dataset_class(root, run.test_envs, hparams)
     except (OSError, RuntimeError, ValueError) as error:
         raise UserError(
             f"cannot load dataset {run.dataset} from data_dir '{root}' "
             f"({type(error).__name__}: {error}). Pass --data_dir with the folder the run "
             "was trained on."
         ) from None
+
+
+def augmented_evaluation(run: Run) -> bool:
+    """Whether train.py classified the training domains' held-out images augmented.
+
+    DomainBed's image and WILDS datasets give a training domain's whole dataset the training
+    augmentation when ``data_augmentation`` is on (its default), held-out split included, so
+    the ``env<i>_out_acc`` train.py logs for those domains come from randomly augmented images.
+    """
+    from domainbed import datasets
+
+    augmenting = tuple(
+        getattr(datasets, name)
+        for name in ("MultipleEnvironmentImageFolder", "WILDSDataset", "SpawriousBenchmark")
+        if hasattr(datasets, name)
+    )
+    dataset_class = datasets.get_dataset_class(run.dataset)
+    return bool(run.hparams.get("data_augmentation")) and issubclass(dataset_class, augmenting)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.launchers.lifetime import parent_death_hook
 from dmg_domainbed.locks import FolderLock
-from dmg_domainbed.preflight import data
+from dmg_domainbed.preflight import requirements
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
 from dmg_domainbed.sweep.progress import DoneWatcher
@@ -67,41 +67,9 @@ def launcher_environment(
     return env, notes
 
 
-def weight_notes(sweep: plan.Sweep) -> list[str]:
-    """Pretrained weights the jobs will download because they are not in the cache."""
-    from domainbed import algorithms
-
-    from dmg_domainbed.datasets import input_shape
-    from dmg_domainbed.preflight.hparams import effective_hparams
-    from dmg_domainbed.preflight.weights import algorithm_weights, needed_weights
-
-    missing: dict[str, str] = {}
-    notes = []
-    for algorithm in sweep.config.algorithms:
-        algorithm_class = algorithms.get_algorithm_class(algorithm)
-        for dataset in sweep.config.datasets:
-            hparams = effective_hparams(algorithm, dataset, sweep.config.hparams_of(algorithm))
-            own = algorithm_weights(algorithm_class, hparams)
-            if own is not None:  # the algorithm's own weights, the same on every dataset
-                if not own.ready:
-                    notes.append(f"{algorithm}'s pretrained weights: {'; '.join(own.details)}")
-                break
-            files, _ = needed_weights(hparams, input_shape(dataset))
-            for f in files:
-                if not f.present:
-                    missing.setdefault(f.filename, f"{f.filename} in {f.folder}")
-    if missing:
-        notes.append(
-            "pretrained weights not in the cache, each job downloads them when it builds its "
-            f"model (jobs without internet fail): {'; '.join(missing.values())}. "
-            "`dmg-domainbed doctor --dataset NAME --hparams JSON` says how to get them."
-        )
-    return notes
-
-
 def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str:
     """Raise :class:`UserError` if the jobs could not start; describe the launcher's plan."""
-    from domainbed import command_launchers, datasets
+    from domainbed import command_launchers
 
     check_creatable(Path(sweep.output_dir), "the sweep's output_dir")
 
@@ -111,18 +79,20 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
             "`python -m domainbed.scripts.train`. Activate the environment that has DomainBed "
             "and this package, or put its python first on PATH."
         )
-    missing = []
-    for name in sweep.config.datasets:
-        cls = datasets.get_dataset_class(name)
-        found = data.dataset_status(name, cls.__module__, len(cls.ENVIRONMENTS), sweep.data_dir)
-        if not found.ok:
-            missing.append(f"{name}: {found.detail}")
+    # The doctor and the smoke check give the same answer: requirements.missing.
+    missing: dict[str, None] = {}
+    for algorithm in sweep.config.algorithms:
+        for dataset in sweep.config.datasets:
+            overrides = sweep.config.hparams_of(algorithm)
+            missing.update(
+                dict.fromkeys(requirements.missing(algorithm, dataset, sweep.data_dir, overrides))
+            )
     if missing:
         raise UserError(
-            "data not found under --data_dir, every job would fail:\n  "
+            "the jobs would fail before their first step:\n  "
             + "\n  ".join(missing)
-            + "\nGet the datasets with DomainBed's python -m domainbed.scripts.download, or pass "
-            "--data_dir with the folder that holds them."
+            + "\nFix it with the commands above, or pass --data_dir with the folder that holds "
+            "the data."
         )
     check = getattr(command_launchers.REGISTRY[launcher], "check", None)
     if check is None:

@@ -60,8 +60,8 @@ def test_not_ready_without_data_and_weights(env, capsys, tmp_path):
     assert f"expected {tmp_path / 'data' / 'PACS'}/ with 4 domain folders" in out
     checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
     assert (
-        "MISSING torchvision resnet18 ImageNet weights (IMAGENET1K_V1): resnet18-f37072fd.pth "
-        f"in {checkpoints}" in out
+        "MISSING torchvision resnet18 ImageNet weights (IMAGENET1K_V1): not found at "
+        f"{checkpoints / 'resnet18-f37072fd.pth'}" in out
     )
     assert "timm" not in out  # resnet50_augmix off: timm's weights are not needed
     assert "NOT READY: a run of DMG on PACS would not start; see: pretrained weights, data" in out
@@ -123,8 +123,8 @@ def test_alexnet_runs_are_checked_for_torchvisions_alexnet_file(env, capsys, tmp
     checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
     assert "Aggregate on 224x224 image datasets (alexnet=True" in out
     assert (
-        "MISSING torchvision alexnet ImageNet weights (IMAGENET1K_V1): alexnet-owt-7be5be79.pth "
-        f"in {checkpoints}" in out
+        "MISSING torchvision alexnet ImageNet weights (IMAGENET1K_V1): not found at "
+        f"{checkpoints / 'alexnet-owt-7be5be79.pth'}" in out
     )
     assert "resnet50-0676ba61.pth" not in out and "timm" not in out
     checkpoints.mkdir(parents=True)

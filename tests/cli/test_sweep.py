@@ -83,7 +83,7 @@ def test_paper_protocol_files_dry_run(path, job_env, tmp_path, capsys):
     [
         ("demo", ["--launcher", "nope"], "unknown launcher 'nope'"),
         ("demo", ["--launcher", "submitit"], "no Slurm here"),
-        ("pacs_resnet18", [], "data not found under --data_dir"),
+        ("pacs_resnet18", [], "the jobs would fail before their first step:\n  PACS data missing"),
     ],
 )
 def test_a_sweep_that_cannot_run_stops_before_any_job_folder(

@@ -1,0 +1,151 @@
+"""``dmg-domainbed smoke``: every algorithm and dataset of a sweep, a few steps through
+DomainBed's own train on this machine, before the sweep is launched."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dmg_domainbed.errors import UserError
+
+
+def add_parser(subparsers) -> None:
+    from dmg_domainbed.smoke.check import DEFAULT_STEPS, DEFAULT_TIMEOUT_SECONDS
+
+    parser = subparsers.add_parser(
+        "smoke",
+        help="run each algorithm x dataset of a sweep a few steps before launching it",
+        description=(
+            "For every algorithm and dataset of a sweep file (its job with the largest batch) "
+            "or of the command line, run DomainBed's own train for a few steps in a fresh "
+            "process on this machine's device, on a small sample of the real data with the "
+            "real pretrained weights, and print a table: ok or the error, seconds per step, "
+            "peak memory, and the sweep's estimated cost. Run it on a node like the sweep's. "
+            "Writes only into a temporary folder (and --synthetic_dir). Exit status 0 when "
+            "every job ran."
+        ),
+    )
+    parser.add_argument("file", nargs="?", help="a sweep file, e.g. sweeps/pacs_resnet50.toml")
+    parser.add_argument(
+        "--algorithms", nargs="+", metavar="NAME", help="algorithms (of the file, if one is given)"
+    )
+    parser.add_argument(
+        "--datasets", nargs="+", metavar="NAME", help="datasets (of the file, if one is given)"
+    )
+    parser.add_argument(
+        "--hparams", help="without a file: fixed hparams as JSON, e.g. '{\"resnet18\": true}'"
+    )
+    parser.add_argument("--data_dir", help="DomainBed's --data_dir (wins over the file's)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help="steps per job (default: %(default)s; the first one is warm-up)",
+    )
+    parser.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="where a dataset or pretrained weights are missing, use synthetic ones: random "
+        "images laid out like the dataset, random weights in a cache of the check's own",
+    )
+    parser.add_argument(
+        "--synthetic_dir",
+        type=Path,
+        help="keep the synthetic datasets in this folder (implies --synthetic; default: a "
+        "temporary folder)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help="seconds a job may take (default: %(default)s)",
+    )
+    parser.set_defaults(func=run)
+
+
+def _command_line_hparams(text: str | None) -> dict:
+    if text is None:
+        return {}
+    try:
+        hparams = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(f"--hparams is not valid JSON ({error}): {text!r}") from None
+    if not isinstance(hparams, dict):
+        raise UserError(
+            f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; got {text!r}"
+        )
+    return hparams
+
+
+def _jobs(args: argparse.Namespace, scratch: Path):
+    from dmg_domainbed.smoke import jobs
+    from dmg_domainbed.sweep.config import load_sweep
+
+    if args.file is not None:
+        if args.hparams is not None:
+            raise UserError(
+                "--hparams is for checks without a sweep file: the file's [sweep.hparams] and "
+                "[sweep.algorithm_hparams.NAME] tables fix the hparams"
+            )
+        config = load_sweep(args.file)
+        data_dir = args.data_dir or config.data_dir
+        return jobs.from_sweep(config, scratch, args.algorithms, args.datasets), data_dir
+    if not args.algorithms or not args.datasets:
+        raise UserError(
+            "name a sweep file (e.g. dmg-domainbed smoke sweeps/pacs_resnet50.toml) or both "
+            "--algorithms and --datasets"
+        )
+    hparams = _command_line_hparams(args.hparams)
+    return jobs.from_command_line(args.algorithms, args.datasets, hparams, scratch), args.data_dir
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from dmg_domainbed.smoke.check import smoke_check
+    from dmg_domainbed.smoke.table import render
+
+    if args.steps < 1:
+        raise UserError(f"--steps must be at least 1; got {args.steps}")
+    if args.timeout <= 0:
+        raise UserError(f"--timeout must be a positive number of seconds; got {args.timeout}")
+    with tempfile.TemporaryDirectory(prefix="dmg-smoke-plan-") as scratch:
+        smoke_jobs, data_dir = _jobs(args, Path(scratch))
+    synthetic = args.synthetic or args.synthetic_dir is not None
+    print(
+        f"Smoke check: {len(smoke_jobs)} job(s), {args.steps} steps each, through DomainBed's "
+        "train in fresh processes"
+        + (" (synthetic stand-ins for what is missing)" if synthetic else "")
+    )
+    result = smoke_check(
+        smoke_jobs,
+        data_dir,
+        steps=args.steps,
+        synthetic=synthetic,
+        synthetic_data_dir=args.synthetic_dir.absolute() if args.synthetic_dir else None,
+        timeout=args.timeout,
+    )
+    print()
+    for note in result.notes:
+        print(f"note: {note}")
+    print()
+    print(render(result.rows, result.device, args.steps))
+    for staged, outcome in result.rows:
+        if outcome.log_tail and outcome.status != "ok":
+            job = staged.job
+            print(f"\n--- {job.algorithm} on {job.dataset}: last lines of its output ---")
+            print(outcome.log_tail)
+    failed = [f"{s.job.algorithm} on {s.job.dataset}" for s, o in result.rows if o.status != "ok"]
+    if failed:
+        print(f"\nNOT READY: {len(failed)} job(s) did not run: {', '.join(failed)}")
+        return 1
+    stand_ins = sorted({name for staged, _ in result.rows for name in staged.stand_ins})
+    if stand_ins:
+        print(
+            f"\nEvery job ran, with {' and '.join(stand_ins)} standing in for what is missing: "
+            "the sweep itself needs the real ones (see the notes)"
+        )
+    else:
+        print("\nREADY: every job ran")
+    return 0

@@ -1,0 +1,75 @@
+"""What a DomainBed run needs on disk before its first step: its dataset's files and the
+pretrained weights its model loads.
+
+One answer for ``dmg-domainbed doctor``, the sweep preflight and ``dmg-domainbed smoke``, so
+that they agree: each names the same path and the same command that fixes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dmg_domainbed.preflight import data, weights
+
+
+def data_status(dataset: str, data_dir: str | None) -> data.DataStatus:
+    """Whether DomainBed will find ``dataset``'s files under ``data_dir``."""
+    from domainbed import datasets
+
+    cls = datasets.get_dataset_class(dataset)
+    return data.dataset_status(dataset, cls.__module__, len(cls.ENVIRONMENTS), data_dir)
+
+
+def weight_files(
+    algorithm: str,
+    dataset: str,
+    overrides: Mapping[str, Any] | None = None,
+    caches: weights.Caches | None = None,
+) -> tuple[list[weights.WeightFile], list[str]]:
+    """The weight files a run of ``algorithm`` on ``dataset`` with the fixed hparams
+    ``overrides`` loads, looked up in ``caches`` (default: this process's), and problems that
+    stop its model from being built. Raises ``UserError`` for a bad hparam."""
+    from dmg_domainbed.datasets import input_shape
+    from dmg_domainbed.preflight.hparams import effective_hparams
+
+    hparams = effective_hparams(algorithm, dataset, overrides)
+    return weights.needed_weights(hparams, input_shape(dataset), caches)
+
+
+def own_weights(
+    algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
+) -> weights.WeightsCheck | None:
+    """The algorithm's own check of the weights it loads instead of DomainBed's featurizer's
+    (:func:`~dmg_domainbed.preflight.weights.algorithm_weights`), or ``None``."""
+    from domainbed import algorithms
+
+    from dmg_domainbed.preflight.hparams import effective_hparams
+
+    hparams = effective_hparams(algorithm, dataset, overrides)
+    return weights.algorithm_weights(algorithms.get_algorithm_class(algorithm), hparams)
+
+
+def missing(
+    algorithm: str,
+    dataset: str,
+    data_dir: str | None,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Everything that would stop the run before its first step, each naming the path looked at
+    and the command that fixes it; empty when nothing does."""
+    problems = []
+    found = data_status(dataset, data_dir)
+    if not found.ok:
+        problems.append(f"{dataset} data {found.state}: {found.detail}")
+    own = own_weights(algorithm, dataset, overrides)
+    if own is not None:
+        if not own.ready:
+            problems.append(f"{algorithm}'s pretrained weights: {'; '.join(own.details)}")
+        return problems
+    files, model_problems = weight_files(algorithm, dataset, overrides)
+    problems += model_problems
+    absent = [f for f in files if not f.present]
+    if absent:
+        problems.append(f"pretrained weights missing: {weights.missing_weights_message(absent)}")
+    return problems

@@ -1,0 +1,194 @@
+"""Data and weights for the smoke jobs, inside one temporary folder.
+
+A real image dataset is not read whole: DomainBed evaluates every split of every domain at a
+run's first and last step, which on DomainNet alone is 586,000 images. Each job gets a sample
+instead: every domain and class folder of the real dataset, with symbolic links to enough of
+its real images for the job's batch. Missing data and weights are problems that stop the job,
+named with the path looked at and the command that fixes them, as the doctor and the sweep
+name them; with ``--synthetic`` they are replaced by synthetic stand-ins
+(:mod:`dmg_domainbed.synthetic`): data in a folder of their own, and random weights only in a
+cache inside the temporary folder, which the job alone reads. The user's caches are never
+written to.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dmg_domainbed import synthetic
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight import data, requirements, weights
+from dmg_domainbed.smoke.jobs import SmokeJob
+
+SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"
+
+
+@dataclass
+class Staged:
+    """What one job runs on: its ``--data_dir``, extra environment variables, the stand-ins it
+    uses and the problems that keep it from running."""
+
+    job: SmokeJob
+    data_dir: str | None
+    environment: dict[str, str] = field(default_factory=dict)
+    stand_ins: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _subfolders(folder: Path) -> list[str]:
+    return sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+
+
+def sample_image_folder(source: Path, target: Path, per_domain: int) -> None:
+    """Link a sample of ``source`` (one folder per domain, one per class inside) into ``target``:
+    every domain and class folder, and at least ``per_domain`` images per domain spread over
+    the classes (fewer where the dataset has fewer)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    for domain in _subfolders(source):
+        classes = _subfolders(source / domain)
+        per_class = max(1, math.ceil(per_domain / max(1, len(classes))))
+        for name in classes:
+            folder = source / domain / name
+            # ImageFolder's own rule for what is an image.
+            images = sorted(
+                entry.name
+                for entry in os.scandir(folder)
+                if entry.name.lower().endswith(IMG_EXTENSIONS)
+            )
+            linked = target / domain / name
+            linked.mkdir(parents=True)
+            for image in images[:per_class]:
+                (linked / image).symlink_to(folder / image)
+
+
+class Staging:
+    """Prepares every job's data and weights under ``root``."""
+
+    def __init__(
+        self,
+        root: Path,
+        data_dir: str | None,
+        synthetic_data_dir: Path | None = None,
+    ) -> None:
+        self.root = root
+        self.data_dir = data_dir
+        # None: no stand-ins; else where synthetic datasets go.
+        self.synthetic_data_dir = synthetic_data_dir
+        self.random_caches = weights.Caches.under(root / "random_weights")
+        self.notes: list[str] = []
+        self._data: dict[str, tuple[str | None, list[str], list[str]]] = {}
+
+    @property
+    def synthetic(self) -> bool:
+        return self.synthetic_data_dir is not None
+
+    def stage(self, jobs: list[SmokeJob]) -> list[Staged]:
+        largest: dict[str, SmokeJob] = {}
+        for job in jobs:
+            if job.dataset not in largest or job.batch_size > largest[job.dataset].batch_size:
+                largest[job.dataset] = job
+        for dataset, job in largest.items():
+            self._data[dataset] = self._stage_data(dataset, job)
+        return [self._stage(job) for job in jobs]
+
+    def _stage(self, job: SmokeJob) -> Staged:
+        data_dir, stand_ins, problems = self._data[job.dataset]
+        staged = Staged(job, data_dir, stand_ins=list(stand_ins), problems=list(problems))
+        own = requirements.own_weights(job.algorithm, job.dataset, job.fixed_hparams)
+        if own is not None:  # weights the algorithm loads itself, which it alone can find
+            if not own.ready:
+                staged.problems.append(
+                    f"{job.algorithm}'s pretrained weights: {'; '.join(own.details)}"
+                )
+            return staged
+        files, model_problems = requirements.weight_files(
+            job.algorithm, job.dataset, job.fixed_hparams
+        )
+        staged.problems += model_problems
+        absent = [f for f in files if not f.present]
+        if not absent:
+            return staged
+        if not self.synthetic:
+            message = weights.missing_weights_message(absent)
+            staged.problems.append(f"pretrained weights missing: {message}")
+            return staged
+        try:
+            self._random_weights(job, files)
+        except UserError as error:  # e.g. DINOv2, whose torch.hub code cannot be made up
+            staged.problems.append(f"{error}; {weights.missing_weights_message(absent)}")
+            return staged
+        staged.environment = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
+        staged.stand_ins.append(RANDOM_WEIGHTS)
+        return staged
+
+    def _random_weights(self, job: SmokeJob, files: list[weights.WeightFile]) -> None:
+        def ours() -> dict[str, weights.WeightFile]:
+            found, _ = requirements.weight_files(
+                job.algorithm, job.dataset, job.fixed_hparams, self.random_caches
+            )
+            return {f.model: f for f in found}
+
+        # Files the user has are linked in, so that only the missing ones are random.
+        for file in files:
+            if file.present:
+                _link_cached(file, ours()[file.model])
+        for file in files:
+            stand_in = ours()[file.model]
+            if file.present or stand_in.present:
+                continue
+            (path,) = synthetic.write_random_weights([stand_in])
+            self.notes.append(
+                f"random weights (not pretrained) in {path} stand in for the missing "
+                f"{file.what} (looked for at {file.path}; to get it: {file.fetch}); "
+                "your caches are untouched"
+            )
+
+    def _stage_data(self, dataset: str, job: SmokeJob) -> tuple[str | None, list[str], list[str]]:
+        found = requirements.data_status(dataset, self.data_dir)
+        if found.state in (data.NOT_NEEDED, data.NOT_CHECKED):
+            return self.data_dir, [], []
+        if found.ok:
+            if dataset not in data.IMAGE_FOLDERS:
+                return self.data_dir, [], []
+            folder = data.IMAGE_FOLDERS[dataset]
+            source = Path(self.data_dir).expanduser().resolve() / folder
+            per_domain = synthetic.images_needed(job.batch_size, job.holdout_fraction)
+            sample = self.root / "sample" / dataset
+            sample_image_folder(source, sample / folder, per_domain)
+            self.notes.append(
+                f"{dataset}: a sample of {source} (every domain and class folder, at least "
+                f"{per_domain} images per domain), linked into {sample}"
+            )
+            return str(sample), [], []
+        if self.synthetic and dataset in synthetic.LAYOUTS:
+            classes = len(synthetic.LAYOUTS[dataset].classes)
+            per_domain = synthetic.images_needed(job.batch_size, job.holdout_fraction, classes)
+            written = synthetic.write_image_dataset(
+                dataset, self.synthetic_data_dir, images_per_domain=per_domain
+            )
+            self.notes.append(
+                f"{dataset}: synthetic folder {written} ({per_domain} random images per "
+                f"domain) stands in for the missing data ({found.detail})"
+            )
+            return str(self.synthetic_data_dir), [SYNTHETIC_DATA], []
+        hint = (
+            "; or pass --synthetic to check the code path on random images"
+            if dataset in synthetic.LAYOUTS and not self.synthetic
+            else ""
+        )
+        return self.data_dir, [], [f"{dataset} data {found.state}: {found.detail}{hint}"]
+
+
+def _link_cached(file: weights.WeightFile, place: weights.WeightFile) -> None:
+    """Make the cached ``file`` appear at ``place``, its location in another cache."""
+    if file.layout == weights.HF_SNAPSHOT:
+        source, target = file.folder, place.folder
+    else:
+        source, target = file.path, place.path
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(source)

@@ -1,0 +1,329 @@
+"""Synthetic stand-ins for DomainBed's image datasets and for the pretrained weights its
+featurizers load, so that DomainBed's real image path runs offline.
+
+The image path is DomainBed's ``MultipleEnvironmentImageFolder`` (torchvision's ``ImageFolder``
+per domain, resized to 224x224, augmented for training domains) feeding the ResNet featurizer
+that ``networks.ResNet`` builds with ``pretrained=True``. :func:`write_image_dataset` writes a
+folder laid out exactly like DomainBed's download of PACS, VLCS, OfficeHome, TerraIncognita or
+DomainNet (domain folders, class folders, JPEG files of several sizes and aspect ratios, some
+grayscale); :func:`write_random_weights` writes a random initialisation of a backbone into the
+very cache file that torchvision or timm reads (see :mod:`dmg_domainbed.preflight.weights`).
+The tests, ``dmg-domainbed smoke --synthetic`` and the benchmarks use them, e.g.::
+
+    caches = Caches.under(root / "cache")            # a cache of its own, never the user's
+    files, _ = needed_weights({"resnet18": False, "resnet50_augmix": True}, IMAGE_SHAPE, caches)
+    write_random_weights(files)
+    data_dir = write_image_dataset("PACS", root / "data").parent
+    # run DomainBed with the environment caches.environment() and --data_dir data_dir
+
+Nothing here is data: the images are random colour fields and the weights a fresh random
+initialisation. Every dataset folder holds ``SYNTHETIC.txt``, file names start with
+``synthetic_``, and no existing file or folder is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight.data import IMAGE_FOLDERS, SYNTHETIC_MARKER
+from dmg_domainbed.preflight.weights import HF_SNAPSHOT, TORCH_HUB_FILE, WeightFile
+
+IMAGE_SHAPE = (3, 224, 224)
+# (width, height) of the JPEGs, cycled: square like PACS, landscape and portrait photos, a
+# strip, and one smaller than the 224x224 DomainBed resizes to.
+IMAGE_SIZES = ((227, 227), (320, 240), (240, 320), (500, 140), (48, 64))
+# Every GRAYSCALE_EVERY-th image is single-channel, as in TerraIncognita's night shots.
+GRAYSCALE_EVERY = 3
+
+
+@dataclass(frozen=True)
+class ImageDatasetLayout:
+    """Domain and class folder names of one of DomainBed's image datasets, as downloaded."""
+
+    domains: tuple[str, ...]
+    classes: tuple[str, ...]
+
+
+_DOMAINNET_CLASSES = """
+aircraft_carrier airplane alarm_clock ambulance angel animal_migration ant anvil apple arm
+asparagus axe backpack banana bandage barn baseball baseball_bat basket basketball bat bathtub
+beach bear beard bed bee belt bench bicycle binoculars bird birthday_cake blackberry blueberry
+book boomerang bottlecap bowtie bracelet brain bread bridge broccoli broom bucket bulldozer bus
+bush butterfly cactus cake calculator calendar camel camera camouflage campfire candle cannon
+canoe car carrot castle cat ceiling_fan cello cell_phone chair chandelier church circle clarinet
+clock cloud coffee_cup compass computer cookie cooler couch cow crab crayon crocodile crown
+cruise_ship cup diamond dishwasher diving_board dog dolphin donut door dragon dresser drill drums
+duck dumbbell ear elbow elephant envelope eraser eye eyeglasses face fan feather fence finger
+fire_hydrant fireplace firetruck fish flamingo flashlight flip_flops floor_lamp flower
+flying_saucer foot fork frog frying_pan garden garden_hose giraffe goatee golf_club grapes grass
+guitar hamburger hammer hand harp hat headphones hedgehog helicopter helmet hexagon hockey_puck
+hockey_stick horse hospital hot_air_balloon hot_dog hot_tub hourglass house house_plant
+hurricane ice_cream jacket jail kangaroo key keyboard knee knife ladder lantern laptop leaf leg
+light_bulb lighter lighthouse lightning line lion lipstick lobster lollipop mailbox map marker
+matches megaphone mermaid microphone microwave monkey moon mosquito motorbike mountain mouse
+moustache mouth mug mushroom nail necklace nose ocean octagon octopus onion oven owl paintbrush
+paint_can palm_tree panda pants paper_clip parachute parrot passport peanut pear peas pencil
+penguin piano pickup_truck picture_frame pig pillow pineapple pizza pliers police_car pond pool
+popsicle postcard potato power_outlet purse rabbit raccoon radio rain rainbow rake
+remote_control rhinoceros rifle river roller_coaster rollerskates sailboat sandwich saw
+saxophone school_bus scissors scorpion screwdriver sea_turtle see_saw shark sheep shoe shorts
+shovel sink skateboard skull skyscraper sleeping_bag smiley_face snail snake snorkel snowflake
+snowman soccer_ball sock speedboat spider spoon spreadsheet square squiggle squirrel stairs star
+steak stereo stethoscope stitches stop_sign stove strawberry streetlight string_bean submarine
+suitcase sun swan sweater swing_set sword syringe table teapot teddy-bear telephone television
+tennis_racquet tent The_Eiffel_Tower The_Great_Wall_of_China The_Mona_Lisa tiger toaster toe
+toilet tooth toothbrush toothpaste tornado tractor traffic_light train tree triangle trombone
+truck trumpet t-shirt umbrella underwear van vase violin washing_machine watermelon waterslide
+whale wheel windmill wine_bottle wine_glass wristwatch yoga zebra zigzag
+"""
+_OFFICEHOME_CLASSES = """
+Alarm_Clock Backpack Batteries Bed Bike Bottle Bucket Calculator Calendar Candles Chair
+Clipboards Computer Couch Curtains Desk_Lamp Drill Eraser Exit_Sign Fan File_Cabinet Flipflops
+Flowers Folder Fork Glasses Hammer Helmet Kettle Keyboard Knives Lamp_Shade Laptop Marker
+Monitor Mop Mouse Mug Notebook Oven Pan Paper_Clip Pen Pencil Postit_Notes Printer Push_Pin
+Radio Refrigerator Ruler Scissors Screwdriver Shelf Sink Sneakers Soda Speaker Spoon TV Table
+Telephone ToothBrush Toys Trash_Can Webcam
+"""
+
+# DomainBed dataset -> its folders after DomainBed's scripts/download.py.
+LAYOUTS = {
+    "PACS": ImageDatasetLayout(
+        ("art_painting", "cartoon", "photo", "sketch"),
+        ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"),
+    ),
+    "VLCS": ImageDatasetLayout(
+        ("Caltech101", "LabelMe", "SUN09", "VOC2007"),
+        ("bird", "car", "chair", "dog", "person"),
+    ),
+    "OfficeHome": ImageDatasetLayout(
+        ("Art", "Clipart", "Product", "Real World"), tuple(_OFFICEHOME_CLASSES.split())
+    ),
+    "TerraIncognita": ImageDatasetLayout(
+        ("location_100", "location_38", "location_43", "location_46"),
+        (
+            "bird",
+            "bobcat",
+            "cat",
+            "coyote",
+            "dog",
+            "empty",
+            "opossum",
+            "rabbit",
+            "raccoon",
+            "squirrel",
+        ),
+    ),
+    "DomainNet": ImageDatasetLayout(
+        ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
+        tuple(_DOMAINNET_CLASSES.split()),
+    ),
+}
+
+
+def images_needed(batch_size: int, holdout_fraction: float, classes: int = 1) -> int:
+    """The fewest images per domain with which DomainBed's train.py runs: its held-out split
+    (``int(n * holdout_fraction)`` images) is not empty (its accuracy divides by its size), the
+    rest fills one batch (the training loader drops incomplete batches and would wait forever),
+    and every class folder holds an image (``ImageFolder`` refuses an empty one)."""
+    n = max(classes, batch_size + 1)
+    while int(n * holdout_fraction) < 1 or n - int(n * holdout_fraction) < batch_size:
+        n += 1
+    return n
+
+
+def _choose_layout(dataset: str) -> ImageDatasetLayout:
+    if dataset not in LAYOUTS:
+        raise UserError(
+            f"no synthetic layout for dataset {dataset!r}; synthetic folders can be written for "
+            f"{', '.join(LAYOUTS)}"
+        )
+    return LAYOUTS[dataset]
+
+
+def _random_image(rng: np.random.Generator, index: int):
+    from PIL import Image
+
+    # A 4x4 field of random colours, upsampled: smooth like a photo, small as a JPEG.
+    field = Image.fromarray(rng.integers(0, 256, (4, 4, 3), dtype=np.uint8))
+    image = field.resize(IMAGE_SIZES[index % len(IMAGE_SIZES)], Image.BILINEAR)
+    return image.convert("L") if index % GRAYSCALE_EVERY == GRAYSCALE_EVERY - 1 else image
+
+
+def write_image_dataset(
+    dataset: str,
+    data_dir: str | Path,
+    images_per_domain: int | None = None,
+    classes: int | None = None,
+    seed: int = 0,
+) -> Path:
+    """Write a synthetic ``dataset`` as ``<data_dir>/<folder>/<domain>/<class>/synthetic_*.jpg``
+    with DomainBed's folder names, and return ``<data_dir>/<folder>``.
+
+    ``classes`` keeps the first classes only (default: all); ``images_per_domain`` (default: one
+    per class) are spread over the classes in turn, cycling through :data:`IMAGE_SIZES` and
+    grayscale. A folder this function already wrote with the same arguments is returned as it
+    is; any other existing folder is an error, never overwritten.
+    """
+    layout = _choose_layout(dataset)
+    n_classes = len(layout.classes) if classes is None else classes
+    if not 1 <= n_classes <= len(layout.classes):
+        raise UserError(f"{dataset} has {len(layout.classes)} classes; asked for {classes}")
+    per_domain = n_classes if images_per_domain is None else images_per_domain
+    if per_domain < n_classes:
+        raise UserError(
+            f"{per_domain} images per domain cannot fill {n_classes} class folders: DomainBed's "
+            "ImageFolder refuses an empty class folder; ask for at least one image per class"
+        )
+    target = Path(data_dir) / IMAGE_FOLDERS[dataset]
+    recipe = {"dataset": dataset, "classes": n_classes, "images_per_domain": per_domain}
+    recipe["seed"] = seed
+    if target.exists():
+        if _recipe(target) == recipe:
+            return target
+        raise UserError(
+            f"{target} already exists and is not a synthetic {dataset} folder written with these "
+            "settings; it is left untouched: choose another folder for the synthetic data"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Written next to its place and renamed at the end: a failure leaves no half dataset.
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        rng = np.random.default_rng(seed)
+        index = 0
+        for domain in layout.domains:
+            for i in range(per_domain):
+                folder = partial / domain / layout.classes[i % n_classes]
+                folder.mkdir(parents=True, exist_ok=True)
+                _random_image(rng, index).save(folder / f"synthetic_{i:05d}.jpg", quality=85)
+                index += 1
+        (partial / SYNTHETIC_MARKER).write_text(
+            "Random images written by dmg_domainbed.synthetic in the layout of DomainBed's "
+            f"{dataset} download, to exercise the image path offline. Not the dataset: "
+            "accuracies on it mean nothing.\n" + json.dumps(recipe, sort_keys=True) + "\n"
+        )
+        os.rename(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return target
+
+
+def _recipe(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / SYNTHETIC_MARKER).read_text().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_synthetic(folder: str | Path) -> bool:
+    """Whether ``folder`` is a dataset folder written by :func:`write_image_dataset`."""
+    return (Path(folder) / SYNTHETIC_MARKER).is_file()
+
+
+def _torchvision_model(name: str):
+    from torchvision import models
+
+    return models.get_model(name, weights=None)
+
+
+def _timm_model(name: str):
+    import timm
+
+    return timm.create_model(name, pretrained=False)
+
+
+# Model family (the prefix of WeightFile.model) -> builds an architecture with random weights.
+ARCHITECTURES: dict[str, Callable[[str], object]] = {
+    "torchvision": _torchvision_model,
+    "timm": _timm_model,
+}
+
+
+def _random_state_dict(model: str, seed: int) -> dict:
+    import torch
+
+    family, _, name = model.partition(":")
+    if family not in ARCHITECTURES:
+        raise UserError(
+            f"cannot write random weights for {model}: only for models of "
+            f"{', '.join(ARCHITECTURES)}"
+        )
+    torch.manual_seed(seed)
+    network = ARCHITECTURES[family](name)
+    return {key: value.detach().contiguous() for key, value in network.state_dict().items()}
+
+
+def _hf_revision(file: WeightFile, seed: int) -> str:
+    """A made-up revision that ``refs/main`` of the file's repository folder points at."""
+    revision = hashlib.sha1(f"synthetic {file.model} {seed}".encode()).hexdigest()
+    ref = file.folder / "refs" / "main"
+    if ref.exists():
+        if ref.read_text().strip() != revision:
+            raise UserError(f"{ref} points at another revision; random weights never replace it")
+        return revision
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(revision)
+    return revision
+
+
+def write_random_weights(files: Sequence[WeightFile], seed: int = 0) -> list[Path]:
+    """Write a random initialisation of each file's architecture exactly where its loader reads
+    it (``files`` from :func:`~dmg_domainbed.preflight.weights.needed_weights`, looked up in a
+    cache made for the purpose), and return the paths written.
+
+    torch.hub files are ``torch.save``'d state dicts (torchvision checks their hash only when it
+    downloads); Hugging Face hub files are snapshots with a ``refs/main`` pointing at them, the
+    layout ``huggingface_hub`` reads with ``HF_HUB_OFFLINE=1``. An existing file is never
+    replaced: present files are skipped.
+    """
+    written = []
+    for file in files:
+        if file.present:
+            continue
+        if file.layout not in (TORCH_HUB_FILE, HF_SNAPSHOT):
+            raise UserError(f"cannot write random weights for {file.what} ({file.layout})")
+        path = file.path
+        if file.layout == HF_SNAPSHOT:
+            path = file.folder / "snapshots" / _hf_revision(file, seed) / Path(file.filename).name
+        _write_new(path, _serialised(_random_state_dict(file.model, seed), path.name))
+        written.append(path)
+    return written
+
+
+def _serialised(state: dict, filename: str) -> bytes:
+    if filename.endswith(".safetensors"):
+        from safetensors.torch import save
+
+        return save(state)
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def _write_new(path: Path, payload: bytes) -> None:
+    """Write ``path`` only if it does not exist, through a temporary file renamed at the end
+    (a failure leaves no half-written file where a loader would read it)."""
+    if path.exists():
+        raise UserError(f"{path} exists; random weights never replace a file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(payload)
+        os.rename(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise

@@ -1,0 +1,143 @@
+"""The runs the image-path tests share.
+
+Every algorithm of this package and ERM train 2 steps through DomainBed's own train script on
+synthetic folders laid out like PACS and DomainNet: DomainBed's ImageFolder loaders and
+augmentations at 224x224, and its ResNet featurizer built with ``pretrained=True`` from random
+weights written into the very cache files torchvision and timm read (offline). Each algorithm
+runs with ResNet-50 (DomainBed's default: torchvision's, replaced by timm's resnet50.ram_in1k)
+on the PACS-shaped folder and with the paper's ResNet-18 on the DomainNet-shaped one; two worker
+processes run six trainings each (see train_worker.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dmg_domainbed import synthetic
+from dmg_domainbed.preflight.weights import Caches, needed_weights
+
+from ..helpers import domainbed_env
+
+ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG", "CorGrad", "ImportanceMask")
+STEPS = 2
+# Two classes and three images per domain with half held out: one batch of 2 per domain, and
+# an evaluation of 12 (PACS) or 18 (DomainNet) images at each of the two steps.
+CLASSES, IMAGES_PER_DOMAIN, HOLDOUT_FRACTION, BATCH_SIZE = 2, 3, 0.5, 2
+# ImportanceMask ends phase 1 after one step, so the second step and the saved model are phase 2.
+ALGORITHM_HPARAMS = {
+    "ImportanceMask": {"phase1_steps": 1, "freeze_step": 1, "unimportant_lr_half_life": 1}
+}
+
+
+@dataclass(frozen=True)
+class Backbone:
+    dataset: str
+    hparams: dict
+    mask_units: tuple[int, int, int]  # input channels of layer3 and layer4, classifier inputs
+
+
+BACKBONES = {
+    "resnet50": Backbone("PACS", {"resnet18": False, "resnet50_augmix": True}, (512, 1024, 2048)),
+    "resnet18": Backbone(
+        "DomainNet", {"resnet18": True, "resnet50_augmix": False}, (128, 256, 512)
+    ),
+}
+# Rough relative cost of a run, to give both workers the same load.
+_COST = {
+    "ERM": 1,
+    "Aggregate": 1,
+    "MultiHead": 1,
+    "DMG": 1.6,
+    "CorGrad": 1.4,
+    "ImportanceMask": 1.6,
+}
+_BACKBONE_COST = {"resnet50": 2.3, "resnet18": 1.3}
+
+
+@dataclass(frozen=True)
+class ImagePath:
+    data_dir: Path
+    caches: Caches
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {**self.caches.environment(), "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="session")
+def image_path(tmp_path_factory) -> ImagePath:
+    """Synthetic PACS- and DomainNet-shaped folders and a weight cache of random backbones."""
+    root = tmp_path_factory.mktemp("image_path")
+    caches = Caches.under(root / "cache")
+    for backbone in BACKBONES.values():
+        files, _ = needed_weights(backbone.hparams, synthetic.IMAGE_SHAPE, caches)
+        synthetic.write_random_weights(files)
+        synthetic.write_image_dataset(
+            backbone.dataset, root / "data", images_per_domain=IMAGES_PER_DOMAIN, classes=CLASSES
+        )
+    return ImagePath(root / "data", caches)
+
+
+def _train_args(image_path: ImagePath, backbone: str, algorithm: str, output: Path) -> list[str]:
+    hparams = {
+        **BACKBONES[backbone].hparams,
+        "batch_size": BATCH_SIZE,
+        **ALGORITHM_HPARAMS.get(algorithm, {}),
+    }
+    return [
+        *("--algorithm", algorithm, "--dataset", BACKBONES[backbone].dataset),
+        *("--data_dir", str(image_path.data_dir), "--output_dir", str(output)),
+        *("--steps", str(STEPS), "--holdout_fraction", str(HOLDOUT_FRACTION)),
+        *("--test_envs", "0", "--hparams", json.dumps(hparams)),
+    ]
+
+
+@pytest.fixture(scope="session")
+def image_runs(image_path, tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """Run folder of every (backbone, algorithm), trained by two worker processes at once."""
+    root = tmp_path_factory.mktemp("image_runs")
+    runs = {
+        (backbone, algorithm): root / f"{backbone}_{algorithm}"
+        for backbone in BACKBONES
+        for algorithm in ALGORITHMS
+    }
+    loads, shares = [0.0, 0.0], [[], []]
+    for key in sorted(runs, key=lambda k: -_COST[k[1]] * _BACKBONE_COST[k[0]]):
+        worker = loads.index(min(loads))
+        loads[worker] += _COST[key[1]] * _BACKBONE_COST[key[0]]
+        shares[worker].append(_train_args(image_path, *key, runs[key]))
+    workers = []
+    for index, share in enumerate(shares):
+        jobs = root / f"worker{index}.json"
+        jobs.write_text(json.dumps(share))
+        log = open(root / f"worker{index}.log", "w")
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("train_worker.py")), str(jobs)],
+                env=domainbed_env(**image_path.environment),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        log.close()
+    for index, worker in enumerate(workers):
+        assert worker.wait(timeout=1800) == 0, (root / f"worker{index}.log").read_text()[-4000:]
+    return runs
+
+
+@pytest.fixture
+def offline_caches(image_path, monkeypatch):
+    """This process reads the random weights of :func:`image_path`, offline, as the runs did."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("TORCH_HOME", image_path.caches.environment()["TORCH_HOME"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(image_path.caches.hf_hub))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return image_path
