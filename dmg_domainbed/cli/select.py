@@ -53,7 +53,12 @@ def run(args: argparse.Namespace) -> int:
     if len(evaluations):
         logged = evaluations.dropna(subset=["logged"])
         mismatch = logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
-        if mismatch.empty:
+        if logged.empty:
+            print(
+                f"\n{evaluations['step'].nunique()} checkpoint step(s) evaluated; none could be "
+                "compared with train.py's log (it evaluated augmented images)."
+            )
+        elif mismatch.empty:
             print(
                 f"\n{evaluations['step'].nunique()} checkpoint step(s) evaluated; predict's "
                 "accuracy equals the env<i>_out_acc train.py logged at each: the splits are "
