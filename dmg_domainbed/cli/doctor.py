@@ -26,7 +26,8 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _parse_hparams(text: str | None) -> dict:
+def parse_hparams(text: str | None) -> dict:
+    """A command line's ``--hparams`` JSON object (``{}`` when not given)."""
     if text is None:
         return {}
     try:
@@ -43,7 +44,7 @@ def _parse_hparams(text: str | None) -> dict:
 def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.preflight import doctor
 
-    hparams = _parse_hparams(args.hparams)
+    hparams = parse_hparams(args.hparams)
     checks = doctor.diagnose(args.algorithm, args.dataset, args.data_dir, hparams)
     print(doctor.render(checks, args.algorithm, args.dataset))
     return 0 if doctor.is_ready(checks) else 1

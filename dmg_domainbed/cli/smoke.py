@@ -4,9 +4,9 @@ DomainBed's own train on this machine, before the sweep is launched."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from dmg_domainbed.cli.doctor import parse_hparams
 from dmg_domainbed.errors import UserError
 
 
@@ -64,20 +64,6 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _command_line_hparams(text: str | None) -> dict:
-    if text is None:
-        return {}
-    try:
-        hparams = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"--hparams is not valid JSON ({error}): {text!r}") from None
-    if not isinstance(hparams, dict):
-        raise UserError(
-            f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; got {text!r}"
-        )
-    return hparams
-
-
 def _jobs(args: argparse.Namespace, scratch: Path):
     from dmg_domainbed.smoke import jobs
     from dmg_domainbed.sweep.config import load_sweep
@@ -96,7 +82,7 @@ def _jobs(args: argparse.Namespace, scratch: Path):
             "name a sweep file (e.g. dmg-domainbed smoke sweeps/pacs_resnet50.toml) or both "
             "--algorithms and --datasets"
         )
-    hparams = _command_line_hparams(args.hparams)
+    hparams = parse_hparams(args.hparams)
     return jobs.from_command_line(args.algorithms, args.datasets, hparams, scratch), args.data_dir
 
 

@@ -92,19 +92,8 @@ def _torchvision_checkpoint(name: str, caches: Caches) -> WeightFile:
 
     # ``pretrained=True`` is torchvision's legacy name for IMAGENET1K_V1.
     url = models.get_model_weights(name).IMAGENET1K_V1.url
-    folder = caches.torch_hub / "checkpoints"
-    filename = os.path.basename(urlparse(url).path)
-    return WeightFile(
-        what=f"torchvision {name} ImageNet weights (IMAGENET1K_V1)",
-        folder=folder,
-        filename=filename,
-        present=(folder / filename).is_file(),
-        fetch=(
-            f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; '
-            f"torch.hub.load_state_dict_from_url('{url}')\""
-        ),
-        model=f"torchvision:{name}",
-        layout=TORCH_HUB_FILE,
+    return _torch_hub_file(
+        url, f"torchvision {name} ImageNet weights (IMAGENET1K_V1)", name, caches
     )
 
 
@@ -116,10 +105,16 @@ def _torchvision_alexnet(caches: Caches) -> WeightFile:
     from dmg_domainbed.alexnet import WEIGHTS
 
     url = getattr(models.AlexNet_Weights, WEIGHTS).url
+    what = f"torchvision alexnet ImageNet weights ({WEIGHTS})"
+    return _torch_hub_file(url, what, "alexnet", caches)
+
+
+def _torch_hub_file(url: str, what: str, name: str, caches: Caches) -> WeightFile:
+    """The file torchvision's loader keeps ``url`` in, in torch hub's checkpoint folder."""
     folder = caches.torch_hub / "checkpoints"
     filename = os.path.basename(urlparse(url).path)
     return WeightFile(
-        what=f"torchvision alexnet ImageNet weights ({WEIGHTS})",
+        what=what,
         folder=folder,
         filename=filename,
         present=(folder / filename).is_file(),
@@ -127,7 +122,7 @@ def _torchvision_alexnet(caches: Caches) -> WeightFile:
             f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; '
             f"torch.hub.load_state_dict_from_url('{url}')\""
         ),
-        model="torchvision:alexnet",
+        model=f"torchvision:{name}",
         layout=TORCH_HUB_FILE,
     )
 
