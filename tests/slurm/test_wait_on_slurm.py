@@ -102,6 +102,7 @@ class Run:
     long_dir: Path
     short_files: dict[str, tuple[int, int]]
     queued_while_training: dict[Path, str]
+    queued_at_the_end: dict[Path, str]
 
 
 @pytest.fixture(scope="module")
@@ -129,15 +130,18 @@ def preempted_run(slurm_cluster, tmp_path_factory):
         wait_until(lambda: (short_dir / "done").exists(), 180, "short job done")
         short_files = files_of(short_dir)
         wait_until(lambda: (long_dir / "results.jsonl").exists(), 120, "long job training")
-        queued = still_queued([short_dir, long_dir], slurm_cluster.env())
+        queued = still_queued([long_dir], slurm_cluster.env())
         long_job = max(array_tasks(slurm_cluster), key=int) + "_1"
         preempt(slurm_cluster, long_job)
         output = launcher.communicate(timeout=300)[0]
+        ended = still_queued([short_dir, long_dir], slurm_cluster.env())
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.communicate()
-    return Run(output, launcher.returncode, long_job, short_dir, long_dir, short_files, queued)
+    return Run(
+        output, launcher.returncode, long_job, short_dir, long_dir, short_files, queued, ended
+    )
 
 
 def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(preempted_run):
@@ -168,8 +172,10 @@ def test_a_preempted_job_runs_again_and_finished_work_is_kept(preempted_run, slu
 
 
 def test_a_job_folder_whose_job_still_runs_is_known_before_anything_deletes_it(preempted_run):
-    # Read from the folder's link to its Slurm log and squeue: the finished job is not listed.
+    # Read from the folder's link to its Slurm log and squeue; once the jobs ended (the
+    # launcher waited for them), none is listed.
     assert preempted_run.queued_while_training == {preempted_run.long_dir: "RUNNING"}
+    assert preempted_run.queued_at_the_end == {}
 
 
 @pytest.mark.parametrize("which", ["slurm_cluster", "cluster_without_accounting"])
