@@ -61,20 +61,10 @@ def demo_run(tmp_path_factory):
     train processes, every algorithm of this package and ERM on every test domain of
     RotatedDigits, one trial of the default hparams, 30 steps. Returns (output folder, what it
     printed)."""
-    from .helpers import DEMO_ALGORITHMS, DEMO_STEPS, run_cli
+    from .helpers import demo_args, run_cli
 
     output = tmp_path_factory.mktemp("demo") / "demo"
-    result = run_cli(
-        "demo",
-        "--output_dir",
-        str(output),
-        "--steps",
-        DEMO_STEPS,
-        "--trials",
-        "1",
-        "--algorithms",
-        *DEMO_ALGORITHMS,
-    )
+    result = run_cli(*demo_args(output))
     return output, result.stdout
 
 

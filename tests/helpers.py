@@ -61,6 +61,12 @@ DEMO_ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG", "CorGrad", "Importanc
 DEMO_STEPS = "30"
 
 
+def demo_args(output: Path) -> list[str]:
+    """The tests' demo: every algorithm of this package and ERM, one trial, ``DEMO_STEPS``."""
+    steps = ["--steps", DEMO_STEPS, "--trials", "1"]
+    return ["demo", "--output_dir", str(output), *steps, "--algorithms", *DEMO_ALGORITHMS]
+
+
 def run_cli(*args: str, check: bool = True, cwd: Path | None = None):
     """``python -m dmg_domainbed ARGS`` in a subprocess (two jobs at once, one thread each)."""
     env = domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2")

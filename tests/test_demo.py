@@ -5,7 +5,7 @@ import re
 import shutil
 
 from dmg_domainbed.algorithms.importance_mask import ImportanceMask
-from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, run_cli, runs_of, snapshot
+from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, demo_args, run_cli, runs_of, snapshot
 
 N_JOBS = 4 * len(DEMO_ALGORITHMS)
 
@@ -64,17 +64,7 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
     (interrupted / "done").unlink()
     others = {key: snapshot(run) for key, run in runs.items() if run != interrupted}
 
-    printed = run_cli(
-        "demo",
-        "--output_dir",
-        str(output),
-        "--steps",
-        DEMO_STEPS,
-        "--trials",
-        "1",
-        "--algorithms",
-        *DEMO_ALGORITHMS,
-    ).stdout
+    printed = run_cli(*demo_args(output)).stdout
 
     assert f"{N_JOBS} jobs, {N_JOBS - 1} already done, 1 to run" in printed
     assert f"[{N_JOBS}/{N_JOBS}] done: DMG, test domain 60 of RotatedDigits" in printed
