@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from dmg_domainbed.algorithms import paper
@@ -23,7 +22,7 @@ class Aggregate(PluginAlgorithm):
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.network = paper.network(input_shape, num_classes, hparams)
-        self.optimizer = torch.optim.Adam(
+        self.optimizer = paper.fused_adam(
             self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
         self.schedule = paper.lr_schedule(hparams, self.optimizer)

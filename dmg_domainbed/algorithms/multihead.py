@@ -34,7 +34,7 @@ class MultiHead(PluginAlgorithm):
         self.head_weight = nn.Parameter(torch.stack([h.weight.detach() for h in heads]))
         self.head_bias = nn.Parameter(torch.stack([h.bias.detach() for h in heads]))
         paper.initialise_classifier(self.head_weight, self.head_bias, hparams["classifier_init"])
-        self.optimizer = torch.optim.Adam(
+        self.optimizer = paper.fused_adam(
             self.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
         self.schedule = paper.lr_schedule(hparams, self.optimizer)

@@ -133,6 +133,20 @@ def network(input_shape, num_classes: int, hparams: Mapping[str, Any]) -> nn.Seq
     return nn.Sequential(OrderedDict(featurizer=features, classifier=classifier))
 
 
+def fused_adam(params, **options) -> torch.optim.Adam:
+    """Adam, as one fused kernel per tensor where this torch has it for the parameters' device.
+
+    The optimiser of the paper's three algorithms, for the network and DMG's mask logits alike.
+    On small networks the plain implementation's dozen small operations per tensor cost more
+    than the arithmetic (on CPU, a third of a RotatedDigits step). Same update rule either way.
+    """
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, fused=True, **options)
+    except RuntimeError:  # torch < 2.4 fuses on CUDA only
+        return torch.optim.Adam(params, **options)
+
+
 def lr_schedule(
     hparams: Mapping[str, Any],
     network_optimizer: torch.optim.Optimizer,

@@ -24,6 +24,8 @@ from typing import IO, Any
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.launchers.lifetime import parent_death_hook
+from dmg_domainbed.launchers.processes import ForkedProcess
+from dmg_domainbed.launchers.warm import WarmStart
 from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.sweep import plan
@@ -32,6 +34,7 @@ from dmg_domainbed.sweep.progress import DoneWatcher
 
 Echo = Callable[[str], None]
 STOP_GRACE_SECONDS = 2.0
+_WARM_LAUNCH = WarmStart(plan.LAUNCH_MODULE)
 
 
 def _as_text(value: Any) -> str:
@@ -174,14 +177,7 @@ def _run(command: list[str], env: Mapping[str, str], output: IO[str] | None) -> 
     if output is not None:
         output.write(f"$ {plan.shell_line(command)}\n")
         output.flush()
-    process = subprocess.Popen(
-        command,
-        env=dict(env),
-        preexec_fn=parent_death_hook(),
-        stdin=subprocess.DEVNULL,
-        stdout=output,
-        stderr=subprocess.STDOUT if output is not None else None,
-    )
+    process = _start(command, env, output)
     try:
         return process.wait()
     except KeyboardInterrupt:
@@ -189,12 +185,43 @@ def _run(command: list[str], env: Mapping[str, str], output: IO[str] | None) -> 
         raise
 
 
-def stop(process: subprocess.Popen) -> None:
+def _start(
+    command: list[str], env: Mapping[str, str], output: IO[str] | None
+) -> subprocess.Popen | ForkedProcess:
+    """The launch process, forked from this one when it is fit to fork (it has imported torch
+    and DomainBed and run none of their threads: :mod:`~dmg_domainbed.launchers.warm`), which
+    saves the seconds a new process spends importing them before the first job starts; else a
+    new process, with the reason in the log."""
+    arguments = _WARM_LAUNCH.arguments(plan.shell_line(command))
+    refusal = _WARM_LAUNCH.refusal(command[0], env) if arguments else "not a launch command"
+    if refusal is None:
+        return _WARM_LAUNCH.fork(arguments[1], env, Path(output.name) if output else None)
+    if output is not None:
+        output.write(f"(started as a new process: {refusal})\n")
+        output.flush()
+    return subprocess.Popen(
+        command,
+        env=dict(env),
+        preexec_fn=parent_death_hook(),
+        stdin=subprocess.DEVNULL,
+        stdout=output,
+        stderr=subprocess.STDOUT if output is not None else None,
+    )
+
+
+def stop(process: subprocess.Popen | ForkedProcess) -> None:
     """Let a launch process stop its running jobs (its launcher handles Ctrl-C) and wait for it.
 
-    A Ctrl-C at the terminal reaches it too; an interrupt sent to this process alone is passed
-    on. Killing it outright could leave jobs running on their own.
+    A new process shares this one's process group, so a Ctrl-C at the terminal reaches it too;
+    an interrupt sent to this process alone is passed on. A forked one has a session of its
+    own: the interrupt is passed on at once. Killing it outright could leave jobs running on
+    their own.
     """
+    if isinstance(process, ForkedProcess):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGINT)
+        process.wait()
+        return
     try:
         process.wait(timeout=STOP_GRACE_SECONDS)
     except subprocess.TimeoutExpired:

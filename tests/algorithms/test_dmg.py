@@ -6,7 +6,8 @@ import torchvision
 from domainbed import algorithms, hparams_registry
 from torch import nn
 
-from dmg_domainbed.algorithms.dmg import DMG, fused_adam
+from dmg_domainbed.algorithms.dmg import DMG
+from dmg_domainbed.algorithms.paper import fused_adam
 from dmg_domainbed.errors import UserError
 
 from .conftest import build, minibatches

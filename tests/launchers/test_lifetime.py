@@ -86,6 +86,9 @@ def start_launcher(tmp_path, leftovers):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C reaches a program in the foreground even where these tests run as a background
+        # job of a shell, which ignores SIGINT.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     leftovers.add(launcher.pid)
     wait_until(lambda: warm_marker.exists() and fresh_marker.exists(), 120, "both jobs to start")

@@ -20,18 +20,35 @@ with FolderLock(sys.argv[1], command="the other sweep"):
 """
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Pids of the processes whose command line contains ``text``."""
-    found = []
+def descendants(pid: int) -> set[int]:
+    """Pids of the living processes below ``pid`` (children, their children, ...)."""
+    parents = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
+        if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/cmdline", "rb") as stream:
-                    if text.encode() in stream.read():
-                        found.append(int(entry))
+                stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
+            state, parent = stat.rsplit(")", 1)[1].split()[:2]
+            if state != "Z":
+                parents[int(entry)] = int(parent)
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
     return found
+
+
+def still_alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+            alive.add(pid)
+    return alive
 
 
 def small_sweep(tmp_path, steps: int) -> Path:
@@ -81,13 +98,14 @@ def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path)
     while time.monotonic() < deadline and not list(sweep_dir.glob("*/out.txt")):
         time.sleep(0.5)
     assert list(sweep_dir.glob("*/out.txt")), "no job started"
-    assert len(processes_mentioning(str(sweep_dir))) >= 2  # the launch process and its jobs
+    below = descendants(command.pid)
+    assert len(below) >= 2  # the launch process and its jobs
     command.send_signal(signal.SIGKILL)
     command.wait()
     deadline = time.monotonic() + 60
-    while processes_mentioning(str(sweep_dir)) and time.monotonic() < deadline:
+    while still_alive(below) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert processes_mentioning(str(sweep_dir)) == []
+    assert still_alive(below) == set()
     # the killed command's lock is stale: the next command on the folder takes it over
     rerun = subprocess.run(
         [
