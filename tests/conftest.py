@@ -43,6 +43,27 @@ def pytest_configure(config):
     torch.set_num_threads(1)
 
 
+# Fixtures computed once per worker process, and the tests that need them.
+_SHARED_DEMO = {"demo_run", "demo_sweep", "copied_run"}
+_SHARED_FOLDERS = ("slurm", "image_path")  # one test cluster; the image-path trainings
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist's ``--dist loadgroup``: the tests of one module run on one worker (its
+    module-wide fixtures are made once), and so do all tests of the shared demo run, of the
+    test Slurm cluster and of the image path."""
+    for item in items:
+        path = item.path.relative_to(config.rootpath)
+        if _SHARED_DEMO & set(getattr(item, "fixturenames", ())):
+            group = "demo"
+        elif path.parts[1:2] and path.parts[1] in _SHARED_FOLDERS:
+            group = path.parts[1]
+        else:
+            group = str(path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_runtest_setup(item):
     if _domainbed_error is not None and item.get_closest_marker(NO_DOMAINBED) is None:
         pytest.fail(f"{SETUP_HELP}(import failed: {_domainbed_error})", pytrace=False)

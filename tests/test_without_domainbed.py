@@ -24,6 +24,8 @@ def test_pure_maths_runs_and_the_rest_fails_with_the_set_up_instructions(tmp_pat
             "-q",
             "-p",
             "no:cacheprovider",
+            "-n",
+            "0",
             pure,
             needs_domainbed,
             "tests/cli/test_report.py",
@@ -37,7 +39,18 @@ def test_pure_maths_runs_and_the_rest_fails_with_the_set_up_instructions(tmp_pat
     summary = result.stdout.splitlines()[-1]
     assert result.returncode != 0, result.stdout
     collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", pure],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--collect-only",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+            pure,
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

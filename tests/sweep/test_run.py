@@ -94,14 +94,16 @@ def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path)
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not list(sweep_dir.glob("*/out.txt")):
-        time.sleep(0.5)
-    assert list(sweep_dir.glob("*/out.txt")), "no job started"
-    below = descendants(command.pid)
-    assert len(below) >= 2  # the launch process and its jobs
-    command.send_signal(signal.SIGKILL)
-    command.wait()
+    try:  # the command is killed however this part ends: its jobs must not outlive the test
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not list(sweep_dir.glob("*/out.txt")):
+            time.sleep(0.5)
+        assert list(sweep_dir.glob("*/out.txt")), "no job started"
+        below = descendants(command.pid)
+        assert len(below) >= 2  # the launch process and its jobs
+    finally:
+        command.send_signal(signal.SIGKILL)
+        command.wait()
     deadline = time.monotonic() + 60
     while still_alive(below) and time.monotonic() < deadline:
         time.sleep(0.5)
