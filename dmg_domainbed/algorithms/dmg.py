@@ -65,7 +65,7 @@ class DMG(Aggregate):
     authors' DomainNet travel (5 units); 1e-2 (50 units) drives the masks to nearly disjoint
     hard masks and, measured on RotatedDigits over 5,000 steps, costs out-of-domain accuracy
     (``benchmarks/mask_lr_regimes.py``). The embedded RotatedDigits keeps 1e-2: its demo runs
-    800 steps, too few for 1e-3 to move the masks apart.
+    600 steps, too few for 1e-3 to move the masks apart.
     """
 
     KNOWN_DOMAIN_PREDICTIONS = {
@@ -106,7 +106,7 @@ class DMG(Aggregate):
             1e-3,
             lambda r: 10 ** r.uniform(-4, -1),
             minimum=0.0,
-            # the demo's 800 steps: masks visibly drift apart (hard IoU 0.5-0.87) only at 1e-2
+            # the demo's 600 steps: masks visibly drift apart (hard IoU 0.55-0.89) only at 1e-2
             per_dataset={"RotatedDigits": 1e-2},
             help="Adam learning rate of the mask logits (the authors: 1e-4, over 50-150 epochs)",
         ),
