@@ -138,7 +138,8 @@ def fused_adam(params, **options) -> torch.optim.Adam:
 
     The optimiser of the paper's three algorithms, for the network and DMG's mask logits alike.
     On small networks the plain implementation's dozen small operations per tensor cost more
-    than the arithmetic (on CPU, a third of a RotatedDigits step). Same update rule either way.
+    than the arithmetic (on CPU, about a quarter of a RotatedDigits step). Same update rule
+    either way.
     """
     params = list(params)
     try:

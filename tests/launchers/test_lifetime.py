@@ -12,7 +12,7 @@ import pytest
 
 from dmg_domainbed.launchers.lifetime import parent_death_signal_supported
 
-from ..helpers import domainbed_env
+from ..helpers import alive, children, domainbed_env
 
 ROOT = Path(__file__).parents[2]
 PROBE = "tests.launchers.probe_job"
@@ -30,27 +30,6 @@ run_commands(commands, plan, warm_start=WarmStart("{PROBE}"))
 pytestmark = pytest.mark.skipif(
     not parent_death_signal_supported(), reason="jobs are tied to their launcher on Linux only"
 )
-
-
-def children(pid: int) -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(entry.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def wait_until(condition, seconds: float, what: str) -> None:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import cli, domainbed_env, snapshot
+from tests.helpers import alive, cli, descendants, domainbed_env, snapshot
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 HOLD = """
@@ -18,37 +18,6 @@ with FolderLock(sys.argv[1], command="the other sweep"):
     print("held", flush=True)
     time.sleep(600)
 """
-
-
-def descendants(pid: int) -> set[int]:
-    """Pids of the living processes below ``pid`` (children, their children, ...)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            state, parent = stat.rsplit(")", 1)[1].split()[:2]
-            if state != "Z":
-                parents[int(entry)] = int(parent)
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found |= frontier
-    return found
-
-
-def still_alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] != "Z":
-            alive.add(pid)
-    return alive
 
 
 def small_sweep(tmp_path, steps: int) -> Path:
@@ -105,9 +74,9 @@ def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path)
         command.send_signal(signal.SIGKILL)
         command.wait()
     deadline = time.monotonic() + 60
-    while still_alive(below) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in below) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert still_alive(below) == set()
+    assert {pid for pid in below if alive(pid)} == set()
     # the killed command's lock is stale: the next command on the folder takes it over
     rerun = subprocess.run(
         [
