@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import numbers
 from collections.abc import Callable, Container, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.rules import Rule, rule_like
 
 Sampler = Callable[[np.random.RandomState], Any]
 
@@ -19,8 +19,8 @@ Sampler = Callable[[np.random.RandomState], Any]
 class HParam:
     """One hyperparameter: default value, random-search sampler and what is valid.
 
-    The type of ``default`` is the type a value must have (an ``int`` is accepted where the
-    default is a ``float``) unless ``types`` lists the accepted types. ``minimum`` and
+    A valid value (its :attr:`rule`) has the type of ``default`` (an ``int`` is accepted where
+    the default is a ``float``) unless ``types`` lists the accepted types; ``minimum`` and
     ``maximum`` bound numbers (inclusive); ``choices`` lists the allowed values of a string;
     ``validate`` is a last check that raises ``ValueError``.
 
@@ -57,48 +57,25 @@ class HParam:
         """The default on ``dataset``."""
         return self.per_dataset.get(dataset, self.default)
 
+    @property
+    def rule(self) -> Rule:
+        """What a valid value is: of the default's type unless ``types`` says otherwise."""
+        return replace(
+            rule_like(self.default) if self.types is None else Rule(self.types),
+            minimum=self.minimum,
+            maximum=self.maximum,
+            choices=self.choices,
+            validate=self.validate,
+        )
+
     def check(self, value: Any, owner: str) -> None:
         """Raise :class:`UserError` naming the value, what is allowed and how to fix it."""
-        expected = type(self.default)
-        fix = f"fix it with e.g. --hparams '{json.dumps({self.name: self.default})}'"
-        if self.types is not None:
-            ok = isinstance(value, self.types)
-            expected_name = " or ".join(t.__name__ for t in self.types)
-        elif expected is bool:
-            ok = isinstance(value, bool)
-        elif expected is float:
-            ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        elif expected is int:
-            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, expected)
-        if self.types is None:
-            expected_name = expected.__name__
-        if not ok:
-            raise UserError(
-                f"{owner} hparam '{self.name}' must be of type {expected_name}; "
-                f"got {value!r} ({type(value).__name__}); {fix}"
-            )
-        if self.minimum is not None and (value != value or value < self.minimum):
-            raise UserError(
-                f"{owner} hparam '{self.name}' must be >= {self.minimum}; got {value!r}; {fix}"
-            )
-        if self.maximum is not None and (value != value or value > self.maximum):
-            raise UserError(
-                f"{owner} hparam '{self.name}' must be <= {self.maximum}; got {value!r}; {fix}"
-            )
-        if self.choices is not None and value not in self.choices:
-            allowed = ", ".join(repr(c) for c in self.choices)
-            raise UserError(
-                f"{owner} hparam '{self.name}' must be one of {allowed}; got {value!r}; {fix}"
-            )
-        if self.validate is not None:
-            try:
-                self.validate(value)
-            except ValueError as error:
-                raise UserError(
-                    f"{owner} hparam '{self.name}' is invalid: {error}; {fix}"
-                ) from None
+        example = json.dumps({self.name: self.default})
+        self.rule.check(
+            value,
+            f"{owner} hparam '{self.name}'",
+            f"Fix it in --hparams or the sweep file, e.g. '{example}'",
+        )
 
 
 class HParamSpace:
@@ -174,4 +151,4 @@ def _plain(value: Any) -> Any:
 def positive(value: float) -> None:
     """Validator of a number that must be > 0."""
     if not value > 0:
-        raise ValueError(f"must be > 0; got {value!r}")
+        raise ValueError("it must be a number > 0")

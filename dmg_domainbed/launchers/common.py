@@ -15,10 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dmg_domainbed.errors import UserError
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+from dmg_domainbed.rules import Rule, not_blank
 
 
 @dataclass(frozen=True)
@@ -37,47 +34,17 @@ class Option:
     minimum: float | None = None
     choices: tuple[str, ...] | None = None
 
-    def describe_allowed(self) -> str:
-        if self.choices:
-            return "one of " + ", ".join(self.choices)
-        if self.kind is bool:
-            return "true or false"
-        kind = {int: "an integer", float: "a number", str: "a string"}[self.kind]
-        return f"{kind} >= {self.minimum:g}" if self.minimum is not None else kind
+    @property
+    def rule(self) -> Rule:
+        text = not_blank if self.kind is str else None
+        return Rule((self.kind,), minimum=self.minimum, choices=self.choices, validate=text)
 
     def check(self, value: Any, given_as: str) -> Any:
-        """Return ``value`` converted to ``kind``; raise :class:`UserError` if invalid."""
-        if isinstance(value, str) and self.kind is not str:
-            value = self._from_text(value, given_as)
-        if self.kind is bool:
-            ok = isinstance(value, bool)
-        elif self.kind is str:
-            ok = isinstance(value, str) and bool(value.strip())
-        else:
-            numbers = (int, float) if self.kind is float else (int,)
-            ok = isinstance(value, numbers) and not isinstance(value, bool)
-        ok = ok and (self.minimum is None or value >= self.minimum)
-        ok = ok and (self.choices is None or value in self.choices)
-        if not ok:
-            raise self._error(value, given_as)
-        return self.kind(value)
+        """``value`` as a valid setting; :class:`UserError` if it is not."""
+        return self.rule.check(value, given_as, self._fix())
 
-    def _from_text(self, text: str, given_as: str) -> Any:
-        cleaned = text.strip().lower()
-        if self.kind is bool:
-            if cleaned in _TRUE | _FALSE:
-                return cleaned in _TRUE
-            raise self._error(text, given_as)
-        try:
-            return self.kind(cleaned)
-        except ValueError:
-            raise self._error(text, given_as) from None
-
-    def _error(self, value: Any, given_as: str) -> UserError:
-        return UserError(
-            f"{given_as} = {value!r} is not valid: {self.name} must be {self.describe_allowed()} "
-            f"({self.help}). Fix the value or unset it to use the default."
-        )
+    def _fix(self) -> str:
+        return f"Fix the value or unset it to use the default ({self.name}: {self.help})."
 
 
 def read_options(options: Iterable[Option], environ: Mapping[str, str]) -> dict[str, Any]:
@@ -86,7 +53,7 @@ def read_options(options: Iterable[Option], environ: Mapping[str, str]) -> dict[
     for option in options:
         text = environ.get(option.env, "")
         if text.strip():
-            values[option.name] = option.check(text, option.env)
+            values[option.name] = option.rule.parse(text, option.env, option._fix())
         else:
             values[option.name] = option.default
     return values

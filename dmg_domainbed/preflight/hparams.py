@@ -8,27 +8,11 @@ must be one the algorithm has on that dataset, and a value must have the type of
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-
-
-def _same_kind(default: Any, value: Any) -> bool:
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(value, bool):
-        return False
-    if isinstance(default, numbers.Integral):
-        return isinstance(value, numbers.Integral)
-    if isinstance(default, numbers.Real):
-        return isinstance(value, numbers.Real)
-    if isinstance(default, str):
-        return isinstance(value, str)
-    if isinstance(default, list | tuple):
-        return isinstance(value, list | tuple)
-    return True
+from dmg_domainbed.rules import rule_like
 
 
 def _declared_spaces(algorithm: str, dataset: str) -> list[Any]:
@@ -65,11 +49,11 @@ def effective_hparams(
         declared = [space[name] for space in spaces if name in space]
         if declared:
             declared[-1].check(value, algorithm)
-        elif not _same_kind(hparams[name], value):
-            raise UserError(
-                f"hparam {name!r} of {algorithm} on {dataset} must be of the type of its default "
-                f"{hparams[name]!r} ({type(hparams[name]).__name__}); got {value!r} "
-                f"({type(value).__name__})"
+        else:
+            rule_like(hparams[name]).check(
+                value,
+                f"{algorithm} hparam '{name}' on {dataset}",
+                f"Give a value of the type of its default, {hparams[name]!r}.",
             )
     hparams.update(overrides)
     return hparams

@@ -32,13 +32,13 @@ hparams against DomainBed's registries, with this package's plugins registered.
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.rules import Rule, not_blank
 
 try:
     import tomllib
@@ -76,57 +76,44 @@ class SweepConfig:
         return {**self.hparams, **self.algorithm_hparams.get(algorithm, {})}
 
 
-def _names(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(v, str) and v for v in value)
-        and len(set(value)) == len(value)
-    )
+def _distinct_names(names: list) -> None:
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError("it must be a non-empty list of names")
+    if len(set(names)) != len(names):
+        raise ValueError("it must not name anything twice")
 
 
-def _int(minimum: int):
-    def check(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-    return check
+def _hparam_tables(tables: dict) -> None:
+    if not all(isinstance(table, dict) for table in tables.values()):
+        raise ValueError("it must hold tables [sweep.algorithm_hparams.NAME] of hparam = value")
 
 
-def _fraction(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < 1
-
-
-def _text(value: Any) -> bool:
-    return isinstance(value, str) and bool(value.strip())
-
-
-# key -> (check, what a valid value looks like)
+# key -> what its value may be
 SWEEP_KEYS = {
-    "algorithms": (_names, "a non-empty list of distinct algorithm names"),
-    "datasets": (_names, "a non-empty list of distinct dataset names"),
-    "n_hparams": (_int(1), "an integer >= 1"),
-    "n_hparams_from": (_int(0), "an integer >= 0"),
-    "n_trials": (_int(1), "an integer >= 1"),
-    "steps": (_int(1), "an integer >= 1"),
-    "checkpoint_freq": (_int(1), "an integer >= 1"),
-    "save_model_every_checkpoint": (lambda v: isinstance(v, bool), "true or false"),
-    "single_test_envs": (lambda v: isinstance(v, bool), "true or false"),
-    "holdout_fraction": (_fraction, "a number between 0 and 1"),
-    "task": (lambda v: v in TASKS, " or ".join(repr(t) for t in TASKS)),
-    "data_dir": (_text, "a folder path"),
-    "output_dir": (_text, "a folder path"),
-    "hparams": (lambda v: isinstance(v, dict), "a table of hparam = value"),
-    "algorithm_hparams": (
-        lambda v: isinstance(v, dict) and all(isinstance(t, dict) for t in v.values()),
-        "tables [sweep.algorithm_hparams.NAME] of hparam = value",
-    ),
+    "algorithms": Rule((list,), validate=_distinct_names),
+    "datasets": Rule((list,), validate=_distinct_names),
+    "n_hparams": Rule((int,), minimum=1),
+    "n_hparams_from": Rule((int,), minimum=0),
+    "n_trials": Rule((int,), minimum=1),
+    "steps": Rule((int,), minimum=1),
+    "checkpoint_freq": Rule((int,), minimum=1),
+    "save_model_every_checkpoint": Rule((bool,)),
+    "single_test_envs": Rule((bool,)),
+    "holdout_fraction": Rule((float,), minimum=0.01, maximum=0.99),
+    "task": Rule((str,), choices=TASKS),
+    "data_dir": Rule((str,), validate=not_blank),
+    "output_dir": Rule((str,), validate=not_blank),
+    "hparams": Rule((dict,)),
+    "algorithm_hparams": Rule((dict,), validate=_hparam_tables),
 }
 REQUIRED = ("algorithms", "datasets")
 TABLES = ("sweep", "launcher")
+_FIX = "Fix it in the sweep file."
 
 
-def _unknown(where: str, given: set[str], valid: list[str]) -> str | None:
-    unknown = sorted(given - set(valid))
+def unknown_keys(where: str, given: Iterable[str], valid: Iterable[str]) -> str | None:
+    """The message for keys of ``given`` that are not ``valid``; ``None`` when all are."""
+    unknown = sorted(set(given) - set(valid))
     if not unknown:
         return None
     return f"unknown key(s) {', '.join(unknown)} in {where}; valid keys: {', '.join(valid)}"
@@ -148,22 +135,20 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
     def fail(message: str) -> UserError:
         return UserError(f"{path}: {message}")
 
-    problem = _unknown("the file (top-level tables)", set(document), list(TABLES))
+    problem = unknown_keys("the file (top-level tables)", document, TABLES)
     if problem:
         raise fail(problem)
     sweep = document.get("sweep")
     if not isinstance(sweep, dict):
         raise fail("a [sweep] table is required, with at least algorithms and datasets")
-    problem = _unknown("[sweep]", set(sweep), list(SWEEP_KEYS))
+    problem = unknown_keys("[sweep]", sweep, SWEEP_KEYS)
     if problem:
         raise fail(problem)
     for key in REQUIRED:
         if key not in sweep:
-            raise fail(f"[sweep] needs {key} = [...] ({SWEEP_KEYS[key][1]})")
+            raise fail(f"[sweep] needs {key} = [...] ({SWEEP_KEYS[key].allowed()} of names)")
     for key, value in sweep.items():
-        check, allowed = SWEEP_KEYS[key]
-        if not check(value):
-            raise fail(f"[sweep] {key} = {value!r} is not valid: it must be {allowed}")
+        SWEEP_KEYS[key].check(value, f"{path}: [sweep] {key}", _FIX)
     n_from, n_hparams = sweep.get("n_hparams_from", 0), sweep.get("n_hparams", 20)
     if n_from >= n_hparams:
         raise fail(f"[sweep] n_hparams_from = {n_from} must be below n_hparams = {n_hparams}")
@@ -181,8 +166,10 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
         raise fail('[launcher] must be a table with name = "LAUNCHER" and its settings')
     launcher = dict(document.get("launcher", {}))
     name = launcher.pop("name", None)
-    if name is not None and not _text(name):
-        raise fail(f"[launcher] name = {name!r} must be the name of a DomainBed command launcher")
+    if name is not None:
+        Rule((str,), validate=not_blank).check(
+            name, f"{path}: [launcher] name", "Name a DomainBed command launcher."
+        )
     if launcher and name is None:
         raise fail(f'[launcher] has settings ({", ".join(launcher)}) but no name = "..."')
     fields = {k: v for k, v in sweep.items() if k not in ("hparams", "algorithm_hparams")}
@@ -230,14 +217,11 @@ def check_launcher(config: SweepConfig, name: str) -> None:
     if name != config.launcher:
         return
     options = {option.name: option for option in launcher_options(name)}
-    problem = _unknown(f"[launcher] of {name}", set(config.launcher_options), list(options))
+    problem = unknown_keys(f"[launcher] of {name}", config.launcher_options, options)
     if problem:
         raise UserError(f"{config.path}: {problem}")
     for key, value in config.launcher_options.items():
-        try:
-            options[key].check(value, f"[launcher] {key}")
-        except UserError as error:
-            raise UserError(f"{config.path}: {error}") from None
+        options[key].check(value, f"{config.path}: [launcher] {key}")
 
 
 def check_against_domainbed(config: SweepConfig) -> list[str]:

@@ -40,13 +40,14 @@ def test_a_plain_mapping_declaration_is_accepted():
 @pytest.mark.parametrize(
     "name, value, message",
     [
-        ("weight", -1.0, r"'weight' must be >= 0.0; got -1.0"),
-        ("weight", "high", r"'weight' must be of type float; got 'high' \(str\)"),
-        ("weight", True, r"must be of type float"),
-        ("weight", float("nan"), r"must be >= 0.0"),
-        ("mode", "c", r"'mode' must be one of 'a', 'b'; got 'c'"),
-        ("count", 2.5, r"'count' must be of type int"),
-        ("flag", 1, r"'flag' must be of type bool"),
+        ("weight", -1.0, r"'weight' = -1.0 is not valid: it must be a number >= 0\."),
+        ("weight", "high", r"'weight' = 'high' is not valid: it must be a number >= 0, not str"),
+        ("weight", True, r"it must be a number >= 0, not bool"),
+        ("weight", float("nan"), r"= nan is not valid: it must be a number >= 0"),
+        ("weight", float("inf"), r"= inf is not valid: it must be a number >= 0"),
+        ("mode", "c", r"'mode' = 'c' is not valid: it must be one of 'a', 'b'"),
+        ("count", 2.5, r"'count' = 2.5 is not valid: it must be an integer, not float"),
+        ("flag", 1, r"'flag' = 1 is not valid: it must be true or false, not int"),
     ],
 )
 def test_bad_values_are_rejected_with_what_is_allowed_and_a_fix(name, value, message):

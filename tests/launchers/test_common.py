@@ -26,10 +26,10 @@ def test_values_come_from_the_environment_else_the_default():
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"T_GPUS": "one"}, "T_GPUS = 'one' is not valid: gpus must be an integer >= 0"),
-        ({"T_GPUS": "-1"}, "gpus must be an integer >= 0"),
-        ({"T_WAIT": "maybe"}, "wait must be true or false"),
-        ({"T_CLUSTER": "pbs"}, "cluster must be one of slurm, local"),
+        ({"T_GPUS": "one"}, "T_GPUS = 'one' is not valid: it must be an integer >= 0, not str"),
+        ({"T_GPUS": "-1"}, "T_GPUS = -1 is not valid: it must be an integer >= 0"),
+        ({"T_WAIT": "maybe"}, "it must be true or false"),
+        ({"T_CLUSTER": "pbs"}, "it must be one of 'slurm', 'local'"),
     ],
 )
 def test_bad_values_name_the_variable_and_what_is_allowed(env, expected):

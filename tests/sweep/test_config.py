@@ -64,7 +64,7 @@ def test_defaults_are_domainbed_s(tmp_path):
         ),
         (BASE + "[sweeps]\n", r"unknown key\(s\) sweeps in the file .*valid keys: sweep, launcher"),
         ('[sweep]\ndatasets = ["PACS"]\n', r"\[sweep\] needs algorithms"),
-        (BASE + "n_trials = 0\n", r"n_trials = 0 is not valid: it must be an integer >= 1"),
+        (BASE + "n_trials = 0\n", r"\[sweep\] n_trials = 0 is not valid: it must be an integer >= 1"),
         (BASE + "steps = 2.5\n", r"steps = 2.5 is not valid"),
         (
             BASE + "save_model_every_checkpoint = 1\n",
@@ -91,7 +91,7 @@ def test_structure_mistakes(text, message, tmp_path):
             r"\[sweep.hparams\]: 'lambda_overlap' is not an hparam of ERM"
             r".*\[sweep.algorithm_hparams",
         ),
-        (BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n", "mask_lr' must be >= 0"),
+        (BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n", "mask_lr' = -1.0 is not valid: it must be a number >= 0"),
         (
             BASE + '[sweep.algorithm_hparams.DMG]\nmask_layers = ["featurizer.hiddens.9"]\n',
             r"DMG's network on RotatedDigits: cannot mask layers \['featurizer.hiddens.9'\]: "
