@@ -32,39 +32,26 @@ class Check:
     details: tuple[str, ...] = ()
 
 
-def _choices(kind: str, given: str, valid: Sequence[str]) -> UserError:
-    return UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
-
-
 def _domainbed_check() -> Check:
     checkout = environment.domainbed_checkout()
+    tested = TESTED_DOMAINBED_COMMIT
     if checkout is None:
         return Check(
             FAIL,
             "DomainBed",
             (
                 f"not importable by {sys.executable}. Clone facebookresearch/DomainBed, check out "
-                f"{TESTED_DOMAINBED_COMMIT[:7]} and put the checkout on this Python's "
-                "path (e.g. a .pth file in site-packages holding its folder)",
+                f"{tested[:7]} and put the checkout on this Python's path (e.g. a .pth file in "
+                "site-packages holding its folder)",
             ),
         )
     commit = environment.git_commit(checkout)
-    tested = TESTED_DOMAINBED_COMMIT
     if commit is None:
-        return Check(
-            OK,
-            "DomainBed",
-            (
-                f"{checkout}; commit unknown (no readable .git there); this package is tested "
-                f"against {tested[:7]}",
-            ),
-        )
+        detail = f"{checkout}; commit unknown (git cannot tell); tested against {tested[:7]}"
+        return Check(OK, "DomainBed", (detail,))
     if commit != tested:
-        return Check(
-            WARN,
-            "DomainBed",
-            (f"{checkout} at commit {commit[:12]}; this package is tested against {tested[:12]}",),
-        )
+        detail = f"{checkout} at commit {commit[:12]}; this package is tested against {tested[:12]}"
+        return Check(WARN, "DomainBed", (detail,))
     return Check(OK, "DomainBed", (f"{checkout} at commit {commit[:12]} (the tested commit)",))
 
 
@@ -72,7 +59,7 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
     from dmg_domainbed import integration
 
     probe = environment.probe_fresh_process()
-    where = f"fresh `python` process ({probe.python or 'not found'})"
+    where = f"fresh `python` process, as the jobs start it ({probe.python or 'not found'})"
     disabled = ["DMG_DOMAINBED_DISABLE is set: unset it"] if _startup.disabled() else []
     if probe.error:
         return Check(FAIL, "plugins", (f"{where}: {probe.error}", *disabled, *probe.warnings))
@@ -85,44 +72,32 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
     missing, failed = [], False
     for kind, (group, registered, needed) in expected.items():
         declared = list(integration.entry_points(group))
-        found = [name for name in declared if name in registered]
+        lines.append(f"{kind} registered: {', '.join(n for n in declared if n in registered)}")
         missing += [name for name in declared if name not in registered]
-        lines.append(f"{kind} registered: {', '.join(found) or 'none'}")
         if needed is not None and needed not in registered:
             failed = True
             lines.append(f"{needed} is not registered in that process")
     if missing:
-        lines.append(f"not registered: {', '.join(missing)}")
-        lines += disabled
+        lines += [f"not registered: {', '.join(missing)}", *disabled]
     status = FAIL if failed else (WARN if missing else OK)
     return Check(status, "plugins", (*lines, *probe.warnings))
-
-
-def _torch_check() -> Check:
-    importable, lines = environment.torch_summary()
-    return Check(INFO if importable else FAIL, "torch", tuple(lines))
-
-
-def _own_weights_check(own: weights.WeightsCheck, scope: str, dataset: str | None) -> Check:
-    lines = [f"{scope} loads its own weights; looked in, in order:"]
-    for f in own.locations:
-        lines.append(
-            f"{'found  ' if f.present else 'absent '} {f.what}: {f.filename} in {f.folder}"
-        )
-    lines += own.details
-    return Check(
-        OK if own.ready else (FAIL if dataset else WARN), "pretrained weights", tuple(lines)
-    )
 
 
 def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, Any]) -> Check:
     from domainbed import algorithms
 
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
+    missing_status = FAIL if dataset else WARN
     own = weights.algorithm_weights(algorithms.get_algorithm_class(algorithm), hparams)
     if own is not None:
-        return _own_weights_check(own, scope, dataset)
-    backbone = ", ".join(f"{k}={hparams.get(k)}" for k in BACKBONE_HPARAMS if k in hparams)
+        lines = [f"{scope} loads its own weights; looked in, in order:"]
+        for f in own.locations:
+            lines.append(
+                f"{'found ' if f.present else 'absent'}  {f.what}: {f.filename} in {f.folder}"
+            )
+        return Check(
+            OK if own.ready else missing_status, "pretrained weights", (*lines, *own.details)
+        )
     shape = input_shape(dataset) if dataset else (3, 224, 224)
     if not weights.uses_pretrained_backbone(shape):
         return Check(
@@ -131,22 +106,20 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
             (f"none: {dataset} inputs {shape} use no pretrained featurizer",),
         )
     files, problems = weights.needed_weights(hparams, shape)
+    backbone = ", ".join(f"{k}={hparams.get(k)}" for k in BACKBONE_HPARAMS if k in hparams)
     lines = [f"{scope} ({backbone}) loads:"]
     for f in files:
         if f.present:
             lines.append(f"cached  {f.what}: {f.path}")
         else:
-            lines.append(f"MISSING {f.what}: not found at {f.path}")
-            lines.append(f"        to get it: {f.fetch}")
-    missing = problems or [f for f in files if not f.present]
-    if not missing:
+            lines += [f"MISSING {f.what}: not found at {f.path}", f"        to get it: {f.fetch}"]
+    if not problems and all(f.present for f in files):
         return Check(OK, "pretrained weights", tuple(lines))
     lines += problems
     lines.append(
-        "DomainBed downloads missing weights when the model is built; without internet "
-        "the job fails there"
+        "DomainBed downloads missing weights when it builds the model; offline, the job fails there"
     )
-    return Check(FAIL if dataset else WARN, "pretrained weights", tuple(lines))
+    return Check(missing_status, "pretrained weights", tuple(lines))
 
 
 def _input_check(algorithm: str, dataset: str) -> list[Check]:
@@ -167,21 +140,24 @@ def _input_check(algorithm: str, dataset: str) -> list[Check]:
 def _data_check(dataset: str | None, data_dir: str | None) -> Check:
     from domainbed import datasets
 
-    def status_of(name: str) -> data.DataStatus:
-        return requirements.data_status(name, data_dir)
-
     if dataset is not None:
-        found = status_of(dataset)
-        detail = f"{dataset}: {found.state}: {found.detail}"
-        return Check(OK if found.ok else FAIL, "data", (detail,))
+        found = requirements.data_status(dataset, data_dir)
+        return Check(
+            OK if found.ok else FAIL, "data", (f"{dataset}: {found.state}: {found.detail}",)
+        )
     if data_dir is None:
         return Check(INFO, "data", ("give --data_dir DIR to see which datasets are there",))
     lines = [f"under {os.path.abspath(data_dir)}:"]
     for name in datasets.DATASETS:
-        found = status_of(name)
+        found = requirements.data_status(name, data_dir)
         if found.state in (data.PRESENT, data.MISSING, data.INVALID):
             lines.append(f"{found.state:8} {name}: {found.detail}")
     return Check(INFO, "data", tuple(lines))
+
+
+def _known(kind: str, given: str, valid: Sequence[str]) -> None:
+    if given not in valid:
+        raise UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
 
 
 def diagnose(
@@ -202,17 +178,18 @@ def diagnose(
         dmg_domainbed.register()
     except Exception as error:  # any failure of DomainBed's own imports stops every run
         return checks + [Check(FAIL, "DomainBed import", (f"{type(error).__name__}: {error}",))]
-    if algorithm not in algorithms.ALGORITHMS:
-        raise _choices("algorithm", algorithm, algorithms.ALGORITHMS)
-    if dataset is not None and dataset not in datasets.DATASETS:
-        raise _choices("dataset", dataset, datasets.DATASETS)
-    effective = effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)
-    checks.append(_plugin_check(algorithm, dataset))
-    checks.append(_torch_check())
+    _known("algorithm", algorithm, algorithms.ALGORITHMS)
     if dataset is not None:
-        checks += _input_check(algorithm, dataset)
-    checks.append(_weights_check(algorithm, dataset, effective))
-    checks.append(_data_check(dataset, data_dir))
+        _known("dataset", dataset, datasets.DATASETS)
+    effective = effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)
+    importable, torch_lines = environment.torch_summary()
+    checks += [
+        _plugin_check(algorithm, dataset),
+        Check(INFO if importable else FAIL, "torch", tuple(torch_lines)),
+        *(_input_check(algorithm, dataset) if dataset is not None else []),
+        _weights_check(algorithm, dataset, effective),
+        _data_check(dataset, data_dir),
+    ]
     return checks
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The DomainBed commit this package is built and tested against.
 _PROBE_MARK = "dmg-domainbed-probe:"
-# Run by the ``python`` on PATH, the interpreter DomainBed's sweep starts every job with.
+# Run by the ``python`` the jobs will run.
 _PROBE = f"""
 import json, sys
 facts = {{"executable": sys.executable}}
@@ -39,37 +40,28 @@ def domainbed_checkout() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]).resolve().parent
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def git_commit(checkout: Path) -> str | None:
-    """The commit checked out in ``checkout``, read from its ``.git`` (no git needed)."""
-    git = checkout / ".git"
-    if git.is_file():  # a worktree or submodule: "gitdir: <path>"
-        pointer = _read(git) or ""
-        if not pointer.startswith("gitdir:"):
-            return None
-        git = (checkout / pointer.split(":", 1)[1].strip()).resolve()
-    head = _read(git / "HEAD")
-    if head is None:
+    """The commit checked out in ``checkout`` (``None`` where git cannot tell)."""
+    try:
+        answer = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "--verify", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    if not head.startswith("ref:"):
-        return head
-    ref = head.split(":", 1)[1].strip()
-    common = _read(git / "commondir")
-    folders = [git] + ([(git / common).resolve()] if common else [])
-    for folder in folders:
-        loose = _read(folder / ref)
-        if loose:
-            return loose
-        for line in (_read(folder / "packed-refs") or "").splitlines():
-            if line.endswith(f" {ref}"):
-                return line.split()[0]
-    return None
+    commit = answer.stdout.strip()
+    return commit if answer.returncode == 0 and commit else None
+
+
+def job_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the jobs this process starts: ``environ`` (default: this process's)
+    with this interpreter's folder first on PATH, since DomainBed starts every job as
+    ``python -m domainbed.scripts.train`` with the ``python`` found there."""
+    env = dict(os.environ if environ is None else environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
 
 
 @dataclass
@@ -87,13 +79,16 @@ class ProbeResult:
 
 
 def probe_fresh_process(timeout: float = 300) -> ProbeResult:
-    """Start the ``python`` on PATH, import DomainBed there and list what is registered."""
-    python = shutil.which("python")
+    """Start the ``python`` the jobs will run (:func:`job_environment`), import DomainBed there
+    and list what is registered."""
+    env = job_environment()
+    python = shutil.which("python", path=env["PATH"])
     if python is None:
         return ProbeResult(python=None, error="no `python` on PATH")
     try:
         done = subprocess.run(
             [python, "-c", _PROBE],
+            env=env,
             capture_output=True,
             text=True,
             timeout=timeout,

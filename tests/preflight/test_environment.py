@@ -1,28 +1,35 @@
-"""DomainBed's commit is read from its checkout's .git without git."""
+"""The DomainBed checkout's commit, as the doctor reports it."""
+
+import subprocess
 
 from dmg_domainbed.preflight.environment import git_commit
 
-SHA = "b93c22a1cfc3b2428398272c1a116c8de1f4139e"
+
+def git(folder, *args):
+    return subprocess.run(
+        ["git", "-C", str(folder), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
-def test_commit_of_a_branch_loose_or_packed(tmp_path):
-    git = tmp_path / ".git"
-    (git / "refs" / "heads").mkdir(parents=True)
-    (git / "HEAD").write_text("ref: refs/heads/main\n")
-    (git / "packed-refs").write_text(f"# pack-refs with: peeled\n{SHA} refs/heads/main\n")
-    assert git_commit(tmp_path) == SHA
-    (git / "refs" / "heads" / "main").write_text("1" * 40 + "\n")
-    assert git_commit(tmp_path) == "1" * 40
-
-
-def test_detached_head_and_worktree_pointer(tmp_path):
-    real = tmp_path / "real.git"
-    real.mkdir()
-    (real / "HEAD").write_text(SHA + "\n")
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    (checkout / ".git").write_text("gitdir: ../real.git\n")
-    assert git_commit(checkout) == SHA
+def test_the_commit_checked_out_on_a_branch_or_detached(tmp_path):
+    git(tmp_path, "init", "-q")
+    for message in ("first", "second"):
+        git(
+            tmp_path,
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            message,
+        )
+    head, first = git(tmp_path, "rev-parse", "HEAD"), git(tmp_path, "rev-parse", "HEAD~1")
+    assert git_commit(tmp_path) == head
+    git(tmp_path, "checkout", "-q", first)
+    assert git_commit(tmp_path) == first
 
 
 def test_no_git_folder_gives_none(tmp_path):
