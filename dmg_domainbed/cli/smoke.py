@@ -11,7 +11,7 @@ from dmg_domainbed.errors import UserError
 
 
 def add_parser(subparsers) -> None:
-    from dmg_domainbed.smoke.check import DEFAULT_STEPS, DEFAULT_TIMEOUT_SECONDS
+    from dmg_domainbed.smoke.run import DEFAULT_STEPS, DEFAULT_TIMEOUT_SECONDS
 
     parser = subparsers.add_parser(
         "smoke",
@@ -89,8 +89,7 @@ def _jobs(args: argparse.Namespace, scratch: Path):
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from dmg_domainbed.smoke.check import smoke_check
-    from dmg_domainbed.smoke.table import render
+    from dmg_domainbed.smoke.run import render, smoke_check
 
     if args.steps < 1:
         raise UserError(f"--steps must be at least 1; got {args.steps}")
@@ -116,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"note: {note}")
     print()
-    print(render(result.rows, result.device, args.steps))
+    print(render(result, args.steps))
     for staged, outcome in result.rows:
         if outcome.log_tail and outcome.status != "ok":
             job = staged.job
