@@ -85,11 +85,19 @@ class Demo:
             steps=steps,
             single_test_envs=True,
             launcher=LAUNCHER,
-            launcher_options={"jobs": self.jobs} if self.jobs else {},
+            # One job per CPU core even where GPUs are visible: local_parallel's own default
+            # there is one job per GPU, which would run these small jobs one at a time.
+            launcher_options={"jobs": self.jobs or _cores()},
         )
 
     def sweep(self) -> plan.Sweep:
         return plan.Sweep(self.config(), DATA_DIR, str(self.sweep_dir.resolve()))
+
+
+def _cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def check_no_conflicting_runs(demo: Demo, jobs: list) -> None:

@@ -49,7 +49,8 @@ def add_parser(subparsers) -> None:
         "--jobs",
         type=_positive,
         default=None,
-        help="jobs run at the same time by the local_parallel launcher (default: one per CPU core)",
+        help="jobs run at the same time by the local_parallel launcher (default: one per CPU "
+        "core, GPUs or not)",
     )
     parser.add_argument(
         "--trials",
