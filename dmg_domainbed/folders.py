@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 
 
 def check_creatable(folder: Path, option: str) -> Path:
-    """``folder``, if it is a folder or can be created as one; else a :class:`UserError`
-    naming ``option`` (e.g. ``--output_dir``) and the file in the way."""
-    for path in (folder, *folder.parents):
-        if path.exists():
-            if not path.is_dir():
-                where = "is a file" if path == folder else f"lies under '{path}', which is a file"
-                raise UserError(
-                    f"{option} '{folder}' {where}, so it cannot be a folder. Give a folder path "
-                    "that is free or already a folder."
-                )
-            break
+    """``folder``, if it is a folder this process can write into or can create; else a
+    :class:`UserError` naming ``option`` (e.g. ``--output_dir``) and what is in the way."""
+    folder = Path(folder)
+    for path in (folder, *folder.absolute().parents):
+        if not path.exists():
+            continue
+        if not path.is_dir():
+            where = "is a file" if path == folder else f"lies under '{path}', which is a file"
+            raise UserError(
+                f"{option} '{folder}' {where}, so it cannot be a folder. Give a folder path "
+                "that is free or already a folder."
+            )
+        if not os.access(path, os.W_OK | os.X_OK):
+            where = "is not writable" if path == folder else f"cannot be made in '{path}'"
+            raise UserError(
+                f"{option} '{folder}' {where}: this user ({_user()}) may not write there. "
+                "Give a folder you can write to, or change its permissions."
+            )
+        return folder
     return folder
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.geteuid())

@@ -92,6 +92,27 @@ def runs_of(sweep_dir: Path) -> dict[tuple[str, int], Path]:
     return runs
 
 
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """``folder`` (made if missing) unwritable for this process while the block runs: its mode
+    0555, and immutable (``chattr +i``) where the process is root, whom modes do not stop."""
+    import pytest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o555)
+    immutable = os.access(folder, os.W_OK)
+    if immutable:
+        subprocess.run(["chattr", "+i", str(folder)], capture_output=True)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.fail(f"could not make {folder} read-only (mode 0555, chattr +i)")
+        yield folder
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+        folder.chmod(0o755)
+
+
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     """Size and modification time of every file under ``folder``."""
     return {

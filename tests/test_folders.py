@@ -5,6 +5,8 @@ import pytest
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 
+from .helpers import read_only
+
 pytestmark = pytest.mark.no_domainbed
 
 
@@ -20,3 +22,11 @@ def test_a_file_at_or_above_the_folder_is_named(tmp_path):
         check_creatable(blocker, "--output_dir")
     with pytest.raises(UserError, match=rf"lies under '{blocker}', which is a file"):
         check_creatable(blocker / "report" / "x", "--output_dir")
+
+
+def test_a_folder_this_user_cannot_write_is_named(tmp_path):
+    with read_only(tmp_path / "results") as folder:
+        with pytest.raises(UserError, match=r"--output_dir '.*results' is not writable"):
+            check_creatable(folder, "--output_dir")
+        with pytest.raises(UserError, match=r"'.*results/report' cannot be made in '.*results'"):
+            check_creatable(folder / "report", "--output_dir")

@@ -193,6 +193,13 @@ def load_sweep(path: str | Path) -> SweepConfig:
             document = tomllib.load(stream)
     except FileNotFoundError:
         raise UserError(f"{path}: no such sweep file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a folder: give a sweep file, e.g. sweeps/demo.toml") from None
+    except UnicodeDecodeError:
+        raise UserError(
+            f"{path} is not a text file (not UTF-8): a sweep file is TOML text, e.g. "
+            "sweeps/demo.toml"
+        ) from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"{path}: not valid TOML: {error}") from None
     return parse_sweep(document, path)

@@ -27,7 +27,11 @@ def test_overrides_update_the_defaults():
             "ERM hparam 'resnet18' on PACS = 'yes' is not valid: it must be true or false, not str",
         ),
         ("ERM", {"batch_size": 32.5}, "batch_size"),
-        ("DMG", {"mask_init": "gaussian"}, "mask_init' = 'gaussian' is not valid: it must be one of"),
+        (
+            "DMG",
+            {"mask_init": "gaussian"},
+            "mask_init' = 'gaussian' is not valid: it must be one of",
+        ),
     ],
 )
 def test_unknown_names_and_wrong_types_are_rejected(algorithm, overrides, message):

@@ -64,7 +64,10 @@ def test_defaults_are_domainbed_s(tmp_path):
         ),
         (BASE + "[sweeps]\n", r"unknown key\(s\) sweeps in the file .*valid keys: sweep, launcher"),
         ('[sweep]\ndatasets = ["PACS"]\n', r"\[sweep\] needs algorithms"),
-        (BASE + "n_trials = 0\n", r"\[sweep\] n_trials = 0 is not valid: it must be an integer >= 1"),
+        (
+            BASE + "n_trials = 0\n",
+            r"\[sweep\] n_trials = 0 is not valid: it must be an integer >= 1",
+        ),
         (BASE + "steps = 2.5\n", r"steps = 2.5 is not valid"),
         (
             BASE + "save_model_every_checkpoint = 1\n",
@@ -91,7 +94,10 @@ def test_structure_mistakes(text, message, tmp_path):
             r"\[sweep.hparams\]: 'lambda_overlap' is not an hparam of ERM"
             r".*\[sweep.algorithm_hparams",
         ),
-        (BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n", "mask_lr' = -1.0 is not valid: it must be a number >= 0"),
+        (
+            BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n",
+            "mask_lr' = -1.0 is not valid: it must be a number >= 0",
+        ),
         (
             BASE + '[sweep.algorithm_hparams.DMG]\nmask_layers = ["featurizer.hiddens.9"]\n',
             r"DMG's network on RotatedDigits: cannot mask layers \['featurizer.hiddens.9'\]: "
@@ -134,3 +140,12 @@ def test_missing_file_and_bad_toml(tmp_path):
         parse("[sweep\n", tmp_path)
     with pytest.raises(UserError, match="a \\[sweep\\] table is required"):
         parse_sweep({}, tmp_path / "empty.toml")
+
+
+def test_a_folder_or_binary_file_given_as_the_sweep_file_is_named(tmp_path):
+    with pytest.raises(UserError, match=r"is a folder: give a sweep file"):
+        load_sweep(tmp_path)
+    binary = tmp_path / "weights.pkl"
+    binary.write_bytes(b"\x80\x04\x95\xff\xfe")
+    with pytest.raises(UserError, match=r"weights.pkl is not a text file \(not UTF-8\)"):
+        load_sweep(binary)
