@@ -1,0 +1,223 @@
+"""Write the sections of README.md and docs/*.md that the code can tell, or check them.
+
+    python docs/generate.py           # rewrite every generated section from the code
+    python docs/generate.py --check   # exit 1, naming each section that is stale
+
+A generated section lies between two comments that name what it holds::
+
+    <!-- generated: hparams DMG -->
+    ...
+    <!-- end of generated: hparams DMG -->
+
+Kinds: ``hparams ALGORITHM`` (its declared hparams: defaults, per-dataset defaults, the range
+DomainBed's random search draws, what is allowed), ``cli COMMAND`` (the subcommand's ``--help``),
+``launcher NAME`` (a launcher's settings), ``sweep-keys`` (what a sweep file's ``[sweep]`` holds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SECTION = re.compile(
+    r"(<!-- generated: (?P<name>[^>]+?) -->\n)(?P<body>.*?)(<!-- end of generated: (?P=name) -->)",
+    re.DOTALL,
+)
+SEARCH_DRAWS = 1000  # hparams seeds drawn to show the random search's range
+
+
+def _code(value) -> str:
+    return f"`{value!r}`" if not isinstance(value, str) else f"`'{value}'`"
+
+
+def hparams_table(algorithm: str) -> str:
+    """Every hparam ``algorithm`` declares: default, per-dataset defaults, what DomainBed's
+    random search draws (seen over SEARCH_DRAWS seeds, seeded as DomainBed seeds it), allowed
+    values and meaning."""
+    import numpy as np
+    from domainbed import algorithms
+    from domainbed.lib import misc
+
+    rows = []
+    for hparam in algorithms.get_algorithm_class(algorithm).HPARAMS:
+        draws = [
+            hparam.sample(np.random.RandomState(misc.seed_hash(seed, hparam.name)))
+            for seed in range(1, SEARCH_DRAWS + 1)
+        ]
+        seen = list(dict.fromkeys(map(_plain, draws)))
+        numbers = all(isinstance(d, float | int) and not isinstance(d, bool) for d in seen)
+        if numbers and len(seen) > 4:
+            search = f"{min(seen):.3g} to {max(seen):.3g}"
+        else:
+            search = ", ".join(_code(value) for value in seen)
+        per_dataset = ", ".join(f"{name}: {_code(v)}" for name, v in hparam.per_dataset.items())
+        scope = f" (on {', '.join(hparam.datasets)} only)" if hparam.datasets else ""
+        rows.append(
+            [
+                f"`{hparam.name}`",
+                _code(hparam.default),
+                per_dataset or "",
+                search,
+                hparam.rule.allowed(),
+                hparam.help + scope,
+            ]
+        )
+    headers = ["hparam", "default", "per-dataset default", "random search", "allowed", "meaning"]
+    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def cli_help(command: str) -> str:
+    """``dmg-domainbed COMMAND --help``, as the parser prints it."""
+    text = subcommands()[command].format_help()
+    return f"```text\n{text.rstrip()}\n```"
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    """The parser of every ``dmg-domainbed`` subcommand, formatting help 100 columns wide."""
+    import os
+
+    from dmg_domainbed.cli import build_parser
+
+    os.environ["COLUMNS"] = "100"
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+COMMAND_LINE = re.compile(r"dmg-domainbed[ \t]+[^`\n]*")
+
+
+def unknown_options(pages=PAGES) -> list[str]:
+    """``PAGE: COMMAND LINE: what`` for each ``dmg-domainbed`` command line in the pages that
+    names a subcommand or a ``--flag`` the parser does not have."""
+    import shlex
+
+    parsers = subcommands()
+    problems = []
+    for page in pages:
+        for line in COMMAND_LINE.findall(page.read_text().replace("\\\n", " ")):
+            try:
+                words = shlex.split(line.split(" #")[0])
+            except ValueError:  # unbalanced quotes in prose
+                words = line.split()
+            if len(words) < 2 or words[1].startswith("-") or not words[1].isidentifier():
+                continue
+            command, flags = words[1], [w.split("=")[0] for w in words[2:] if w.startswith("--")]
+            if command not in parsers:
+                problems.append(f"{page.relative_to(ROOT)}: {line}: no subcommand {command!r}")
+                continue
+            known = {o for a in parsers[command]._actions for o in a.option_strings}
+            problems += [
+                f"{page.relative_to(ROOT)}: {line}: {command} has no {flag}"
+                for flag in flags
+                if flag not in known
+            ]
+    return problems
+
+
+def launcher_table(name: str) -> str:
+    """A launcher's settings: sweep-file key, environment variable, default, allowed, meaning."""
+    from domainbed import command_launchers
+
+    rows = [
+        [
+            f"`{option.name}`",
+            f"`{option.env}`",
+            "decided by the launcher" if option.default is None else _code(option.default),
+            option.rule.allowed(),
+            option.help,
+        ]
+        for option in command_launchers.REGISTRY[name].OPTIONS
+    ]
+    headers = ["[launcher] key", "variable", "default", "allowed", "meaning"]
+    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+
+
+def sweep_keys_table() -> str:
+    """The keys of a sweep file's ``[sweep]`` table, with DomainBed's sweep defaults."""
+    import dataclasses
+
+    from dmg_domainbed.sweep.config import REQUIRED, SWEEP_KEYS, SweepConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(SweepConfig)}
+    rows = []
+    for key, rule in SWEEP_KEYS.items():
+        default = defaults.get(key, dataclasses.MISSING)
+        if key in REQUIRED:
+            shown = "required"
+        elif key in ("hparams", "algorithm_hparams"):
+            shown = "none"
+        elif default is None:
+            shown = "the dataset's own" if key in ("steps", "checkpoint_freq") else "none"
+        else:
+            shown = _code(default)
+        rows.append([f"`{key}`", shown, rule.allowed()])
+    return tabulate(rows, ["key", "default", "allowed"], tablefmt="github", disable_numparse=True)
+
+
+KINDS: dict[str, Callable[..., str]] = {
+    "hparams": hparams_table,
+    "cli": cli_help,
+    "launcher": launcher_table,
+    "sweep-keys": sweep_keys_table,
+}
+
+
+def render(name: str) -> str:
+    kind, *arguments = name.split()
+    if kind not in KINDS:
+        raise SystemExit(f"unknown generated section {name!r}; kinds: {', '.join(KINDS)}")
+    return KINDS[kind](*arguments)
+
+
+def regenerate(text: str) -> str:
+    """``text`` with every generated section written anew."""
+
+    def replace(match: re.Match) -> str:
+        return f"{match.group(1)}{render(match.group('name'))}\n{match.group(4)}"
+
+    return SECTION.sub(replace, text)
+
+
+def stale_sections(pages=PAGES) -> list[str]:
+    """``PAGE: NAME`` of every generated section that differs from what the code gives."""
+    stale = []
+    for page in pages:
+        text = page.read_text()
+        for match in SECTION.finditer(text):
+            if match.group("body") != render(match.group("name")) + "\n":
+                stale.append(f"{page.relative_to(ROOT)}: {match.group('name')}")
+    return stale
+
+
+def main(argv: list[str]) -> int:
+    import dmg_domainbed
+
+    dmg_domainbed.register()
+    if "--check" in argv:
+        problems = [f"stale: {name} (run python docs/generate.py)" for name in stale_sections()]
+        problems += unknown_options()
+        print("\n".join(problems))
+        return 1 if problems else 0
+    for page in PAGES:
+        text = page.read_text()
+        new = regenerate(text)
+        if new != text:
+            page.write_text(new)
+            print(f"wrote {page.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,45 @@
+"""The generated sections of README.md and docs/ match the code, and every `dmg-domainbed`
+command line in them names a subcommand and flags the parser has."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def generate():
+    import dmg_domainbed
+
+    dmg_domainbed.register()
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "docs" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_sections_are_fresh(generate):
+    assert generate.stale_sections() == [], "run python docs/generate.py"
+
+
+def test_command_lines_in_the_docs_exist(generate):
+    assert generate.unknown_options() == []
+
+
+def test_a_stale_section_and_an_unknown_flag_are_caught(generate, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- generated: launcher local_parallel -->\nold\n"
+        "<!-- end of generated: launcher local_parallel -->\n"
+        "Run `dmg-domainbed demo --steps 5 --step 5` or `dmg-domainbed sweeps FILE`.\n"
+    )
+    generate.ROOT = tmp_path
+    assert generate.stale_sections([page]) == ["page.md: launcher local_parallel"]
+    assert [p.split(": ")[-1] for p in generate.unknown_options([page])] == [
+        "demo has no --step",
+        "no subcommand 'sweeps'",
+    ]
+    page.write_text(generate.regenerate(page.read_text()))
+    assert generate.stale_sections([page]) == []
