@@ -9,5 +9,13 @@ names (:func:`reject_unknown`) and values.
 
 from dmg_domainbed.hparams.names import reject_unknown
 from dmg_domainbed.hparams.space import HParam, HParamSpace, positive, resolve_space
+from dmg_domainbed.hparams.trainable import check_trainable
 
-__all__ = ["HParam", "HParamSpace", "positive", "reject_unknown", "resolve_space"]
+__all__ = [
+    "HParam",
+    "HParamSpace",
+    "check_trainable",
+    "positive",
+    "reject_unknown",
+    "resolve_space",
+]

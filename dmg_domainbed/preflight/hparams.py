@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.trainable import check_trainable
 from dmg_domainbed.rules import rule_like
 
 
@@ -31,7 +32,8 @@ def effective_hparams(
 ) -> dict[str, Any]:
     """The hparams of a run with ``hparams_seed`` 0: the defaults updated with ``overrides``.
 
-    Raises :class:`UserError` for an unknown name or a value of the wrong type.
+    Raises :class:`UserError` for an unknown name, a value of the wrong type or one that
+    cannot train.
     """
     from domainbed import hparams_registry
 
@@ -56,4 +58,5 @@ def effective_hparams(
                 f"Give a value of the type of its default, {hparams[name]!r}.",
             )
     hparams.update(overrides)
+    check_trainable(hparams, algorithm)
     return hparams

@@ -37,3 +37,17 @@ def test_overrides_update_the_defaults():
 def test_unknown_names_and_wrong_types_are_rejected(algorithm, overrides, message):
     with pytest.raises(UserError, match=message):
         effective_hparams(algorithm, "PACS", overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"lr": 1e30}, r"ERM hparam 'lr' = 1e\+30 is not valid: it must be a number between"),
+        ({"lr": float("nan")}, r"'lr' on PACS = nan is not valid"),
+        ({"weight_decay": -1.0}, r"'weight_decay' = -1.0 is not valid"),
+        ({"batch_size": 0}, r"'batch_size' = 0 is not valid: it must be an integer between 1"),
+    ],
+)
+def test_values_no_run_can_train_with_are_refused(overrides, message):
+    with pytest.raises(UserError, match=message):
+        effective_hparams("ERM", "PACS", overrides)
