@@ -66,5 +66,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nWrote {', '.join(str(p) for p in written.files)}")
     if log_dir is not None:
         names = tensorboard.export(sweep, written.ranked, log_dir)
-        print(f"TensorBoard: {len(names)} runs in {log_dir}; view with: tensorboard --logdir {log_dir}")
+        print(f"TensorBoard: {len(names)} runs in {log_dir}; view them with:")
+        print(f"  tensorboard --logdir {log_dir}")
     return 0

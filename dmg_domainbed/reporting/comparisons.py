@@ -113,9 +113,7 @@ def compare(
     """
     names = list(algorithms) if algorithms is not None else list(selected["algorithm"].unique())
     rows: list[list] = []
-    for (method, dataset), block in selected.groupby(
-        ["selection_method", "dataset"], sort=False
-    ):
+    for (method, dataset), block in selected.groupby(["selection_method", "dataset"], sort=False):
         if reference not in set(block["algorithm"]):
             continue
         wide = block.pivot(
@@ -133,9 +131,7 @@ def compare(
             # Trials with every test domain for both; each one's mean over test domains.
             by_trial = pair.unstack("test_env").dropna()
             per_trial = by_trial.T.groupby(level="algorithm").mean().T
-            rows.append(
-                _row(method, dataset, algorithm, reference, AVERAGE, AVERAGE, per_trial)
-            )
+            rows.append(_row(method, dataset, algorithm, reference, AVERAGE, AVERAGE, per_trial))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["n_trials"] = frame["n_trials"].astype(int)
     return frame

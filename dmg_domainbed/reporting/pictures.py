@@ -81,7 +81,7 @@ def accuracy_figure(results: pd.DataFrame, dataset: str) -> Figure:
     )
     if empty and len(empty) < len(has_result):
         fig.supxlabel(
-            f"no result for any cell (see results.md): {'; '.join(empty)}", fontsize=8, color="dimgray"
+            f"no result (X in the tables) for: {'; '.join(empty)}", fontsize=8, color="dimgray"
         )
     return fig
 

@@ -40,7 +40,9 @@ class SweepReport:
                 f"not in this sweep. Pass --reference with one of: {names}."
             )
         elif self.comparisons.empty:
-            compared = f"Paired comparisons: no other algorithm shares a dataset with {self.reference}."
+            compared = (
+                f"Paired comparisons: no other algorithm shares a dataset with {self.reference}."
+            )
         else:
             compared = (
                 "Paired comparisons over each dataset (test accuracy, percentage points; "

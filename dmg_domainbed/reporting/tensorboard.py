@@ -138,7 +138,9 @@ def _hparams(runs_values) -> list:
             seen.setdefault(key, []).append(value)
     hparams = []
     for key, values in seen.items():
-        kinds = {bool if isinstance(v, bool) else str if isinstance(v, str) else float for v in values}
+        kinds = {
+            bool if isinstance(v, bool) else str if isinstance(v, str) else float for v in values
+        }
         domain = None
         if kinds == {float}:
             domain = hp.RealInterval(float(min(values)), float(max(values)))
