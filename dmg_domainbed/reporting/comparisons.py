@@ -12,14 +12,14 @@ in the difference. For selection method ``m``, algorithm ``a`` and reference ``r
   of the dataset for both (the per-trial average over test domains is how collect_results'
   "Averages" table treats a trial, so the two means are that table's numbers).
 
-Interval: Student's t interval ``mean(d) +/- t_{0.975, n-1} s / sqrt(n)`` (``scipy.stats.
-ttest_1samp``). Assumptions: the trials are independent replicates (new splits, new
-initialisation, new hparams draw for random searches) and the paired differences are roughly
-normal; test domains are fixed, not a sample. With three to five trials the t quantile (4.30
-for 3 trials) makes the interval honest where a bootstrap of three values is far too narrow,
-and averaging over test domains within a trial keeps the dependence between test domains of
-one trial (they share splits) out of the error. Each interval is a 95% interval on its own,
-not simultaneous over all comparisons.
+Interval: Student's t interval ``mean(d) +/- t_{0.975, n-1} s / sqrt(n)`` (the quantile from
+``scipy.stats.t``; the interval ``scipy.stats.ttest_1samp`` gives). Assumptions: the trials
+are independent replicates (new splits, new initialisation, new hparams draw for random
+searches) and the paired differences are roughly normal; test domains are fixed, not a sample.
+With three to five trials the t quantile (4.30 for 3 trials) keeps the interval honest where a
+bootstrap of three values is far too narrow, and averaging over test domains within a trial
+keeps the dependence between the test domains of one trial (they share splits) out of the
+error. Each interval is a 95% interval on its own, not simultaneous over all comparisons.
 
 Probability of beating the reference on a new trial: ``P(d_new > 0)`` under the same normal
 model, from the posterior predictive distribution with the usual non-informative prior,
@@ -41,7 +41,8 @@ import pandas as pd
 
 CONFIDENCE = 0.95
 AVERAGE = "Avg"
-BETTER, WORSE, UNCLEAR, ONE_TRIAL = "better", "worse", "unclear", "one trial"
+BETTER, WORSE, UNCLEAR = "better", "worse", "unclear"
+ONE_TRIAL, NO_PAIRS = "one trial", "no pairs"
 DEFAULT_REFERENCE = "ERM"
 
 COLUMNS = [
@@ -75,29 +76,42 @@ class Interval:
 
     @property
     def verdict(self) -> str:
-        if self.n < 2:
-            return ONE_TRIAL
-        if self.low > 0:
-            return BETTER
-        if self.high < 0:
-            return WORSE
-        return UNCLEAR
+        return str(verdicts(np.array([self.n]), np.array([self.low]), np.array([self.high]))[0])
+
+
+def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised over comparisons: from the number of pairs, the mean difference and its
+    sample standard deviation, the 95% Student-t interval (low, high) and the predictive
+    probability of beating the reference on a new trial; NaN where ``n < 2``."""
+    from scipy import stats
+
+    n, mean, spread = (np.asarray(a, dtype=float) for a in (n, mean, spread))
+    df = np.where(n >= 2, n - 1, np.nan)
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, df) * spread / np.sqrt(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # A zero spread (every trial gave the same difference) leaves no doubt either way.
+        z = mean / (spread * np.sqrt(1 + 1 / n))
+    p_beats = np.where(spread > 0, stats.t.cdf(z, df), (mean > 0).astype(float))
+    p_beats = np.where(n >= 2, p_beats, np.nan)
+    return mean - half, mean + half, p_beats
+
+
+def verdicts(n, low, high) -> np.ndarray:
+    """``better`` / ``worse`` where the interval excludes zero, ``unclear`` where it does
+    not, ``one trial`` without interval."""
+    return np.select(
+        [n < 1, n < 2, low > 0, high < 0],
+        [NO_PAIRS, ONE_TRIAL, BETTER, WORSE],
+        UNCLEAR,
+    )
 
 
 def paired_interval(differences: Sequence[float]) -> Interval:
     """:class:`Interval` of the paired ``differences`` (one per trial seed)."""
-    from scipy import stats
-
     d = np.asarray(differences, dtype=float)
-    n, mean = len(d), float(np.mean(d))
-    if n < 2:
-        return Interval(n, mean, math.nan, math.nan, math.nan)
-    spread = float(np.std(d, ddof=1))
-    if spread == 0:  # every trial gave the same difference: nothing to spread the interval
-        return Interval(n, mean, mean, mean, float(mean > 0))
-    low, high = stats.ttest_1samp(d, 0.0).confidence_interval(CONFIDENCE)
-    predictive = stats.t(df=n - 1, loc=mean, scale=spread * math.sqrt(1 + 1 / n))
-    return Interval(n, mean, float(low), float(high), float(predictive.sf(0.0)))
+    spread = float(np.std(d, ddof=1)) if len(d) > 1 else math.nan
+    low, high, p_beats = intervals(len(d), np.mean(d), spread)
+    return Interval(len(d), float(np.mean(d)), float(low), float(high), float(p_beats))
 
 
 def compare(
@@ -112,52 +126,64 @@ def compare(
     come). Datasets without runs of ``reference`` are left out.
     """
     names = list(algorithms) if algorithms is not None else list(selected["algorithm"].unique())
-    rows: list[list] = []
-    for (method, dataset), block in selected.groupby(["selection_method", "dataset"], sort=False):
-        if reference not in set(block["algorithm"]):
+    cell = ["selection_method", "dataset", "test_env"]
+    wide = selected.pivot(index=[*cell, "trial_seed"], columns="algorithm", values="accuracy")
+    if reference not in wide.columns:
+        return pd.DataFrame(columns=COLUMNS)
+    wide = wide[wide[reference].notna()]
+    # The test domains each (method, dataset) has: a trial counts over the dataset only
+    # when it has every one of them for both algorithms.
+    n_domains = wide.reset_index().groupby(cell[:2])["test_env"].nunique()
+    domains = selected.drop_duplicates(cell).set_index(cell)["test_domain"]
+    frames = []
+    for algorithm in names:
+        if algorithm == reference or algorithm not in wide.columns:
             continue
-        wide = block.pivot(
-            index=["test_env", "trial_seed"], columns="algorithm", values="accuracy"
-        ).sort_index()
-        domains = block.drop_duplicates("test_env").set_index("test_env")["test_domain"]
-        domains = domains.sort_index()
-        for algorithm in names:
-            if algorithm == reference or algorithm not in wide.columns:
-                continue
-            pair = wide[[algorithm, reference]]
-            for env, domain in domains.items():
-                both = pair.loc[env].dropna()
-                rows.append(_row(method, dataset, algorithm, reference, env, domain, both))
-            # Trials with every test domain for both; each one's mean over test domains.
-            by_trial = pair.unstack("test_env").dropna()
-            per_trial = by_trial.T.groupby(level="algorithm").mean().T
-            rows.append(_row(method, dataset, algorithm, reference, AVERAGE, AVERAGE, per_trial))
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    frame["n_trials"] = frame["n_trials"].astype(int)
-    return frame
+        pairs = wide[[algorithm, reference]].dropna()
+        pairs.columns = ["accuracy", "reference_accuracy"]
+        pairs = pairs.assign(difference=pairs["accuracy"] - pairs["reference_accuracy"])
+        per_domain = _summaries(pairs, cell)
+        per_domain["test_domain"] = domains.reindex(per_domain.index).to_numpy()
+        by_trial = pairs.groupby([*cell[:2], "trial_seed"])
+        trials = by_trial.mean().assign(count=by_trial.size())
+        complete = (
+            trials["count"].to_numpy()
+            == n_domains.reindex(trials.index.droplevel("trial_seed")).to_numpy()
+        )
+        overall = _summaries(trials[complete], cell[:2])
+        overall["test_env"] = overall["test_domain"] = AVERAGE
+        overall = overall.set_index("test_env", append=True)
+        frames.append(pd.concat([per_domain, overall]).assign(algorithm=algorithm))
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    rows = pd.concat(frames).reset_index()
+    low, high, p_beats = intervals(rows["n_trials"], rows["difference"], rows["spread"])
+    rows = rows.assign(reference=reference, ci_low=low, ci_high=high, p_beats=p_beats)
+    rows["verdict"] = verdicts(rows["n_trials"].to_numpy(), low, high)
+    # Methods and datasets as they came; algorithms in the given order; domains, then Avg.
+    order = {
+        "selection_method": list(selected["selection_method"].unique()),
+        "dataset": list(selected["dataset"].unique()),
+        "algorithm": names,
+    }
+    rows["is_average"] = rows["test_env"].eq(AVERAGE)
+    rows["env_order"] = pd.to_numeric(rows["test_env"], errors="coerce")
+    rows = rows.sort_values(
+        ["selection_method", "dataset", "algorithm", "is_average", "env_order"],
+        key=lambda c: c.map(order[c.name].index) if c.name in order else c,
+        ignore_index=True,
+    )
+    return rows[COLUMNS]
 
 
-def _row(method, dataset, algorithm, reference, env, domain, both: pd.DataFrame) -> list:
-    if both.empty:
-        nan = math.nan
-        return [method, dataset, algorithm, reference, env, domain, 0, *[nan] * 6, "no pairs"]
-    interval = paired_interval(both[algorithm] - both[reference])
-    return [
-        method,
-        dataset,
-        algorithm,
-        reference,
-        env,
-        domain,
-        interval.n,
-        float(both[algorithm].mean()),
-        float(both[reference].mean()),
-        interval.difference,
-        interval.low,
-        interval.high,
-        interval.p_beats,
-        interval.verdict,
-    ]
+def _summaries(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per group of ``keys``: number of pairs, mean accuracies and difference, and the
+    differences' sample standard deviation (``spread``)."""
+    groups = pairs.groupby(keys)
+    summary = groups[["accuracy", "reference_accuracy", "difference"]].mean()
+    summary["n_trials"] = groups.size()
+    summary["spread"] = groups["difference"].std(ddof=1)
+    return summary
 
 
 def interval_text(row: pd.Series) -> str:

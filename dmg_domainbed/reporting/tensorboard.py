@@ -84,8 +84,8 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
     log_dir.mkdir(parents=True, exist_ok=True)
     with SummaryWriter(log_dir=str(log_dir)) as writer:
         metrics = [
-            hp.Metric(f"{kind}/{tag}")
-            for tag in METHOD_TAGS.values()
+            hp.Metric(f"{kind}/{METHOD_TAGS[method]}")
+            for method in ranked["selection_method"].unique()
             for kind in ("selected_test_acc", "selected")
         ]
         writer.file_writer.add_summary(hp.hparams_config_pb(_hparams(values.values()), metrics))
