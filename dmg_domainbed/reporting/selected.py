@@ -8,10 +8,11 @@ accuracies it chose inside a run but not at which checkpoint, so the subclasses 
 step to what it returns and change nothing else: the accuracies, their order and the
 tie-breaking are DomainBed's own.
 
-One row per (selection method, dataset, algorithm, test environment, trial seed): the selected
-``test_acc`` in percent (collect_results' cell is the mean and standard error of these over
-trial seeds), its validation accuracy, the run folder, hparams seed, hparams and step. The
-paired comparisons and ranks are computed from these rows.
+Every hparams setting a method ranks in a group is a row of :func:`ranked_runs` (rank 0 is
+the one selected, its ``accuracy`` collect_results' number for that trial); each row has the
+run folder, hparams seed, hparams, the checkpoint's step, and its validation and test
+accuracy (%). The selected rows (:func:`selected_frame`) are ``selected_hparams.csv``, and the
+paired comparisons and ranks are computed from them; the TensorBoard export marks them.
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def selected_frame(ranked: pd.DataFrame) -> pd.DataFrame:
 def selected_hparams(selected: pd.DataFrame) -> pd.DataFrame:
     """:func:`selected_frame` with one column per hparam (empty where an algorithm has no such
     hparam); an hparam named like one of :data:`COLUMNS` gets the suffix `` (hparam)``."""
-    hparams = pd.json_normalize(selected["hparams"].tolist(), max_level=0)
-    hparams.index = selected.index
-    return selected[COLUMNS].join(hparams, rsuffix=" (hparam)")
+    # Object columns keep each value as train.py logged it (an int stays an int where
+    # another algorithm has no such hparam).
+    hparams = pd.DataFrame(selected["hparams"].tolist(), index=selected.index, dtype=object)
+    hparams = hparams.rename(columns=lambda name: f"{name} (hparam)" if name in COLUMNS else name)
+    return pd.concat([selected[COLUMNS], hparams], axis=1)
