@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -42,7 +41,7 @@ import pandas as pd
 CONFIDENCE = 0.95
 AVERAGE = "Avg"
 BETTER, WORSE, UNCLEAR = "better", "worse", "unclear"
-ONE_TRIAL, NO_PAIRS = "one trial", "no pairs"
+ONE_TRIAL = "one trial"
 DEFAULT_REFERENCE = "ERM"
 
 COLUMNS = [
@@ -61,22 +60,6 @@ COLUMNS = [
     "p_beats",
     "verdict",
 ]
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A paired difference (percentage points) with its interval and the predictive
-    probability that the algorithm beats the reference on a new trial; NaN with one trial."""
-
-    n: int
-    difference: float
-    low: float
-    high: float
-    p_beats: float
-
-    @property
-    def verdict(self) -> str:
-        return str(verdicts(np.array([self.n]), np.array([self.low]), np.array([self.high]))[0])
 
 
 def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,19 +82,7 @@ def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def verdicts(n, low, high) -> np.ndarray:
     """``better`` / ``worse`` where the interval excludes zero, ``unclear`` where it does
     not, ``one trial`` without interval."""
-    return np.select(
-        [n < 1, n < 2, low > 0, high < 0],
-        [NO_PAIRS, ONE_TRIAL, BETTER, WORSE],
-        UNCLEAR,
-    )
-
-
-def paired_interval(differences: Sequence[float]) -> Interval:
-    """:class:`Interval` of the paired ``differences`` (one per trial seed)."""
-    d = np.asarray(differences, dtype=float)
-    spread = float(np.std(d, ddof=1)) if len(d) > 1 else math.nan
-    low, high, p_beats = intervals(len(d), np.mean(d), spread)
-    return Interval(len(d), float(np.mean(d)), float(low), float(high), float(p_beats))
+    return np.select([n < 2, low > 0, high < 0], [ONE_TRIAL, BETTER, WORSE], UNCLEAR)
 
 
 def compare(
@@ -189,8 +160,6 @@ def _summaries(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def interval_text(row: pd.Series) -> str:
     """``+1.2 [-0.3, +2.7]`` (difference and 95% interval, points), with the verdict where
     the interval excludes zero; the difference alone with one trial."""
-    if row["n_trials"] == 0:
-        return ""
     if row["n_trials"] < 2:
         return f"{row['difference']:+.1f} (one trial)"
     text = f"{row['difference']:+.1f} [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
@@ -243,8 +212,6 @@ def brief(comparisons: pd.DataFrame) -> str:
 
 def _sentence(row: pd.Series) -> str:
     n = row["n_trials"]
-    if n == 0:
-        return "no trial with every test domain for both"
     difference = f"{row['difference']:+.1f} points"
     if n < 2:
         return f"{difference} (one trial: no interval; run 2 or more trials)"
