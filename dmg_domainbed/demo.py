@@ -124,7 +124,8 @@ def check_no_conflicting_runs(demo: Demo, jobs: list) -> None:
 
 def collect_results_text(sweep_dir: Path) -> str:
     """What ``python -m domainbed.scripts.collect_results --input_dir SWEEP`` prints, made by
-    its own ``print_results_tables`` for each of its selection methods."""
+    its own ``print_results_tables`` for each of its selection methods, except that a method
+    without any result is one line saying why instead of tables of X."""
     from domainbed.scripts import collect_results
 
     from dmg_domainbed.reporting import tables
@@ -134,12 +135,16 @@ def collect_results_text(sweep_dir: Path) -> str:
     with contextlib.redirect_stdout(printed):
         print("Total records:", len(records))
         for method in tables.selection_methods():
-            collect_results.print_results_tables(records, method, latex=False)
+            if len(tables.selected_groups(records, method)):
+                collect_results.print_results_tables(records, method, latex=False)
+            else:
+                print(f"\n{tables.no_result_line(method.name)}")
     return printed.getvalue()
 
 
 def write_report_files(demo: Demo, finished: list, echo: Echo) -> list[Path]:
-    """The sweep report (collect_results' numbers as tables and pictures), the pictures of what
+    """The sweep report (collect_results' numbers as tables and pictures, the selected hparams,
+    the paired comparisons with ERM and the ranks, whose summary it prints), the pictures of what
     each run learned (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw) and the
     in-domain Table 3 per test domain. Runs' pictures and Table 3 are made from the first trial
     of DomainBed's default hparams: the runs that share one data split per test domain, as the
@@ -176,10 +181,11 @@ def write_report_files(demo: Demo, finished: list, echo: Echo) -> list[Path]:
     return files
 
 
-def _sweep_report(sweep_dir: Path, report_dir: Path) -> tuple[list[Path], None]:
+def _sweep_report(sweep_dir: Path, report_dir: Path) -> tuple[list[Path], str]:
     from dmg_domainbed.reporting.report import write_report
 
-    return write_report(sweep_dir, report_dir).files, None
+    written = write_report(sweep_dir, report_dir)
+    return written.files, written.summary()
 
 
 def _run_pictures(folder: Path, report_dir: Path) -> tuple[list[Path], str | None]:

@@ -18,18 +18,29 @@ def test_demo_runs_every_test_domain_and_reports(demo_run):
     assert f"{N_JOBS} jobs, 0 already done, {N_JOBS} to run" in printed
     for n in range(1, N_JOBS + 1):
         assert f"[{n}/{N_JOBS}] done: " in printed
-    # collect_results' own table, for every selection method.
-    for method in (
-        "training-domain validation set",
-        "leave-one-domain-out cross-validation",
-        "test-domain validation set (oracle)",
-    ):
+    # collect_results' own table, for every selection method with a result; one line, not
+    # tables of X, for leave-one-domain-out (it needs runs that hold out two domains).
+    for method in ("training-domain validation set", "test-domain validation set (oracle)"):
         assert f"-------- Dataset: RotatedDigits, model selection method: {method}" in printed
+    assert "leave-one-domain-out cross-validation\n" not in printed
+    assert (
+        "Model selection leave-one-domain-out cross-validation: no result for any cell: it "
+        "validates on runs that hold out two domains"
+    ) in printed
+    assert not re.search(r"^\S+(\s+X)+\s*$", printed, re.MULTILINE)
+    # The paired comparisons with ERM (one trial: the difference, no interval) and the ranks.
+    assert re.search(r"  DMG vs ERM: [-+][0-9.]+ points \(one trial: no interval", printed)
+    assert "Average ranks across tasks (1 = best):" in printed
     report = output / "report"
     for name in (
         "results.csv",
         "averages.csv",
         "results.md",
+        "selected_hparams.csv",
+        "comparisons.csv",
+        "comparisons.md",
+        "ranks.csv",
+        "ranks.md",
         "accuracy_RotatedDigits.png",
         "dmg_diagnostics_RotatedDigits.png",
         "in_domain.csv",
@@ -72,7 +83,7 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
     assert {key: snapshot(runs[key]) for key in others} == others
 
 
-def test_trials_and_hparam_samples_give_the_tables_standard_errors(tmp_path):
+def test_trials_and_hparam_samples_give_standard_errors_and_intervals(tmp_path):
     output = tmp_path / "demo"
     printed = run_cli(
         "demo",
@@ -82,13 +93,14 @@ def test_trials_and_hparam_samples_give_the_tables_standard_errors(tmp_path):
         "5",
         "--algorithms",
         "ERM",
+        "DMG",
         "--trials",
         "2",
         "--hparams_samples",
         "2",
     ).stdout
 
-    assert "2 hparam setting(s) x 2 trial(s): 16 jobs" in printed
+    assert "2 hparam setting(s) x 2 trial(s): 32 jobs" in printed
     seeds, hparams = set(), {}
     for folder in (output / "sweep").iterdir():
         if folder.is_dir():
@@ -103,6 +115,17 @@ def test_trials_and_hparam_samples_give_the_tables_standard_errors(tmp_path):
     erm_row = next(line for line in table.splitlines() if line.startswith("ERM"))
     errors = [float(error) for error in re.findall(r"\+/- ([0-9.]+)", erm_row)]
     assert len(errors) == 4 and any(error > 0 for error in errors), erm_row
+    # DMG paired with ERM on the two trials' splits: the difference with its 95% interval.
+    line = re.search(
+        r"  DMG vs ERM: ([-+][0-9.]+) points, 95% CI \[(\S+), (\S+)\] over 2 trials", printed
+    )
+    assert line, printed
+    difference, low, high = map(float, line.groups())
+    assert low <= difference <= high
+    comparisons = (output / "report" / "comparisons.md").read_text()
+    assert re.search(
+        r"\| DMG( \| [-+][0-9.]+ \[[-+][0-9.]+, [-+][0-9.]+\]( better| worse)?){5} \|", comparisons
+    )
 
 
 def test_unknown_algorithm_is_refused_before_any_work(tmp_path):

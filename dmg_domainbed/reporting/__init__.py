@@ -8,6 +8,10 @@ Nothing here writes into the folders it reads.
 * :mod:`.runs` -- a training run on disk: reading it, checking it, rebuilding its model,
   dataset and splits;
 * :mod:`.tables` -- collect_results' numbers as DataFrames and Markdown;
+* :mod:`.selected` -- the run, hparams and checkpoint each selection method selects;
+* :mod:`.comparisons` -- every algorithm paired with a reference, with confidence intervals;
+* :mod:`.ranks` -- average ranks across tasks, Friedman test, critical-difference diagram;
+* :mod:`.tensorboard` -- a sweep's runs, hparams and selections as TensorBoard logs;
 * :mod:`.pictures` -- the look of every picture, and the sweep's accuracy picture;
 * :mod:`.files` -- writing CSV, Markdown and PNG files into a safe output folder;
 * :mod:`.in_domain` -- in-domain evaluation of finished runs (paper Table 3);

@@ -1,4 +1,5 @@
-"""A sweep's report: collect_results' numbers as CSV and Markdown, and its pictures."""
+"""A sweep's report: collect_results' numbers, the selected hparams, paired comparisons and
+ranks, as CSV and Markdown, and its pictures."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pandas as pd
 
 from dmg_domainbed.algorithms.base import training_curves
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import pictures, tables
+from dmg_domainbed.reporting import pictures, ranks, selected, tables
+from dmg_domainbed.reporting.comparisons import DEFAULT_REFERENCE, compare, comparisons_markdown
+from dmg_domainbed.reporting.comparisons import brief as comparisons_brief
 from dmg_domainbed.reporting.files import check_output_dir, save
 from dmg_domainbed.reporting.runs import require_sweep
 
@@ -21,7 +24,37 @@ class SweepReport:
 
     results: pd.DataFrame
     averages: pd.DataFrame
+    ranked: pd.DataFrame
+    comparisons: pd.DataFrame
+    rankings: list[ranks.Ranking]
+    reference: str | None
     files: list[Path]
+
+    def summary(self) -> str:
+        """What ``report`` prints after the results: the comparisons over each dataset (or
+        why there are none) and the ranks."""
+        if self.reference is None:
+            names = ", ".join(self.results["algorithm"].unique())
+            compared = (
+                f"Paired comparisons left out: {DEFAULT_REFERENCE}, the default reference, is "
+                f"not in this sweep. Pass --reference with one of: {names}."
+            )
+        elif self.comparisons.empty:
+            compared = (
+                f"Paired comparisons: no other algorithm shares a dataset with {self.reference}."
+            )
+        else:
+            compared = (
+                "Paired comparisons over each dataset (test accuracy, percentage points; "
+                "comparisons.md has each test domain):\n" + comparisons_brief(self.comparisons)
+            )
+        ranked = "\n".join(
+            f"  {r.selection_method}: "
+            + ", ".join(f"{name} {rank:.2f}" for name, rank in r.average_ranks.items())
+            + f". {ranks.summary(r)}"
+            for r in self.rankings
+        )
+        return f"{compared}\n\nAverage ranks across tasks (1 = best):\n{ranked}"
 
 
 def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
@@ -45,15 +78,30 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
     return [sorted(chosen[key], key=lambda r: r["step"]) for key in sorted(chosen)]
 
 
-def write_report(sweep_dir: str | Path, output_dir: str | Path) -> SweepReport:
-    """Tables (``results.csv``, ``averages.csv``, ``results.md``) and pictures of a sweep:
-    ``accuracy_<dataset>.png``, and ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm
-    that draws its diagnostics over training (e.g. DMG)."""
+def write_report(
+    sweep_dir: str | Path, output_dir: str | Path, reference: str | None = None
+) -> SweepReport:
+    """Everything ``report`` writes for a sweep:
+
+    * ``results.csv``, ``averages.csv``, ``results.md``: collect_results' numbers (in the
+      Markdown, a selection method without any result is one line, not a table of X);
+    * ``selected_hparams.csv``: the run, hparams and step each selection method selected;
+    * ``comparisons.csv`` / ``.md``: every algorithm paired with ``reference`` (default ERM
+      when the sweep has it), see :mod:`.comparisons`;
+    * ``ranks.csv`` / ``.md`` and, with enough tasks, ``ranks.png`` (:mod:`.ranks`);
+    * ``accuracy_<dataset>.png``, and ``<algorithm>_diagnostics_<dataset>.png`` for each
+      algorithm that draws its diagnostics over training (e.g. DMG).
+
+    A ``reference`` the sweep does not have is a :class:`UserError` before anything is
+    written.
+    """
     from domainbed import algorithms, datasets
 
     sweep = require_sweep(sweep_dir)
     output = check_output_dir(Path(output_dir), sweep)
     records = tables.load_sweep_records(sweep)
+    names = tables.ordered_algorithms(records)
+    reference = _reference(reference, names, sweep)
     results = tables.results_frame(records)
     averages = tables.averages_frame(records)
     if results.empty:
@@ -62,13 +110,26 @@ def write_report(sweep_dir: str | Path, output_dir: str | Path) -> SweepReport:
             f"({sorted(records.select('args.dataset').unique())}); collect_results would "
             "print no table either."
         )
+    ranked = selected.ranked_runs(records)
+    chosen = selected.selected_frame(ranked)
+    comparisons = compare(chosen, reference, names) if reference else pd.DataFrame()
+    found = ranks.rankings(chosen, names)
     output.mkdir(parents=True, exist_ok=True)
     files = [output / "results.csv", output / "averages.csv", output / "results.md"]
     results.to_csv(files[0], index=False)
     averages.to_csv(files[1], index=False)
     files[2].write_text(tables.results_markdown(results, averages))
+    files.append(output / "selected_hparams.csv")
+    selected.selected_hparams(chosen).to_csv(files[-1], index=False)
+    if len(comparisons):
+        files += _write(comparisons, comparisons_markdown(comparisons), output, "comparisons")
+    files += _write(ranks.ranks_frame(found), ranks.ranks_markdown(found), output, "ranks")
+    diagram = ranks.ranks_figure(found)
+    if diagram is not None:
+        files.append(save(diagram, output / "ranks.png"))
+    shown = results[~results["selection_method"].isin(tables.without_results(results))]
     for dataset in results["dataset"].unique():
-        accuracy = pictures.accuracy_figure(results, dataset)
+        accuracy = pictures.accuracy_figure(shown if len(shown) else results, dataset)
         files.append(save(accuracy, output / f"accuracy_{dataset}.png"))
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         for algorithm in results[results["dataset"] == dataset]["algorithm"].unique():
@@ -79,4 +140,23 @@ def write_report(sweep_dir: str | Path, output_dir: str | Path) -> SweepReport:
             if curves is not None:
                 path = output / f"{algorithm.lower()}_diagnostics_{dataset}.png"
                 files.append(save(curves, path))
-    return SweepReport(results=results, averages=averages, files=files)
+    return SweepReport(results, averages, ranked, comparisons, found, reference, files)
+
+
+def _reference(reference: str | None, names: list[str], sweep: Path) -> str | None:
+    """The algorithm to compare with: ``reference`` if the sweep has it, else ERM if present."""
+    if reference is None:
+        return DEFAULT_REFERENCE if DEFAULT_REFERENCE in names else None
+    if reference not in names:
+        raise UserError(
+            f"--reference '{reference}' is not an algorithm of the sweep '{sweep}', which has "
+            f"{', '.join(names)}. Give one of those."
+        )
+    return reference
+
+
+def _write(frame: pd.DataFrame, markdown: str, output: Path, stem: str) -> list[Path]:
+    paths = [output / f"{stem}.csv", output / f"{stem}.md"]
+    frame.to_csv(paths[0], index=False)
+    paths[1].write_text(markdown)
+    return paths

@@ -208,16 +208,46 @@ def wide_table(frame: pd.DataFrame, columns: str = "test_domain") -> pd.DataFram
     return table.loc[frame["algorithm"].unique(), frame[columns].unique()]
 
 
+def without_results(results: pd.DataFrame) -> list[str]:
+    """The selection methods with no result in any cell of ``results``."""
+    has_result = results.groupby("selection_method", sort=False)["accuracy"].apply(
+        lambda values: values.notna().any()
+    )
+    return [method for method, present in has_result.items() if not present]
+
+
+def no_result_line(method_name: str) -> str:
+    """One line instead of a table of X: which method, why it has no result, how to get one."""
+    from domainbed import model_selection
+
+    if method_name == model_selection.LeaveOneOutSelectionMethod.name:
+        why = (
+            "it validates on runs that hold out two domains (the test domain and one "
+            "validation domain), and this sweep has none. Sweep without --single_test_envs "
+            "(sweep file: single_test_envs = false) to train every pair of held-out domains too"
+        )
+    else:
+        why = (
+            "it selects among runs that hold out exactly one test domain, and this sweep has "
+            "none. Sweep every single test domain (DomainBed's sweep does unless its test "
+            "environments are restricted)"
+        )
+    return f"Model selection {method_name}: no result for any cell: {why}."
+
+
 def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
-    """Every table of collect_results, in its order, as Markdown sections."""
+    """Every table of collect_results with a result, in its order, as Markdown sections; a
+    method without any result is one line (:func:`no_result_line`)."""
     parts = [
         "# Results\n",
         "Test-domain accuracy (%), mean +/- standard error over trial seeds, as printed by "
-        "`python -m domainbed.scripts.collect_results`. X: no result (leave-one-domain-out "
-        "selection needs runs that hold out two domains; `--single_test_envs` sweeps have "
-        "none).\n",
+        "`python -m domainbed.scripts.collect_results`. X: no result for that cell.\n",
     ]
+    empty = without_results(results)
     for method in results["selection_method"].unique():
+        if method in empty:
+            parts.append(no_result_line(method) + "\n")
+            continue
         parts.append(f"## Model selection: {method}\n")
         of_method = results[results["selection_method"] == method]
         for dataset in of_method["dataset"].unique():

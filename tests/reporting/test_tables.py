@@ -2,9 +2,18 @@
 
 import pandas as pd
 import pytest
+from domainbed.model_selection import LeaveOneOutSelectionMethod
 from domainbed.scripts import collect_results
 
-from dmg_domainbed.reporting.tables import cell_text, markdown_table, mean_and_error, wide_table
+from dmg_domainbed.reporting.tables import (
+    cell_text,
+    markdown_table,
+    mean_and_error,
+    results_markdown,
+    wide_table,
+)
+
+LOO = LeaveOneOutSelectionMethod.name
 
 
 @pytest.mark.parametrize("accuracies", [[0.5], [0.9, 0.8], [0.123, 0.456, 0.789], [0.3] * 5])
@@ -38,3 +47,24 @@ def test_wide_table_keeps_the_order_algorithms_and_domains_came_in():
     wide = wide_table(long)
     assert list(wide.index) == ["ERM", "DMG"] and list(wide.columns) == ["90", "0"]
     assert wide.loc["DMG", "0"] == "4"
+
+
+def test_a_selection_method_without_any_result_is_one_line_not_a_table_of_x():
+    rows = []
+    for method, accuracy in (("training-domain validation set", 50.0), (LOO, None)):
+        for algorithm in ("ERM", "DMG"):
+            for env, domain in ((0, "0"), ("Avg", "Avg")):
+                text = cell_text(accuracy, 0.0) if env != "Avg" else f"{accuracy}"
+                text = "X" if accuracy is None else text
+                rows.append([method, "D", algorithm, env, domain, accuracy, 0.0, 1, text])
+    columns = ["selection_method", "dataset", "algorithm", "test_env", "test_domain"]
+    results = pd.DataFrame(rows, columns=[*columns, "accuracy", "stderr", "n_trials", "text"])
+    averages = results[results["test_env"] == "Avg"].assign(dataset="D")
+    markdown = results_markdown(results, averages)
+    assert markdown.count("| Algorithm |") == 2  # the results and averages of one method
+    assert f"## Model selection: {LOO}" not in markdown and "| X |" not in markdown
+    assert (
+        f"Model selection {LOO}: no result for any cell: it validates on runs that hold out "
+        "two domains (the test domain and one validation domain), and this sweep has none. "
+        "Sweep without --single_test_envs (sweep file: single_test_envs = false)"
+    ) in markdown

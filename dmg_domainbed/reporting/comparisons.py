@@ -1,0 +1,227 @@
+"""Paired comparisons of every algorithm with a reference, with 95% confidence intervals.
+
+What is paired is what DomainBed pairs: runs of the same dataset, test domains and trial seed
+train on the same data splits (train.py seeds the split of environment ``i`` with
+``misc.seed_hash(trial_seed, i)``, whatever the algorithm), so split-to-split variation cancels
+in the difference. For selection method ``m``, algorithm ``a`` and reference ``r``, with
+``acc`` the test accuracy (%) ``m`` selects (:mod:`.selected`):
+
+* per test domain ``e``: ``d_t = acc(a, e, t) - acc(r, e, t)`` over the trial seeds ``t``
+  both have;
+* over the dataset: ``D_t = mean_e d_t(e)`` over the trial seeds that have every test domain
+  of the dataset for both (the per-trial average over test domains is how collect_results'
+  "Averages" table treats a trial, so the two means are that table's numbers).
+
+Interval: Student's t interval ``mean(d) +/- t_{0.975, n-1} s / sqrt(n)`` (the quantile from
+``scipy.stats.t``; the interval ``scipy.stats.ttest_1samp`` gives). Assumptions: the trials
+are independent replicates (new splits, new initialisation, new hparams draw for random
+searches) and the paired differences are roughly normal; test domains are fixed, not a sample.
+With three to five trials the t quantile (4.30 for 3 trials) keeps the interval honest where a
+bootstrap of three values is far too narrow, and averaging over test domains within a trial
+keeps the dependence between the test domains of one trial (they share splits) out of the
+error. Each interval is a 95% interval on its own, not simultaneous over all comparisons.
+
+Probability of beating the reference on a new trial: ``P(d_new > 0)`` under the same normal
+model, from the posterior predictive distribution with the usual non-informative prior,
+Student's t with ``n-1`` degrees of freedom, location ``mean(d)`` and scale
+``s sqrt(1 + 1/n)`` (Gelman et al., *Bayesian Data Analysis*, Sec. 3.2).
+
+"better" / "worse" are said only where the interval excludes zero; one trial gives a
+difference but no interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+CONFIDENCE = 0.95
+AVERAGE = "Avg"
+BETTER, WORSE, UNCLEAR = "better", "worse", "unclear"
+ONE_TRIAL = "one trial"
+DEFAULT_REFERENCE = "ERM"
+
+COLUMNS = [
+    "selection_method",
+    "dataset",
+    "algorithm",
+    "reference",
+    "test_env",
+    "test_domain",
+    "n_trials",
+    "accuracy",
+    "reference_accuracy",
+    "difference",
+    "ci_low",
+    "ci_high",
+    "p_beats",
+    "verdict",
+]
+
+
+def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised over comparisons: from the number of pairs, the mean difference and its
+    sample standard deviation, the 95% Student-t interval (low, high) and the predictive
+    probability of beating the reference on a new trial; NaN where ``n < 2``."""
+    from scipy import stats
+
+    n, mean, spread = (np.asarray(a, dtype=float) for a in (n, mean, spread))
+    df = np.where(n >= 2, n - 1, np.nan)
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, df) * spread / np.sqrt(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # A zero spread (every trial gave the same difference) leaves no doubt either way.
+        z = mean / (spread * np.sqrt(1 + 1 / n))
+    p_beats = np.where(spread > 0, stats.t.cdf(z, df), (mean > 0).astype(float))
+    p_beats = np.where(n >= 2, p_beats, np.nan)
+    return mean - half, mean + half, p_beats
+
+
+def verdicts(n, low, high) -> np.ndarray:
+    """``better`` / ``worse`` where the interval excludes zero, ``unclear`` where it does
+    not, ``one trial`` without interval."""
+    return np.select([n < 2, low > 0, high < 0], [ONE_TRIAL, BETTER, WORSE], UNCLEAR)
+
+
+def compare(
+    selected: pd.DataFrame, reference: str, algorithms: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Every algorithm against ``reference``, per selection method and dataset: one row per
+    test domain and one (``test_env`` ``Avg``) over the dataset, columns :data:`COLUMNS`.
+
+    ``selected``: one row per (selection method, dataset, algorithm, test env, trial seed)
+    with the selected ``accuracy`` (%) and the ``test_domain`` name
+    (:func:`.selected.selected_frame`). ``algorithms`` gives the row order (default: as they
+    come). Datasets without runs of ``reference`` are left out.
+    """
+    names = list(algorithms) if algorithms is not None else list(selected["algorithm"].unique())
+    cell = ["selection_method", "dataset", "test_env"]
+    wide = selected.pivot(index=[*cell, "trial_seed"], columns="algorithm", values="accuracy")
+    if reference not in wide.columns:
+        return pd.DataFrame(columns=COLUMNS)
+    wide = wide[wide[reference].notna()]
+    # The test domains each (method, dataset) has: a trial counts over the dataset only
+    # when it has every one of them for both algorithms.
+    n_domains = wide.reset_index().groupby(cell[:2])["test_env"].nunique()
+    domains = selected.drop_duplicates(cell).set_index(cell)["test_domain"]
+    frames = []
+    for algorithm in names:
+        if algorithm == reference or algorithm not in wide.columns:
+            continue
+        pairs = wide[[algorithm, reference]].dropna()
+        pairs.columns = ["accuracy", "reference_accuracy"]
+        pairs = pairs.assign(difference=pairs["accuracy"] - pairs["reference_accuracy"])
+        per_domain = _summaries(pairs, cell)
+        per_domain["test_domain"] = domains.reindex(per_domain.index).to_numpy()
+        by_trial = pairs.groupby([*cell[:2], "trial_seed"])
+        trials = by_trial.mean().assign(count=by_trial.size())
+        complete = (
+            trials["count"].to_numpy()
+            == n_domains.reindex(trials.index.droplevel("trial_seed")).to_numpy()
+        )
+        overall = _summaries(trials[complete], cell[:2])
+        overall["test_env"] = overall["test_domain"] = AVERAGE
+        overall = overall.set_index("test_env", append=True)
+        frames.append(pd.concat([per_domain, overall]).assign(algorithm=algorithm))
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    rows = pd.concat(frames).reset_index()
+    low, high, p_beats = intervals(rows["n_trials"], rows["difference"], rows["spread"])
+    rows = rows.assign(reference=reference, ci_low=low, ci_high=high, p_beats=p_beats)
+    rows["verdict"] = verdicts(rows["n_trials"].to_numpy(), low, high)
+    # Methods and datasets as they came; algorithms in the given order; domains, then Avg.
+    order = {
+        "selection_method": list(selected["selection_method"].unique()),
+        "dataset": list(selected["dataset"].unique()),
+        "algorithm": names,
+    }
+    rows["is_average"] = rows["test_env"].eq(AVERAGE)
+    rows["env_order"] = pd.to_numeric(rows["test_env"], errors="coerce")
+    rows = rows.sort_values(
+        ["selection_method", "dataset", "algorithm", "is_average", "env_order"],
+        key=lambda c: c.map(order[c.name].index) if c.name in order else c,
+        ignore_index=True,
+    )
+    return rows[COLUMNS]
+
+
+def _summaries(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per group of ``keys``: number of pairs, mean accuracies and difference, and the
+    differences' sample standard deviation (``spread``)."""
+    groups = pairs.groupby(keys)
+    summary = groups[["accuracy", "reference_accuracy", "difference"]].mean()
+    summary["n_trials"] = groups.size()
+    summary["spread"] = groups["difference"].std(ddof=1)
+    return summary
+
+
+def interval_text(row: pd.Series) -> str:
+    """``+1.2 [-0.3, +2.7]`` (difference and 95% interval, points), with the verdict where
+    the interval excludes zero; the difference alone with one trial."""
+    if row["n_trials"] < 2:
+        return f"{row['difference']:+.1f} (one trial)"
+    text = f"{row['difference']:+.1f} [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
+    return f"{text} {row['verdict']}" if row["verdict"] in (BETTER, WORSE) else text
+
+
+def comparisons_markdown(comparisons: pd.DataFrame) -> str:
+    """One table per selection method and dataset: algorithms down, test domains across,
+    each cell the paired difference with its interval; the dataset's verdict and the
+    probability of beating the reference on a new trial last."""
+    from dmg_domainbed.reporting.tables import markdown_table
+
+    parts = [
+        "# Paired comparisons\n",
+        "Test-accuracy difference (percentage points) of each algorithm minus the reference, "
+        "paired on dataset, test domain and trial seed (the same data splits), with a 95% "
+        "Student-t interval over trial seeds; `Avg`: the per-trial mean over test domains. "
+        "better / worse: the interval excludes zero. P(new trial): the probability that the "
+        "algorithm beats the reference on a new trial (t predictive distribution).\n",
+    ]
+    for (method, dataset), block in comparisons.groupby(
+        ["selection_method", "dataset"], sort=False
+    ):
+        reference = block["reference"].iloc[0]
+        parts.append(f"## {dataset}, model selection: {method} (reference: {reference})\n")
+        cells = block.assign(cell=block.apply(interval_text, axis=1))
+        table = cells.pivot(index="algorithm", columns="test_domain", values="cell")
+        table = table.loc[block["algorithm"].unique(), block["test_domain"].unique()]
+        average = block[block["test_env"] == AVERAGE].set_index("algorithm")
+        table["P(new trial)"] = average["p_beats"].map(_percent)
+        table["verdict"] = average["verdict"]
+        parts.append(markdown_table(table, "Algorithm"))
+    return "\n".join(parts)
+
+
+def _percent(p: float) -> str:
+    return "" if math.isnan(p) else f"{100 * p:.0f}%"
+
+
+def brief(comparisons: pd.DataFrame) -> str:
+    """One line per algorithm, dataset and selection method: the dataset-level comparison."""
+    lines = []
+    average = comparisons[comparisons["test_env"] == AVERAGE]
+    for (method, dataset), block in average.groupby(["selection_method", "dataset"], sort=False):
+        lines.append(f"{dataset}, {method}:")
+        for _, row in block.iterrows():
+            lines.append(f"  {row['algorithm']} vs {row['reference']}: {_sentence(row)}")
+    return "\n".join(lines)
+
+
+def _sentence(row: pd.Series) -> str:
+    n = row["n_trials"]
+    difference = f"{row['difference']:+.1f} points"
+    if n < 2:
+        return f"{difference} (one trial: no interval; run 2 or more trials)"
+    verdict = {
+        BETTER: "better",
+        WORSE: "worse",
+        UNCLEAR: "no clear difference (the interval includes 0)",
+    }[row["verdict"]]
+    return (
+        f"{difference}, 95% CI [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}] over {n} "
+        f"trials, beats {row['reference']} on a new trial with probability "
+        f"{_percent(row['p_beats'])}: {verdict}"
+    )

@@ -1,0 +1,217 @@
+"""Algorithms ranked across tasks, with a Friedman test and a critical-difference diagram.
+
+A task is one dataset and test domain of the sweep; an algorithm's score on it is the mean
+over trial seeds of the test accuracy a selection method selects (collect_results' cell). On
+each task the algorithms are ranked (1 = best, ties share the average rank) and the ranks
+averaged over tasks (Demsar, *Statistical comparisons of classifiers over multiple data
+sets*, JMLR 2006, Sec. 3.2.2). Only tasks where every algorithm has a score take part.
+
+The Friedman test (``scipy.stats.friedmanchisquare``) asks whether the average ranks differ
+more than chance would make them; its p-value rests on a chi-square approximation that Demsar
+and SciPy consider reliable from more than 10 tasks, so with fewer (a single dataset of 4 to 6
+test domains) it is left out, together with the diagram, and the report says why. The
+diagram (``scikit_posthocs.critical_difference_diagram``) places each algorithm at its
+average rank and joins those that Nemenyi's post-hoc test
+(``scikit_posthocs.posthoc_nemenyi_friedman``) cannot tell apart at the 5% level; its bar is
+Nemenyi's critical difference ``q_0.05 sqrt(k(k+1) / 6N)`` for ``k`` algorithms and ``N``
+tasks (Demsar, eq. 5), ``q`` from SciPy's studentized range.
+
+scikit-posthocs rather than autorank: autorank picks its test itself (a repeated-measures
+ANOVA when the data look normal) and draws through pyplot's global state, while
+scikit-posthocs gives the Nemenyi p-values and draws on the axes it is handed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from dmg_domainbed.reporting import pictures
+
+MIN_TASKS = 11
+MIN_ALGORITHMS = 3
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The ranks of one selection method. ``statistic``, ``p_value``, ``nemenyi`` and
+    ``critical_difference`` are None when the test is left out (``note`` says why)."""
+
+    selection_method: str
+    scores: pd.DataFrame
+    average_ranks: pd.Series
+    left_out_tasks: int
+    statistic: float | None = None
+    p_value: float | None = None
+    nemenyi: pd.DataFrame | None = None
+    critical_difference: float | None = None
+    note: str | None = None
+
+    @property
+    def tested(self) -> bool:
+        return self.p_value is not None
+
+
+def task_scores(
+    selected: pd.DataFrame, method: str, algorithms: Sequence[str] | None = None
+) -> tuple[pd.DataFrame, int]:
+    """Tasks (``dataset``, ``test_domain``) down, algorithms across (in the order of
+    ``algorithms``, default as they come), mean selected accuracy over trial seeds; with the
+    number of tasks left out for a missing algorithm."""
+    rows = selected[selected["selection_method"] == method]
+    scores = rows.pivot_table(
+        index=["dataset", "test_domain"], columns="algorithm", values="accuracy", sort=False
+    )
+    present = set(scores.columns)
+    order = algorithms if algorithms is not None else rows["algorithm"].unique()
+    scores = scores[[name for name in order if name in present]]
+    complete = scores.dropna()
+    return complete, len(scores) - len(complete)
+
+
+def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
+    """Average ranks of the algorithms (columns of ``scores``) over its tasks (rows), and the
+    Friedman and Nemenyi tests when there are enough tasks and algorithms."""
+    from scipy import stats
+
+    ranks = pd.DataFrame(
+        stats.rankdata(-scores.to_numpy(), axis=1), index=scores.index, columns=scores.columns
+    )
+    average = ranks.mean().sort_values()
+    n_tasks, k = scores.shape
+    ranking = Ranking(method, scores, average, left_out_tasks)
+    if k < MIN_ALGORITHMS:
+        return _left_out(ranking, f"the test compares {MIN_ALGORITHMS} or more algorithms")
+    if n_tasks < MIN_TASKS:
+        return _left_out(
+            ranking,
+            f"its chi-square p-value needs {MIN_TASKS} or more tasks (Demsar 2006); sweep "
+            "more datasets",
+        )
+    import scikit_posthocs
+
+    statistic, p_value = stats.friedmanchisquare(*scores.to_numpy().T)
+    nemenyi = scikit_posthocs.posthoc_nemenyi_friedman(scores.to_numpy())
+    nemenyi.index = nemenyi.columns = scores.columns
+    q = stats.studentized_range.ppf(1 - ALPHA, k, np.inf) / math.sqrt(2)
+    difference = q * math.sqrt(k * (k + 1) / (6 * n_tasks))
+    return Ranking(
+        method,
+        scores,
+        average,
+        left_out_tasks,
+        float(statistic),
+        float(p_value),
+        nemenyi,
+        float(difference),
+    )
+
+
+def _left_out(ranking: Ranking, why: str) -> Ranking:
+    note = f"Friedman test and critical-difference diagram left out: {why}."
+    return Ranking(
+        ranking.selection_method,
+        ranking.scores,
+        ranking.average_ranks,
+        ranking.left_out_tasks,
+        note=note,
+    )
+
+
+def rankings(selected: pd.DataFrame, algorithms: Sequence[str] | None = None) -> list[Ranking]:
+    """A :class:`Ranking` for every selection method with results (``algorithms``: their
+    order, which sets their colours)."""
+    found = []
+    for method in selected["selection_method"].unique():
+        scores, left_out = task_scores(selected, method, algorithms)
+        if len(scores):
+            found.append(rank(method, scores, left_out))
+    return found
+
+
+def ranks_frame(found: list[Ranking]) -> pd.DataFrame:
+    """One row per selection method and algorithm: average rank, tasks, and the method's
+    Friedman statistic and p-value (empty when left out)."""
+    rows = [
+        [
+            ranking.selection_method,
+            algorithm,
+            average,
+            len(ranking.scores),
+            ranking.statistic,
+            ranking.p_value,
+        ]
+        for ranking in found
+        for algorithm, average in ranking.average_ranks.items()
+    ]
+    columns = ["selection_method", "algorithm", "average_rank", "n_tasks"]
+    return pd.DataFrame(rows, columns=[*columns, "friedman_statistic", "friedman_p"])
+
+
+def ranks_markdown(found: list[Ranking]) -> str:
+    """Average ranks per selection method, and what the Friedman test says."""
+    from dmg_domainbed.reporting.tables import markdown_table
+
+    parts = [
+        "# Ranks across tasks\n",
+        "Average rank (1 = best) over the tasks (dataset x test domain) where every "
+        "algorithm has a result; each task's score is the mean test accuracy over trials.\n",
+    ]
+    for ranking in found:
+        parts.append(f"## Model selection: {ranking.selection_method}\n")
+        table = ranking.average_ranks.map(lambda r: f"{r:.2f}").to_frame("average rank")
+        parts.append(markdown_table(table, "Algorithm"))
+        parts.append(summary(ranking) + "\n")
+    return "\n".join(parts)
+
+
+def summary(ranking: Ranking) -> str:
+    """One line: the tasks, and the Friedman test's result or why it is left out."""
+    tasks = f"{len(ranking.scores)} task(s) (dataset x test domain)"
+    if ranking.left_out_tasks:
+        tasks += f" ({ranking.left_out_tasks} left out: not every algorithm has a result)"
+    if not ranking.tested:
+        return f"{tasks}. {ranking.note}"
+    verdict = "differ" if ranking.p_value < ALPHA else "do not differ detectably"
+    return (
+        f"{tasks}. Friedman chi-square {ranking.statistic:.2f}, p = {ranking.p_value:.3g}: "
+        f"the ranks {verdict} at the 5% level; Nemenyi critical difference "
+        f"{ranking.critical_difference:.2f} (ranks.png)."
+    )
+
+
+def ranks_figure(found: list[Ranking]) -> Figure | None:
+    """The critical-difference diagram of every tested selection method, one panel each;
+    None when no method was tested."""
+    import scikit_posthocs
+
+    tested = [ranking for ranking in found if ranking.tested]
+    if not tested:
+        return None
+    height = 0.45 * max(len(r.average_ranks) for r in tested) + 1.2
+    fig = pictures.figure(8, height * len(tested))
+    # The labels stand beside the axes: room for them left and right (inches).
+    fig.get_layout_engine().set(w_pad=1.3)
+    axes = fig.subplots(len(tested), 1, squeeze=False)[:, 0]
+    for axis, ranking in zip(axes, tested, strict=True):
+        scikit_posthocs.critical_difference_diagram(
+            ranking.average_ranks,
+            ranking.nemenyi,
+            cd=ranking.critical_difference,
+            alpha=ALPHA,
+            ax=axis,
+            color_palette=pictures.colours(list(ranking.scores.columns)),
+        )
+        axis.set_title(
+            f"{ranking.selection_method}: average rank over {len(ranking.scores)} tasks\n"
+            f"Friedman p = {ranking.p_value:.3g}; bars join what Nemenyi's test cannot separate",
+            fontsize=9,
+            pad=28,
+        )
+    return fig

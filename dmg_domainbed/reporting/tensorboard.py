@@ -1,0 +1,150 @@
+"""A sweep as TensorBoard logs: every run's scalars per step, its hparams and the test
+accuracy each selection method takes from it (TensorBoard's HParams dashboard).
+
+Each run folder becomes one TensorBoard run, named ``<algorithm>/<dataset>/test_env<e>/
+hparams<h>_trial<t>_<folder>``, holding every number train.py logged in ``results.jsonl``
+(accuracies, losses, an algorithm's diagnostics) at its step, written with
+``torch.utils.tensorboard.SummaryWriter``. The hparams go through TensorBoard's HParams plugin
+(``tensorboard.plugins.hparams.summary_v2``): the log folder's top level describes the
+experiment (every hparam, with its values, and the metrics), each run states its values,
+with ``algorithm``, ``dataset``, ``test_envs``, ``hparams_seed`` and ``trial_seed`` added so
+the dashboard filters by them too. Metrics, per selection method: ``selected_test_acc/<method>``,
+the test accuracy (fraction, as train.py logs it) at the checkpoint the method picks in the
+run, logged at that step; and ``selected/<method>``, 1 for the run the method selects for its
+(dataset, algorithm, test domain, trial) and 0 for the others.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import numbers
+from pathlib import Path
+
+import pandas as pd
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.reporting.runs import RESULTS_FILE, read_records, run_folders
+
+OPTION = "--tensorboard"
+METHOD_TAGS = {
+    "training-domain validation set": "training_domain_validation",
+    "leave-one-domain-out cross-validation": "leave_one_domain_out",
+    "test-domain validation set (oracle)": "test_domain_oracle",
+}
+RUN_KEYS = ("algorithm", "dataset", "test_envs", "hparams_seed", "trial_seed")
+
+
+def check_log_dir(log_dir: Path, sweep: Path) -> Path:
+    """``log_dir``, if TensorBoard is installed and the folder is new or empty and outside the
+    sweep; else a :class:`UserError` saying how to fix it."""
+    if importlib.util.find_spec("tensorboard") is None:
+        raise UserError(
+            f"{OPTION} writes TensorBoard logs, but TensorBoard is not installed. Install it "
+            "with: pip install 'dmg-domainbed[tensorboard]'"
+        )
+    check_creatable(log_dir, OPTION)
+    resolved = log_dir.resolve()
+    if resolved == sweep.resolve() or sweep.resolve() in resolved.parents:
+        raise UserError(
+            f"{OPTION} folder '{log_dir}' lies inside the sweep folder '{sweep}', which is only "
+            f"read. Choose a {OPTION} folder outside it."
+        )
+    if log_dir.is_dir() and any(log_dir.iterdir()):
+        raise UserError(
+            f"{OPTION} folder '{log_dir}' is not empty; writing into it would mix two "
+            "exports of runs in TensorBoard. Give a new or empty folder, or delete it."
+        )
+    return log_dir
+
+
+def run_name(args: dict, folder: Path) -> str:
+    """The TensorBoard run of a run folder (unique: ends with the folder's name)."""
+    envs = "_".join(str(e) for e in args["test_envs"])
+    return (
+        f"{args['algorithm']}/{args['dataset']}/test_env{envs}/"
+        f"hparams{args['hparams_seed']}_trial{args['trial_seed']}_{folder.name}"
+    )
+
+
+def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
+    """Write the sweep's runs into ``log_dir`` (see the module's description); ``ranked`` is
+    :func:`.selected.ranked_runs` of the sweep. Returns the TensorBoard run names."""
+    from tensorboard.plugins.hparams import summary_v2 as hp
+    from torch.utils.tensorboard import SummaryWriter
+
+    by_run = {Path(run): rows for run, rows in ranked.groupby("run", sort=False)}
+    runs = []
+    for folder in run_folders(sweep):
+        records = [r for r in read_records(folder / RESULTS_FILE) if "args" in r]
+        if records:
+            runs.append((folder, records))
+    values = {folder: _hparam_values(records[-1]) for folder, records in runs}
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with SummaryWriter(log_dir=str(log_dir)) as writer:
+        metrics = [
+            hp.Metric(f"{kind}/{METHOD_TAGS[method]}")
+            for method in ranked["selection_method"].unique()
+            for kind in ("selected_test_acc", "selected")
+        ]
+        writer.file_writer.add_summary(hp.hparams_config_pb(_hparams(values.values()), metrics))
+    names = []
+    for folder, records in runs:
+        name = run_name(records[-1]["args"], folder)
+        with SummaryWriter(log_dir=str(log_dir / name)) as writer:
+            writer.file_writer.add_summary(hp.hparams_pb(values[folder], trial_id=name))
+            for record in records:
+                for key, value in record.items():
+                    if key != "step" and _is_number(value):
+                        writer.add_scalar(key, value, record["step"])
+            for _, row in by_run.get(_output_dir(records), pd.DataFrame()).iterrows():
+                tag = METHOD_TAGS[row["selection_method"]]
+                writer.add_scalar(f"selected_test_acc/{tag}", row["accuracy"] / 100, row["step"])
+                writer.add_scalar(f"selected/{tag}", float(row["rank"] == 0), records[-1]["step"])
+        names.append(name)
+    return names
+
+
+def _output_dir(records: list[dict]) -> Path:
+    return Path(records[-1]["args"]["output_dir"])
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _hparam_values(record: dict) -> dict:
+    """The run's hparams and identity as values the HParams plugin takes (bool, number,
+    string); others (lists, None) as JSON text."""
+    args = record["args"]
+    found = {key: args[key] for key in RUN_KEYS}
+    found["test_envs"] = ",".join(str(e) for e in args["test_envs"])
+    found.update(record["hparams"])
+    return {
+        key: value if isinstance(value, (bool, numbers.Real, str)) else json.dumps(value)
+        for key, value in found.items()
+    }
+
+
+def _hparams(runs_values) -> list:
+    """Every hparam of the runs, with its domain: the values seen for text and booleans, the
+    range seen for numbers, none where runs give it values of different kinds."""
+    from tensorboard.plugins.hparams import summary_v2 as hp
+
+    seen: dict[str, list] = {}
+    for values in runs_values:
+        for key, value in values.items():
+            seen.setdefault(key, []).append(value)
+    hparams = []
+    for key, values in seen.items():
+        kinds = {
+            bool if isinstance(v, bool) else str if isinstance(v, str) else float for v in values
+        }
+        domain = None
+        if kinds == {float}:
+            domain = hp.RealInterval(float(min(values)), float(max(values)))
+        elif len(kinds) == 1:
+            domain = hp.Discrete(sorted(set(values)))
+        hparams.append(hp.HParam(key, domain))
+    return hparams
