@@ -261,19 +261,8 @@ def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
 
 
 def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
-    """``table`` with its index as the first column; numbers are written as they are."""
+    """``table`` with its index as the first column (tabulate's pipe table); numbers are
+    written as they are, missing cells are empty and ``|`` in a cell is escaped."""
     label = index_label if index_label is not None else (table.index.name or "")
-    header = [label, *map(str, table.columns)]
-    lines = [_line(header), _line(["---"] + ["---:"] * len(table.columns))]
-    for name, row in table.iterrows():
-        lines.append(_line([name, *row.tolist()]))
-    return "\n".join(lines) + "\n"
-
-
-def _line(cells) -> str:
-    text = ["" if _missing(c) else str(c).replace("|", "\\|") for c in cells]
-    return "| " + " | ".join(text) + " |"
-
-
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
+    cells = table.astype(object).where(table.notna(), "").map(lambda c: str(c).replace("|", r"\|"))
+    return cells.rename_axis(label).to_markdown(tablefmt="pipe", disable_numparse=True) + "\n"

@@ -1,5 +1,7 @@
 """Table cells are formatted exactly as DomainBed's collect_results formats them."""
 
+import re
+
 import pandas as pd
 import pytest
 from domainbed.model_selection import LeaveOneOutSelectionMethod
@@ -31,9 +33,12 @@ def test_empty_cell_is_collect_results_x():
 
 def test_markdown_table_escapes_pipes_and_leaves_missing_cells_empty():
     table = pd.DataFrame({"x": ["a|b", None], "y": [1.5, float("nan")]}, index=["r1", "r2"])
-    assert markdown_table(table, "row") == (
-        "| row | x | y |\n| --- | ---: | ---: |\n| r1 | a\\|b | 1.5 |\n| r2 |  |  |\n"
-    )
+    assert markdown_table(table, "row").splitlines() == [
+        "| row   | x    | y   |",
+        "|:------|:-----|:----|",
+        "| r1    | a\\|b | 1.5 |",
+        "| r2    |      |     |",
+    ]
 
 
 def test_wide_table_keeps_the_order_algorithms_and_domains_came_in():
@@ -60,7 +65,7 @@ def test_a_selection_method_without_any_result_is_one_line_not_a_table_of_x():
     columns = ["selection_method", "dataset", "algorithm", "test_env", "test_domain"]
     results = pd.DataFrame(rows, columns=[*columns, "accuracy", "stderr", "n_trials", "text"])
     averages = results[results["test_env"] == "Avg"].assign(dataset="D")
-    markdown = results_markdown(results, averages)
+    markdown = re.sub(" +", " ", results_markdown(results, averages))
     assert markdown.count("| Algorithm |") == 2  # the results and averages of one method
     assert f"## Model selection: {LOO}" not in markdown and "| X |" not in markdown
     assert (
