@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import multiprocessing
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,80 +147,33 @@ def write_report_files(demo: Demo, finished: list, echo: Echo) -> list[Path]:
     in-domain Table 3 per test domain. Runs' pictures and Table 3 are made from the first trial
     of DomainBed's default hparams: the runs that share one data split per test domain, as the
     sweep report's diagnostics do.
-
-    The pieces are independent; they are drawn at once, one per CPU core (processes forked
-    after the sweep, one torch thread each).
     """
     from dmg_domainbed.algorithms.base import learned_pictures
-    from dmg_domainbed.reporting import in_domain, report  # noqa: F401 (imported before forking)
+    from dmg_domainbed.reporting import in_domain
+    from dmg_domainbed.reporting.report import write_report
 
+    written = write_report(demo.sweep_dir, demo.report_dir)
+    echo(written.summary())
+    files = list(written.files)
     first = [
         read_run(job.output_dir)
         for job in finished
         if job.train_args["hparams_seed"] == 0 and job.train_args["trial_seed"] == 0
     ]
-    calls: list[tuple[Callable, tuple]] = [(_sweep_report, (demo.sweep_dir, demo.report_dir))]
-    calls += [
-        (_run_pictures, (run_.path, demo.report_dir))
-        for run_ in first
-        if learned_pictures(algorithm_class(run_))
-    ]
-    by_test_env: dict[int, list[Path]] = {}
     for run_ in first:
-        by_test_env.setdefault(run_.test_envs[0], []).append(run_.path)
+        if learned_pictures(algorithm_class(run_)):
+            stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
+            try:
+                files += load_algorithm(run_, "cpu").draw_learned(run_, demo.report_dir, stem).files
+            except UserError as error:
+                echo(f"note: no pictures of {run_.describe()}: {error}")
+    by_test_env: dict[int, list] = {}
+    for run_ in first:
+        by_test_env.setdefault(run_.test_envs[0], []).append(run_)
     if by_test_env:
         groups = [by_test_env[env] for env in sorted(by_test_env)]
-        calls.append((_in_domain_table, (groups, demo.report_dir)))
-    files: list[Path] = []
-    for written, note in _in_parallel(calls):
-        files += written
-        if note:
-            echo(note)
+        files += in_domain.write_in_domain(groups, demo.report_dir).files
     return files
-
-
-def _sweep_report(sweep_dir: Path, report_dir: Path) -> tuple[list[Path], str]:
-    from dmg_domainbed.reporting.report import write_report
-
-    written = write_report(sweep_dir, report_dir)
-    return written.files, written.summary()
-
-
-def _run_pictures(folder: Path, report_dir: Path) -> tuple[list[Path], str | None]:
-    run_ = read_run(folder)
-    stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
-    try:
-        return load_algorithm(run_, "cpu").draw_learned(run_, report_dir, stem).files, None
-    except UserError as error:
-        return [], f"note: no pictures of {run_.describe()}: {error}"
-
-
-def _in_domain_table(groups: list[list[Path]], report_dir: Path) -> tuple[list[Path], None]:
-    from dmg_domainbed.reporting import in_domain
-
-    runs = [[read_run(folder) for folder in group] for group in groups]
-    return in_domain.write_in_domain(runs, report_dir).files, None
-
-
-def _in_parallel(calls: list[tuple[Callable, tuple]]) -> list:
-    """``[function(*arguments) for function, arguments in calls]``, in forked processes."""
-    from dmg_domainbed.launchers.local_parallel import usable_cores
-
-    workers = min(len(calls), usable_cores())
-    if workers < 2:
-        return [function(*arguments) for function, arguments in calls]
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool:
-        futures = [pool.submit(function, *arguments) for function, arguments in calls]
-        return [future.result() for future in futures]
-
-
-def _one_thread() -> None:
-    # One torch thread per process: the processes share the cores, and a single-threaded
-    # torch never starts the OpenMP pool that a forked process cannot use.
-    import torch
-
-    torch.set_num_threads(1)
 
 
 def run_demo(demo: Demo, echo: Echo = print) -> int:
