@@ -122,7 +122,7 @@ def test_trials_and_hparam_samples_give_standard_errors_and_intervals(tmp_path):
     assert line, printed
     difference, low, high = map(float, line.groups())
     assert low <= difference <= high
-    comparisons = (output / "report" / "comparisons.md").read_text()
+    comparisons = re.sub(" +", " ", (output / "report" / "comparisons.md").read_text())
     assert re.search(
         r"\| DMG( \| [-+][0-9.]+ \[[-+][0-9.]+, [-+][0-9.]+\]( better| worse)?){5} \|", comparisons
     )
