@@ -20,13 +20,11 @@ from dmg_domainbed.launchers.common import output_dir_of
 
 LINK_NAMES = {"stdout": "submitit.out", "stderr": "submitit.err"}
 INTERRUPTED_PREFIX = "interrupted_attempt_"
-# How long a job whose command got Slurm's SIGTERM waits for Slurm's next step (requeue, or the
-# kill of the whole job) before it reports the command as failed.
-KILLED_COMMAND_WAIT_S = 120
+KILLED_COMMAND_WAIT_S = 120  # for Slurm's next step after its SIGTERM: requeue or SIGKILL
 
 
 class CommandFailed(RuntimeError):
-    """A job's command exited with an error (what it printed is in the job's error log)."""
+    """A job's command failed (what it printed is in the job's error log)."""
 
 
 def set_aside_interrupted_attempt(folder: Path) -> Path | None:
@@ -57,13 +55,12 @@ def run_command(command: str) -> None:
         moved = set_aside_interrupted_attempt(Path(output_dir))
         if moved is not None:
             print(f"files of an interrupted attempt moved to {moved}", flush=True)
-    # submitit's choice of signal (SUBMITIT_PREEMPT_SIGNAL, USR2 by default)
     preemption = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
     process = subprocess.Popen(
         command,
         shell=True,
         start_new_session=True,  # a group of its own, killed whole if this process is stopped
-        preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN),
+        preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN),  # submitit's, for us
     )
     try:
         code = process.wait()
@@ -75,9 +72,7 @@ def run_command(command: str) -> None:
     if code == 0:
         return
     killed_by = -code if code < 0 else code - 128 if code > 128 else None  # direct, or via sh
-    if killed_by == signal.SIGTERM and "SLURM_JOB_ID" in os.environ:
-        # Slurm stops a job with SIGTERM (cancel, pre-emption, time limit): its next step
-        # follows (SIGKILL, or submitit's requeue on the pre-emption signal).
+    if killed_by == signal.SIGTERM and "SLURM_JOB_ID" in os.environ:  # cancel, pre-emption, time
         time.sleep(KILLED_COMMAND_WAIT_S)
     how = f"was killed by signal {killed_by}" if killed_by else f"exited with status {code}"
     raise CommandFailed(f"the command {how}")

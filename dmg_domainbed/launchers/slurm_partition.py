@@ -1,15 +1,13 @@
-"""The resources of one Slurm job: defaults that fit the partition, and Slurm's own verdict on
-the request before anything is submitted.
+"""The resources of one Slurm job: defaults that fit the partition, and Slurm's own verdict.
 
-``sinfo`` tells what the partition's nodes offer. Unset settings default to what fits there:
-1 GPU if the partition has GPUs; 8 CPUs (DomainBed's image datasets load with 8 workers) or the
-largest node's if fewer; 32 GB or the job's CPU share of that node's memory if less; 1440
-minutes or the partition's limit if lower. Whether the request can run is Slurm's call:
-``sbatch --test-only`` with the job's resources and the ``SBATCH_*`` variables. It refuses more
-CPUs than any node has (a real submission is accepted and pends forever), more memory, or a GPU
-where there is none; it accepts a time over the partition's limit, with which the jobs would
-pend forever, so that one limit is compared here. When Slurm refuses, the partition alone and
-then each resource alone are tried, to name the setting at fault.
+Unset settings default to what the partition's nodes offer (``sinfo``): 1 GPU if it has GPUs;
+8 CPUs (DomainBed's image datasets load with 8 workers) or the largest node's; 32 GB or the
+job's CPU share of that node's memory; 1440 minutes or the partition's limit. Whether the
+request can run is Slurm's call, asked with ``sbatch --test-only`` (which reads the ``SBATCH_*``
+variables too): it refuses more CPUs than any node has, which a real submission accepts and
+leaves pending forever, and accepts a time over the partition's limit, which pends forever too:
+that one limit is compared here. When Slurm refuses, the partition alone and then each resource
+alone are tried, to name the setting at fault.
 """
 
 from __future__ import annotations
@@ -126,32 +124,35 @@ def misfits(
     if limit is not None and request["time_min"] > limit:
         fix = f"over the partition's time limit: {FOREVER}. Set time_min to at most {limit}"
         problems.append(("time_min", fix))
-    alone = [f"--partition={partition.name}", f"--time={min(request['time_min'], limit or 1e9)}"]
+    time_min = min(request["time_min"], limit or request["time_min"])
+    alone = [f"--partition={partition.name}", f"--time={time_min}"]
     flags = {
         "gpus": [f"--gpus-per-node={request['gpus']}"] * bool(request["gpus"]),
         "cpus": [f"--cpus-per-task={request['cpus']}"],
         "mem_gb": [f"--mem={math.ceil(request['mem_gb'] * 1024)}M"],
     }
     said = refusal(alone + sum(flags.values(), []), environ)
-    if said is not None and refusal(alone, environ) is not None:
-        variables = " and ".join(["the partition", *sorted(v for v in environ if "SBATCH_" in v)])
-        problems.append(("partition", f"Slurm refuses any job there: check {variables}"))
-    elif said is not None:
-        most = Node(*map(max, zip(*partition.nodes)))
-        has = f"at most {most.gpus} GPUs a node" if most.gpus else "no GPUs"
-        fixes = {
-            "gpus": f"the partition has {has}. Set gpus = 0 to run on CPUs, or choose a "
-            "partition with GPUs",
-            "cpus": f"more than any node has: {FOREVER}. Set cpus to at most {most.cpus}",
-            "mem_gb": f"more than any node has. Set mem_gb to at most {most.memory_gb:.1f}",
-        }
-        at_fault = [name for name, f in flags.items() if f and refusal(alone + f, environ)]
-        together = (
-            f"no single node has {request['gpus']} GPU, {request['cpus']} CPUs and "
-            f"{request['mem_gb']:g} GB together. Lower gpus, cpus or mem_gb"
-        )
-        problems += [(name, fixes[name]) for name in at_fault] or [("cpus", together)]
-    return problems, said
+    if said is None:
+        return problems, None
+    if refusal(alone, environ) is not None:
+        suspects = ", ".join(["the partition", *sorted(v for v in environ if v[:7] == "SBATCH_")])
+        return problems + [("partition", f"Slurm refuses any job there: check {suspects}")], said
+    most = Node(*map(max, zip(*partition.nodes)))
+    has = f"at most {most.gpus} GPUs a node" if most.gpus else "no GPUs"
+    fixes = {
+        "gpus": f"the partition has {has}. Set gpus = 0 to run on CPUs, or choose a partition "
+        "with GPUs",
+        "cpus": f"more than any node has: {FOREVER}. Set cpus to at most {most.cpus}",
+        "mem_gb": f"more than any node has. Set mem_gb to at most {most.memory_gb:.1f}",
+    }
+    at_fault = [
+        (name, fixes[name]) for name, f in flags.items() if f and refusal(alone + f, environ)
+    ]
+    together = (
+        f"no single node has {request['gpus']} GPU, {request['cpus']} CPUs and "
+        f"{request['mem_gb']:g} GB together. Lower gpus, cpus or mem_gb"
+    )
+    return problems + (at_fault or [("cpus", together)]), said
 
 
 def fit(
@@ -169,18 +170,15 @@ def fit(
     partition = choose(parse_sinfo(result.stdout), partition_name)
     request = default_request(partition, given)
     problems, said = misfits(request, partition, environ)
-    if problems:
-        values = {**request, "partition": partition.name}
-        named = {**given, "partition": partition_name}
-        lines = [
-            f"{name} = {values[name] if name == 'partition' else format(values[name], 'g')} "
-            f"({variables[name] if named[name] is not None else 'the default'}): {fix}"
-            for name, fix in problems
-        ]
+    values, named = {**request, "partition": partition.name}, {**given, "partition": partition_name}
+    lines = [
+        f"\n  {name} = {values[name] if name == 'partition' else format(values[name], 'g')} "
+        f"({variables[name] if named[name] is not None else 'the default'}): {fix}"
+        for name, fix in problems
+    ]
+    if lines:
+        said = f" (sbatch --test-only: {said})" if said else ""
         raise UserError(
-            f"the jobs cannot run on partition {partition.name}"
-            + (f" (sbatch --test-only: {said})" if said else "")
-            + ":\n  "
-            + "\n  ".join(lines)
+            f"the jobs cannot run on partition {partition.name}{said}:" + "".join(lines)
         )
     return partition.name, request

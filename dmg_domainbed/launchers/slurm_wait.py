@@ -118,34 +118,17 @@ def wait_for(jobs: Sequence[Any], say: Callable[[str], None] = print) -> dict[st
     return verdicts
 
 
-def without_traceback_frames(lines: list[str]) -> list[str]:
-    """The lines from the exception of the last Python traceback on, without its frames; all of
-    them if there is none."""
+def error_tail(lines: list[str], launcher_error: str) -> list[str]:
+    """The end of an error stream without the lines of submitit, srun and slurmstepd, and
+    without the traceback of the launcher's own ``launcher_error`` (the verdict says it); from
+    the exception on, without frames, when it ends with a traceback."""
+    lines = [line for line in lines if line.strip() and not line.startswith(_SLURM_LOG_NOISE)]
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if starts and any(launcher_error in line for line in lines[starts[-1] :]):
+        lines = lines[: starts.pop()]
     after = lines[starts[-1] + 1 :] if starts else []
     first = next((i for i, line in enumerate(after) if not line[:1].isspace()), len(after))
-    return after[first:] or lines
-
-
-def command_output(log_lines: list[str], launcher_error: str) -> list[str]:
-    """What the command printed, out of its Slurm error log: without the lines of submitit, srun
-    and slurmstepd, and without the traceback of the launcher's ``launcher_error``."""
-    starts = [i for i, line in enumerate(log_lines) if line.startswith("Traceback (most recent")]
-    if starts and any(launcher_error in line for line in log_lines[starts[-1] :]):
-        log_lines = log_lines[: starts[-1]]
-    return [line for line in log_lines if not line.startswith(_SLURM_LOG_NOISE)]
-
-
-def cause(job: Any, command: str, launcher_error: str) -> list[str]:
-    """The end of what the job printed on its error stream: DomainBed's err.txt, else what the
-    command wrote to Slurm's log; from the exception on when it ends with a traceback."""
-    err_txt = Path(output_dir_of(command) or "/nonexistent", "err.txt")
-    text = err_txt.read_text(errors="replace") if err_txt.is_file() else ""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
-        log = [line for line in (job.stderr() or "").splitlines() if line.strip()]
-        lines = command_output(log, launcher_error)
-    return without_traceback_frames(lines[-200:])[-TAIL_LINES:]
+    return (after[first:] or lines)[-TAIL_LINES:]
 
 
 def failure_report(
@@ -154,14 +137,16 @@ def failure_report(
     verdicts: Mapping[str, str | None],
     launcher_error: str,
 ) -> str | None:
-    """Every failed job: its command, why it ended and the end of its error stream, in full for
-    the first ``DETAILED_FAILURES``, then counted by reason. ``launcher_error`` names the
-    exception a job raises when its command failed."""
+    """Every failed job: its command, why it ended and the end of its error stream (DomainBed's
+    err.txt, else its Slurm log), in full for the first ``DETAILED_FAILURES``, then counted by
+    reason. ``launcher_error`` names the exception a job raises when its command failed."""
     failed = [(job, c) for job, c in zip(jobs, commands) if verdicts[job.job_id] is not None]
     parts = [f"{len(failed)} of {len(jobs)} job(s) failed:"]
     for job, command in failed[:DETAILED_FAILURES]:
         parts += [f"  job {job.job_id}: {verdicts[job.job_id]}", f"    {command}"]
-        lines = cause(job, command, launcher_error)
+        err_txt = Path(output_dir_of(command) or "/nonexistent", "err.txt")
+        text = err_txt.read_text(errors="replace") if err_txt.is_file() else ""
+        lines = error_tail((text.strip() or job.stderr() or "").splitlines(), launcher_error)
         parts += ["    its error output ends with:"] * bool(lines) + [f"      {x}" for x in lines]
     rest = Counter(verdicts[job.job_id] for job, _ in failed[DETAILED_FAILURES:])
     parts += [f"  and {n} more: {reason}" for reason, n in rest.most_common()]

@@ -1,16 +1,14 @@
 """``submitit``: every DomainBed job one task of a Slurm job array, submitted through submitit.
 
-Settings come from the environment variables in ``OPTIONS`` (``dmg-domainbed sweep`` sets them
-from a sweep file's ``[launcher]`` table; variables already set win); any other ``sbatch``
-option from Slurm's own (``SBATCH_ACCOUNT``, ``SBATCH_QOS``, ...). Slurm judges the request
-before anything is submitted (:mod:`.slurm_partition`). DomainBed's sweep makes every job folder
-before it calls the launcher: when nothing could be submitted, the folders it was handed that
-are still empty are removed again, so the same sweep command launches them next time. Each job
-runs :func:`.array_task.run_command`; links ``submitit.out`` and ``submitit.err`` in its folder
-lead to its Slurm logs and tell :func:`running_jobs` which Slurm job last ran there. Waiting
-(:mod:`.slurm_wait`) ends in bounded time even without Slurm accounting.
-
-Stdlib only at import: DomainBed's sweep script loads every launcher.
+Settings come from the environment variables of ``OPTIONS`` (``dmg-domainbed sweep`` sets them
+from a sweep file's ``[launcher]`` table), other ``sbatch`` options from Slurm's own
+(``SBATCH_ACCOUNT``, ...). Slurm judges the request before anything is submitted
+(:mod:`.slurm_partition`). DomainBed's sweep makes every job folder before it calls the
+launcher: when nothing could be submitted, the folders still empty are removed again, so the
+same sweep command launches them next time. Each job runs :func:`.array_task.run_command`; links
+``submitit.out``/``submitit.err`` in its folder lead to its Slurm logs and tell
+:func:`running_jobs` which Slurm job last ran there. Waiting: :mod:`.slurm_wait`. Stdlib only at
+import: DomainBed's sweep script loads every launcher.
 """
 
 from __future__ import annotations
@@ -28,36 +26,24 @@ from dmg_domainbed.launchers.array_task import LINK_NAMES, CommandFailed, run_co
 from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
 
 
-def _option(name: str, kind: type, default: Any, minimum: float | None, help: str, **kw) -> Option:
-    return Option(name, f"DMG_SUBMITIT_{name.upper()}", kind, default, help, minimum, **kw)
+def _option(name: str, kind: type, default: Any, minimum: float | None, help: str, *choices):
+    return Option(name, f"DMG_SUBMITIT_{name.upper()}", kind, default, help, minimum, *choices)
 
 
 OPTIONS = (
-    _option(
-        "cluster", str, "slurm", None, "where the jobs run", choices=("slurm", "local", "debug")
-    ),
+    _option("cluster", str, "slurm", None, "where the jobs run", ("slurm", "local", "debug")),
     _option("partition", str, None, None, "Slurm partition; default: the cluster's default"),
     _option("gpus", int, None, 0, "GPUs per job; default: 1 if the partition has GPUs, else 0"),
     _option("cpus", int, None, 1, "CPU cores per job; default: 8, or the largest node's if fewer"),
-    _option(
-        "mem_gb", float, None, 0, "memory per job, GB; default: 32, or the job's CPU share if less"
-    ),
-    _option(
-        "time_min",
-        int,
-        None,
-        1,
-        "minutes per job; default: 1440, or the partition's limit if lower",
-    ),
+    _option("mem_gb", float, None, 0, "GB per job; default: 32, or the job's share of a node"),
+    _option("time_min", int, None, 1, "minutes per job; default: 1440 or the partition's limit"),
     _option("array_parallelism", int, 256, 1, "array tasks running at the same time"),
     # Slurm's default MaxArraySize is 1001: larger sweeps become several arrays.
     _option("max_array_size", int, 1000, 1, "tasks per Slurm array"),
     _option(
-        "folder", str, None, None, "submitit's files and Slurm logs; default: OUTPUT_DIR/.submitit"
+        "folder", str, None, None, "Slurm logs, submitit's files; default: OUTPUT_DIR/.submitit"
     ),
-    _option(
-        "wait", bool, None, None, "wait for the jobs, fail if one fails; default: off on Slurm"
-    ),
+    _option("wait", bool, None, None, "wait, fail if a job fails; default: not on Slurm"),
 )
 _LOCAL = "or set DMG_SUBMITIT_CLUSTER=local to run the jobs on this machine"
 
@@ -72,7 +58,7 @@ def settings(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
 
 
 def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The settings with each job's resources decided: on Slurm, the unset ones chosen to fit the
+    """The settings with each job's resources decided: on Slurm the unset ones chosen to fit the
     partition and the request judged by Slurm; :class:`UserError` if the jobs cannot run."""
     values = settings(environ)
     if importlib.util.find_spec("submitit") is None:
@@ -96,9 +82,9 @@ def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def describe(values: Mapping[str, Any]) -> str:
     """One line: where and with which resources each job runs."""
-    where = f"Slurm partition {values['partition']}"
-    if values["cluster"] != "slurm":
-        where = f"submitit's {values['cluster']} executor"
+    where = f"submitit's {values['cluster']} executor"
+    if values["cluster"] == "slurm":
+        where = f"Slurm partition {values['partition']}"
     return (
         f"{where}; per job {values['gpus']} GPU, {values['cpus']} CPU, {values['mem_gb']:g} GB, "
         f"{values['time_min']} min; {values['array_parallelism']} at a time"
@@ -111,25 +97,19 @@ def check(environ: Mapping[str, str]) -> str:
     return describe(resolve(environ))
 
 
-def slurm_job_of(output_dir: Path) -> str | None:
-    """The Slurm id (``ARRAY_TASK``) of the job that last ran in a job folder, from its
-    ``submitit.err`` link to ``<id>_<task>_log.err``; ``None`` if it never ran through here."""
-    link = Path(output_dir, LINK_NAMES["stderr"])
-    name = os.path.basename(os.readlink(link)) if link.is_symlink() else ""
-    return name.rsplit("_", 2)[0] if name.endswith("_log.err") else None
-
-
 def running_jobs(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dict[Path, str]:
-    """The job folders whose Slurm job is still pending or running, with its state: deleting
-    them would pull the folder from under a job that still writes it. Nothing without
-    ``squeue`` on the PATH; :class:`UserError` when Slurm does not answer."""
-    jobs = {Path(d): job for d in output_dirs if (job := slurm_job_of(Path(d))) is not None}
+    """The job folders whose Slurm job still is pending or running, with its state: deleting
+    them would pull the folder from under a job that still writes it. A folder's job is named
+    by its ``submitit.err`` link to ``<id>_<task>_log.err``."""
+    links = [Path(folder, LINK_NAMES["stderr"]) for folder in output_dirs]
+    names = {link.parent: os.readlink(link) for link in links if link.is_symlink()}
+    jobs = {d: os.path.basename(n).rsplit("_", 2)[0] for d, n in names.items() if "_log." in n}
     if not jobs or shutil.which("squeue", path=environ.get("PATH")) is None:
         return {}
     from dmg_domainbed.launchers.slurm_wait import SQUEUE, parse_states
 
     arrays = ",".join(sorted({job.split("_")[0] for job in jobs.values()}))
-    answer = slurm_partition.slurm([*SQUEUE, f"--jobs={arrays}"], environ)  # not ended ones
+    answer = slurm_partition.slurm([*SQUEUE, f"--jobs={arrays}"], environ)  # only unended ones
     if answer.returncode != 0 and "Invalid job id" not in answer.stderr:  # no id known: none
         raise UserError(
             f"{len(jobs)} incomplete job folder(s) were submitted to Slurm, and squeue did not "
@@ -149,11 +129,11 @@ def _refused(error: object, commands: Sequence[str]) -> UserError:
             removed += 1
         except OSError:
             pass
-    if not removed:
-        return UserError(f"{error} Fix the cause and run the same sweep command again.")
     return UserError(
         f"{error} The {removed} empty job folder(s) made for the jobs that were not submitted "
         "were removed: fix the cause and run the same sweep command again to launch them."
+        if removed
+        else f"{error} Fix the cause and run the same sweep command again."
     )
 
 
@@ -172,8 +152,8 @@ def _executor(values: Mapping[str, Any], commands: Sequence[str]) -> Any:
         executor = submitit.AutoExecutor(folder=Path(folder).resolve(), cluster=values["cluster"])
     except RuntimeError as error:
         raise UserError(
-            f"submitit cannot use the '{values['cluster']}' cluster here: {error}. Run the sweep "
-            f"on a Slurm login node, {_LOCAL}."
+            f"submitit cannot use the '{values['cluster']}' cluster here: {error}. "
+            f"Run the sweep on a Slurm login node, {_LOCAL}."
         ) from error
     executor.update_parameters(
         name="domainbed",
@@ -195,7 +175,7 @@ def _link_logs(job: Any, output_dir: str | None) -> None:
         link = Path(output_dir, name)
         if link.is_symlink() or not link.exists():
             link.unlink(missing_ok=True)
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(os.path.relpath(getattr(job.paths, stream), output_dir))
 
 

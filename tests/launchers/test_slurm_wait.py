@@ -6,12 +6,7 @@ import os
 import submitit
 
 from dmg_domainbed.launchers.array_task import run_command
-from dmg_domainbed.launchers.slurm_wait import (
-    QueueWatcher,
-    command_output,
-    failure,
-    without_traceback_frames,
-)
+from dmg_domainbed.launchers.slurm_wait import QueueWatcher, error_tail, failure
 
 TRACEBACK = [
     "warning: something",
@@ -57,23 +52,20 @@ def test_a_failed_job_s_verdict_is_its_exception(tmp_path):
 
 
 def test_an_error_stream_ending_in_a_traceback_shows_its_exception():
-    assert without_traceback_frames(TRACEBACK) == [
-        "ValueError: bad value",
-        "  hint line of the message",
-    ]
-    assert without_traceback_frames(TRACEBACK[:1]) == TRACEBACK[:1]
+    exception = ["ValueError: bad value", "  hint line of the message"]
+    assert error_tail(TRACEBACK, "CommandFailed") == exception
+    assert error_tail(TRACEBACK[:1], "CommandFailed") == TRACEBACK[:1]
 
 
 def test_a_slurm_log_shows_what_the_command_printed():
-    log = [
-        "submitit INFO (2026-01-01 00:00:00,000) - Starting with JobEnvironment(...)",
-        "no data on node 7",
+    launcher_s_own = [
         "submitit ERROR (2026-01-01 00:00:01,000) - Submitted job triggered an exception",
         "Traceback (most recent call last):",
         '  File "array_task.py", line 1, in run_command',
         "dmg_domainbed.launchers.array_task.CommandFailed: the command exited with status 3",
         "srun: error: node1: task 0: Exited with exit code 1",
     ]
-    assert command_output(log, "CommandFailed") == ["no data on node 7"]
-    # A traceback of the command's own stays: it is the cause.
-    assert command_output(TRACEBACK, "CommandFailed") == TRACEBACK
+    log = ["submitit INFO (2026-01-01 00:00:00,000) - Starting", "no data on node 7"]
+    assert error_tail(log + launcher_s_own, "CommandFailed") == ["no data on node 7"]
+    # A traceback of the command's own is the cause.
+    assert error_tail(TRACEBACK + launcher_s_own, "CommandFailed") == TRACEBACK[-2:]
