@@ -35,7 +35,7 @@ OPTIONS = (
     _option("partition", str, None, None, "Slurm partition; default: the cluster's default"),
     _option("gpus", int, None, 0, "GPUs per job; default: 1 if the partition has GPUs, else 0"),
     _option("cpus", int, None, 1, "CPU cores per job; default: 8, or the largest node's if fewer"),
-    _option("mem_gb", float, None, 0, "GB per job; default: 32, or the job's share of a node"),
+    _option("mem_gb", float, None, 0, "memory per job, GB; default: 32 or a node's CPU share"),
     _option("time_min", int, None, 1, "minutes per job; default: 1440 or the partition's limit"),
     _option("array_parallelism", int, 256, 1, "array tasks running at the same time"),
     # Slurm's default MaxArraySize is 1001: larger sweeps become several arrays.
@@ -102,8 +102,8 @@ def running_jobs(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dic
     them would pull the folder from under a job that still writes it. A folder's job is named
     by its ``submitit.err`` link to ``<id>_<task>_log.err``."""
     links = [Path(folder, LINK_NAMES["stderr"]) for folder in output_dirs]
-    names = {link.parent: os.readlink(link) for link in links if link.is_symlink()}
-    jobs = {d: os.path.basename(n).rsplit("_", 2)[0] for d, n in names.items() if "_log." in n}
+    logs = {link.parent: os.path.basename(os.readlink(link)) for link in links if link.is_symlink()}
+    jobs = {d: log.rsplit("_", 2)[0] for d, log in logs.items() if log.endswith("_log.err")}
     if not jobs or shutil.which("squeue", path=environ.get("PATH")) is None:
         return {}
     from dmg_domainbed.launchers.slurm_wait import SQUEUE, parse_states
