@@ -4,6 +4,9 @@ Starts the real cluster of ``tests/slurm/cluster.py`` (Debian's Slurm, installed
 missing and this process is root) and measures, through the submitit launcher:
 
 * cluster start, without accounting and with slurmdbd over MariaDB;
+* the launcher's check before anything is submitted (``sinfo``, then ``sbatch --test-only``):
+  for a request that fits, and for one Slurm refuses (then each setting is tried alone to name
+  the one at fault), median of ``--repeats``;
 * submit to start: from the launcher call to the first line of a one-job command, median of
   ``--repeats``;
 * a 16-job array of ``sleep S`` (1 CPU each, as many at once as the node has CPUs): its
@@ -83,6 +86,23 @@ def cluster_start(accounting: bool, folder: Path) -> tuple[SlurmCluster, float]:
     return cluster, time.monotonic() - started
 
 
+def check_times(cluster: SlurmCluster, repeats: int) -> tuple[list[float], list[float]]:
+    from dmg_domainbed.errors import UserError
+    from dmg_domainbed.launchers.submitit_launcher import check
+
+    fitting, refused = [], []
+    for _ in range(repeats):
+        started = time.monotonic()
+        check(job_env(cluster, cpus="1", mem_gb="1"))
+        fitting.append(time.monotonic() - started)
+        started = time.monotonic()
+        try:
+            check(job_env(cluster, cpus="64"))
+        except UserError:
+            refused.append(time.monotonic() - started)
+    return fitting, refused
+
+
 def submit_to_start(cluster: SlurmCluster, folder: Path, repeats: int) -> list[float]:
     delays = []
     for i in range(repeats):
@@ -141,6 +161,15 @@ def main() -> None:
             cpus = int(cluster.run("sinfo", "-h", "-N", "-o", "%c").split()[0])
             rows.append(("cluster start, no accounting", f"{plain_s:.1f} s"))
             rows.append(("cluster start, slurmdbd + MariaDB", f"{accounting_s:.1f} s"))
+            kinds = ("a request that fits", "one Slurm refuses")
+            for kind, times in zip(kinds, check_times(cluster, args.repeats)):
+                rows.append(
+                    (
+                        f"check before submitting, {kind} ({args.repeats} runs)",
+                        f"median {statistics.median(times) * 1000:.0f} ms "
+                        f"({min(times) * 1000:.0f}-{max(times) * 1000:.0f})",
+                    )
+                )
             delays = submit_to_start(cluster, folder, args.repeats)
             rows.append(
                 (

@@ -1,286 +1,153 @@
-"""Waiting for submitted Slurm array tasks until each has a verdict, in bounded time.
+"""Waiting for submitted Slurm jobs through submitit's Job API until each has a verdict, in
+bounded time, and the report of the failed ones.
 
-submitit learns job states from ``sacct``; on a cluster without accounting every state reads
-UNKNOWN and a job that ends without writing its result (cancelled, timed out, pre-empted, its
-node lost) is waited for forever. Here each task's verdict comes from its result file when
-there is one, and otherwise from Slurm's controller (``squeue``, which lists ended jobs for
-``MinJobAge`` seconds) or, for a job it no longer lists, from ``sacct`` where accounting is on:
-
-* a result file: success or the job's error;
-* cancelled: failed at once;
-* any other end (or no longer known to Slurm) without a result file: failed after
-  ``grace_s``, the time a shared file system may take to show a file written on a node;
-* pending, running, requeued: still waited for.
-
-A failed task is reported with its cause: the end of its DomainBed ``err.txt`` (or, for commands
-without an output folder, of its Slurm error log).
-
-Stdlib only: the launcher runs inside DomainBed's sweep script.
+submitit's Slurm watcher reads job states from accounting (``sacct``): without it every state
+reads UNKNOWN, and ``job.result()`` waits forever for a job that ended without writing its
+result (cancelled, timed out, its node lost). :class:`QueueWatcher` is a submitit watcher that
+asks Slurm's controller instead (``squeue``: every cluster has it, and it lists ended jobs for
+``MinJobAge`` seconds); a job it no longer lists is GONE. A job with a result file
+(``job.done()``) has the verdict ``job.exception()`` gives. One that ended without a result
+fails at once when cancelled, else after ``GRACE_S``, the time a shared file system may take to
+show a file written on a node (submitit waits that long for each job in turn: hours for
+thousands). Slurm silent for ``SILENT_LIMIT_S`` ends the wait, as nothing more can be learned.
+A failed job is reported with the end of its DomainBed ``err.txt``, or for a command without an
+output folder, what it wrote to its Slurm error log.
 """
 
 from __future__ import annotations
 
+import os
 import re
-import shutil
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Job states after which Slurm runs nothing more for the job (``squeue``'s and ``sacct``'s).
-ENDED = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "REVOKED",
-        "TIMEOUT",
-    }
-)
-POLL_FIRST_S = 1.0
-POLL_MAX_S = 10.0
-GRACE_S = 15.0
-# Slurm unreachable this long ends the wait: nothing more can be learned.
-SILENT_LIMIT_S = 600.0
-TAIL_LINES = 6
-DETAILED_FAILURES = 10
+from submitit.slurm.slurm import SlurmInfoWatcher
+
+from dmg_domainbed.launchers.common import output_dir_of
+
+# squeue, one line per array task: ID|STATE
+SQUEUE = ["squeue", "--noheader", "--array", "--format=%i|%T"]
+GONE = "GONE"
+# States after which Slurm runs nothing more for the job (PREEMPTED awaits its requeue).
+ENDED = {GONE, "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL"}
+ENDED |= {"OUT_OF_MEMORY", "REVOKED", "TIMEOUT"}
+WITHOUT_RESULT = {
+    "CANCELLED": "cancelled (Slurm state CANCELLED)",
+    GONE: "Slurm no longer knows the job (it ended more than MinJobAge ago, or the controller "
+    "lost it) and it left no result",
+}
+POLL_FIRST_S, POLL_MAX_S, GRACE_S, SILENT_LIMIT_S = 1.0, 10.0, 15.0, 600.0
+TAIL_LINES, DETAILED_FAILURES = 6, 10
 _SLURM_LOG_NOISE = ("submitit ", "srun: ", "slurmstepd")
-QUERY_TIMEOUT_S = 60
+_EXCEPTION_LINE = re.compile(r"^(?:\w+\.)*(\w+:.*)$", re.MULTILINE)
 
 
-@dataclass
-class Task:
-    """One submitted command: its Slurm id (``ARRAY_TASK``), its submitit files and the folder
-    of its DomainBed run (``None`` when the command names no ``--output_dir``)."""
-
-    job_id: str
-    command: str
-    result_file: Path
-    slurm_stderr: Path
-    output_dir: Path | None
+def parse_states(text: str) -> dict[str, str]:
+    """``SQUEUE``'s answer: state by job id."""
+    return dict(line.strip().split("|") for line in text.splitlines() if "|" in line)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    reason: str = ""
+class QueueWatcher(SlurmInfoWatcher):
+    """submitit's Slurm watcher, with the states of this user's jobs from ``squeue`` (a listing
+    that does not fail when Slurm has forgotten every job asked about)."""
+
+    def __init__(self) -> None:
+        super().__init__(delay_s=int(POLL_MAX_S))
+        self.answered_at = time.monotonic()
+
+    def _make_command(self) -> list[str] | None:
+        waiting = self._registered - self._finished
+        return [*SQUEUE, "--states=all", f"--user={os.getuid()}"] if waiting else None
+
+    def read_info(self, string: bytes | str) -> dict[str, dict[str, str]]:
+        self.answered_at = time.monotonic()
+        states = parse_states(string if isinstance(string, str) else string.decode())
+        return {job: {"State": states.get(job, GONE)} for job in self._registered - self._finished}
+
+    def is_done(self, job_id: str, mode: str = "standard") -> bool:
+        return self.get_state(job_id, mode=mode) in ENDED
 
 
-def tail(path: Path | None, lines: int = TAIL_LINES) -> list[str]:
-    """The last non-empty lines of a text file; none if it does not exist."""
-    if path is None or not path.is_file():
-        return []
-    text = path.read_text(errors="replace").splitlines()
-    return [line for line in text if line.strip()][-lines:]
+def failure(error: BaseException | None) -> str | None:
+    """``Name: message`` of the exception a job raised (the last in its traceback); ``None``
+    for success."""
+    found = _EXCEPTION_LINE.findall(f"{type(error).__name__}: {error}")
+    return None if error is None else found[-1]
 
 
-def without_traceback_frames(lines: list[str]) -> list[str]:
-    """The lines after a Python traceback's indented frames (the exception), if the lines end
-    with a traceback; else all of them."""
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
-    if not starts:
-        return lines
-    after = lines[starts[-1] + 1 :]
-    first = next((i for i, line in enumerate(after) if not line[:1].isspace()), len(after))
-    return after[first:] or lines
+def verdict(job: Any) -> str | None:
+    if job.paths.result_pickle.exists():
+        return failure(job.exception())
+    return WITHOUT_RESULT.get(job.state, f"ended without a result (Slurm state {job.state})")
 
 
-def command_output(log_lines: list[str], launcher_error: str) -> list[str]:
-    """What the command printed, out of its Slurm error log: without the lines of submitit,
-    srun and slurmstepd, and without the traceback of the launcher's own ``launcher_error``
-    (the verdict already says how the command ended)."""
-    starts = [i for i, line in enumerate(log_lines) if line.startswith("Traceback (most recent")]
-    if starts and any(launcher_error in line for line in log_lines[starts[-1] :]):
-        log_lines = log_lines[: starts[-1]]
-    return [line for line in log_lines if not line.startswith(_SLURM_LOG_NOISE)]
-
-
-def cause(task: Task, launcher_error: str) -> list[str]:
-    """What the job printed last on its error stream (DomainBed's err.txt, else what the command
-    wrote to Slurm's log), from the exception on when it ends with a traceback."""
-    lines = tail(task.output_dir / "err.txt", lines=200) if task.output_dir is not None else []
-    if not lines:
-        lines = command_output(tail(task.slurm_stderr, lines=200), launcher_error)
-    return without_traceback_frames(lines)[-TAIL_LINES:]
-
-
-def _query(command: list[str], environ: Mapping[str, str]) -> subprocess.CompletedProcess | None:
-    executable = shutil.which(command[0], path=environ.get("PATH"))
-    if executable is None:
-        return None
-    try:
-        return subprocess.run(
-            [executable, *command[1:]],
-            env=dict(environ),
-            capture_output=True,
-            text=True,
-            timeout=QUERY_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        return None
-
-
-def queue_states(job_ids: Sequence[str], environ: Mapping[str, str]) -> dict[str, str] | None:
-    """State of each task ``squeue`` lists (ended ones included); ``None`` if it did not
-    answer."""
-    arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
-    result = _query(
-        ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(arrays), "-o", "%i|%T"], environ
-    )
-    if result is None:
-        return None
-    if result.returncode != 0:
-        # squeue fails when it knows none of the ids: all of them have left its list.
-        return {} if "Invalid job id" in result.stderr else None
-    states = {}
-    for line in result.stdout.splitlines():
-        job_id, _, state = line.partition("|")
-        states[job_id.strip()] = state.strip()
-    return states
-
-
-def accounting_states(job_ids: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
-    """State of each task ``sacct`` knows; empty where accounting is off."""
-    arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
-    result = _query(
-        ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(arrays)], environ
-    )
-    if result is None or result.returncode != 0:
-        return {}
-    states = {}
-    for line in result.stdout.splitlines():
-        job_id, _, state = line.partition("|")
-        states[job_id.strip()] = state.split()[0] if state.strip() else "UNKNOWN"
-    return states
-
-
-def result_verdict(task: Task, load: Callable[[Path], Any]) -> Verdict | None:
-    """The verdict in the task's submitit result file, if it has one yet."""
-    if not task.result_file.exists():
-        return None
-    outcome, value = load(task.result_file)
-    if outcome == "success":
-        return Verdict(True)
-    lines = [line for line in str(value).splitlines() if line.strip()]
-    if not lines:
-        return Verdict(False, "the job raised an error")
-    # "package.module.SomeError: message" -> "SomeError: message"
-    return Verdict(False, re.sub(r"^(?:\w+\.)+(?=\w+: )", "", lines[-1].strip()))
-
-
-def _refresh(folders: set[Path]) -> None:
-    # A no-op chmod makes NFS clients drop their cached view of the folder (as submitit does).
-    for folder in folders:
-        try:
-            folder.chmod(folder.stat().st_mode)
-        except OSError:
-            pass
-
-
-def judge(
-    waiting: Mapping[str, Task],
-    states: Mapping[str, str],
-    ended_at: dict[str, float],
-    now: float,
-    grace_s: float,
-) -> dict[str, Verdict]:
-    """Verdicts on tasks without a result file, from Slurm's ``states`` (tasks missing from it
-    are no longer known to Slurm). ``ended_at`` remembers when each was first seen ended."""
-    verdicts = {}
-    for job_id in waiting:
-        state = states.get(job_id)
-        if state is not None and state not in ENDED:
-            ended_at.pop(job_id, None)  # e.g. requeued after a pre-emption
-        elif state == "CANCELLED":
-            verdicts[job_id] = Verdict(False, "cancelled (Slurm state CANCELLED)")
-        elif now - ended_at.setdefault(job_id, now) >= grace_s:
-            verdicts[job_id] = Verdict(
-                False,
-                f"ended without a result (Slurm state {state})"
-                if state is not None
-                else "Slurm no longer knows the job (it ended more than MinJobAge ago, or the "
-                "controller lost it) and it left no result",
-            )
+def wait_for(jobs: Sequence[Any], say: Callable[[str], None] = print) -> dict[str, str | None]:
+    """Wait until every submitit Slurm job has a verdict (``None``: success, else why it
+    failed); return them by job id."""
+    watcher = QueueWatcher()
+    for job in jobs:
+        job.watcher = watcher
+        watcher.register_job(job.job_id)
+    waiting = {job.job_id: job for job in jobs}
+    verdicts: dict[str, str | None] = {}
+    ended_at: dict[str, float] = {}
+    poll_s, shown = POLL_FIRST_S, ""
+    while waiting:
+        watcher.update()  # one squeue for all jobs; done() and state below read its answer
+        now = time.monotonic()
+        for job_id, job in list(waiting.items()):
+            if job.done() and (
+                job.paths.result_pickle.exists()
+                or job.state == "CANCELLED"
+                or now - ended_at.setdefault(job_id, now) >= GRACE_S
+            ):
+                verdicts[job_id] = verdict(waiting.pop(job_id))
+        if now - watcher.answered_at > SILENT_LIMIT_S:
+            silent = f"unknown: Slurm did not answer for {SILENT_LIMIT_S:.0f} s"
+            return {**verdicts, **dict.fromkeys(waiting, silent)}
+        counts = Counter(watcher.get_state(job_id, mode="cache").lower() for job_id in waiting)
+        summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        if waiting and summary != shown:
+            say(f"submitit: waiting for {len(waiting)} of {len(jobs)} job(s): {summary}")
+            shown = summary
+        time.sleep(poll_s * bool(waiting))
+        poll_s = min(POLL_MAX_S, poll_s * 1.25)
     return verdicts
 
 
-def wait_for(
-    tasks: Sequence[Task],
-    environ: Mapping[str, str],
-    load: Callable[[Path], Any],
-    say: Callable[[str], None] = print,
-    grace_s: float = GRACE_S,
-) -> dict[str, Verdict]:
-    """Wait until every task has a verdict; return them by job id.
-
-    ``load`` reads a submitit result file into ``(outcome, value)``.
-    """
-    waiting = {task.job_id: task for task in tasks}
-    verdicts: dict[str, Verdict] = {}
-    ended_at: dict[str, float] = {}
-    last_answer = time.monotonic()
-    poll_s = POLL_FIRST_S
-    shown = None
-    while True:
-        _refresh({task.result_file.parent for task in waiting.values()})
-        for job_id, task in list(waiting.items()):
-            verdict = result_verdict(task, load)
-            if verdict is not None:
-                verdicts[job_id] = verdict
-                del waiting[job_id]
-        if not waiting:
-            return verdicts
-        states = queue_states(list(waiting), environ)
-        now = time.monotonic()
-        if states is not None:
-            last_answer = now
-            unlisted = [job_id for job_id in waiting if job_id not in states]
-            if unlisted:
-                states.update(accounting_states(unlisted, environ))
-            judged = judge(waiting, states, ended_at, now, grace_s)
-            verdicts.update(judged)
-            for job_id in judged:
-                del waiting[job_id]
-            counts = Counter(states.get(job_id, "UNKNOWN").lower() for job_id in waiting)
-            summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-            if waiting and summary != shown:
-                say(f"submitit: waiting for {len(waiting)} of {len(tasks)} job(s): {summary}")
-                shown = summary
-        elif now - last_answer > SILENT_LIMIT_S:
-            silent = Verdict(False, f"unknown: Slurm did not answer for {SILENT_LIMIT_S:.0f} s")
-            return {**verdicts, **dict.fromkeys(waiting, silent)}
-        if not waiting:
-            return verdicts
-        time.sleep(poll_s)
-        poll_s = min(POLL_MAX_S, poll_s * 1.25)
+def error_tail(lines: list[str], launcher_error: str) -> list[str]:
+    """The end of an error stream without the lines of submitit, srun and slurmstepd, and
+    without the traceback of the launcher's own ``launcher_error`` (the verdict says it); from
+    the exception on, without frames, when it ends with a traceback."""
+    lines = [line for line in lines if line.strip() and not line.startswith(_SLURM_LOG_NOISE)]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if starts and any(launcher_error in line for line in lines[starts[-1] :]):
+        lines = lines[: starts.pop()]
+    after = lines[starts[-1] + 1 :] if starts else []
+    first = next((i for i, line in enumerate(after) if not line[:1].isspace()), len(after))
+    return (after[first:] or lines)[-TAIL_LINES:]
 
 
 def failure_report(
-    tasks: Sequence[Task], verdicts: Mapping[str, Verdict], launcher_error: str
+    jobs: Sequence[Any],
+    commands: Sequence[str],
+    verdicts: Mapping[str, str | None],
+    launcher_error: str,
 ) -> str | None:
-    """Every failed task: its command, why it ended and the end of its error stream (in full for
-    the first ``DETAILED_FAILURES``, then counted by reason). ``launcher_error`` names the
-    exception the launcher raises in a job whose command failed."""
-    failed = [task for task in tasks if not verdicts[task.job_id].ok]
-    if not failed:
-        return None
-    parts = [f"{len(failed)} of {len(tasks)} job(s) failed:"]
-    for task in failed[:DETAILED_FAILURES]:
-        parts.append(f"  job {task.job_id}: {verdicts[task.job_id].reason}")
-        parts.append(f"    {task.command}")
-        lines = cause(task, launcher_error)
-        if lines:
-            parts.append("    its error output ends with:")
-            parts += [f"      {line}" for line in lines]
-    rest = Counter(verdicts[task.job_id].reason for task in failed[DETAILED_FAILURES:])
-    for reason, n in rest.most_common():
-        parts.append(f"  and {n} more: {reason}")
-    return "\n".join(parts)
+    """Every failed job: its command, why it ended and the end of its error stream (DomainBed's
+    err.txt, else its Slurm log), in full for the first ``DETAILED_FAILURES``, then counted by
+    reason. ``launcher_error`` names the exception a job raises when its command failed."""
+    failed = [(job, c) for job, c in zip(jobs, commands) if verdicts[job.job_id] is not None]
+    parts = [f"{len(failed)} of {len(jobs)} job(s) failed:"]
+    for job, command in failed[:DETAILED_FAILURES]:
+        parts += [f"  job {job.job_id}: {verdicts[job.job_id]}", f"    {command}"]
+        err_txt = Path(output_dir_of(command) or "/nonexistent", "err.txt")
+        text = err_txt.read_text(errors="replace") if err_txt.is_file() else ""
+        lines = error_tail((text.strip() or job.stderr() or "").splitlines(), launcher_error)
+        parts += ["    its error output ends with:"] * bool(lines) + [f"      {x}" for x in lines]
+    rest = Counter(verdicts[job.job_id] for job, _ in failed[DETAILED_FAILURES:])
+    parts += [f"  and {n} more: {reason}" for reason, n in rest.most_common()]
+    return "\n".join(parts) if failed else None

@@ -1,15 +1,34 @@
-"""Reading sinfo's answer, the defaults that fit a partition and the requests that do not, on
-partitions unlike the single-node test cluster (GPU nodes, mixed nodes, time limits)."""
+"""Reading sinfo's answer, the defaults that fit a partition, and how Slurm's refusal of a request
+is traced to the settings at fault, on partitions unlike the single-node test cluster (GPU
+nodes, mixed nodes, time limits). Slurm's own answers on a real cluster: tests/slurm/."""
+
+import os
+import sys
 
 import pytest
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import slurm_partition as sp
 
 SINFO = """\
-gpu|up|2-00:00:00|UNLIMITED|32|257000|gpu:v100:4(S:0-1)|10
-gpu|up|2-00:00:00|UNLIMITED|64|515000|gpu:a100:8(S:0-1),shard:16|2
-cpu*|up|infinite|48|128|1030000|(null)|20
-tiny|down|30:00|UNLIMITED|4|8000|(null)|1
+gpu|2-00:00:00|UNLIMITED|32|257000|gpu:v100:4(S:0-1)
+gpu|2-00:00:00|UNLIMITED|64|515000|gpu:a100:8(S:0-1),shard:16
+cpu*|infinite|48|128|1030000|(null)
+tiny|30:00|UNLIMITED|4|8000|(null)
+mix|infinite|UNLIMITED|64|102400|(null)
+mix|infinite|UNLIMITED|8|409600|gpu:2
+"""
+# Stand-in for sbatch --test-only: Slurm's fit rule on the node configurations above (a node
+# with the GPUs, CPUs and memory asked for); every job refused on partition "closed".
+TEST_ONLY_SBATCH = """#!{python}
+import sys
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[2:-2])
+nodes = {{"gpu": [(4, 32, 257000), (8, 64, 515000)], "tiny": [(0, 4, 8000)],
+         "mix": [(0, 64, 102400), (2, 8, 409600)], "closed": []}}[args["partition"]]
+need = (int(args.get("gpus-per-node", 0)), int(args["cpus-per-task"] if "cpus-per-task" in args
+        else 1), int(args.get("mem", "1M")[:-1]))
+if not any(all(n >= w for n, w in zip(node, need)) for node in nodes):
+    sys.exit("allocation failure: Requested node configuration is not available")
 """
 
 
@@ -31,67 +50,76 @@ def test_slurm_time_limits_in_minutes(text, minutes):
     assert sp.parse_minutes(text) == minutes
 
 
-def test_sinfo_lines_become_partitions_of_node_kinds():
+def test_sinfo_lines_become_partitions_of_node_configurations():
     partitions = sp.parse_sinfo(SINFO)
-    assert list(partitions) == ["gpu", "cpu", "tiny"]
-    gpu, cpu, tiny = partitions.values()
-    assert [(k.count, k.cpus, k.gpus) for k in gpu.nodes] == [(10, 32, 4), (2, 64, 8)]
+    assert list(partitions) == ["gpu", "cpu", "tiny", "mix"]
+    gpu, cpu, tiny = partitions["gpu"], partitions["cpu"], partitions["tiny"]
+    assert [(n.cpus, n.gpus) for n in gpu.nodes] == [(32, 4), (64, 8)]
     assert gpu.max_time_min == 2880 and not gpu.default
     assert cpu.default and cpu.max_time_min is None
-    assert cpu.nodes[0].cpus == 48  # the partition's MaxCPUsPerNode, under the node's 128
-    assert cpu.nodes[0].memory_gb == 1005.8  # MB to GB, rounded down to 0.1
+    assert cpu.nodes == [sp.Node(48, 1005.8, 0)]  # MaxCPUsPerNode under 128; MB to 0.1 GB down
     assert tiny.max_time_min == 30
-    assert tiny.describe() == (
-        "partition tiny (1 node(s) of 4 CPUs, 7.8 GB, no GPU; time limit 30 min; down: no job "
-        "starts until it is up)"
-    )
 
 
 def unset(**given):
     return {"gpus": None, "cpus": None, "mem_gb": None, "time_min": None, **given}
 
 
+def request(gpus, cpus, mem_gb, time_min):
+    return {"gpus": gpus, "cpus": cpus, "mem_gb": mem_gb, "time_min": time_min}
+
+
 def test_defaults_fit_each_partition():
-    gpu, cpu, tiny = sp.parse_sinfo(SINFO).values()
-    assert sp.default_request(gpu, unset()) == sp.Request(1, 8, 32.0, 1440)
-    assert sp.default_request(cpu, unset()) == sp.Request(0, 8, 32.0, 1440)
-    # 4 CPUs: all of them, all the memory; the partition's 30 minutes.
-    assert sp.default_request(tiny, unset()) == sp.Request(0, 4, 7.8, 30)
-    # 8 GPUs: sized for the node that has them.
-    assert sp.default_request(gpu, unset(gpus=8, cpus=64)).mem_gb == 32.0
-    assert sp.default_request(tiny, unset(cpus=1)).mem_gb == 1.9  # a quarter of the node
-
-
-def test_requests_that_cannot_run_name_every_setting_at_fault():
     partitions = sp.parse_sinfo(SINFO)
-    gpu, cpu, tiny = partitions.values()
-    assert sp.misfits(sp.Request(8, 64, 500, 2880), gpu, partitions) == []
-    problems = dict(sp.misfits(sp.Request(1, 5, 9, 60), tiny, partitions))
-    assert set(problems) == {"gpus", "cpus", "mem_gb", "time_min"}
-    assert "partitions with GPUs: gpu" in problems["gpus"]
-    assert "at most 4" in problems["cpus"] and "at most 7.8" in problems["mem_gb"]
-    assert "at most 30" in problems["time_min"]
-    assert "at most 8 GPUs" in dict(sp.misfits(sp.Request(9, 1, 1, 1), gpu, partitions))["gpus"]
-    assert set(dict(sp.misfits(sp.Request(8, 40, 400, 60), cpu, partitions))) == {"gpus"}
-
-
-def test_no_single_node_with_everything_is_a_misfit():
-    partitions = sp.parse_sinfo(
-        "mix*|up|infinite|UNLIMITED|64|100000|(null)|1\n"
-        "mix*|up|infinite|UNLIMITED|8|400000|gpu:2|1\n"
-    )
-    (mix,) = partitions.values()
-    assert sp.misfits(sp.Request(2, 8, 300, 10), mix, partitions) == []
-    problems = sp.misfits(sp.Request(2, 32, 50, 10), mix, partitions)
-    assert [name for name, _ in problems] == ["cpus"]
-    assert "no single node has 2 GPU, 32 CPUs and 50 GB together" in problems[0][1]
+    gpu, cpu, tiny = partitions["gpu"], partitions["cpu"], partitions["tiny"]
+    assert sp.default_request(gpu, unset()) == request(1, 8, 32.0, 1440)
+    assert sp.default_request(cpu, unset()) == request(0, 8, 32.0, 1440)
+    # 4 CPUs: all of them, all the memory; the partition's 30 minutes.
+    assert sp.default_request(tiny, unset()) == request(0, 4, 7.8, 30)
+    assert sp.default_request(tiny, unset(cpus=1))["mem_gb"] == 1.9  # a quarter of the node
+    # 2 GPUs: sized for the node that has them (8 CPUs, 400 GB), not the 64-CPU one.
+    assert sp.default_request(partitions["mix"], unset(gpus=2)) == request(2, 8, 32.0, 1440)
+    assert sp.default_request(partitions["mix"], unset(cpus=64))["mem_gb"] == 32.0
 
 
 def test_unknown_and_missing_default_partitions():
     partitions = sp.parse_sinfo(SINFO)
     assert sp.choose(partitions, None).name == "cpu"
-    with pytest.raises(ValueError, match=r"partition = 'gpus' .* gpu, cpu\*, tiny"):
+    with pytest.raises(UserError, match=r"partition = 'gpus' .* gpu, cpu\*, tiny, mix"):
         sp.choose(partitions, "gpus")
-    no_default = sp.parse_sinfo(SINFO.replace("cpu*", "cpu"))
-    with pytest.raises(ValueError, match="no default partition"):
-        sp.choose(no_default, None)
+    with pytest.raises(UserError, match="no default partition"):
+        sp.choose(sp.parse_sinfo(SINFO.replace("cpu*", "cpu")), None)
+
+
+@pytest.fixture
+def test_only_env(tmp_path):
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text(TEST_ONLY_SBATCH.format(python=sys.executable))
+    sbatch.chmod(0o755)
+    return {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_slurm_s_refusal_is_traced_to_each_setting_at_fault(test_only_env):
+    partitions = sp.parse_sinfo(SINFO)
+    gpu, tiny, mix = partitions["gpu"], partitions["tiny"], partitions["mix"]
+    assert sp.misfits(request(8, 64, 500, 2880), gpu, test_only_env) == ([], None)
+    problems, said = sp.misfits(request(1, 5, 9, 60), tiny, test_only_env)
+    assert said == "allocation failure: Requested node configuration is not available"
+    fixes = dict(problems)
+    assert list(fixes) == ["time_min", "gpus", "cpus", "mem_gb"]
+    assert "at most 30" in fixes["time_min"] and "no GPUs" in fixes["gpus"]
+    assert "at most 4" in fixes["cpus"] and "at most 7.8" in fixes["mem_gb"]
+    assert (
+        "at most 8 GPUs a node"
+        in dict(sp.misfits(request(9, 1, 1, 1), gpu, test_only_env)[0])["gpus"]
+    )
+    # Each alone fits some node, together none.
+    assert sp.misfits(request(2, 8, 300, 10), mix, test_only_env)[0] == []
+    ((name, fix),) = sp.misfits(request(2, 32, 50, 10), mix, test_only_env)[0]
+    assert name == "cpus" and "no single node has 2 GPU, 32 CPUs and 50 GB together" in fix
+
+
+def test_a_partition_slurm_refuses_whatever_the_request_is_named(test_only_env):
+    closed = sp.Partition("closed", False, None, [sp.Node(4, 8.0, 0)])
+    ((name, fix),) = sp.misfits(request(0, 1, 1, 10), closed, test_only_env)[0]
+    assert name == "partition" and "Slurm refuses any job there" in fix

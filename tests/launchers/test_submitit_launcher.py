@@ -1,6 +1,7 @@
 """submitit launcher without a Slurm cluster: the exact #SBATCH lines of a GPU request (the test
-cluster has no GPU, so a stand-in ``sinfo`` offers one and a stand-in ``sbatch`` keeps the
-script), what a job does when it runs again, the settings, and the error without Slurm.
+cluster has no GPU, so a stand-in ``sinfo`` offers one and a stand-in ``sbatch`` accepts every
+request and keeps the script), what a job does when it runs again, the settings, and the error
+without Slurm.
 
 Everything else is proven on a real cluster in tests/slurm/ and, through submitit's local
 executor, in tests/cli/test_sweep.py."""
@@ -12,14 +13,17 @@ import sys
 import pytest
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.launchers import array_task
 from dmg_domainbed.launchers import submitit_launcher as launcher
 
 GPU_SINFO = """#!/bin/sh
-# Stand-in for sinfo -h -e -o "%P|%a|%l|%B|%c|%m|%G|%D": a partition of 8-GPU nodes.
-echo "gpu*|up|2-00:00:00|UNLIMITED|64|515000|gpu:a100:8(S:0-1)|4"
+# Stand-in for sinfo --format="%P|%l|%B|%c|%m|%G": a partition of 8-GPU nodes.
+echo "gpu*|2-00:00:00|UNLIMITED|64|515000|gpu:a100:8(S:0-1)"
 """
 KEEPING_SBATCH = """#!/bin/sh
-# Stand-in for sbatch: keeps the submitted script and answers like sbatch.
+# Stand-in for sbatch: accepts every --test-only request; keeps a submitted script and answers
+# like sbatch.
+[ "$1" = --test-only ] && exit 0
 dir=$(dirname "$0")
 n=$(( $(cat "$dir/count" 2>/dev/null || echo 100) + 1 ))
 echo $n > "$dir/count"
@@ -30,14 +34,16 @@ echo "Submitted batch job $n"
 
 @pytest.fixture
 def gpu_cluster(monkeypatch, tmp_path):
-    """``sinfo``, ``sbatch`` and ``srun`` stand-ins first on PATH; no DMG_SUBMITIT_ settings."""
+    """``sinfo``, ``sbatch``, ``srun`` and ``squeue`` stand-ins first on PATH; no DMG_SUBMITIT_
+    settings."""
     for name in [n for n in os.environ if n.startswith("DMG_SUBMITIT_")]:
         monkeypatch.delenv(name)
     folder = tmp_path / "bin"
     folder.mkdir()
-    for name, text in (("sinfo", GPU_SINFO), ("sbatch", KEEPING_SBATCH), ("srun", "#!/bin/sh\n")):
+    stand_ins = {"sinfo": GPU_SINFO, "sbatch": KEEPING_SBATCH, "srun": "", "squeue": ""}
+    for name, text in stand_ins.items():
         path = folder / name
-        path.write_text(text)
+        path.write_text(text or "#!/bin/sh\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     return folder
@@ -87,7 +93,7 @@ def test_a_job_whose_done_file_exists_is_not_run_again(tmp_path):
     job.mkdir()
     (job / "done").write_text("done")
     (job / "results.jsonl").write_text('{"step": 0}\n')
-    launcher.run_command(f"touch {tmp_path / 'ran'} && false --output_dir {job}")
+    array_task.run_command(f"touch {tmp_path / 'ran'} && false --output_dir {job}")
     assert not (tmp_path / "ran").exists()
     assert (job / "results.jsonl").read_text() == '{"step": 0}\n'
 
@@ -98,12 +104,12 @@ def test_a_job_that_runs_again_sets_its_interrupted_attempt_aside(tmp_path):
     (job / "results.jsonl").write_text('{"step": 0}\n')
     (job / "submitit.out").symlink_to(tmp_path / "log.out")
     command = f"echo '{{\"step\": 9}}' >> {job}/results.jsonl # --output_dir {job}"
-    launcher.run_command(command)
+    array_task.run_command(command)
     assert (job / "results.jsonl").read_text() == '{"step": 9}\n'
     assert (job / "interrupted_attempt_1" / "results.jsonl").read_text() == '{"step": 0}\n'
     assert (job / "submitit.out").is_symlink()
-    with pytest.raises(launcher.CommandFailed, match="exited with status 3"):
-        launcher.run_command(f"exit 3 # --output_dir {job}")
+    with pytest.raises(array_task.CommandFailed, match="exited with status 3"):
+        array_task.run_command(f"exit 3 # --output_dir {job}")
     assert (job / "interrupted_attempt_2" / "results.jsonl").exists()
 
 

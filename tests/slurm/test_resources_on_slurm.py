@@ -25,28 +25,51 @@ def node_memory_gb(cluster) -> float:
 
 
 @pytest.mark.parametrize(
-    "settings, message",
+    "settings, message, slurm_said",
     [
-        ({"gpus": "1"}, r"gpus = 1 \(DMG_SUBMITIT_GPUS\): the partition has no GPUs"),
+        (
+            {"gpus": "1"},
+            r"gpus = 1 \(DMG_SUBMITIT_GPUS\): the partition has no GPUs",
+            "Invalid generic resource (gres) specification",
+        ),
         (
             {"cpus": str(NODE_CPUS + 1)},
             rf"cpus = {NODE_CPUS + 1} \(DMG_SUBMITIT_CPUS\): more than any node has.*"
-            rf"at most {NODE_CPUS}",
+            rf"pending forever.* at most {NODE_CPUS}",
+            "Requested node configuration is not available",
         ),
-        ({"mem_gb": "4096"}, r"mem_gb = 4096 \(DMG_SUBMITIT_MEM_GB\): more than any node has"),
         (
+            {"mem_gb": "4096"},
+            r"mem_gb = 4096 \(DMG_SUBMITIT_MEM_GB\): more than any node has",
+            "Requested node configuration is not available",
+        ),
+        (  # Slurm's --test-only accepts it: the jobs would pend with PartitionTimeLimit
             {"partition": SHORT_PARTITION, "time_min": "60"},
             rf"time_min = 60 \(DMG_SUBMITIT_TIME_MIN\): over the partition's time limit.*"
             rf"at most {SHORT_PARTITION_MAX_MIN}",
+            None,
         ),
-        ({"partition": "gpu"}, r"partition = 'gpu' .* does not exist.* debug\*, short"),
+        (
+            {"partition": "gpu"},
+            r"partition = 'gpu' .* does not exist.* debug\*, short",
+            None,
+        ),
+        (  # through Slurm's own variable
+            {"SBATCH_CONSTRAINT": "nosuchfeature"},
+            r"partition = debug \(the default\): Slurm refuses any job there",
+            "Invalid feature specification",
+        ),
     ],
 )
-def test_a_request_that_cannot_run_is_refused_naming_the_setting(settings, message, slurm_cluster):
+def test_a_request_that_cannot_run_is_refused_naming_the_setting(
+    settings, message, slurm_said, slurm_cluster
+):
+    env = job_environment(slurm_cluster, **{k: v for k, v in settings.items() if k.islower()})
+    env.update({k: v for k, v in settings.items() if k.isupper()})
     with pytest.raises(UserError, match=message) as refused:
-        launcher.check(job_environment(slurm_cluster, **settings))
-    if "partition" not in settings or "time_min" in settings:
-        assert f"1 node(s) of {NODE_CPUS} CPUs" in str(refused.value)  # what the partition offers
+        launcher.check(env)
+    assert ("(sbatch --test-only: " in str(refused.value)) == (slurm_said is not None)
+    assert slurm_said is None or slurm_said in str(refused.value)  # Slurm's own words
 
 
 def test_unset_resources_default_to_what_the_partition_offers(slurm_cluster, use_cluster, tmp_path):
@@ -141,18 +164,17 @@ def test_domainbed_s_own_sweep_refused_leaves_no_job_folder_behind(
     assert list(sweep.iterdir()) == []
 
 
-def test_a_refused_submission_removes_only_empty_job_folders(
-    slurm_cluster, use_cluster, tmp_path, monkeypatch
+def test_a_submission_sbatch_refuses_removes_only_empty_job_folders(
+    slurm_cluster, use_cluster, tmp_path
 ):
-    use_cluster(slurm_cluster, cpus="1")
+    # More tasks in one array than Slurm's MaxArraySize (1001): only sbatch itself refuses it.
+    use_cluster(slurm_cluster, cpus="1", max_array_size="1002", folder=str(tmp_path / "logs"))
     empty, used = tmp_path / "sweep" / "empty", tmp_path / "sweep" / "used"
     empty.mkdir(parents=True)
     used.mkdir()
     (used / "out.txt").write_text("a file of an earlier run\n")
-    commands = [f"true --output_dir {empty}", f"true --output_dir {used}"]
-    # sbatch itself refuses: an unknown node feature, through Slurm's own variable.
-    monkeypatch.setenv("SBATCH_CONSTRAINT", "nosuchfeature")
-    with pytest.raises(UserError, match="Invalid feature specification") as refused:
+    commands = [f"true --output_dir {empty}", f"true --output_dir {used}"] + ["true"] * 1000
+    with pytest.raises(UserError, match="submitting 1002 job.* at job 1: .*array") as refused:
         launcher.submitit_launcher(commands)
     assert "The 1 empty job folder(s)" in str(refused.value)
     assert not empty.exists() and (used / "out.txt").exists()
