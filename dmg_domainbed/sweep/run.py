@@ -1,40 +1,40 @@
 """Running a planned sweep with DomainBed's own sweep code, after checking it can run.
 
 The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check that
-the jobs could start, delete incomplete job folders when asked, launch each group of
-:mod:`.plan` in a process of its own (:mod:`.launch`), report jobs as they finish, and stop
-cleanly on Ctrl-C. Launcher settings from the sweep file become the launcher's environment
-variables; a variable already set in the environment wins. Everything that can be checked
-before job folders exist is checked first: DomainBed's ``Job.launch`` creates every job folder
-before it calls the launcher.
+the jobs could start, lock the output folder (:class:`~dmg_domainbed.locks.FolderLock`), delete
+incomplete job folders when asked (DomainBed's ``Job.delete``) unless the launcher says one
+still runs, launch each group of :mod:`.plan` with DomainBed's ``Job.launch`` in this process
+(which has imported DomainBed already), report jobs as they finish, and stop cleanly on Ctrl-C.
+Launcher settings from the sweep file become the launcher's environment variables; a variable
+already set in the environment wins. Everything that can be checked before job folders exist is
+checked first: ``Job.launch`` creates every job folder before it calls the launcher.
+
+A launcher is asked about its own jobs through attributes of the launcher function, never
+imported here: ``check(environ)`` before anything, and ``running_jobs(output_dirs, environ)``
+(folder -> state, for the folders whose job still runs) before delete-incomplete.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
-import signal
-import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
-from dmg_domainbed.launchers.lifetime import parent_death_hook
-from dmg_domainbed.launchers.processes import ForkedProcess
-from dmg_domainbed.launchers.warm import WarmStart
 from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
-from dmg_domainbed.sweep.progress import DoneWatcher
+from dmg_domainbed.sweep.progress import is_done, watch_done
 
 Echo = Callable[[str], None]
-STOP_GRACE_SECONDS = 2.0
-_WARM_LAUNCH = WarmStart(plan.LAUNCH_MODULE)
 
 
 def _as_text(value: Any) -> str:
@@ -115,115 +115,117 @@ def execute(
     log: Path | None = None,
 ) -> int:
     """Launch every group's jobs that have not been launched (after deleting the incomplete
-    ones when ``delete_incomplete``), reporting each job as it finishes; the first non-zero
-    exit status stops. What the launch processes print goes to ``log`` (appended) when given,
-    else to the terminal.
+    ones when ``delete_incomplete``), reporting each job as it finishes; a failed launch stops
+    with status 1. What the launches print goes to ``log`` (appended) when given, else to the
+    terminal; ``echo`` gets the progress lines.
 
-    The sweep's folder is locked meanwhile (:class:`~dmg_domainbed.locks.FolderLock`): a second
-    command on it stops with a message naming this one, before it deletes or launches
-    anything. The launch processes end with this one, however it ends.
+    The sweep's folder is locked meanwhile: a second command on it stops with a message naming
+    this one, before it deletes or launches anything. On Ctrl-C the launcher stops its jobs,
+    the lock is released, and one line says what was stopped and how to resume; the process
+    then exits with status 130.
     """
+    try:
+        return _execute(sweep, launcher, env, delete_incomplete, echo, log)
+    except KeyboardInterrupt:
+        jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+        again = "" if delete_incomplete else " with --delete-incomplete"
+        print(
+            f"Interrupted: the sweep's running jobs were stopped; {sum(map(is_done, jobs))} of "
+            f"{len(jobs)} jobs are done and kept in {sweep.output_dir}. Run the same command"
+            f"{again} to resume.",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
+
+
+def _execute(
+    sweep: plan.Sweep,
+    launcher: str,
+    env: Mapping[str, str],
+    delete_incomplete: bool,
+    echo: Echo,
+    log: Path | None,
+) -> int:
+    from domainbed import command_launchers
     from domainbed.scripts.sweep import Job
 
+    launch = command_launchers.REGISTRY[launcher]
     with contextlib.ExitStack() as stack:
         stack.enter_context(FolderLock(sweep.output_dir))
         # job states are read under the lock: no other command changes them meanwhile
-        groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
-        everything = [job for _, group_jobs in groups for job in group_jobs]
+        everything = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
         if delete_incomplete:
-            refuse_deleting_queued_jobs(everything, env)
-        output = stack.enter_context(open(log, "a")) if log else None
-        with DoneWatcher(everything, echo, plan.describe_job):
-            for group, group_jobs in groups:
-                counts = plan.state_counts(group_jobs)
-                actions = []
-                if delete_incomplete and counts[Job.INCOMPLETE]:
-                    actions.append("delete_incomplete")
-                if counts[Job.NOT_LAUNCHED] or actions:
-                    actions.append("launch")
-                for action in actions:
-                    command = plan.launch_command(sweep, group, action, launcher)
-                    code = _run(command, env, output)
-                    if code != 0:
-                        echo(
-                            f"{action} of {', '.join(group.algorithms)} exited with status "
-                            f"{code}" + (f"; see {log}" if log else "")
-                        )
-                        return code
+            refuse_deleting_running_jobs(everything, launch, env)
+        stack.enter_context(_environment(env))  # DomainBed gives a launcher nothing else
+        stack.enter_context(watch_done(everything, echo, plan.describe_job))
+        if log is not None:
+            output = stack.enter_context(open(log, "a"))
+            stack.enter_context(contextlib.redirect_stdout(_ThisThread(output, sys.stdout)))
+            stack.enter_context(contextlib.redirect_stderr(_ThisThread(output, sys.stderr)))
+        for group in sweep.groups:
+            incomplete = [job for job in plan.jobs(sweep, group) if job.state == Job.INCOMPLETE]
+            if delete_incomplete and incomplete:
+                Job.delete(incomplete)
+            jobs = plan.jobs(sweep, group)
+            to_launch = [job for job in jobs if job.state == Job.NOT_LAUNCHED]
+            print(f"{len(jobs)} jobs of {', '.join(group.algorithms)}: {len(to_launch)} to launch")
+            if not to_launch:
+                continue
+            try:
+                Job.launch(to_launch, launch)
+            except UserError as error:
+                print(f"dmg-domainbed: error: {error}", file=sys.stderr, flush=True)
+                echo(
+                    f"launch of {', '.join(group.algorithms)} failed"
+                    + (f"; see {log}" if log else "")
+                )
+                return 1
     return 0
 
 
-def refuse_deleting_queued_jobs(jobs: list, env: Mapping[str, str]) -> None:
-    """Stop before delete-incomplete removes the folder of a job that is still queued or
-    running on Slurm (submitted by an earlier command that did not wait for it)."""
+def refuse_deleting_running_jobs(
+    jobs: Sequence, launcher: Callable, env: Mapping[str, str]
+) -> None:
+    """Stop before delete-incomplete removes the folder of a job that still runs, as the
+    launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
+    not wait for it); launchers without it run nothing beyond the command that started them."""
     from domainbed.scripts.sweep import Job
 
-    from dmg_domainbed.launchers.submitit_launcher import still_queued
-
+    running_jobs = getattr(launcher, "running_jobs", None)
     incomplete = [Path(job.output_dir) for job in jobs if job.state == Job.INCOMPLETE]
-    queued = still_queued(incomplete, env)
-    if queued:
-        listed = "\n  ".join(f"{folder} ({state})" for folder, state in sorted(queued.items()))
+    running = running_jobs(incomplete, env) if running_jobs and incomplete else {}
+    if running:
+        listed = "\n  ".join(f"{folder} ({state})" for folder, state in sorted(running.items()))
         raise UserError(
-            f"{len(queued)} incomplete job(s) are still queued or running on Slurm; deleting "
-            f"their folders would lose what they write:\n  {listed}\nWait until they end "
-            "(squeue --me), or cancel them (scancel), then run the same command again; nothing "
-            "was deleted or launched."
+            f"{len(running)} incomplete job(s) are still queued or running; deleting their "
+            f"folders would lose what they write:\n  {listed}\nWait until they end, or cancel "
+            "them, then run the same command again; nothing was deleted or launched."
         )
 
 
-def _run(command: list[str], env: Mapping[str, str], output: IO[str] | None) -> int:
-    """Run one launch process; Ctrl-C lets it stop its jobs (see :func:`stop`)."""
-    if output is not None:
-        output.write(f"$ {plan.shell_line(command)}\n")
-        output.flush()
-    process = _start(command, env, output)
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` is ``env`` inside."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
     try:
-        return process.wait()
-    except KeyboardInterrupt:
-        stop(process)
-        raise
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
-def _start(
-    command: list[str], env: Mapping[str, str], output: IO[str] | None
-) -> subprocess.Popen | ForkedProcess:
-    """The launch process, forked from this one when it is fit to fork (it has imported torch
-    and DomainBed and run none of their threads: :mod:`~dmg_domainbed.launchers.warm`), which
-    saves the seconds a new process spends importing them before the first job starts; else a
-    new process, with the reason in the log."""
-    arguments = _WARM_LAUNCH.arguments(plan.shell_line(command))
-    refusal = _WARM_LAUNCH.refusal(command[0], env) if arguments else "not a launch command"
-    if refusal is None:
-        return _WARM_LAUNCH.fork(arguments[1], env, Path(output.name) if output else None)
-    if output is not None:
-        output.write(f"(started as a new process: {refusal})\n")
-        output.flush()
-    return subprocess.Popen(
-        command,
-        env=dict(env),
-        preexec_fn=parent_death_hook(),
-        stdin=subprocess.DEVNULL,
-        stdout=output,
-        stderr=subprocess.STDOUT if output is not None else None,
-    )
+class _ThisThread(io.TextIOBase):
+    """A stream for ``sys.stdout``/``sys.stderr`` that sends what this thread writes (the
+    launch) to ``log`` and what other threads write (the progress lines) to ``other``."""
 
+    def __init__(self, log: IO[str], other: IO[str]) -> None:
+        self.log, self.other, self.thread = log, other, threading.get_ident()
 
-def stop(process: subprocess.Popen | ForkedProcess) -> None:
-    """Let a launch process stop its running jobs (its launcher handles Ctrl-C) and wait for it.
+    def write(self, text: str) -> int:
+        return (self.log if threading.get_ident() == self.thread else self.other).write(text)
 
-    A new process shares this one's process group, so a Ctrl-C at the terminal reaches it too;
-    an interrupt sent to this process alone is passed on. A forked one has a session of its
-    own: the interrupt is passed on at once. Killing it outright could leave jobs running on
-    their own.
-    """
-    if isinstance(process, ForkedProcess):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGINT)
-        process.wait()
-        return
-    try:
-        process.wait(timeout=STOP_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)
-        process.wait()
+    def flush(self) -> None:
+        self.log.flush()
+        self.other.flush()
