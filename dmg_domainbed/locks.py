@@ -140,11 +140,13 @@ class FolderLock:
         deadline = time.monotonic() + CONTENTION_WAIT_S
         while not self._try():
             holder = self.holder()
-            if holder is not None and not holder.stale():
+            late = time.monotonic() > deadline
+            # a holder writes its record right after taking the lock: wait for it to name it
+            if holder is not None and not holder.stale() and (holder.pid or late):
                 raise UserError(f"{self.folder} is in use by another run: {self._advice(holder)}")
-            if holder is not None:
+            if holder is not None and holder.stale():
                 self._take_over(holder)
-            if time.monotonic() > deadline:
+            if late:
                 raise UserError(
                     f"{self.folder}: other processes kept taking its lock for "
                     f"{CONTENTION_WAIT_S:.0f} s; run one command at a time on this folder"
