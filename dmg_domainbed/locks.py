@@ -1,26 +1,15 @@
-"""One run at a time per output folder, on local disks and on the shared filesystems of clusters.
+"""One run at a time per output folder, on local disks and on clusters' shared filesystems.
 
-Two commands writing runs into one folder corrupt each other's results (one deletes the other's
-half-written jobs and relaunches them into the same files). A command that writes runs holds a
-:class:`FolderLock` on its output folder while it works::
-
-    with FolderLock(output_dir):
-        ...  # create, delete or launch jobs
-
-The lock is :mod:`flufl.lock`'s: the file ``FOLDER/.dmg-domainbed.lock``, a hard link to a
-claim file, which NFS creates atomically; its modification time is when it expires, and the
-holder refreshes it every :data:`REFRESH_S` seconds, :data:`LIFETIME_S` ahead. This module adds
-what flufl.lock leaves to its users:
-
-* a record next to the claim file (host, pid, start, command), so that a second command gets a
-  :class:`~dmg_domainbed.errors.UserError` naming the holder and how to proceed;
-* when a lock is stale: its holder ran on this machine (same host, boot and process
-  namespace) and that process is gone, which is known at once (flufl.lock would wait for the
-  lifetime); or it ran on another machine and the lock expired. A holder alive here keeps it
-  however long it was stopped;
-* taking a stale lock over safely: under a second flufl lock, a taker removes the lock only if
-  it still is the one it judged stale, so of several takers exactly one wins;
-* the refresh, in a daemon thread, which also notices when another process took the lock.
+Two commands writing runs into one folder corrupt each other's results, so a command that
+writes runs holds ``with FolderLock(output_dir): ...`` while it works. The lock is
+:mod:`flufl.lock`'s (NFS-safe: a hard link to a claim file; its modification time is when it
+expires, pushed :data:`LIFETIME_S` ahead every :data:`REFRESH_S` s by a daemon thread). Added
+here, as flufl.lock leaves them to its users: a record beside the claim (host, pid, start,
+command) that a second command's :class:`~dmg_domainbed.errors.UserError` names; staleness
+(a holder on this machine, i.e. host, boot and pid namespace, is stale once its process is
+gone, at once; one on another machine once its lock expired); and a takeover under a second
+flufl lock that removes a stale lock only if it still is the one judged, so that of several
+takers exactly one wins.
 """
 
 from __future__ import annotations
@@ -43,26 +32,23 @@ from dmg_domainbed.errors import UserError
 
 LOCK_NAME = ".dmg-domainbed.lock"
 REFRESH_S = 30.0
-#: Seconds after its last refresh when a lock whose holder ran on another machine is stale.
-LIFETIME_S = 300.0
-#: Seconds a contender waits for a concurrent takeover before giving up.
-CONTENTION_WAIT_S = 10.0
+LIFETIME_S = 300.0  # how long a lock outlives its last refresh, for other machines
+CONTENTION_WAIT_S = 10.0  # how long a contender waits for a takeover or a holder's record
 
 
 def _machine() -> str:
-    """This host, boot and process namespace: where a pid means the same process."""
+    """This host, boot and pid namespace: where a pid names the same process."""
     try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        namespace = os.readlink("/proc/self/ns/pid")
+        here = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        here += os.readlink("/proc/self/ns/pid")
     except OSError:  # not Linux: the host name alone
-        boot = namespace = "?"
-    return f"{socket.gethostname()}/{boot}/{namespace}"
+        here = ""
+    return f"{socket.gethostname()}/{here}"
 
 
 def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
     if seconds < 120:
-        return f"{seconds:.0f} s"
+        return f"{max(0.0, seconds):.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
@@ -74,13 +60,13 @@ def _remove(*paths: Path) -> None:
 
 @dataclass(frozen=True)
 class Holder:
-    """A lock as found: its claim (the lock file's content), expiry and its holder's record."""
+    """A lock as found: its claim (the lock file's content), expiry and holder's record."""
 
     claim: str
     expires: float
     host: str = "?"
     machine: str = "?"
-    pid: int = 0
+    pid: int = 0  # 0: no record (yet)
     started: float = 0.0
     command: str = "?"
 
@@ -88,28 +74,28 @@ class Holder:
         return self.machine == _machine()
 
     def stale(self) -> bool:
-        if self.here():
-            try:  # gone, or its pid now names a process started after it took the lock
-                process = psutil.Process(self.pid)
-                started_later = process.create_time() > self.started + 1
-                return started_later or process.status() == psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                return True
-        return time.time() > self.expires
+        if not self.here():
+            return time.time() > self.expires
+        try:  # gone, or the pid now names a process started after the lock was taken
+            process = psutil.Process(self.pid)
+            later = process.create_time() > self.started + 1
+            return later or process.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
 
     def describe(self) -> str:
         if self.pid == 0:
-            return "a run whose record is not readable (it may be starting)"
+            return "a run whose record is not readable"
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+        ago = _duration(time.time() - self.started)
         return (
-            f"`{self.command}` (pid {self.pid} on {self.host}), running since {started} "
-            f"({_duration(time.time() - self.started)} ago)"
+            f"`{self.command}` (pid {self.pid} on {self.host}), running since {started} ({ago} ago)"
         )
 
 
 class FolderLock:
-    """Exclusive use of ``folder`` by this process; a context manager (see the module's
-    docstring). ``command`` is what a second run is shown (default: this command line)."""
+    """Exclusive use of ``folder`` by this process, as a context manager; ``command`` is what a
+    second run is shown (default: this command line)."""
 
     def __init__(
         self,
@@ -118,13 +104,11 @@ class FolderLock:
         refresh_s: float = REFRESH_S,
         lifetime_s: float = LIFETIME_S,
     ) -> None:
-        self.folder = Path(folder)
-        self.path = self.folder / LOCK_NAME
+        self.folder, self.path = Path(folder), Path(folder) / LOCK_NAME
         self.command = command or " ".join(sys.orig_argv)
         self.refresh_s = refresh_s
         self.lock = Lock(str(self.path), lifetime=timedelta(seconds=lifetime_s))
-        #: Set when another process took the lock over while this one held it.
-        self.lost = False
+        self.lost = False  # another process took the lock over while this one held it
         self._stop = threading.Event()
         self._refreshing: threading.Thread | None = None
 
@@ -139,23 +123,20 @@ class FolderLock:
         """Take the lock, or raise :class:`UserError` naming the run that holds it."""
         deadline = time.monotonic() + CONTENTION_WAIT_S
         while not self._try():
-            holder = self.holder()
-            late = time.monotonic() > deadline
-            # a holder writes its record right after taking the lock: wait for it to name it
-            if holder is not None and not holder.stale() and (holder.pid or late):
-                raise UserError(f"{self.folder} is in use by another run: {self._advice(holder)}")
-            if holder is not None and holder.stale():
+            holder, late = self.holder(), time.monotonic() > deadline
+            if holder and holder.stale():
                 self._take_over(holder)
+            elif holder and (holder.pid or late):  # a holder writes its record right after
+                raise UserError(f"{self.folder} is in use by another run: {self._advice(holder)}")
             if late:
                 raise UserError(
                     f"{self.folder}: other processes kept taking its lock for "
                     f"{CONTENTION_WAIT_S:.0f} s; run one command at a time on this folder"
                 )
             time.sleep(0.05)
-        record = {"host": socket.gethostname(), "machine": _machine(), "pid": os.getpid()}
-        record.update(started=time.time(), command=self.command)
+        record = dict(host=socket.gethostname(), machine=_machine(), pid=os.getpid())
         draft = Path(f"{self.lock.claimfile}.draft")
-        draft.write_text(json.dumps(record))
+        draft.write_text(json.dumps(dict(record, started=time.time(), command=self.command)))
         draft.replace(f"{self.lock.claimfile}.json")
         self._stop.clear()
         self._refreshing = threading.Thread(target=self._refresh, name="folder-lock", daemon=True)
@@ -183,8 +164,8 @@ class FolderLock:
             return Holder(claim, expires)
 
     def _try(self) -> bool:
-        """One attempt at flufl.lock's lock: a timeout already past makes it neither wait nor
-        break a lock itself (breaking is :meth:`_take_over`'s)."""
+        """One attempt of flufl.lock's: a timeout already past makes it neither wait nor break
+        a lock itself (breaking a lock is :meth:`_take_over`'s)."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.lock.lock(timeout=-1)
@@ -198,15 +179,16 @@ class FolderLock:
         return True
 
     def _take_over(self, stale: Holder) -> None:
-        """Remove the stale lock, its claim file and record, if it still is the one judged."""
-        guard = Lock(f"{self.path}.takeover", lifetime=timedelta(seconds=CONTENTION_WAIT_S))
+        """Remove the stale lock, its claim and record, if it still is the one judged."""
+        wait = timedelta(seconds=CONTENTION_WAIT_S)
+        guard = Lock(f"{self.path}.takeover", lifetime=wait)
         try:
-            guard.lock(timeout=int(CONTENTION_WAIT_S))
+            guard.lock(timeout=wait)
         except TimeOutError:
             return
         try:
             current = self.holder()
-            if current is not None and current.claim == stale.claim and current.stale():
+            if current and current.claim == stale.claim and current.stale():
                 claim = self.folder / Path(stale.claim).name
                 _remove(self.path, claim, Path(f"{claim}.json"))
         finally:
@@ -226,17 +208,15 @@ class FolderLock:
         )
 
     def _refresh(self) -> None:
-        """Push the expiry ahead until released; stop if another process took the lock."""
         while not self._stop.wait(self.refresh_s):
             try:
                 self.lock.refresh()
             except NotLockedError:
-                self.lost = True
-                holder = self.holder()
+                self.lost, holder = True, self.holder()
                 sys.stderr.write(
                     f"dmg-domainbed: this process lost its lock of {self.folder} (was it stopped "
                     f"for over {_duration(self.lock.lifetime.total_seconds())}?), now held by "
-                    f"{'nobody' if holder is None else holder.describe()}; results written from "
-                    "now on may mix with another run's\n"
+                    f"{holder.describe() if holder else 'nobody'}; results written from now on "
+                    "may mix with another run's\n"
                 )
                 return

@@ -1,33 +1,25 @@
-"""``local_parallel``: run several DomainBed jobs at once on one machine.
+"""``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked.
 
-Like DomainBed's ``local`` launcher it runs the commands DomainBed's sweep gives it; unlike it,
-up to N at the same time, several per GPU if asked, and DomainBed's train jobs start warm:
+Settings (:data:`OPTIONS`): N (default: GPUs x jobs per GPU, else the CPU cores this process may
+use); jobs per GPU, round robin over ``CUDA_VISIBLE_DEVICES`` (else what ``nvidia-smi`` lists),
+each job seeing its own GPU; per job ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` and data-loader
+workers = cores // N unless set; warm start (:mod:`.warm`) of the commands that are exactly
+DomainBed's ``python -m domainbed.scripts.train ...``. Other commands run as new processes
+(plain words directly, anything else by ``sh -c``).
 
-* ``DMG_LOCAL_PARALLEL_JOBS``: N. Default: GPUs x jobs per GPU if there are GPUs, else the
-  number of CPU cores this process may use.
-* ``DMG_LOCAL_PARALLEL_JOBS_PER_GPU`` (default 1): jobs that share one GPU. GPUs are the ones
-  listed in ``CUDA_VISIBLE_DEVICES`` (or all that ``nvidia-smi`` lists); each job gets one of
-  them as its own ``CUDA_VISIBLE_DEVICES``, round robin over job slots.
-* Each job gets ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` = cores // N and
-  ``DMG_DOMAINBED_LOADER_WORKERS`` = cores // N (data-loader workers per job, split over its
-  training domains; see :func:`dmg_domainbed.integration.cap_loader_workers`), unless set.
-* ``DMG_LOCAL_PARALLEL_WARM`` (default on): a command that is exactly DomainBed's
-  ``python -m domainbed.scripts.train ...`` starts warm (:mod:`.warm`); every other command,
-  and every command when it is off, runs as a new process (directly when it is plain words,
-  else by ``sh -c``).
-
-Every job leads a process group of its own and ends with the launcher (:mod:`.lifetime`);
-what a job leaves running in its group is killed when it ends. A job whose command names
-``--output_dir DIR`` writes what it prints to ``DIR/launcher.log``; other commands print to
-the terminal. The launcher waits for every job and raises
-:class:`~dmg_domainbed.errors.UserError` listing the failed ones, if any, with what to lower
-when one ran out of memory. Ctrl-C (or any error here) stops the running jobs: SIGTERM to each
-group, SIGKILL after :data:`STOP_GRACE_SECONDS`.
+Each job leads a session and process group of its own, so that Ctrl-C reaches the launcher
+alone, which then stops every group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); each
+is tied to the launcher (:func:`_die_with_parent`; warm jobs: :mod:`.warm`); what a job leaves
+running in its group is killed when it ends. A job whose command names ``--output_dir DIR``
+writes what it prints to ``DIR/launcher.log``. The launcher waits for every job, then raises
+:class:`~dmg_domainbed.errors.UserError` listing the failed ones, with what to lower when one
+ran out of memory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import math
 import os
@@ -36,6 +28,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -48,7 +41,6 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
 from dmg_domainbed.launchers import warm
 from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
-from dmg_domainbed.launchers.lifetime import die_with_parent, signal_group
 
 OPTIONS = (
     Option(
@@ -81,16 +73,14 @@ OPTIONS = (
         "DMG_LOCAL_PARALLEL_WARM",
         bool,
         True,
-        help="fork DomainBed's train jobs from a process that has imported them instead of "
-        "starting new processes",
+        help="fork DomainBed's train jobs from the launcher instead of starting new processes",
     ),
 )
 LOG_NAME = "launcher.log"
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1  # how soon the end of a job started as a new process is noticed
-TAIL_BYTES = 64 * 1024
-# What torch and the CUDA libraries print when a GPU allocation fails, and what a DomainBed
-# job prints when the kernel killed one of its data-loader workers.
+# What torch and CUDA print when a GPU allocation fails; what DomainBed prints when the kernel
+# killed a data-loader worker.
 GPU_OUT_OF_MEMORY = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
     r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
@@ -102,8 +92,6 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
     """GPU ids jobs may use: ``CUDA_VISIBLE_DEVICES`` when set, else those nvidia-smi lists."""
     if "CUDA_VISIBLE_DEVICES" in environ:
         return [g.strip() for g in environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
-    if shutil.which("nvidia-smi") is None:
-        return []
     try:
         listing = subprocess.run(
             ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
@@ -115,15 +103,13 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
 
 def usable_cores() -> int:
     """CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How the commands will run: N at a time, the GPU of each slot, each job's share of the
-    cores (threads and data-loader workers), warm or as new processes."""
+    """How the commands run: N at a time, the GPU of each slot, each job's share of the cores
+    (threads and data-loader workers), warm or as new processes."""
 
     jobs: int
     gpus: tuple[str, ...]
@@ -138,11 +124,8 @@ class Plan:
         gpus = tuple(visible_gpus(environ))
         jobs = values["jobs"] or len(gpus) * values["jobs_per_gpu"] or usable_cores()
         threads = max(1, usable_cores() // jobs)
-        workers = values["loader_workers"]
-        return cls(
-            jobs, gpus, threads, threads if workers is None else workers, values["warm"],
-            jobs_set=values["jobs"] is not None,
-        )  # fmt: skip
+        workers = threads if values["loader_workers"] is None else values["loader_workers"]
+        return cls(jobs, gpus, threads, workers, values["warm"], values["jobs"] is not None)
 
     @property
     def jobs_per_gpu(self) -> int:
@@ -182,18 +165,17 @@ class Plan:
         return None
 
     def describe(self) -> str:
-        if self.gpus:
-            devices = f"GPUs {','.join(self.gpus)} ({self.jobs_per_gpu} per GPU)"
-        else:
-            devices = "CPU"
-        start = "warm" if self.warm else "as new processes"
+        devices = (
+            f"GPUs {','.join(self.gpus)} ({self.jobs_per_gpu} per GPU)" if self.gpus else "CPU"
+        )
         return (
             f"{self.jobs} at a time on {devices}; per job {self.threads} thread(s) and "
-            f"{self.loader_workers} data-loader worker(s); DomainBed's train jobs start {start}"
+            f"{self.loader_workers} data-loader worker(s); DomainBed's train jobs start "
+            + ("warm" if self.warm else "as new processes")
         )
 
 
-def read_tail(path: Path | None, size: int = TAIL_BYTES) -> str:
+def read_tail(path: Path | None, size: int = 64 * 1024) -> str:
     """The last ``size`` bytes of a log, as text ('' when there is none)."""
     try:
         with open(path, "rb") as log:
@@ -215,94 +197,76 @@ def describe_exit(code: int) -> str:
 
 @dataclass
 class Outcome:
-    """One finished job."""
+    """A job; ``returncode`` is None while it runs."""
 
     index: int
     command: str
     log: Path | None
-    warm: bool
-    returncode: int
-    seconds: float
-
-
-@dataclass
-class _Job:
-    """A running job: a :class:`subprocess.Popen`, or a warm job's
-    :class:`multiprocessing.Process`."""
-
-    index: int
-    command: str
     slot: int
-    log: Path | None
-    process: subprocess.Popen | BaseProcess
+    process: subprocess.Popen | BaseProcess = field(repr=False)  # multiprocessing's: warm
     started: float = field(default_factory=time.monotonic)
+    returncode: int | None = None
+    seconds: float = 0.0
 
     @property
     def warm(self) -> bool:
-        return not isinstance(self.process, subprocess.Popen)
+        return isinstance(self.process, BaseProcess)
 
-    def poll(self) -> int | None:
-        """The exit status once the job has ended (its group's leftovers killed), else None."""
-        code = self.process.exitcode if self.warm else self.process.poll()
-        if code is not None:
-            signal_group(self.process.pid, signal.SIGKILL)
-        return code
-
-
-class _Starter:
-    """Starts each command warm or as a new process; says once why a warm one cannot be."""
-
-    def __init__(self, plan: Plan, say: Callable[[str], None], warm_module: str) -> None:
-        self.plan, self.say, self.warm_module = plan, say, warm_module
-        self.refusals: dict[str, str | None] = {}
-
-    def start(self, index: int, command: str, slot: int) -> _Job:
-        output_dir = output_dir_of(command)
-        log = None
-        if output_dir is not None:
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
-            log = Path(output_dir) / LOG_NAME
-        env = self.plan.job_environment(slot, os.environ)
-        found = warm.module_arguments(command, self.warm_module) if self.plan.warm else None
-        if found is not None and self._may_start_warm(found[0], env):
-            return _Job(index, command, slot, log, warm.start(self.warm_module, found[1], env, log))
-        words = _plain_words(command, env.get("PATH"))
-        with open(log, "a") if log else contextlib.nullcontext() as stream:
-            process = subprocess.Popen(
-                words or command,
-                shell=words is None,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=stream,
-                stderr=subprocess.STDOUT if stream else None,
-                start_new_session=True,
-                preexec_fn=functools.partial(die_with_parent, os.getpid()),
-            )
-        return _Job(index, command, slot, log, process)
-
-    def _may_start_warm(self, program: str, env: Mapping[str, str]) -> bool:
-        if program not in self.refusals:
-            self.refusals[program] = warm.refusal(program, env)
-            if self.refusals[program] is not None:
-                self.say(
-                    f"local_parallel: {self.warm_module} jobs start as new processes: "
-                    f"{self.refusals[program]}"
-                )
-        return self.refusals[program] is None
+    def ended(self) -> bool:
+        """Whether the job has ended (then what it left running in its group is killed)."""
+        if self.returncode is None:
+            self.returncode = self.process.exitcode if self.warm else self.process.poll()
+            if self.returncode is None:
+                return False
+            self.seconds = time.monotonic() - self.started
+            _signal_group(self.process.pid, signal.SIGKILL)
+        return True
 
 
-def _plain_words(command: str, path: str | None) -> list[str] | None:
-    """The command's words if a shell would only split it into them and run a program."""
+def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | None) -> Outcome:
+    output_dir = output_dir_of(command)
+    log = Path(output_dir) / LOG_NAME if output_dir else None
+    if log:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    env = plan.job_environment(slot, os.environ)
+    arguments = warm.module_arguments(command, warm_module) if warm_module else None
+    if arguments is not None:
+        return Outcome(index, command, log, slot, warm.start(warm_module, arguments, env, log))
     try:
         words = shlex.split(command)
     except ValueError:
-        return None
-    if not words or shlex.join(words) != command or shutil.which(words[0], path=path) is None:
-        return None
-    return words
+        words = []
+    plain = words and shlex.join(words) == command and shutil.which(words[0], path=env.get("PATH"))
+    with open(log, "a") if log else contextlib.nullcontext() as stream:
+        process = subprocess.Popen(
+            words if plain else command,
+            shell=not plain,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stream,
+            stderr=subprocess.STDOUT if stream else None,
+            start_new_session=True,
+            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+        )
+    return Outcome(index, command, log, slot, process)
 
 
-def _wait(running: list[_Job], seconds: float) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel send SIGTERM to this new process when the launcher dies, however it dies
+    (a job has a session of its own, which nothing else ties to the launcher); end at once if
+    it is already gone. ``prctl(PR_SET_PDEATHSIG)`` is Linux's, and no library offers it."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _signal_group(leader_pid: int, signal_number: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader_pid, signal_number)
+
+
+def _wait(running: list[Outcome], seconds: float) -> None:
     """Return when a warm job has ended (its sentinel is ready), or after ``seconds``."""
     wait([job.process.sentinel for job in running if job.warm], seconds)
 
@@ -315,57 +279,48 @@ def run_commands(
 ) -> list[Outcome]:
     """Run ``commands`` as ``plan`` says and wait for all of them; their outcomes in order.
 
-    The commands ``python -m WARM_MODULE ...`` start warm when the plan says so. Any exception
-    here (Ctrl-C included) stops the running jobs before it propagates.
+    ``python -m WARM_MODULE ...`` commands start warm when the plan says so and this process's
+    interpreter is the ``python`` on PATH (else ``say`` hears why not). Any exception here
+    (Ctrl-C included) stops the running jobs before it propagates.
     """
-    starter = _Starter(plan, say, warm_module)
-    pending = deque(enumerate(commands))
-    free_slots = deque(range(plan.jobs))
-    running: list[_Job] = []
-    outcomes: list[Outcome] = []
+    module = warm_module if plan.warm else None
+    if module and (refusal := warm.refusal(os.environ)):
+        say(f"local_parallel: {module} jobs start as new processes: {refusal}")
+        module = None
+    pending, free_slots = deque(enumerate(commands)), deque(range(plan.jobs))
+    running: list[Outcome] = []
+    finished: list[Outcome] = []
     try:
         while pending or running:
             while pending and free_slots:
                 index, command = pending.popleft()
-                running.append(starter.start(index, command, free_slots.popleft()))
+                running.append(_start(index, command, free_slots.popleft(), plan, module))
             _wait(running, POLL_SECONDS)
-            for job in list(running):
-                code = job.poll()
-                if code is None:
-                    continue
+            for job in [job for job in running if job.ended()]:
                 running.remove(job)
                 free_slots.append(job.slot)
-                seconds = time.monotonic() - job.started
-                outcomes.append(Outcome(job.index, job.command, job.log, job.warm, code, seconds))
-                say(_progress_line(outcomes[-1], len(outcomes), len(commands), plan))
+                finished.append(job)
+                say(_progress_line(job, len(finished), len(commands), plan))
     except BaseException:
-        _stop(running)
-        raise
-    return sorted(outcomes, key=lambda outcome: outcome.index)
-
-
-def _stop(running: list[_Job]) -> None:
-    """SIGTERM to every job's group, SIGKILL to those still running after the grace period."""
-    for job in running:
-        signal_group(job.process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    while time.monotonic() < deadline and any(job.poll() is None for job in running):
-        _wait(running, POLL_SECONDS)
-    for job in running:
-        if job.poll() is None:
-            signal_group(job.process.pid, signal.SIGKILL)
+        for job in running:
+            _signal_group(job.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while time.monotonic() < deadline and not all(job.ended() for job in running):
+            _wait(running, POLL_SECONDS)
+        for job in running:
+            _signal_group(job.process.pid, signal.SIGKILL)
             (job.process.join if job.warm else job.process.wait)()
+        raise
+    return sorted(finished, key=lambda job: job.index)
 
 
 def _progress_line(outcome: Outcome, finished: int, total: int, plan: Plan) -> str:
     how = f"{'warm' if outcome.warm else 'new process'}, {outcome.seconds:.1f} s"
-    if outcome.returncode == 0:
-        status = f"ok ({how})"
-    else:
+    status = f"ok ({how})"
+    if outcome.returncode != 0:
         status = f"FAILED ({describe_exit(outcome.returncode)}, {how})"
         hint = plan.memory_hint(outcome.returncode, outcome.log)
-        if hint:
-            status += f": {hint}"
+        status += f": {hint}" if hint else ""
     where = outcome.log.parent if outcome.log else outcome.command
     return f"local_parallel: [{finished}/{total}] {status}: {where}"
 
@@ -373,29 +328,25 @@ def _progress_line(outcome: Outcome, finished: int, total: int, plan: Plan) -> s
 def failure_report(outcomes: list[Outcome], plan: Plan) -> str | None:
     """The message for the jobs that failed, or None if none did."""
     failed = [outcome for outcome in outcomes if outcome.returncode != 0]
-    if not failed:
-        return None
     details = ""
     for outcome in failed:
         details += f"\n  {describe_exit(outcome.returncode)}: {outcome.command}"
         hint = plan.memory_hint(outcome.returncode, outcome.log)
-        if hint:
-            details += f"\n    {hint}"
+        details += f"\n    {hint}" if hint else ""
         if outcome.log:
             tail = read_tail(outcome.log).splitlines()[-5:]
             details += f"\n    log: {outcome.log}" + "".join(f"\n      {line}" for line in tail)
-    return f"{len(failed)} of {len(outcomes)} job(s) failed:{details}"
+    return f"{len(failed)} of {len(outcomes)} job(s) failed:{details}" if failed else None
 
 
 def local_parallel_launcher(commands: list[str]) -> None:
-    """Run ``commands`` (shell strings) N at a time on this machine and wait for all of them.
-
-    Raises :class:`UserError` naming every command that failed, after all finished.
-    """
+    """Run ``commands`` (shell strings) N at a time on this machine and wait for all of them;
+    raise :class:`UserError` naming every command that failed, after all finished."""
     plan = Plan.from_environment()
     print(f"local_parallel: {len(commands)} job(s), {plan.describe()}", flush=True)
-    outcomes = run_commands(commands, plan, say=lambda line: print(line, flush=True))
-    report = failure_report(outcomes, plan)
+    report = failure_report(
+        run_commands(commands, plan, lambda line: print(line, flush=True)), plan
+    )
     if report:
         raise UserError(report)
 

@@ -44,35 +44,36 @@ TRAIN_MODULE = "domainbed.scripts.train"
 _SERVER = multiprocessing.get_context("forkserver")
 
 
-def module_arguments(command: str, module: str = TRAIN_MODULE) -> tuple[str, list[str]] | None:
-    """``(program, arguments)`` if ``command`` is ``PROGRAM -m MODULE ARGUMENTS`` and nothing
-    else, as DomainBed's sweep writes its train commands; else None (a command a shell would
-    read otherwise than as plain words is not one)."""
+def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | None:
+    """The arguments if ``command`` is ``python -m MODULE ARGUMENTS`` and nothing else, as
+    DomainBed's sweep writes its train commands; else None (a command a shell would read
+    otherwise than as plain words is not one)."""
     try:
         words = shlex.split(command)
     except ValueError:
         return None
-    if len(words) < 3 or words[1:3] != ["-m", module] or shlex.join(words) != command:
+    if words[:3] != ["python", "-m", module] or shlex.join(words) != command:
         return None
-    return words[0], words[3:]
+    return words[3:]
 
 
-def refusal(program: str, environ: Mapping[str, str]) -> str | None:
-    """None if a job of ``program -m MODULE`` may run warm; else why it runs as a new process.
+def refusal(environ: Mapping[str, str]) -> str | None:
+    """None if ``python -m MODULE`` jobs may run warm; else why they run as new processes.
 
-    A warm job runs in this interpreter and environment, so ``program`` must be that one as a
-    shell finds it on ``environ``'s PATH: the same file, in the same folder (a virtual
+    A warm job runs in this interpreter and environment, so the ``python`` a shell finds on
+    ``environ``'s PATH must be that one: the same file in the same folder (a virtual
     environment's ``python`` links to its base interpreter but is another environment).
     """
     if not sys.platform.startswith("linux"):
         return "warm jobs are forked, which this package supports on Linux only"
-    found = shutil.which(program, path=environ.get("PATH"))
-    if found is None:
-        return f"`{program}` is not on PATH"
-    here = sys.executable
-    if Path(found).parent != Path(here).parent or not os.path.samefile(found, here):
+    found, here = shutil.which("python", path=environ.get("PATH")), sys.executable
+    if (
+        found is None
+        or Path(found).parent != Path(here).parent
+        or not os.path.samefile(found, here)
+    ):
         return (
-            f"`{program}` on PATH is {found}, not this process's interpreter {here}; put "
+            f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; put "
             f"{os.path.dirname(here)} first on PATH to start jobs warm"
         )
     return None

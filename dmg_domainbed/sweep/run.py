@@ -1,17 +1,15 @@
 """Running a planned sweep with DomainBed's own sweep code, after checking it can run.
 
-The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check that
-the jobs could start, lock the output folder (:class:`~dmg_domainbed.locks.FolderLock`), delete
-incomplete job folders when asked (DomainBed's ``Job.delete``) unless the launcher says one
-still runs, launch each group of :mod:`.plan` with DomainBed's ``Job.launch`` in this process
-(which has imported DomainBed already), report jobs as they finish, and stop cleanly on Ctrl-C.
-Launcher settings from the sweep file become the launcher's environment variables; a variable
-already set in the environment wins. Everything that can be checked before job folders exist is
-checked first: ``Job.launch`` creates every job folder before it calls the launcher.
-
-A launcher is asked about its own jobs through attributes of the launcher function, never
-imported here: ``check(environ)`` before anything, and ``running_jobs(output_dirs, environ)``
-(folder -> state, for the folders whose job still runs) before delete-incomplete.
+The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check
+everything that can be checked before ``Job.launch`` creates job folders, lock the output
+folder (:mod:`dmg_domainbed.locks`), delete incomplete job folders when asked unless the
+launcher says one still runs, launch each group of :mod:`.plan` with DomainBed's ``Job.launch``
+in this process (which has imported DomainBed already), report jobs as they finish, and stop
+cleanly on Ctrl-C. The sweep file's launcher settings become the launcher's environment
+variables; one already set in the environment wins. A launcher is asked about its jobs through
+attributes of the launcher function, never imported here: ``check(environ)`` first, and
+``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
+delete-incomplete.
 """
 
 from __future__ import annotations
@@ -22,9 +20,9 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
@@ -37,36 +35,32 @@ from dmg_domainbed.sweep.progress import is_done, watch_done
 Echo = Callable[[str], None]
 
 
-def _as_text(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
 def launcher_environment(
     config: SweepConfig, launcher: str, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
-    """The environment of the sweep's processes, and notes on variables that win over the file.
+    """The environment of the sweep's launcher, and notes on variables that win over the file.
 
     This interpreter's folder goes first on PATH: DomainBed starts every job as
     ``python -m domainbed.scripts.train`` with the ``python`` found there.
     """
     env = dict(environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    notes = []
     if launcher != config.launcher:
-        if config.launcher_options:
-            notes.append(f"the file's [launcher] settings are for {config.launcher}: not used")
-        return env, notes
+        unused = f"the file's [launcher] settings are for {config.launcher}: not used"
+        return env, [unused] if config.launcher_options else []
+    notes = []
     for option in launcher_options(launcher):
         if option.name not in config.launcher_options:
             continue
-        file_value = _as_text(config.launcher_options[option.name])
+        value = config.launcher_options[option.name]
+        value = str(value).lower() if isinstance(value, bool) else str(value)
         if env.get(option.env, "").strip():
             notes.append(
                 f"{option.env}={env[option.env]} from the environment wins over "
-                f"{option.name} = {file_value} in the file"
+                f"{option.name} = {value} in the file"
             )
         else:
-            env[option.env] = file_value
+            env[option.env] = value
     return env, notes
 
 
@@ -75,7 +69,6 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
     from domainbed import command_launchers
 
     check_creatable(Path(sweep.output_dir), "the sweep's output_dir")
-
     if shutil.which("python", path=env.get("PATH")) is None:
         raise UserError(
             "no `python` on PATH: DomainBed's sweep starts every job as "
@@ -85,23 +78,18 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
     # The doctor and the smoke check give the same answer: requirements.missing.
     missing: dict[str, None] = {}
     for algorithm in sweep.config.algorithms:
+        overrides = sweep.config.hparams_of(algorithm)
         for dataset in sweep.config.datasets:
-            overrides = sweep.config.hparams_of(algorithm)
-            missing.update(
-                dict.fromkeys(requirements.missing(algorithm, dataset, sweep.data_dir, overrides))
-            )
+            found = requirements.missing(algorithm, dataset, sweep.data_dir, overrides)
+            missing.update(dict.fromkeys(found))
     if missing:
         raise UserError(
-            "the jobs would fail before their first step:\n  "
-            + "\n  ".join(missing)
-            + "\nFix it with the commands above, or pass --data_dir with the folder that holds "
-            "the data."
+            "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\nFix "
+            "it with the commands above, or pass --data_dir with the folder that holds the data."
         )
     check = getattr(command_launchers.REGISTRY[launcher], "check", None)
-    if check is None:
-        return launcher
     try:
-        return f"{launcher}: {check(env)}"
+        return f"{launcher}: {check(env)}" if check else launcher
     except UserError as error:
         raise UserError(f"launcher {launcher}: {error}") from None
 
@@ -114,72 +102,57 @@ def execute(
     echo: Echo = print,
     log: Path | None = None,
 ) -> int:
-    """Launch every group's jobs that have not been launched (after deleting the incomplete
-    ones when ``delete_incomplete``), reporting each job as it finishes; a failed launch stops
-    with status 1. What the launches print goes to ``log`` (appended) when given, else to the
-    terminal; ``echo`` gets the progress lines.
+    """Launch every group's jobs not launched yet (after deleting the incomplete ones when
+    ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line as each
+    finishes; a failed launch stops with status 1. What the launches print goes to ``log``
+    (appended) when given, else to the terminal.
 
-    The sweep's folder is locked meanwhile: a second command on it stops with a message naming
-    this one, before it deletes or launches anything. On Ctrl-C the launcher stops its jobs,
-    the lock is released, and one line says what was stopped and how to resume; the process
-    then exits with status 130.
+    The folder is locked meanwhile: a second command on it stops, naming this one, before it
+    deletes or launches anything. On Ctrl-C the launcher stops its jobs, the lock is released,
+    one line says what was stopped and how to resume, and the process exits with status 130.
     """
-    try:
-        return _execute(sweep, launcher, env, delete_incomplete, echo, log)
-    except KeyboardInterrupt:
-        jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
-        again = "" if delete_incomplete else " with --delete-incomplete"
-        print(
-            f"Interrupted: the sweep's running jobs were stopped; {sum(map(is_done, jobs))} of "
-            f"{len(jobs)} jobs are done and kept in {sweep.output_dir}. Run the same command"
-            f"{again} to resume.",
-            file=sys.stderr,
-        )
-        raise SystemExit(130) from None
-
-
-def _execute(
-    sweep: plan.Sweep,
-    launcher: str,
-    env: Mapping[str, str],
-    delete_incomplete: bool,
-    echo: Echo,
-    log: Path | None,
-) -> int:
     from domainbed import command_launchers
     from domainbed.scripts.sweep import Job
 
-    launch = command_launchers.REGISTRY[launcher]
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(FolderLock(sweep.output_dir))
-        # job states are read under the lock: no other command changes them meanwhile
-        everything = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
-        if delete_incomplete:
-            refuse_deleting_running_jobs(everything, launch, env)
-        stack.enter_context(_environment(env))  # DomainBed gives a launcher nothing else
-        stack.enter_context(watch_done(everything, echo, plan.describe_job))
-        if log is not None:
-            output = stack.enter_context(open(log, "a"))
-            stack.enter_context(contextlib.redirect_stdout(_ThisThread(output, sys.stdout)))
-            stack.enter_context(contextlib.redirect_stderr(_ThisThread(output, sys.stderr)))
-        for group in sweep.groups:
-            incomplete = [job for job in plan.jobs(sweep, group) if job.state == Job.INCOMPLETE]
-            if delete_incomplete and incomplete:
-                Job.delete(incomplete)
-            jobs = plan.jobs(sweep, group)
-            to_launch = [job for job in jobs if job.state == Job.NOT_LAUNCHED]
-            print(f"{len(jobs)} jobs of {', '.join(group.algorithms)}: {len(to_launch)} to launch")
-            if not to_launch:
-                continue
-            try:
-                Job.launch(to_launch, launch)
-            except UserError as error:
-                print(f"dmg-domainbed: error: {error}", file=sys.stderr, flush=True)
-                echo(
-                    f"launch of {', '.join(group.algorithms)} failed"
-                    + (f"; see {log}" if log else "")
-                )
-                return 1
+    launch, jobs = command_launchers.REGISTRY[launcher], []
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(FolderLock(sweep.output_dir))
+            # job states are read under the lock: no other command changes them meanwhile
+            jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+            if delete_incomplete:
+                refuse_deleting_running_jobs(jobs, launch, env)
+            stack.enter_context(_environment(env))  # DomainBed gives a launcher nothing else
+            stack.enter_context(watch_done(jobs, echo, plan.describe_job))
+            if log is not None:
+                output = stack.enter_context(open(log, "a"))
+                stack.enter_context(contextlib.redirect_stdout(_ThisThread(output, sys.stdout)))
+                stack.enter_context(contextlib.redirect_stderr(_ThisThread(output, sys.stderr)))
+            for group in sweep.groups:
+                incomplete = [j for j in plan.jobs(sweep, group) if j.state == Job.INCOMPLETE]
+                if delete_incomplete and incomplete:
+                    Job.delete(incomplete)
+                group_jobs = plan.jobs(sweep, group)
+                new = [job for job in group_jobs if job.state == Job.NOT_LAUNCHED]
+                names = ", ".join(group.algorithms)
+                print(f"{len(group_jobs)} jobs of {names}: {len(new)} to launch", flush=True)
+                try:
+                    if new:
+                        Job.launch(new, launch)
+                except UserError as error:
+                    print(f"dmg-domainbed: error: {error}", file=sys.stderr, flush=True)
+                    see = f"; see {log}" if log else ""
+                    echo(f"launch of {names} failed{see}")
+                    return 1
+    except KeyboardInterrupt:
+        done = sum(map(is_done, jobs))
+        again = "" if delete_incomplete else " with --delete-incomplete"
+        print(
+            f"Interrupted: the sweep's running jobs were stopped; {done} of {len(jobs)} jobs "
+            f"are done and kept in {sweep.output_dir}. Run the same command{again} to resume.",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
     return 0
 
 
@@ -188,7 +161,7 @@ def refuse_deleting_running_jobs(
 ) -> None:
     """Stop before delete-incomplete removes the folder of a job that still runs, as the
     launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
-    not wait for it); launchers without it run nothing beyond the command that started them."""
+    not wait for it); a launcher without it runs nothing beyond the command that started it."""
     from domainbed.scripts.sweep import Job
 
     running_jobs = getattr(launcher, "running_jobs", None)
@@ -204,8 +177,7 @@ def refuse_deleting_running_jobs(
 
 
 @contextlib.contextmanager
-def _environment(env: Mapping[str, str]) -> Iterator[None]:
-    """``os.environ`` is ``env`` inside."""
+def _environment(env: Mapping[str, str]):
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
@@ -217,8 +189,8 @@ def _environment(env: Mapping[str, str]) -> Iterator[None]:
 
 
 class _ThisThread(io.TextIOBase):
-    """A stream for ``sys.stdout``/``sys.stderr`` that sends what this thread writes (the
-    launch) to ``log`` and what other threads write (the progress lines) to ``other``."""
+    """``sys.stdout``/``sys.stderr`` while launching: what this thread writes (the launch) goes
+    to ``log``, what the others write (the progress lines) to ``other``."""
 
     def __init__(self, log: IO[str], other: IO[str]) -> None:
         self.log, self.other, self.thread = log, other, threading.get_ident()

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from dmg_domainbed.launchers.lifetime import parent_death_signal_supported
-
 from ..helpers import alive, descendants, domainbed_env
 
 ROOT = Path(__file__).parents[2]
@@ -25,10 +23,6 @@ commands = sys.argv[1:]
 plan = Plan(jobs=len(commands), gpus=(), threads=1, loader_workers=1, warm=True)
 run_commands(commands, plan, warm_module="{PROBE}")
 """
-
-pytestmark = pytest.mark.skipif(
-    not parent_death_signal_supported(), reason="jobs are tied to their launcher on Linux only"
-)
 
 
 def wait_until(condition, seconds: float, what: str) -> None:

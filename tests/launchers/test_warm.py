@@ -28,8 +28,7 @@ def test_domainbed_train_commands_start_warm_with_their_arguments():
         },
         "/tmp/sweep output",
     ).command_str
-    program, arguments = warm.module_arguments(command)
-    assert program == "python"
+    arguments = warm.module_arguments(command)
     assert arguments[arguments.index("--hparams") + 1] == '{"lambda_overlap": 0.5}'
     start = arguments.index("--test_envs") + 1
     assert arguments[start : start + 2] == ["0", "1"]
@@ -45,6 +44,7 @@ def test_domainbed_train_commands_start_warm_with_their_arguments():
         "python -u -m domainbed.scripts.train --steps 5",
         'python -m domainbed.scripts.train --output_dir "$HOME/x"',
         "python -m domainbed.scripts.sweep launch",
+        "python3 -m domainbed.scripts.train --steps 5",
         "python -m domainbed.scripts.train --steps 5; rm -rf x",
     ],
 )
@@ -53,13 +53,13 @@ def test_anything_else_runs_as_a_new_process(command):
 
 
 def test_only_this_interpreter_runs_warm(tmp_path):
-    here = os.path.dirname(sys.executable)
-    assert warm.refusal(os.path.basename(sys.executable), {"PATH": here}) is None
+    assert warm.refusal({"PATH": os.path.dirname(sys.executable)}) is None
     other = tmp_path / "bin"
     other.mkdir()
     (other / "python").symlink_to(sys.executable)  # as a virtual environment's python is
-    refusal = warm.refusal("python", {"PATH": str(other)})
-    assert "not this process's interpreter" in refusal and sys.executable in refusal
+    refusal = warm.refusal({"PATH": str(other)})
+    assert "is not this process's interpreter" in refusal and sys.executable in refusal
+    assert "`python` on PATH (none)" in warm.refusal({"PATH": str(tmp_path)})
 
 
 @pytest.fixture
