@@ -14,7 +14,6 @@ takers exactly one wins.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -54,8 +53,7 @@ def _duration(seconds: float) -> str:
 
 def _remove(*paths: Path) -> None:
     for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+        path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -97,17 +95,11 @@ class FolderLock:
     """Exclusive use of ``folder`` by this process, as a context manager; ``command`` is what a
     second run is shown (default: this command line)."""
 
-    def __init__(
-        self,
-        folder: str | os.PathLike,
-        command: str | None = None,
-        refresh_s: float = REFRESH_S,
-        lifetime_s: float = LIFETIME_S,
-    ) -> None:
+    def __init__(self, folder: str | os.PathLike, command: str | None = None, refresh_s=REFRESH_S):
         self.folder, self.path = Path(folder), Path(folder) / LOCK_NAME
         self.command = command or " ".join(sys.orig_argv)
         self.refresh_s = refresh_s
-        self.lock = Lock(str(self.path), lifetime=timedelta(seconds=lifetime_s))
+        self.lock = Lock(str(self.path), lifetime=timedelta(seconds=LIFETIME_S))
         self.lost = False  # another process took the lock over while this one held it
         self._stop = threading.Event()
         self._refreshing: threading.Thread | None = None

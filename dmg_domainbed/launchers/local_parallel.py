@@ -73,7 +73,7 @@ OPTIONS = (
         "DMG_LOCAL_PARALLEL_WARM",
         bool,
         True,
-        help="fork DomainBed's train jobs from the launcher instead of starting new processes",
+        help="fork DomainBed's train jobs from a process that has imported them, not new processes",
     ),
 )
 LOG_NAME = "launcher.log"

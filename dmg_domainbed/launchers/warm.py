@@ -1,30 +1,26 @@
 """Warm start: DomainBed's train jobs forked from a process that has already imported them.
 
 A new ``python -m domainbed.scripts.train`` spends seconds importing torch, torchvision, wilds
-and DomainBed before its first step; on small datasets that is most of a job. Warm jobs come
-from multiprocessing's fork server instead: a clean process, started once per launcher, that
-imports the train module (its top level is imports only) and the launcher's ``__main__``, and
-forks one child per job. The child runs DomainBed's own, unmodified ``train.py`` as
-``__main__`` (:mod:`runpy`) with the job's arguments, after making itself what a new process
-would be:
-
-* its own session and process group, which a thread of the job ends when the launcher is gone
-  (multiprocessing's pipe from the launcher closes; the fork server is not the job's guard: it
-  lives until its children end); stdin from ``/dev/null``, stdout and stderr into the log;
-* the job's environment. What a new process reads at import is applied again: torch's
-  intra-op threads from ``OMP_NUM_THREADS`` (capped, as torch built with MKL caps them, at the
-  machine's physical cores) and the data-loader cap of
-  :func:`dmg_domainbed.integration.cap_loader_workers`. CUDA is first touched by the job, so
-  its ``CUDA_VISIBLE_DEVICES`` holds.
-
-``train.py`` seeds Python's, NumPy's and torch's generators from ``--seed`` before drawing
-anything, so a warm job writes the same results as a new process (a test compares them).
-What remains different: the hash seed is the fork server's, and so is the code (a source file
-edited after the server started reaches new processes only).
+and DomainBed before its first step; on small datasets that is most of a job. A warm job is a
+child of multiprocessing's fork server, started once per launcher, which imports the train
+module (its top level is imports only) and the launcher's ``__main__`` (so a program that calls
+the launcher itself needs multiprocessing's ``if __name__ == "__main__":`` guard). The child
+takes its own session and process group, ends them when the launcher is gone (the pipe
+multiprocessing keeps from the launcher to every child closes; the fork server itself lives on
+while it has children), sends its output to the job's log, takes the job's environment and
+applies what a new process reads at import (torch's threads from ``OMP_NUM_THREADS``, capped at
+the physical cores as torch built with MKL caps them; the data-loader cap of
+:func:`~dmg_domainbed.integration.cap_loader_workers`; CUDA is first touched by the job), and
+runs DomainBed's unmodified ``train.py`` as ``__main__`` with the job's arguments. train.py
+seeds every generator from ``--seed`` before drawing, so a warm job writes the results a new
+process writes (a test compares them). Differences left: the hash seed and the code are the
+fork server's (a source file edited meanwhile reaches new processes only), and an uncaught
+exception's traceback is headed by the process's name.
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import runpy
@@ -33,7 +29,6 @@ import shutil
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -67,16 +62,12 @@ def refusal(environ: Mapping[str, str]) -> str | None:
     if not sys.platform.startswith("linux"):
         return "warm jobs are forked, which this package supports on Linux only"
     found, here = shutil.which("python", path=environ.get("PATH")), sys.executable
-    if (
-        found is None
-        or Path(found).parent != Path(here).parent
-        or not os.path.samefile(found, here)
-    ):
-        return (
-            f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; put "
-            f"{os.path.dirname(here)} first on PATH to start jobs warm"
-        )
-    return None
+    if found and Path(found).parent == Path(here).parent and os.path.samefile(found, here):
+        return None
+    return (
+        f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; put "
+        f"{os.path.dirname(here)} first on PATH to start jobs warm"
+    )
 
 
 def start(
@@ -97,6 +88,7 @@ def _end_with_launcher() -> None:
 
 
 def _run(module: str, arguments: list[str], environ: dict[str, str], log: Path | None) -> None:
+    gc.freeze()  # the server's objects stay out of the job's collections, and their pages shared
     os.setsid()
     threading.Thread(target=_end_with_launcher, name="launcher-watch", daemon=True).start()
     if log is not None:
@@ -118,10 +110,4 @@ def _run(module: str, arguments: list[str], environ: dict[str, str], log: Path |
         cap_loader_workers(datasets)
     sys.argv = [module, *arguments]  # runpy puts the module's file name first
     sys.modules.pop(module, None)  # imported by the server: run afresh as __main__
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit:
-        raise
-    except BaseException:
-        traceback.print_exc()  # as the interpreter reports an uncaught exception
-        raise SystemExit(1) from None
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
