@@ -169,3 +169,11 @@ def test_an_output_folder_under_a_file_is_a_user_error(tmp_path):
     (tmp_path / "file").touch()
     with pytest.raises(UserError, match=r"cannot write into .*file/out: Not a directory"):
         FolderLock(tmp_path / "file" / "out").acquire()
+
+
+def test_a_lock_of_the_earlier_folder_format_is_named_with_how_to_remove_it(tmp_path):
+    (tmp_path / LOCK_NAME).mkdir()
+    with pytest.raises(
+        UserError, match=r"lock of an earlier version.*rm -r .*\.dmg-domainbed\.lock"
+    ):
+        FolderLock(tmp_path).acquire()

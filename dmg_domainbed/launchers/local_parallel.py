@@ -86,6 +86,8 @@ GPU_OUT_OF_MEMORY = re.compile(
     r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
 )
 WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: Killed")
+# Looked up here: a new process calls it between fork and exec, where loading is unsafe.
+_prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 
 
 def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -255,8 +257,8 @@ def _die_with_parent(parent_pid: int) -> None:
     """Have the kernel send SIGTERM to this new process when the launcher dies, however it dies
     (a job has a session of its own, which nothing else ties to the launcher); end at once if
     it is already gone. ``prctl(PR_SET_PDEATHSIG)`` is Linux's, and no library offers it."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    if _prctl is not None:
+        _prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
         if os.getppid() != parent_pid:
             os.kill(os.getpid(), signal.SIGTERM)
 
