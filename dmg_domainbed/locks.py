@@ -15,6 +15,7 @@ takers exactly one wins.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sys
@@ -33,6 +34,8 @@ LOCK_NAME = ".dmg-domainbed.lock"
 REFRESH_S = 30.0
 LIFETIME_S = 300.0  # how long a lock outlives its last refresh, for other machines
 CONTENTION_WAIT_S = 10.0  # how long a contender waits for a takeover or a holder's record
+# flufl.lock logs each refused attempt as an error; this module reports what matters itself.
+logging.getLogger("flufl.lock").propagate = False
 
 
 def _machine() -> str:
@@ -95,7 +98,9 @@ class FolderLock:
     """Exclusive use of ``folder`` by this process, as a context manager; ``command`` is what a
     second run is shown (default: this command line)."""
 
-    def __init__(self, folder: str | os.PathLike, command: str | None = None, refresh_s=REFRESH_S):
+    def __init__(
+        self, folder: str | os.PathLike, command: str | None = None, refresh_s: float = REFRESH_S
+    ) -> None:
         self.folder, self.path = Path(folder), Path(folder) / LOCK_NAME
         self.command = command or " ".join(sys.orig_argv)
         self.refresh_s = refresh_s
