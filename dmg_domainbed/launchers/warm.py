@@ -4,7 +4,8 @@ A new ``python -m domainbed.scripts.train`` spends seconds importing torch, torc
 and DomainBed before its first step; on small datasets that is most of a job. A warm job is a
 child of multiprocessing's fork server, started once per launcher, which imports the train
 module (its top level is imports only) and the launcher's ``__main__`` (so a program that calls
-the launcher itself needs multiprocessing's ``if __name__ == "__main__":`` guard). The child
+the launcher itself needs multiprocessing's ``if __name__ == "__main__":`` guard), then lets
+the threads those imports started end (:mod:`.fork_server`). The child
 takes its own session and process group, ends them when the launcher is gone (the pipe
 multiprocessing keeps from the launcher to every child closes; the fork server itself lives on
 while it has children), sends its output to the job's log, takes the job's environment and
@@ -74,7 +75,8 @@ def start(
     module: str, arguments: Sequence[str], environ: Mapping[str, str], log: Path | None
 ) -> multiprocessing.Process:
     """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server."""
-    _SERVER.set_forkserver_preload(["__main__", module])  # read when the server starts
+    # read when the server starts; the last one waits for threads the others started
+    _SERVER.set_forkserver_preload(["__main__", module, "dmg_domainbed.launchers.fork_server"])
     job = _SERVER.Process(target=_run, args=(module, list(arguments), dict(environ), log))
     job.start()
     return job

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -136,3 +137,15 @@ def test_a_warm_job_ends_as_a_new_process_would(tmp_path, job_environ, args, cod
     status, log = run_warm(tmp_path, args, job_environ)
     assert status == code
     assert printed in log
+
+
+def test_no_job_is_forked_while_a_thread_that_the_imports_started_runs(tmp_path):
+    from ..helpers import domainbed_env, run_python
+
+    start_one = (
+        "import os; from dmg_domainbed.launchers import warm; "
+        "job = warm.start('tests.launchers.thread_at_import', [], os.environ, None); job.join(); "
+        "raise SystemExit(job.exitcode)"
+    )
+    env = domainbed_env(THREAD_MARKER=str(tmp_path / "thread_ended"))
+    run_python("-c", start_one, env=env, cwd=Path(__file__).parents[2])
