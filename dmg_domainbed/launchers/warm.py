@@ -2,21 +2,22 @@
 
 A new ``python -m domainbed.scripts.train`` spends seconds importing torch, torchvision, wilds
 and DomainBed before its first step; on small datasets that is most of a job. A warm job is a
-child of multiprocessing's fork server, started once per launcher, which imports the train
-module (its top level is imports only) and the launcher's ``__main__`` (so a program that calls
-the launcher itself needs multiprocessing's ``if __name__ == "__main__":`` guard), then lets
-the threads those imports started end (:mod:`.fork_server`). The child
-takes its own session and process group, ends them when the launcher is gone (the pipe
-multiprocessing keeps from the launcher to every child closes; the fork server itself lives on
-while it has children), sends its output to the job's log, takes the job's environment and
-applies what a new process reads at import (torch's threads from ``OMP_NUM_THREADS``, capped at
-the physical cores as torch built with MKL caps them; the data-loader cap of
-:func:`~dmg_domainbed.integration.cap_loader_workers`; CUDA is first touched by the job), and
+child of multiprocessing's fork server, started once per launcher process, which imports the
+train module (its top level is imports only) and the launcher's ``__main__`` (so a program that
+runs the launcher itself needs multiprocessing's ``if __name__ == "__main__":`` guard), then
+lets the threads those imports started end (:mod:`.fork_server`).
+
+The child takes its own session and process group, and ends them when the launcher is gone
+(the pipe multiprocessing keeps from the launcher to each child closes; the fork server lives
+on while it has children). It sends its output to the job's log, takes the job's environment
+and applies what a new process reads at import: torch's threads from ``OMP_NUM_THREADS``
+(capped at the physical cores, as torch built with MKL caps them) and the data-loader cap of
+:func:`~dmg_domainbed.integration.cap_loader_workers`; CUDA is first touched by the job. Then it
 runs DomainBed's unmodified ``train.py`` as ``__main__`` with the job's arguments. train.py
 seeds every generator from ``--seed`` before drawing, so a warm job writes the results a new
 process writes (a test compares them). Differences left: the hash seed and the code are the
-fork server's (a source file edited meanwhile reaches new processes only), and an uncaught
-exception's traceback is headed by the process's name.
+fork server's (a source file edited meanwhile reaches new processes only), and the traceback
+of an uncaught exception is headed by the process's name.
 """
 
 from __future__ import annotations
