@@ -54,11 +54,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def _remove(*paths: Path) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)
-
-
 @dataclass(frozen=True)
 class Holder:
     """A lock as found: its claim (the lock file's content), expiry and holder's record."""
@@ -144,7 +139,7 @@ class FolderLock:
         self._stop.set()
         if self._refreshing is not None:
             self._refreshing.join()
-        _remove(Path(f"{self.lock.claimfile}.json"))
+        Path(f"{self.lock.claimfile}.json").unlink(missing_ok=True)
         self.lock.unlock(unconditionally=True)
 
     def holder(self) -> Holder | None:
@@ -192,7 +187,8 @@ class FolderLock:
             current = self.holder()
             if current and current.claim == stale.claim and current.stale():
                 claim = self.folder / Path(stale.claim).name
-                _remove(self.path, claim, Path(f"{claim}.json"))
+                for path in (self.path, claim, Path(f"{claim}.json")):
+                    path.unlink(missing_ok=True)
         finally:
             guard.unlock(unconditionally=True)
 

@@ -1,17 +1,14 @@
 """``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked.
 
-Settings (:data:`OPTIONS`): N (default: GPUs x jobs per GPU, else the CPU cores this process may
-use); jobs per GPU, round robin over ``CUDA_VISIBLE_DEVICES`` (else what ``nvidia-smi`` lists),
-each job seeing its own GPU; per job ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` and data-loader
-workers = cores // N unless set; warm start (:mod:`.warm`) of the commands that are exactly
-DomainBed's ``python -m domainbed.scripts.train ...``. Other commands run as new processes
-(plain words directly, anything else by ``sh -c``).
-
-Each job leads a session and process group of its own, so that Ctrl-C reaches the launcher
-alone, which then stops every group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); each
-is tied to the launcher (:func:`_die_with_parent`; warm jobs: :mod:`.warm`); what a job leaves
-running in its group is killed when it ends. A job whose command names ``--output_dir DIR``
-writes what it prints to ``DIR/launcher.log``. The launcher waits for every job, then raises
+Settings: :data:`OPTIONS`. Each job sees one GPU (slots round robin over the GPUs), gets its
+share of the cores as threads and data-loader workers, and starts warm (:mod:`.warm`) when its
+command is exactly DomainBed's ``python -m domainbed.scripts.train ...``; other commands run as
+new processes (plain words directly, anything else by ``sh -c``). Each job leads a session and
+process group of its own, so that Ctrl-C reaches the launcher alone, which then stops every
+group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); each is tied to the launcher
+(:func:`_die_with_parent`; warm jobs: :mod:`.warm`); what a job leaves running in its group is
+killed when it ends. A job whose command names ``--output_dir DIR`` writes what it prints to
+``DIR/launcher.log``. The launcher waits for every job, then raises
 :class:`~dmg_domainbed.errors.UserError` listing the failed ones, with what to lower when one
 ran out of memory.
 """
