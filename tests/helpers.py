@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 
 def domainbed_env(**extra: str) -> dict[str, str]:
     """Environment for DomainBed subprocesses.
@@ -122,37 +124,18 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def _state_and_parent(pid: int) -> tuple[str, int] | None:
-    """(state letter, parent pid) of a process from ``/proc``; None once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    state, parent = stat.rsplit(")", 1)[1].split()[:2]
-    return state, int(parent)
-
-
 def alive(pid: int) -> bool:
     """Whether the process runs (a zombie waiting to be reaped does not)."""
-    found = _state_and_parent(pid)
-    return found is not None and found[0] != "Z"
-
-
-def children(pid: int) -> set[int]:
-    """Pids of the processes whose parent is ``pid``."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            state = _state_and_parent(int(entry))
-            if state is not None and state[1] == pid:
-                found.add(int(entry))
-    return found
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def descendants(pid: int) -> set[int]:
     """Pids of the living processes below ``pid`` (children, their children, ...)."""
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for parent in frontier for child in children(parent) if alive(child)}
-        found |= frontier
-    return found
+    try:
+        below = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return set()
+    return {process.pid for process in below if alive(process.pid)}

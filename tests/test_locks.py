@@ -13,7 +13,7 @@ import time
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.locks import LOCK_NAME, OWNER_FILE, FolderLock
+from dmg_domainbed.locks import LOCK_NAME, FolderLock
 
 # Takes the lock on argv[1] once the file argv[2] exists, says whether it won, holds it.
 CONTENDER = textwrap.dedent(
@@ -25,7 +25,7 @@ CONTENDER = textwrap.dedent(
     while not os.path.exists(sys.argv[2]):
         time.sleep(0.001)
     try:
-        FolderLock(sys.argv[1], command=f"run {os.getpid()}", stale_after_s=60).acquire()
+        FolderLock(sys.argv[1], command=f"run {os.getpid()}").acquire()
     except UserError as error:
         print("refused:", error, flush=True)
     else:
@@ -59,19 +59,24 @@ def outcomes(processes):
     return lines
 
 
-def record(folder):
-    return json.loads((folder / LOCK_NAME / OWNER_FILE).read_text())
+def holder(folder):
+    return FolderLock(folder).holder()
 
 
-def write_lock_of_another_machine(folder, heartbeat_age_s):
-    """A lock as a run on another machine leaves it, its heartbeat ``heartbeat_age_s`` old."""
-    lock = folder / LOCK_NAME
-    lock.mkdir(parents=True)
-    owner = lock / OWNER_FILE
-    started = time.time() - 3600
-    fields = dict(host="node-17", machine="node-17/boot/ns", pid=os.getpid(), started=started)
-    owner.write_text(json.dumps(dict(token="remote", process_start=None, command="x", **fields)))
-    os.utime(owner, (time.time() - heartbeat_age_s,) * 2)
+def expire_in(folder, seconds):
+    """Set the lock's expiry (its modification time) ``seconds`` from now."""
+    os.utime(folder / LOCK_NAME, (time.time() + seconds,) * 2)
+
+
+def write_lock_of_another_machine(folder, expires_in_s):
+    """A lock as flufl.lock and a run on another machine leave it: a claim file holding its own
+    name, the lock a hard link to it, the run's record beside it."""
+    claim = folder / f"{LOCK_NAME}|node-17|4242|77"
+    claim.write_text(str(claim))
+    os.link(claim, folder / LOCK_NAME)
+    record = dict(host="node-17", machine="node-17/boot/ns", pid=4242, command="x")
+    (folder / f"{claim.name}.json").write_text(json.dumps(dict(record, started=time.time() - 60)))
+    expire_in(folder, expires_in_s)
 
 
 def test_a_second_run_on_the_same_folder_is_refused_naming_the_first(tmp_path):
@@ -86,10 +91,10 @@ def test_a_second_run_on_the_same_folder_is_refused_naming_the_first(tmp_path):
         assert f"out is in use by another run: `run {first.pid}` (pid {first.pid} on " in message
         assert socket.gethostname() in message and "running since " in message
         assert f"wait for it to finish or stop it (kill {first.pid})" in message
-        # alive on this machine: never taken over, however old its heartbeat
-        os.utime(tmp_path / "out" / LOCK_NAME / OWNER_FILE, (time.time() - 1000,) * 2)
+        # alive on this machine: never taken over, however long ago its lock expired
+        expire_in(tmp_path / "out", -1000)
         with pytest.raises(UserError, match="in use by another run"):
-            FolderLock(tmp_path / "out", stale_after_s=60).acquire()
+            FolderLock(tmp_path / "out").acquire()
     finally:
         first.kill()
         first.wait()
@@ -102,43 +107,42 @@ def test_a_run_killed_with_sigkill_leaves_a_lock_the_next_run_takes_over(tmp_pat
     assert killed.stdout.readline().strip() == "won"
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
-    assert record(tmp_path)["pid"] == killed.pid  # its heartbeat is fresh: only the pid tells
+    assert holder(tmp_path).pid == killed.pid  # its lock has not expired: only the pid tells
 
     with FolderLock(tmp_path, command="next") as lock:
-        assert record(tmp_path)["command"] == "next" and record(tmp_path)["pid"] == os.getpid()
+        assert (holder(tmp_path).command, holder(tmp_path).pid) == ("next", os.getpid())
         assert not lock.lost
-    assert not (tmp_path / LOCK_NAME).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["go"]  # nothing left behind
 
 
-def test_a_lock_from_another_machine_is_taken_over_only_once_its_heartbeat_is_old(tmp_path):
-    write_lock_of_another_machine(tmp_path, heartbeat_age_s=30)
-    with pytest.raises(UserError, match=r"`x` \(pid \d+ on node-17\).*last heartbeat 30 s ago"):
-        FolderLock(tmp_path, stale_after_s=60).acquire()
+def test_a_lock_from_another_machine_is_taken_over_only_once_it_expired(tmp_path):
+    write_lock_of_another_machine(tmp_path, expires_in_s=240)
+    with pytest.raises(UserError, match=r"`x` \(pid 4242 on node-17\).*once it expires, in 4 min"):
+        FolderLock(tmp_path).acquire()
 
-    os.utime(tmp_path / LOCK_NAME / OWNER_FILE, (time.time() - 61,) * 2)
-    with FolderLock(tmp_path, command="taker", stale_after_s=60):
-        assert record(tmp_path)["command"] == "taker"
+    expire_in(tmp_path, -1)
+    with FolderLock(tmp_path, command="taker"):
+        assert holder(tmp_path).command == "taker"
+    assert list(tmp_path.iterdir()) == []  # the other machine's claim and record went too
 
 
-def test_the_holder_refreshes_its_heartbeat_and_notices_a_takeover(tmp_path, capsys):
-    with FolderLock(tmp_path, heartbeat_s=0.02) as lock:
-        owner = tmp_path / LOCK_NAME / OWNER_FILE
-        os.utime(owner, (time.time() - 1000,) * 2)
-        time.sleep(0.2)
-        assert time.time() - owner.stat().st_mtime < 100
+def test_the_holder_refreshes_its_lock_and_notices_a_takeover(tmp_path, capsys):
+    with FolderLock(tmp_path, refresh_s=0.02) as lock:
+        expire_in(tmp_path, -1000)
+        time.sleep(0.3)
+        assert holder(tmp_path).expires > time.time() + 200  # LIFETIME_S ahead again
 
-        # as a run on another machine takes it over: moved aside, replaced by its own
-        os.rename(tmp_path / LOCK_NAME, tmp_path / "aside")
-        write_lock_of_another_machine(tmp_path, heartbeat_age_s=0)
-        time.sleep(0.2)
+        # as a run on another machine takes it over: removed, replaced by its own
+        (tmp_path / LOCK_NAME).unlink()
+        write_lock_of_another_machine(tmp_path, expires_in_s=300)
+        time.sleep(0.3)
         assert lock.lost
     assert f"this process lost its lock of {tmp_path}" in capsys.readouterr().err
-    assert record(tmp_path)["token"] == "remote"  # releasing left the new holder alone
+    assert holder(tmp_path).command == "x"  # releasing left the new holder alone
 
 
 def test_of_many_takers_of_a_stale_lock_exactly_one_wins(tmp_path):
-    write_lock_of_another_machine(tmp_path, heartbeat_age_s=3600)
+    write_lock_of_another_machine(tmp_path, expires_in_s=-3600)
     go = tmp_path / "go"
     processes = contenders(tmp_path, go, 6)
     go.touch()
@@ -150,13 +154,13 @@ def test_of_many_takers_of_a_stale_lock_exactly_one_wins(tmp_path):
 
 
 def test_a_taker_never_removes_a_lock_newer_than_the_one_it_judged_stale(tmp_path):
-    write_lock_of_another_machine(tmp_path, heartbeat_age_s=3600)
-    late = FolderLock(tmp_path, command="late", stale_after_s=60)
-    judged = late._holder()
-    assert judged.stale(60)
-    with FolderLock(tmp_path, command="first", stale_after_s=60):
+    write_lock_of_another_machine(tmp_path, expires_in_s=-3600)
+    late = FolderLock(tmp_path, command="late")
+    judged = late.holder()
+    assert judged.stale()
+    with FolderLock(tmp_path, command="first"):
         late._take_over(judged)  # what `late` does next, after the other took the lock over
-        assert record(tmp_path)["command"] == "first"
+        assert holder(tmp_path).command == "first"
         with pytest.raises(UserError, match="in use by another run: `first`"):
             late.acquire()
 
@@ -165,3 +169,11 @@ def test_an_output_folder_under_a_file_is_a_user_error(tmp_path):
     (tmp_path / "file").touch()
     with pytest.raises(UserError, match=r"cannot write into .*file/out: Not a directory"):
         FolderLock(tmp_path / "file" / "out").acquire()
+
+
+def test_a_lock_of_the_earlier_folder_format_is_named_with_how_to_remove_it(tmp_path):
+    (tmp_path / LOCK_NAME).mkdir()
+    with pytest.raises(
+        UserError, match=r"lock of an earlier version.*rm -r .*\.dmg-domainbed\.lock"
+    ):
+        FolderLock(tmp_path).acquire()

@@ -1,48 +1,43 @@
-"""``local_parallel``: run several DomainBed jobs at once on one machine.
+"""``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked.
 
-Like DomainBed's ``local`` launcher it runs the commands DomainBed's sweep gives it; unlike it,
-up to N at the same time, several per GPU if asked, and DomainBed's train jobs start warm:
-
-* ``DMG_LOCAL_PARALLEL_JOBS``: N. Default: GPUs x jobs per GPU if there are GPUs, else the
-  number of CPU cores this process may use.
-* ``DMG_LOCAL_PARALLEL_JOBS_PER_GPU`` (default 1): jobs that share one GPU. GPUs are the ones
-  listed in ``CUDA_VISIBLE_DEVICES`` (or all that ``nvidia-smi`` lists); each job gets one of
-  them as its own ``CUDA_VISIBLE_DEVICES``, round robin over job slots.
-* Each job gets ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` = cores // N and
-  ``DMG_DOMAINBED_LOADER_WORKERS`` = cores // N (data-loader workers per job, split over its
-  training domains; see :func:`dmg_domainbed.integration.cap_loader_workers`), unless set.
-* ``DMG_LOCAL_PARALLEL_WARM`` (default on): a command that is exactly DomainBed's
-  ``python -m domainbed.scripts.train ...`` is forked from this process, which imports
-  torch and DomainBed once (:mod:`.warm`); every other command, and every command when it is
-  off, runs as a new process (a command with no shell syntax is executed directly, others by
-  ``sh -c``).
-
-Every job runs in a process group of its own that ends with this process (:mod:`.lifetime`).
-A job whose command names ``--output_dir DIR`` writes what it prints to ``DIR/launcher.log``;
-other commands print to the terminal. The launcher waits for every job and raises
-:class:`~dmg_domainbed.errors.UserError` listing the failed ones, if any, with what to lower
-when one ran out of memory. Ctrl-C (or any error here) stops the running jobs.
+Settings: :data:`OPTIONS`. Each job sees one GPU (slots round robin over the GPUs), gets its
+share of the cores as threads and data-loader workers, and starts warm (:mod:`.warm`) when its
+command is exactly DomainBed's ``python -m domainbed.scripts.train ...``; other commands run as
+new processes (plain words directly, anything else by ``sh -c``). Each job leads a session and
+process group of its own, so that Ctrl-C reaches the launcher alone, which then stops every
+group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); each is tied to the launcher
+(:func:`_die_with_parent`; warm jobs: :mod:`.warm`); what a job leaves running in its group is
+killed when it ends. A job whose command names ``--output_dir DIR`` writes what it prints to
+``DIR/launcher.log``. The launcher waits for every job, then raises
+:class:`~dmg_domainbed.errors.UserError` listing the failed ones, with what to lower when one
+ran out of memory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import math
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
-from dmg_domainbed.launchers import job_status, processes
+from dmg_domainbed.launchers import warm
 from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
-from dmg_domainbed.launchers.lifetime import parent_death_hook
-from dmg_domainbed.launchers.warm import WarmStart
 
 OPTIONS = (
     Option(
@@ -75,20 +70,27 @@ OPTIONS = (
         "DMG_LOCAL_PARALLEL_WARM",
         bool,
         True,
-        help="fork DomainBed's train jobs from the launcher instead of starting new processes",
+        help="fork DomainBed's train jobs from a process that has imported them, not new processes",
     ),
 )
 LOG_NAME = "launcher.log"
 STOP_GRACE_SECONDS = 10.0
-_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+POLL_SECONDS = 0.1  # how soon the end of a job started as a new process is noticed
+# What torch and CUDA print when a GPU allocation fails; what DomainBed prints when the kernel
+# killed a data-loader worker.
+GPU_OUT_OF_MEMORY = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
+    r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+)
+WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: Killed")
+# Looked up here: a new process calls it between fork and exec, where loading is unsafe.
+_prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 
 
 def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
     """GPU ids jobs may use: ``CUDA_VISIBLE_DEVICES`` when set, else those nvidia-smi lists."""
     if "CUDA_VISIBLE_DEVICES" in environ:
         return [g.strip() for g in environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
-    if shutil.which("nvidia-smi") is None:
-        return []
     try:
         listing = subprocess.run(
             ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
@@ -100,15 +102,13 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
 
 def usable_cores() -> int:
     """CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How the commands will run: N at a time, the GPU of each slot, each job's share of the
-    cores (threads and data-loader workers), warm or fresh."""
+    """How the commands run: N at a time, the GPU of each slot, each job's share of the cores
+    (threads and data-loader workers), warm or as new processes."""
 
     jobs: int
     gpus: tuple[str, ...]
@@ -121,18 +121,10 @@ class Plan:
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Plan:
         values = read_options(OPTIONS, environ)
         gpus = tuple(visible_gpus(environ))
-        cores = usable_cores()
-        jobs = values["jobs"] or len(gpus) * values["jobs_per_gpu"] or cores
-        threads = max(1, cores // jobs)
-        loader_workers = values["loader_workers"]
-        return cls(
-            jobs=jobs,
-            gpus=gpus,
-            threads=threads,
-            loader_workers=threads if loader_workers is None else loader_workers,
-            warm=values["warm"],
-            jobs_set=values["jobs"] is not None,
-        )
+        jobs = values["jobs"] or len(gpus) * values["jobs_per_gpu"] or usable_cores()
+        threads = max(1, usable_cores() // jobs)
+        workers = threads if values["loader_workers"] is None else values["loader_workers"]
+        return cls(jobs, gpus, threads, workers, values["warm"], values["jobs"] is not None)
 
     @property
     def jobs_per_gpu(self) -> int:
@@ -142,216 +134,218 @@ class Plan:
         env = dict(environ)
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
-        for variable in _THREAD_VARIABLES:
+        for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(variable, str(self.threads))
         env.setdefault(LOADER_WORKERS_VARIABLE, str(self.loader_workers))
         return env
 
-    def gpu_setting(self) -> str | None:
-        """The setting that puts several jobs on one GPU, with its value; None if none does."""
-        if self.jobs_per_gpu <= 1:
-            return None
-        if self.jobs_set:
-            return f"jobs (DMG_LOCAL_PARALLEL_JOBS, now {self.jobs} on {len(self.gpus)} GPU(s))"
-        return f"jobs_per_gpu (DMG_LOCAL_PARALLEL_JOBS_PER_GPU, now {self.jobs_per_gpu})"
-
-    def host_setting(self) -> str:
-        return (
-            f"jobs (DMG_LOCAL_PARALLEL_JOBS, now {self.jobs}) or loader_workers "
-            f"({LOADER_WORKERS_VARIABLE}, now {self.loader_workers})"
-        )
+    def memory_hint(self, code: int, log: Path | None) -> str | None:
+        """What to lower when a job that ended with ``code`` ran out of memory, as the end of
+        its log or its exit status says; None when nothing says it did."""
+        output = read_tail(log)
+        if GPU_OUT_OF_MEMORY.search(output):
+            if self.jobs_per_gpu <= 1:
+                return (
+                    "out of GPU memory with a GPU to itself: lower the batch size "
+                    "(hparam batch_size) or use a GPU with more memory"
+                )
+            if self.jobs_set:
+                now = f"jobs (DMG_LOCAL_PARALLEL_JOBS, now {self.jobs} on {len(self.gpus)} GPU(s))"
+            else:
+                now = f"jobs_per_gpu (DMG_LOCAL_PARALLEL_JOBS_PER_GPU, now {self.jobs_per_gpu})"
+            return f"out of GPU memory: lower {now}"
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) or WORKER_KILLED.search(output):
+            return (
+                "killed by SIGKILL, which is what the kernel's out-of-memory killer sends (see "
+                f"dmesg); if the machine ran out of memory, lower jobs (DMG_LOCAL_PARALLEL_JOBS, "
+                f"now {self.jobs}) or loader_workers ({LOADER_WORKERS_VARIABLE}, now "
+                f"{self.loader_workers})"
+            )
+        return None
 
     def describe(self) -> str:
-        if self.gpus:
-            devices = f"GPUs {','.join(self.gpus)} ({self.jobs_per_gpu} per GPU)"
-        else:
-            devices = "CPU"
-        start = "warm" if self.warm else "as new processes"
+        devices = (
+            f"GPUs {','.join(self.gpus)} ({self.jobs_per_gpu} per GPU)" if self.gpus else "CPU"
+        )
         return (
             f"{self.jobs} at a time on {devices}; per job {self.threads} thread(s) and "
-            f"{self.loader_workers} data-loader worker(s); DomainBed's train jobs start {start}"
+            f"{self.loader_workers} data-loader worker(s); DomainBed's train jobs start "
+            + ("warm" if self.warm else "as new processes")
         )
+
+
+def read_tail(path: Path | None, size: int = 64 * 1024) -> str:
+    """The last ``size`` bytes of a log, as text ('' when there is none)."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - size))
+            return log.read().decode(errors="replace")
+    except (OSError, TypeError):
+        return ""
+
+
+def describe_exit(code: int) -> str:
+    """``exit N``, or ``killed by SIGNAME`` for a negative status (as Popen reports it)."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 @dataclass
 class Outcome:
-    """One finished job."""
+    """A job; ``returncode`` is None while it runs."""
 
     index: int
     command: str
     log: Path | None
-    warm: bool
-    returncode: int
-    seconds: float
-
-
-@dataclass
-class _Running:
-    index: int
-    command: str
     slot: int
-    log: Path | None
-    warm: bool
-    started: float
-    process: processes.JobProcess
+    process: subprocess.Popen | BaseProcess = field(repr=False)  # multiprocessing's: warm
+    started: float = field(default_factory=time.monotonic)
+    returncode: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def warm(self) -> bool:
+        return isinstance(self.process, BaseProcess)
+
+    def ended(self) -> bool:
+        """Whether the job has ended (then what it left running in its group is killed)."""
+        if self.returncode is None:
+            self.returncode = self.process.exitcode if self.warm else self.process.poll()
+            if self.returncode is None:
+                return False
+            self.seconds = time.monotonic() - self.started
+            _signal_group(self.process.pid, signal.SIGKILL)
+        return True
 
 
-def _plain_words(command: str, path: str | None) -> list[str] | None:
-    """The command's words if a shell would only split it into them and run a program."""
+def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | None) -> Outcome:
+    output_dir = output_dir_of(command)
+    log = Path(output_dir) / LOG_NAME if output_dir else None
+    if log:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    env = plan.job_environment(slot, os.environ)
+    arguments = warm.module_arguments(command, warm_module) if warm_module else None
+    if arguments is not None:
+        return Outcome(index, command, log, slot, warm.start(warm_module, arguments, env, log))
     try:
         words = shlex.split(command)
     except ValueError:
-        return None
-    if not words or shlex.join(words) != command or shutil.which(words[0], path=path) is None:
-        return None
-    return words
-
-
-def start_fresh(command: str, env: Mapping[str, str], log: Path | None) -> processes.FreshProcess:
-    """Start ``command`` as a new process in a session of its own, tied to this process."""
-    words = _plain_words(command, env.get("PATH"))
-    stream = open(log, "a") if log is not None else None
-    try:
-        popen = subprocess.Popen(
-            words or command,
-            shell=words is None,
-            env=dict(env),
+        words = []
+    plain = words and shlex.join(words) == command and shutil.which(words[0], path=env.get("PATH"))
+    with open(log, "a") if log else contextlib.nullcontext() as stream:
+        process = subprocess.Popen(
+            words if plain else command,
+            shell=not plain,
+            env=env,
+            stdin=subprocess.DEVNULL,
             stdout=stream,
             stderr=subprocess.STDOUT if stream else None,
-            stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=parent_death_hook(),
+            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
         )
-    finally:
-        if stream is not None:
-            stream.close()
-    return processes.FreshProcess(popen)
+    return Outcome(index, command, log, slot, process)
 
 
-class _Starter:
-    """Starts each command warm or fresh, and says once why train jobs do not start warm."""
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel send SIGTERM to this new process when the launcher dies, however it dies
+    (a job has a session of its own, which nothing else ties to the launcher); end at once if
+    it is already gone. ``prctl(PR_SET_PDEATHSIG)`` is Linux's, and no library offers it."""
+    if _prctl is not None:
+        _prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signal.SIGTERM)
 
-    def __init__(self, plan: Plan, say: Callable[[str], None], warm_start: WarmStart) -> None:
-        self.plan = plan
-        self.say = say
-        self.warm_start = warm_start
-        self._explained = False
 
-    def start(self, index: int, command: str, slot: int) -> _Running:
-        output_dir = output_dir_of(command)
-        log = None
-        if output_dir is not None:
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
-            log = Path(output_dir) / LOG_NAME
-        env = self.plan.job_environment(slot, os.environ)
-        train = self.warm_start.arguments(command) if self.plan.warm else None
-        refusal = None if train is None else self.warm_start.refusal(train[0], env)
-        if refusal is not None and not self._explained:
-            module = self.warm_start.module
-            self.say(f"local_parallel: {module} jobs start as new processes: {refusal}")
-            self._explained = True
-        started = time.monotonic()
-        if train is not None and refusal is None:
-            process = self.warm_start.fork(train[1], env, log)
-        else:
-            process = start_fresh(command, env, log)
-        warm = train is not None and refusal is None
-        return _Running(index, command, slot, log, warm, started, process)
+def _signal_group(leader_pid: int, signal_number: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader_pid, signal_number)
+
+
+def _wait(running: list[Outcome], seconds: float) -> None:
+    """Return when a warm job has ended (its sentinel is ready), or after ``seconds``."""
+    wait([job.process.sentinel for job in running if job.warm], seconds)
 
 
 def run_commands(
     commands: list[str],
     plan: Plan,
     say: Callable[[str], None] = print,
-    warm_start: WarmStart | None = None,
+    warm_module: str = warm.TRAIN_MODULE,
 ) -> list[Outcome]:
     """Run ``commands`` as ``plan`` says and wait for all of them; their outcomes in order.
 
-    ``warm_start`` forks the commands of its module (default: DomainBed's train). Any
-    exception here (Ctrl-C included) stops the running jobs before it propagates.
+    ``python -m WARM_MODULE ...`` commands start warm when the plan says so and this process's
+    interpreter is the ``python`` on PATH (else ``say`` hears why not). Any exception here
+    (Ctrl-C included) stops the running jobs before it propagates.
     """
-    starter = _Starter(plan, say, warm_start or WarmStart())
-    pending = deque(enumerate(commands))
-    free_slots = deque(range(plan.jobs))
-    running: list[_Running] = []
-    outcomes: list[Outcome] = []
+    module = warm_module if plan.warm else None
+    if module and (refusal := warm.refusal(os.environ)):
+        say(f"local_parallel: {module} jobs start as new processes: {refusal}")
+        module = None
+    pending, free_slots = deque(enumerate(commands)), deque(range(plan.jobs))
+    running: list[Outcome] = []
+    finished: list[Outcome] = []
     try:
         while pending or running:
             while pending and free_slots:
                 index, command = pending.popleft()
-                running.append(starter.start(index, command, free_slots.popleft()))
-            processes.wait_for_an_end([job.process for job in running], timeout=1.0)
-            for job in [j for j in running if j.process.poll() is not None]:
+                running.append(_start(index, command, free_slots.popleft(), plan, module))
+            _wait(running, POLL_SECONDS)
+            for job in [job for job in running if job.ended()]:
                 running.remove(job)
                 free_slots.append(job.slot)
-                outcome = Outcome(
-                    job.index,
-                    job.command,
-                    job.log,
-                    job.warm,
-                    job.process.returncode,
-                    time.monotonic() - job.started,
-                )
-                outcomes.append(outcome)
-                say(_progress_line(outcome, len(outcomes), len(commands), plan))
+                finished.append(job)
+                say(_progress_line(job, len(finished), len(commands), plan))
     except BaseException:
-        processes.stop([job.process for job in running], STOP_GRACE_SECONDS)
+        for job in running:
+            _signal_group(job.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while time.monotonic() < deadline and not all(job.ended() for job in running):
+            _wait(running, POLL_SECONDS)
+        for job in running:
+            _signal_group(job.process.pid, signal.SIGKILL)
+            (job.process.join if job.warm else job.process.wait)()
         raise
-    return sorted(outcomes, key=lambda outcome: outcome.index)
+    return sorted(finished, key=lambda job: job.index)
 
 
 def _progress_line(outcome: Outcome, finished: int, total: int, plan: Plan) -> str:
     how = f"{'warm' if outcome.warm else 'new process'}, {outcome.seconds:.1f} s"
-    if outcome.returncode == 0:
-        status = f"ok ({how})"
-    else:
-        status = f"FAILED ({job_status.describe_exit(outcome.returncode)}, {how})"
-        hint = _memory_hint(outcome, plan)
-        if hint:
-            status += f": {hint}"
+    status = f"ok ({how})"
+    if outcome.returncode != 0:
+        status = f"FAILED ({describe_exit(outcome.returncode)}, {how})"
+        hint = plan.memory_hint(outcome.returncode, outcome.log)
+        status += f": {hint}" if hint else ""
     where = outcome.log.parent if outcome.log else outcome.command
     return f"local_parallel: [{finished}/{total}] {status}: {where}"
-
-
-def _memory_hint(outcome: Outcome, plan: Plan) -> str | None:
-    return job_status.memory_hint(
-        outcome.returncode,
-        job_status.read_tail(outcome.log),
-        plan.gpu_setting(),
-        plan.host_setting(),
-    )
-
-
-def _tail(path: Path | None, lines: int = 5) -> str:
-    text = job_status.read_tail(path).splitlines()[-lines:]
-    return "".join(f"\n      {line}" for line in text)
 
 
 def failure_report(outcomes: list[Outcome], plan: Plan) -> str | None:
     """The message for the jobs that failed, or None if none did."""
     failed = [outcome for outcome in outcomes if outcome.returncode != 0]
-    if not failed:
-        return None
     details = ""
     for outcome in failed:
-        details += f"\n  {job_status.describe_exit(outcome.returncode)}: {outcome.command}"
-        hint = _memory_hint(outcome, plan)
-        if hint:
-            details += f"\n    {hint}"
+        details += f"\n  {describe_exit(outcome.returncode)}: {outcome.command}"
+        hint = plan.memory_hint(outcome.returncode, outcome.log)
+        details += f"\n    {hint}" if hint else ""
         if outcome.log:
-            details += f"\n    log: {outcome.log}{_tail(outcome.log)}"
-    return f"{len(failed)} of {len(outcomes)} job(s) failed:{details}"
+            tail = read_tail(outcome.log).splitlines()[-5:]
+            details += f"\n    log: {outcome.log}" + "".join(f"\n      {line}" for line in tail)
+    return f"{len(failed)} of {len(outcomes)} job(s) failed:{details}" if failed else None
 
 
 def local_parallel_launcher(commands: list[str]) -> None:
-    """Run ``commands`` (shell strings) N at a time on this machine and wait for all of them.
-
-    Raises :class:`UserError` naming every command that failed, after all finished.
-    """
+    """Run ``commands`` (shell strings) N at a time on this machine and wait for all of them;
+    raise :class:`UserError` naming every command that failed, after all finished."""
     plan = Plan.from_environment()
     print(f"local_parallel: {len(commands)} job(s), {plan.describe()}", flush=True)
-    outcomes = run_commands(commands, plan, say=lambda line: print(line, flush=True))
-    report = failure_report(outcomes, plan)
+    report = failure_report(
+        run_commands(commands, plan, lambda line: print(line, flush=True)), plan
+    )
     if report:
         raise UserError(report)
 

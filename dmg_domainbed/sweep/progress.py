@@ -6,9 +6,10 @@ Works with any launcher (DomainBed's own ``local`` included), since every train.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from dmg_domainbed.reporting.runs import DONE_FILE
@@ -19,51 +20,31 @@ def is_done(job) -> bool:
     return (Path(job.output_dir) / DONE_FILE).exists()
 
 
-class DoneWatcher:
-    """A background thread that calls ``report(line)`` each time a job of ``jobs`` (DomainBed
-    ``Job`` objects) finishes; ``describe(job)`` names it in the line.
+@contextlib.contextmanager
+def watch_done(
+    jobs: Sequence, report: Callable[[str], None], describe: Callable, interval: float = 1.0
+) -> Iterator[None]:
+    """While inside, a daemon thread calls ``report(line)`` each time one of ``jobs`` (DomainBed
+    ``Job`` objects, named by ``describe(job)``) finishes, and once more on leaving. Jobs done
+    before are counted but not reported."""
+    pending = [job for job in jobs if not is_done(job)]
+    start, stop = time.monotonic(), threading.Event()
 
-    Jobs already done when watching starts are counted but not reported again.
-    """
+    def check() -> None:
+        for job in [job for job in pending if is_done(job)]:
+            pending.remove(job)
+            finished = f"{len(jobs) - len(pending)}/{len(jobs)}"
+            report(f"[{finished}] done: {describe(job)} ({time.monotonic() - start:.0f} s)")
 
-    def __init__(
-        self,
-        jobs: Sequence,
-        report: Callable[[str], None],
-        describe: Callable[[object], str],
-        interval: float = 1.0,
-    ) -> None:
-        self.jobs = list(jobs)
-        self.report = report
-        self.describe = describe
-        self.interval = interval
-        self._pending = [job for job in self.jobs if not is_done(job)]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._start = time.monotonic()
+    def watch() -> None:
+        while not stop.wait(interval):
+            check()
 
-    @property
-    def finished(self) -> int:
-        return len(self.jobs) - len(self._pending)
-
-    def __enter__(self) -> DoneWatcher:
-        self._start = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._check()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._check()
-
-    def _check(self) -> None:
-        for job in [job for job in self._pending if is_done(job)]:
-            self._pending.remove(job)
-            elapsed = time.monotonic() - self._start
-            self.report(
-                f"[{self.finished}/{len(self.jobs)}] done: {self.describe(job)} ({elapsed:.0f} s)"
-            )
+    thread = threading.Thread(target=watch, name="done-watcher", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        check()

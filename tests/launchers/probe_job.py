@@ -1,35 +1,23 @@
 """A job for the launcher tests: ``python -m tests.launchers.probe_job MODE [ARG]``.
 
-``report PATH`` writes what the job sees (ids, environment, threads, random draws, streams)
-to PATH as JSON, ``settings PATH`` only torch's threads and seed and DomainBed's data-loader
-workers; the other modes end the job in
-one way each; ``sleep SECONDS [MARKER]`` creates MARKER and sleeps.
-Only the standard library is imported at the top, so that a parent that forks this module has
-nothing heavy to import; the modes that need torch import it.
+``report PATH`` writes what the job sees (ids, environment, threads, streams) to PATH as JSON,
+``settings PATH`` only torch's threads and DomainBed's data-loader workers; the other modes end
+the job in one way each; ``sleep SECONDS [MARKER]`` writes its pid into MARKER and sleeps.
+Like DomainBed's train.py, its top level imports torch and DomainBed, which the fork server of
+warm jobs imports once.
 """
 
-import ctypes
 import json
 import os
-import random
 import signal
 import sys
 import time
 
-_PR_GET_PDEATHSIG = 2
-
-
-def parent_death_signal() -> int:
-    value = ctypes.c_int(0)
-    ctypes.CDLL(None).prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0)
-    return value.value
+import torch
+from domainbed import datasets
 
 
 def report(path: str) -> None:
-    import numpy
-    import torch
-    from domainbed import datasets
-
     state = {
         "name": __name__,
         "argv": sys.argv,
@@ -37,7 +25,6 @@ def report(path: str) -> None:
         "ppid": os.getppid(),
         "pgid": os.getpgid(0),
         "sid": os.getsid(0),
-        "parent_death_signal": parent_death_signal(),
         "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
         "sigint_handler": getattr(signal.getsignal(signal.SIGINT), "__name__", None),
         "stdin": sys.stdin.read(),
@@ -51,9 +38,6 @@ def report(path: str) -> None:
             )
         },
         "torch_threads": torch.get_num_threads(),
-        "torch_seed": torch.initial_seed(),
-        "random": random.random(),
-        "numpy_random": float(numpy.random.rand()),
         "pacs_loader_workers": datasets.PACS.N_WORKERS,
     }
     print("probe: to stdout")
@@ -63,12 +47,8 @@ def report(path: str) -> None:
 
 
 def settings(path: str) -> None:
-    import torch
-    from domainbed import datasets
-
     state = {
         "torch_threads": torch.get_num_threads(),
-        "torch_seed": torch.initial_seed(),
         "pacs_loader_workers": datasets.PACS.N_WORKERS,
     }
     with open(path, "w") as out:
@@ -76,8 +56,6 @@ def settings(path: str) -> None:
 
 
 def out_of_gpu_memory() -> None:
-    import torch
-
     # The message torch's CUDA caching allocator raises (no GPU here to exhaust).
     raise torch.OutOfMemoryError(
         "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
@@ -104,7 +82,8 @@ def main(mode: str, *args: str) -> None:
         out_of_gpu_memory()
     elif mode == "sleep":
         if len(args) > 1:
-            open(args[1], "w").close()  # a marker: the job is running
+            with open(args[1], "w") as marker:  # the job is running, with this pid
+                marker.write(str(os.getpid()))
         time.sleep(float(args[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")

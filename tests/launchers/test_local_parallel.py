@@ -167,15 +167,13 @@ def test_bad_settings_are_rejected_before_anything_runs(clean_env, tmp_path, nam
 def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(clean_env, tmp_path):
     """A job that raised torch's CUDA out-of-memory error while sharing its GPU (a warm job of
     the probe module; the diagnosis reads the log, the same for every kind of job)."""
-    from dmg_domainbed.launchers.warm import WarmStart
-
     clean_env.setenv("PATH", domainbed_env()["PATH"])
     plan = local_parallel.Plan(jobs=4, gpus=("0", "1"), threads=1, loader_workers=1, warm=True)
     job_dir = tmp_path / "job"
     command = f"python -m tests.launchers.probe_job oom --output_dir {job_dir}"
     printed = []
     outcomes = local_parallel.run_commands(
-        [command], plan, say=printed.append, warm_start=WarmStart("tests.launchers.probe_job")
+        [command], plan, say=printed.append, warm_module="tests.launchers.probe_job"
     )
     assert outcomes[0].warm and outcomes[0].returncode == 1
     hint = "out of GPU memory: lower jobs_per_gpu (DMG_LOCAL_PARALLEL_JOBS_PER_GPU, now 2)"

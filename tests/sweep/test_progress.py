@@ -3,7 +3,7 @@
 import time
 from types import SimpleNamespace
 
-from dmg_domainbed.sweep.progress import DoneWatcher
+from dmg_domainbed.sweep.progress import watch_done
 
 
 def job(tmp_path, name, test_env):
@@ -18,7 +18,7 @@ def test_reports_each_job_once_when_its_done_file_appears(tmp_path):
     first, second = job(tmp_path, "DMG", 1), job(tmp_path, "DMG", 2)
     lines = []
     jobs = [finished_before, first, second]
-    with DoneWatcher(jobs, lines.append, lambda j: j.name, interval=0.01):
+    with watch_done(jobs, lines.append, lambda j: j.name, interval=0.01):
         (tmp_path / "DMG_2" / "done").write_text("done")
         deadline = time.monotonic() + 10
         while not lines and time.monotonic() < deadline:

@@ -1,6 +1,5 @@
 """The sweep runner: one command per folder at a time, and nothing left running when it dies."""
 
-import os
 import re
 import signal
 import subprocess
@@ -8,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from dmg_domainbed.launchers.common import output_dir_of
 from tests.helpers import alive, cli, descendants, domainbed_env, snapshot
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
@@ -96,31 +96,105 @@ def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path)
     assert len(list(sweep_dir.glob("*/done"))) == 4
 
 
-def test_delete_incomplete_stops_at_a_job_that_slurm_still_runs(tmp_path, monkeypatch):
+def test_ctrl_c_stops_the_jobs_frees_the_folder_and_says_how_to_resume(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "dmg_domainbed", "sweep", str(small_sweep(tmp_path, 100_000))],
+        env=domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C reaches a program in the foreground even where these tests run as a background
+        # job of a shell, which ignores SIGINT.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and len(list(sweep_dir.glob("*/out.txt"))) < 2:
+            time.sleep(0.5)
+        below = descendants(command.pid)
+        assert len(list(sweep_dir.glob("*/out.txt"))) == 2, "the jobs did not start"
+        command.send_signal(signal.SIGINT)
+        _, err = command.communicate(timeout=120)
+    finally:
+        command.kill()
+        command.wait()
+    assert command.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"Interrupted: the sweep's running jobs were stopped; 0 of 4 jobs are done and kept in "
+        f"{sweep_dir}. Run the same command with --delete-incomplete to resume."
+    )
+    assert {pid for pid in below if alive(pid)} == set()
+    assert [p.name for p in sweep_dir.iterdir() if p.name.startswith(".")] == []  # lock freed
+
+
+def recording_launcher(tmp_path, running=None):
+    """A launcher of this test's own (DomainBed stays real): it writes down the commands it is
+    given and says that the folders in ``running`` still have a running job."""
+    calls = {"commands": [], "asked": []}
+
+    def launcher(commands):
+        print(f"launching {len(commands)}")
+        calls["commands"] += commands
+
+    def running_jobs(output_dirs, environ):
+        calls["asked"].append(sorted(output_dirs))
+        return {folder: "RUNNING" for folder in output_dirs if folder in (running or ())}
+
+    launcher.running_jobs = running_jobs
+    return launcher, calls
+
+
+def incomplete_and_done(tmp_path):
+    """The small sweep's 4 jobs: the first two incomplete (a folder, no done file), the others
+    done; (sweep, incomplete folders)."""
     from dmg_domainbed.sweep import config, plan
 
-    sweep_file = small_sweep(tmp_path, steps=5)
-    sweep = plan.resolve(config.load_sweep(sweep_file), None, None)
+    sweep = plan.resolve(config.load_sweep(small_sweep(tmp_path, steps=5)), None, None)
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
-    running = Path(jobs[0].output_dir)
-    running.mkdir(parents=True)
-    (running / "out.txt").write_text("still training")
-    # what the submitit launcher leaves in a job folder: a link to the job's Slurm log
-    (running / "submitit.err").symlink_to("../.submitit/4242_0_0_log.err")
-    # squeue stands in for a cluster here; tests/slurm reads a real one's answer
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "squeue").write_text("#!/bin/sh\necho '4242_0|RUNNING'\n")
-    (bin_dir / "squeue").chmod(0o755)
+    for n, job in enumerate(jobs):
+        Path(job.output_dir).mkdir(parents=True)
+        (Path(job.output_dir) / ("out.txt" if n < 2 else "done")).write_text("")
+    return sweep, [Path(job.output_dir) for job in jobs[:2]]
+
+
+def test_incomplete_jobs_are_deleted_and_launched_again_only_when_asked(tmp_path, monkeypatch):
+    from domainbed import command_launchers
+
+    from dmg_domainbed.sweep import run
+
+    sweep, incomplete = incomplete_and_done(tmp_path)
+    launcher, calls = recording_launcher(tmp_path)
+    monkeypatch.setitem(command_launchers.REGISTRY, "recording", launcher)
+    lines = []
+
+    assert run.execute(sweep, "recording", {}, False, echo=lines.append) == 0
+    assert calls == {"commands": [], "asked": []}  # left alone; nothing else to launch
+    assert all((folder / "out.txt").exists() for folder in incomplete)
+
+    log = tmp_path / "sweep.log"
+    assert run.execute(sweep, "recording", {"X": "1"}, True, echo=lines.append, log=log) == 0
+    assert calls["asked"] == [sorted(incomplete)]
+    assert sorted(output_dir_of(c) for c in calls["commands"]) == sorted(map(str, incomplete))
+    assert all(not (folder / "out.txt").exists() for folder in incomplete)  # deleted, relaunched
+    assert "launching 2" in log.read_text() and lines == []  # the launch's output into the log
+
+
+def test_delete_incomplete_stops_at_a_job_the_launcher_still_runs(tmp_path, monkeypatch):
+    from domainbed import command_launchers
+
+    sweep, incomplete = incomplete_and_done(tmp_path)
+    launcher, calls = recording_launcher(tmp_path, running=incomplete[:1])
+    monkeypatch.setitem(command_launchers.REGISTRY, "recording", launcher)
     for name, value in domainbed_env().items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     before = snapshot(tmp_path / "sweep")
 
-    code, _, message = cli("sweep", str(sweep_file), "--delete-incomplete")
+    code, _, message = cli(
+        "sweep", str(sweep.config.path), "--launcher", "recording", "--delete-incomplete"
+    )
 
     assert code == 2
-    assert "1 incomplete job(s) are still queued or running on Slurm" in message
-    assert f"{running} (RUNNING)" in message and "scancel" in message
-    assert snapshot(tmp_path / "sweep") == before
-    assert len(list((tmp_path / "sweep").iterdir())) == 1  # nothing launched
+    assert "1 incomplete job(s) are still queued or running" in message
+    assert f"{incomplete[0]} (RUNNING)" in message and "nothing was deleted or launched" in message
+    assert snapshot(tmp_path / "sweep") == before and calls["commands"] == []
