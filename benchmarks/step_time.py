@@ -430,7 +430,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help=f"compared with {REFERENCE} (always included); default: {', '.join(CORE)} and, "
         f"when registered, {', '.join(OPTIONAL)}",
     )
-    parser.add_argument("--configs", nargs="+", default=None, help="mnist_cnn, mlp, resnet18, resnet50")
+    parser.add_argument(
+        "--configs", nargs="+", default=None, help="mnist_cnn, mlp, resnet18, resnet50"
+    )
     parser.add_argument(
         "--threads",
         type=int,

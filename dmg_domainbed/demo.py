@@ -23,7 +23,6 @@ from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.runs import (
     RESULTS_FILE,
     algorithm_class,
-    load_algorithm,
     read_records,
     read_run,
     run_folders,
@@ -175,10 +174,12 @@ def _sweep_report(sweep_dir: Path, report_dir: Path) -> tuple[list[Path], None]:
 
 
 def _run_pictures(folder: Path, report_dir: Path) -> tuple[list[Path], str | None]:
+    from dmg_domainbed.reporting.learned import draw_learned
+
     run_ = read_run(folder)
     stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
     try:
-        return load_algorithm(run_, "cpu").draw_learned(run_, report_dir, stem).files, None
+        return draw_learned(run_, report_dir, stem).files, None
     except UserError as error:
         return [], f"note: no pictures of {run_.describe()}: {error}"
 

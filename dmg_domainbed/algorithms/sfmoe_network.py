@@ -25,19 +25,44 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.moe import SparseMoE
-from dmg_domainbed.preflight.weights import WeightFile, WeightsCheck, torch_hub_dir
+from dmg_domainbed.weight_files import (
+    HF_SNAPSHOT,
+    TORCH_HUB_FILE,
+    WeightFile,
+    WeightsCheck,
+    torch_hub_dir,
+)
 
 MODEL = "deit_small_distilled_patch16_224"
+ARCHITECTURE = f"timm:{MODEL}"  # what a weight file holds (WeightFile.model)
 PRETRAINED_TAG = "fb_in1k"
 DEPTH, WIDTH, HIDDEN = 12, 384, 1536
 INPUT_SHAPE = (3, 224, 224)
+CHANNELS = (3, 1)  # RGB, or grayscale repeated to RGB
 GRID = 14  # patches per side
 PREFIX_TOKENS = 2  # class and distillation tokens
 HF_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm reads from the hub, in order
+
+
+def takes(input_shape) -> bool:
+    """Whether :func:`patch_grid_images` takes inputs of ``input_shape`` (``C, H, W``)."""
+    return len(input_shape) == 3 and input_shape[0] in CHANNELS
+
+
+def patch_grid_images(x: torch.Tensor) -> torch.Tensor:
+    """Images ``[B, C, H, W]`` as the network takes them, ``[B, 3, 224, 224]``: the 14x14 grid
+    of 16-pixel patches the ImageNet weights were trained on. A single channel is repeated to
+    three; another size is resized bilinearly. 224x224 RGB images pass unchanged."""
+    if x.shape[1] == 1:
+        x = x.expand(-1, 3, -1, -1)
+    if tuple(x.shape[-2:]) != INPUT_SHAPE[1:]:
+        x = F.interpolate(x, size=INPUT_SHAPE[1:], mode="bilinear", align_corners=False)
+    return x
 
 
 def _pretrained_cfg():
@@ -83,7 +108,14 @@ def weight_locations(weights_file: str) -> list[WeightFile]:
     if weights_file:
         path = Path(weights_file).expanduser()
         return [
-            WeightFile("sfmoe_weights file", path.parent, path.name, path.is_file(), how_to_get())
+            WeightFile(
+                "sfmoe_weights file",
+                path.parent,
+                path.name,
+                path.is_file(),
+                how_to_get(),
+                ARCHITECTURE,
+            )
         ]
     cfg = _pretrained_cfg()
     locations = []
@@ -91,12 +123,14 @@ def weight_locations(weights_file: str) -> list[WeightFile]:
     if cache is not None:
         what = f"timm {MODEL}.{PRETRAINED_TAG} (Hugging Face hub {cfg.hf_hub_id})"
         cached = _hf_cached_file(cfg.hf_hub_id)
+        folder = cache / f"models--{cfg.hf_hub_id.replace('/', '--')}"
         if cached is not None:
-            locations.append(WeightFile(what, cached.parent, cached.name, True, how_to_get()))
+            filename, present = str(cached.relative_to(folder)), True
         else:
-            folder = cache / f"models--{cfg.hf_hub_id.replace('/', '--')}"
-            filename = f"snapshots/<revision>/{' or '.join(HF_FILES)}"
-            locations.append(WeightFile(what, folder, filename, False, how_to_get()))
+            filename, present = f"snapshots/<revision>/{' or '.join(HF_FILES)}", False
+        locations.append(
+            WeightFile(what, folder, filename, present, how_to_get(), ARCHITECTURE, HF_SNAPSHOT)
+        )
     checkpoints = torch_hub_dir() / "checkpoints"
     filename = os.path.basename(urlparse(cfg.url).path)
     locations.append(
@@ -106,6 +140,8 @@ def weight_locations(weights_file: str) -> list[WeightFile]:
             filename,
             (checkpoints / filename).is_file(),
             how_to_get(),
+            ARCHITECTURE,
+            TORCH_HUB_FILE,
         )
     )
     return locations
