@@ -68,11 +68,6 @@ class WeightFile:
         return self.folder / self.filename
 
 
-def torch_hub_dir() -> Path:
-    """torch.hub's folder in this process (``$TORCH_HOME/hub``)."""
-    return Caches.current().torch_hub
-
-
 @dataclass(frozen=True)
 class WeightsCheck:
     """An algorithm's own account of the pretrained weights it loads, for algorithms that do

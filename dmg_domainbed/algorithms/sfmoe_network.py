@@ -33,9 +33,9 @@ from dmg_domainbed.moe import SparseMoE
 from dmg_domainbed.weight_files import (
     HF_SNAPSHOT,
     TORCH_HUB_FILE,
+    Caches,
     WeightFile,
     WeightsCheck,
-    torch_hub_dir,
 )
 
 MODEL = "deit_small_distilled_patch16_224"
@@ -71,80 +71,69 @@ def _pretrained_cfg():
     return get_pretrained_cfg(f"{MODEL}.{PRETRAINED_TAG}")
 
 
-def _hf_cache() -> Path | None:
-    try:
-        from huggingface_hub import constants
-    except ImportError:
-        return None
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _hf_cached_file(repo_id: str) -> Path | None:
+def _hf_cached_file(repo_id: str, hf_hub: Path) -> Path | None:
     import huggingface_hub
 
     for filename in HF_FILES:
-        cached = huggingface_hub.try_to_load_from_cache(repo_id, filename)
+        cached = huggingface_hub.try_to_load_from_cache(repo_id, filename, cache_dir=hf_hub)
         if isinstance(cached, str):
             return Path(cached)
     return None
 
 
-def how_to_get() -> str:
+def how_to_get(caches: Caches | None = None) -> str:
     """How to put the weights where the loader looks, on a node without internet."""
+    caches = caches or Caches.current()
     cfg = _pretrained_cfg()
-    checkpoints = torch_hub_dir() / "checkpoints"
     return (
         f'on a machine with internet run python -c "import timm; '
         f"timm.create_model('{MODEL}.{PRETRAINED_TAG}', pretrained=True)\" and copy the cache "
-        f"folder models--{cfg.hf_hub_id.replace('/', '--')} into {_hf_cache()} (set "
-        f"HF_HUB_OFFLINE=1 on nodes without internet); or download {cfg.url} into {checkpoints}; "
+        f"folder models--{cfg.hf_hub_id.replace('/', '--')} into {caches.hf_hub} (set "
+        f"HF_HUB_OFFLINE=1 on nodes without internet); or download {cfg.url} into "
+        f"{caches.torch_hub / 'checkpoints'}; "
         'or pass --hparams \'{"sfmoe_weights": "/path/to/file"}\' (a .pth or .safetensors file)'
     )
 
 
-def weight_locations(weights_file: str) -> list[WeightFile]:
+def weight_locations(weights_file: str, caches: Caches | None = None) -> list[WeightFile]:
     """Where the pretrained weights are looked for, in order: ``weights_file`` if given, else
-    the Hugging Face hub cache, then the torch hub checkpoint folder."""
+    the Hugging Face hub cache, then the torch hub checkpoint folder (of ``caches``, by default
+    this process's)."""
+    caches = caches or Caches.current()
+    fetch = how_to_get(caches)
     if weights_file:
         path = Path(weights_file).expanduser()
-        return [
-            WeightFile(
-                "sfmoe_weights file",
-                path.parent,
-                path.name,
-                path.is_file(),
-                how_to_get(),
-                ARCHITECTURE,
-            )
-        ]
+        what = "sfmoe_weights file"
+        return [WeightFile(what, path.parent, path.name, path.is_file(), fetch, ARCHITECTURE)]
     cfg = _pretrained_cfg()
-    locations = []
-    cache = _hf_cache()
-    if cache is not None:
-        what = f"timm {MODEL}.{PRETRAINED_TAG} (Hugging Face hub {cfg.hf_hub_id})"
-        cached = _hf_cached_file(cfg.hf_hub_id)
-        folder = cache / f"models--{cfg.hf_hub_id.replace('/', '--')}"
-        if cached is not None:
-            filename, present = str(cached.relative_to(folder)), True
-        else:
-            filename, present = f"snapshots/<revision>/{' or '.join(HF_FILES)}", False
-        locations.append(
-            WeightFile(what, folder, filename, present, how_to_get(), ARCHITECTURE, HF_SNAPSHOT)
-        )
-    checkpoints = torch_hub_dir() / "checkpoints"
-    filename = os.path.basename(urlparse(cfg.url).path)
-    locations.append(
+    hub_folder = caches.hf_hub / f"models--{cfg.hf_hub_id.replace('/', '--')}"
+    cached = _hf_cached_file(cfg.hf_hub_id, caches.hf_hub)
+    if cached is not None:
+        hub_file, hub_present = str(cached.relative_to(hub_folder)), True
+    else:
+        hub_file, hub_present = f"snapshots/<revision>/{' or '.join(HF_FILES)}", False
+    checkpoints = caches.torch_hub / "checkpoints"
+    checkpoint = os.path.basename(urlparse(cfg.url).path)
+    return [
+        WeightFile(
+            f"timm {MODEL}.{PRETRAINED_TAG} (Hugging Face hub {cfg.hf_hub_id})",
+            hub_folder,
+            hub_file,
+            hub_present,
+            fetch,
+            ARCHITECTURE,
+            HF_SNAPSHOT,
+        ),
         WeightFile(
             f"DeiT's {MODEL} checkpoint (torch hub)",
             checkpoints,
-            filename,
-            (checkpoints / filename).is_file(),
-            how_to_get(),
+            checkpoint,
+            (checkpoints / checkpoint).is_file(),
+            fetch,
             ARCHITECTURE,
             TORCH_HUB_FILE,
-        )
-    )
-    return locations
+        ),
+    ]
 
 
 def find_weights(weights_file: str) -> Path | None:
