@@ -145,8 +145,8 @@ def lr_schedulers(
     empty at DomainBed's constant rate.
 
     Each update takes ``batch_size`` examples of each of the ``num_domains`` source domains
-    (DomainBed's training loaders), so an epoch of ``epoch_examples`` examples is a fixed
-    number of updates.
+    (DomainBed's training loaders), so update ``t`` starts after ``t * batch_size *
+    num_domains`` examples: the epoch it falls in.
     """
     schedule = hparams["lr_schedule"]
     if schedule == "constant":
