@@ -95,11 +95,20 @@ class Row:
 
 
 def configurations() -> list[Config]:
-    """MNIST_CNN 28x28 and the embedded dataset's MLP on CPU; ResNet-50 224x224 on CUDA."""
+    """MNIST_CNN 28x28, the embedded dataset's MLP and the paper's ResNet-18 at 224x224 (a small
+    batch) on CPU; ResNet-50 224x224 on CUDA."""
     shape = tuple(datasets.get_dataset_class(EMBEDDED_DATASET).INPUT_SHAPE)
     return [
         Config("mnist_cnn", (1, 28, 28), "RotatedMNIST", "cpu"),
         Config("mlp", shape, EMBEDDED_DATASET, "cpu", note=f"{EMBEDDED_DATASET} hparams"),
+        Config(
+            "resnet18",
+            (3, 224, 224),
+            "PACS",
+            "cpu",
+            {"batch_size": 4, "resnet18": True, "resnet50_augmix": False},
+            "the paper's backbone, random weights, timing only",
+        ),
         Config(
             "resnet50",
             (3, 224, 224),
@@ -421,7 +430,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help=f"compared with {REFERENCE} (always included); default: {', '.join(CORE)} and, "
         f"when registered, {', '.join(OPTIONAL)}",
     )
-    parser.add_argument("--configs", nargs="+", default=None, help="mnist_cnn, mlp, resnet50")
+    parser.add_argument(
+        "--configs", nargs="+", default=None, help="mnist_cnn, mlp, resnet18, resnet50"
+    )
     parser.add_argument(
         "--threads",
         type=int,

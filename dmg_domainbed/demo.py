@@ -21,7 +21,6 @@ from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.runs import (
     RESULTS_FILE,
     algorithm_class,
-    load_algorithm,
     read_records,
     read_run,
     run_folders,
@@ -150,6 +149,7 @@ def write_report_files(demo: Demo, finished: list, echo: Echo) -> list[Path]:
     """
     from dmg_domainbed.algorithms.base import learned_pictures
     from dmg_domainbed.reporting import in_domain
+    from dmg_domainbed.reporting.learned import draw_learned
     from dmg_domainbed.reporting.report import write_report
 
     written = write_report(demo.sweep_dir, demo.report_dir)
@@ -164,7 +164,7 @@ def write_report_files(demo: Demo, finished: list, echo: Echo) -> list[Path]:
         if learned_pictures(algorithm_class(run_)):
             stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
             try:
-                files += load_algorithm(run_, "cpu").draw_learned(run_, demo.report_dir, stem).files
+                files += draw_learned(run_, demo.report_dir, stem).files
             except UserError as error:
                 echo(f"note: no pictures of {run_.describe()}: {error}")
     by_test_env: dict[int, list] = {}

@@ -13,9 +13,9 @@ probability ``m_d = sigmoid(m~_d)``. The mask multiplies the *input* of ``L``:
   (``m_d > 0.5``).
 
 The overlap penalty of Eq. (2) is the soft IoU ``sIoU(m_i, m_j) = m_i.m_j / sum_k(m_i + m_j -
-m_i m_j)``, averaged over unordered pairs of source domains and summed over layers; the training
-step computes it (and the sparsity term) through :mod:`dmg_domainbed.mask_penalty`, which has the
-same value and gradient as :func:`overlap_loss` and :func:`sparsity_loss` here.
+m_i m_j)`` (:func:`soft_iou`), averaged over unordered pairs of source domains
+(:func:`overlap_loss`) and summed over layers; the optional sparsity term is the sum of the mask
+probabilities (:func:`sparsity_loss`). Autograd differentiates both.
 
 This module knows nothing about DomainBed; it needs torch only.
 """
@@ -68,18 +68,6 @@ def overlap_loss(probs: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     return mean_over_pairs(pairwise_soft_iou(probs, eps))
 
 
-def stack_layers(probs: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``[L, D, k_max]``: the layers' ``[D, k]`` masks, zero-padded to the widest layer.
-
-    Zero units add nothing to the sums of the soft IoU, the sparsity term or the count of active
-    units, so every per-layer quantity is computed for all layers in one batched call.
-    """
-    if all(p.shape == probs[0].shape for p in probs):
-        return torch.stack(list(probs))
-    width = max(p.shape[-1] for p in probs)
-    return torch.stack([nn.functional.pad(p, (0, width - p.shape[-1])) for p in probs])
-
-
 def sparsity_loss(probs: torch.Tensor) -> torch.Tensor:
     """The optional sparsity term for one layer: the sum of all mask probabilities."""
     return probs.sum()
@@ -91,14 +79,10 @@ def hard_masks(probs: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
 
 
 def straight_through_bernoulli(probs: torch.Tensor) -> torch.Tensor:
-    """Sample ``b ~ Bernoulli(probs)`` with the straight-through gradient of ``probs``.
-
-    ``U < probs`` with ``U ~ U[0, 1)`` is Bernoulli(probs); on CPU it is several times faster than
-    ``torch.bernoulli``, which draws element by element.
-    """
-    detached = probs.detach()
-    offset = torch.rand_like(detached).lt_(detached).sub_(detached)  # b - probs, in one buffer
-    return offset + probs
+    """``b ~ Bernoulli(probs)`` in the forward pass, the gradient of ``probs`` in the backward:
+    ``(b - probs).detach() + probs``."""
+    sample = torch.bernoulli(probs.detach())
+    return (sample - probs).detach() + probs
 
 
 def initial_logits(num_domains: int, units: int, init: str, scalar: float) -> torch.Tensor:
@@ -152,6 +136,10 @@ class DomainMasks(nn.Module):
             layers[i].register_forward_pre_hook(self._hook(position))
             for position, i in enumerate(order)
         ]
+
+    def probabilities(self) -> list[torch.Tensor]:
+        """``m_d = sigmoid(m~_d)`` of every masked layer, ``[D, k]`` each, in forward order."""
+        return [torch.sigmoid(logits) for logits in self.logits]
 
     @contextlib.contextmanager
     def per_example(self, domains: torch.Tensor, mode: str) -> Iterator[None]:

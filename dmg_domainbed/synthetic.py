@@ -37,7 +37,7 @@ import numpy as np
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight.data import IMAGE_FOLDERS, SYNTHETIC_MARKER
-from dmg_domainbed.preflight.weights import HF_SNAPSHOT, TORCH_HUB_FILE, WeightFile
+from dmg_domainbed.weight_files import HF_SNAPSHOT, TORCH_HUB_FILE, WeightFile
 
 IMAGE_SHAPE = (3, 224, 224)
 # (width, height) of the JPEGs, cycled: square like PACS, landscape and portrait photos, a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from dmg_domainbed.algorithms import paper
@@ -22,19 +23,18 @@ class Aggregate(PluginAlgorithm):
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.network = paper.network(input_shape, num_classes, hparams)
-        self.optimizer = paper.fused_adam(
+        self.optimizer = torch.optim.Adam(
             self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
-        self.schedule = paper.lr_schedule(hparams, self.optimizer)
+        self.schedulers = paper.lr_schedulers(hparams, num_domains, network=self.optimizer)
 
     def update(self, minibatches, unlabeled=None):
-        rates = self.schedule.before_update(minibatches)
         x, y = pooled(minibatches)
         loss = F.cross_entropy(self.network(x), y)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        return {"loss": loss.item(), **rates}
+        return {"loss": loss.item(), **paper.step_schedulers(self.schedulers)}
 
     def predict(self, x):
         return self.network(x)

@@ -13,7 +13,10 @@ demo need to know about it; they ask the algorithm class and never test its name
                                served by ``predict_known_domain(x, domain, mode)``
 ``run_length_hparams(steps)``  hparams whose value depends on the run's number of steps
 ``LEARNED_PICTURES``           what ``draw_learned(run, output_dir, stem)`` draws of a finished
-                               run (``dmg-domainbed masks``); empty: nothing
+                               run (``dmg-domainbed masks``); empty: nothing. ``run`` is plain
+                               data (:class:`~dmg_domainbed.drawing.FinishedRun`)
+``SAMPLE_IMAGES``              held-out images per environment ``draw_learned`` needs in
+                               ``run.samples`` (0: none)
 ``training_curves(runs, envs)`` a figure of its logged diagnostics over training, for sweep
                                reports; ``None``: none
 ``check_input_shape(shape)``   classmethod: ``UserError`` for inputs it cannot take (``doctor``)
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -41,18 +43,9 @@ from torch import nn
 from dmg_domainbed.hparams import HParamSpace, reject_unknown
 
 if TYPE_CHECKING:
-    import pandas as pd
     from matplotlib.figure import Figure
 
-    from dmg_domainbed.reporting.runs import Run
-
-
-@dataclass
-class Drawn:
-    """What :meth:`PluginAlgorithm.draw_learned` produced: a summary table and the files."""
-
-    summary: pd.DataFrame
-    files: list[Path]
+    from dmg_domainbed.drawing import Drawn, FinishedRun
 
 
 class PluginAlgorithm(Algorithm):
@@ -61,6 +54,7 @@ class PluginAlgorithm(Algorithm):
     HPARAMS: ClassVar[HParamSpace] = HParamSpace()
     KNOWN_DOMAIN_PREDICTIONS: ClassVar[Mapping[str, str]] = {}
     LEARNED_PICTURES: ClassVar[str] = ""
+    SAMPLE_IMAGES: ClassVar[int] = 0
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
@@ -74,7 +68,7 @@ class PluginAlgorithm(Algorithm):
         """Hparams sized for a run of ``steps`` steps (none by default)."""
         return {}
 
-    def draw_learned(self, run: Run, output_dir: Path, stem: str) -> Drawn:
+    def draw_learned(self, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
         """Pictures and tables of what a finished run learned, named ``<stem>*``."""
         raise NotImplementedError(f"{type(self).__name__} draws nothing of a finished run")
 
@@ -118,6 +112,11 @@ def run_length_hparams(algorithm_class: type, steps: int) -> dict[str, Any]:
 def learned_pictures(algorithm_class: type) -> str:
     """What ``algorithm_class`` draws of a finished run; empty when nothing."""
     return getattr(algorithm_class, "LEARNED_PICTURES", "")
+
+
+def sample_images(algorithm_class: type) -> int:
+    """Held-out images per environment that ``algorithm_class`` draws what it learned from."""
+    return getattr(algorithm_class, "SAMPLE_IMAGES", 0)
 
 
 def training_curves(algorithm_class: type, runs, environments) -> Figure | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from domainbed import networks
@@ -12,10 +13,12 @@ from dmg_domainbed import masks, named_layers
 from dmg_domainbed.alexnet import AlexNetFeaturizer
 from dmg_domainbed.algorithms import paper
 from dmg_domainbed.algorithms.aggregate import Aggregate
-from dmg_domainbed.algorithms.base import Drawn, pooled
+from dmg_domainbed.algorithms.base import pooled
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
 from dmg_domainbed.hparams import HParam, HParamSpace
-from dmg_domainbed.mask_penalty import mask_penalty
+
+if TYPE_CHECKING:
+    from dmg_domainbed.drawing import Drawn
 
 #: Keys of the per-layer hard IoU and per-domain active fraction in ``update``'s diagnostics.
 IOU_PREFIX = "mask_iou/"
@@ -143,49 +146,44 @@ class DMG(Aggregate):
             init_scalar=hparams["mask_init_scalar"],
             fold=fold,
         )
-        self.mask_optimizer = paper.fused_adam(
+        self.mask_optimizer = torch.optim.Adam(
             self.masks.parameters(),
             lr=hparams["mask_lr"],
             weight_decay=hparams["mask_weight_decay"],
         )
-        self.schedule = paper.lr_schedule(hparams, self.optimizer, self.mask_optimizer)
+        self.schedulers |= paper.lr_schedulers(hparams, num_domains, masks=self.mask_optimizer)
 
     def update(self, minibatches, unlabeled=None):
-        rates = self.schedule.before_update(minibatches)
         x, y = pooled(minibatches)
         with self.masks.per_example(domain_labels(minibatches), "sample"):
             ce = F.cross_entropy(self.network(x), y)
-        penalty, overlap, sparsity, probs = mask_penalty(
-            self.masks.logits, self.hparams["lambda_overlap"], self.hparams["lambda_sparsity"]
-        )
-        loss = ce + penalty
-        self.optimizer.zero_grad(set_to_none=True)
-        self.mask_optimizer.zero_grad(set_to_none=True)
+        probs = self.masks.probabilities()
+        overlap = sum(masks.overlap_loss(m) for m in probs)  # Eq. 2, summed over layers
+        sparsity = sum(masks.sparsity_loss(m) for m in probs)
+        hp = self.hparams
+        loss = ce + hp["lambda_overlap"] * overlap + hp["lambda_sparsity"] * sparsity  # Eq. 3
+        self.optimizer.zero_grad()
+        self.mask_optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
         self.mask_optimizer.step()
-        return {**self._diagnostics(loss, ce, overlap, sparsity, probs), **rates}
+        logged = self._diagnostics(loss, ce, overlap, sparsity, probs)
+        return {**logged, **paper.step_schedulers(self.schedulers)}
 
+    @torch.no_grad()
     def _diagnostics(self, loss, ce, overlap, sparsity, probs) -> dict[str, float]:
-        """Losses, mean hard IoU between domains per layer, active fraction per domain.
-
-        ``probs`` is :func:`masks.stack_layers`' ``[L, D, k_max]``; its zero padding is never
-        active. One device-to-host copy for everything; the tiny remaining arithmetic runs in
-        NumPy, which costs far less per operation than torch.
-        """
-        with torch.no_grad():
-            scalars = torch.stack([loss, ce, overlap, sparsity])
-            values = torch.cat([scalars, probs.flatten()]).cpu().numpy()
-        names = ["loss", "ce", "overlap", "sparsity"]
-        numbers = values[:4].tolist()
-        hard = (values[4:].reshape(probs.shape) > 0.5).astype(np.float64)
+        """The loss terms, the mean IoU between domains' hard masks (``m > 0.5``) per layer and
+        the fraction of active units per domain over all layers."""
+        hard = [masks.hard_masks(m) for m in probs]
+        logged = {"loss": loss, "ce": ce, "overlap": overlap, "sparsity": sparsity}
         if self.num_domains > 1:
-            names += [f"{IOU_PREFIX}{layer}" for layer in self.masks.layer_names]
-            numbers += masks.mean_over_pairs(masks.pairwise_soft_iou(hard)).tolist()
-        names += [f"{ACTIVE_PREFIX}{d}" for d in range(self.num_domains)]
-        units = sum(logits.shape[-1] for logits in self.masks.logits)
-        numbers += (hard.sum((0, 2)) / units).tolist()
-        return dict(zip(names, numbers, strict=True))
+            for layer, h in zip(self.masks.layer_names, hard, strict=True):
+                logged[f"{IOU_PREFIX}{layer}"] = masks.overlap_loss(h)
+        active = sum(h.sum(1) for h in hard) / sum(h.shape[1] for h in hard)
+        for d in range(self.num_domains):
+            logged[f"{ACTIVE_PREFIX}{d}"] = active[d]
+        values = torch.stack([value.float() for value in logged.values()]).tolist()
+        return dict(zip(logged, values, strict=True))
 
     def predict(self, x):
         """Out-of-domain prediction: raw logits averaged over the source domains' soft masks."""
@@ -217,4 +215,4 @@ class DMG(Aggregate):
         over training."""
         from dmg_domainbed.algorithms import dmg_pictures
 
-        return dmg_pictures.training_curves(runs, environments)
+        return dmg_pictures.training_curves(runs, environments, IOU_PREFIX, ACTIVE_PREFIX)

@@ -17,22 +17,18 @@ import torch
 from matplotlib.figure import Figure
 
 from dmg_domainbed import masks
-from dmg_domainbed.algorithms.base import Drawn
-from dmg_domainbed.algorithms.dmg import ACTIVE_PREFIX, IOU_PREFIX
-from dmg_domainbed.reporting.files import save
-from dmg_domainbed.reporting.pictures import figure
-from dmg_domainbed.reporting.runs import Run
+from dmg_domainbed.drawing import Drawn, FinishedRun, figure, save
 
 
-def draw_masks(algorithm, run: Run, output_dir: Path, stem: str) -> Drawn:
+def draw_masks(algorithm, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
     """``<stem>.png``, ``<stem>_probabilities.csv`` and ``<stem>_iou.csv`` of a DMG run."""
     layers = layer_masks(algorithm)
-    domains = run.domain_names()
+    domains = list(run.source_domains)
     output_dir.mkdir(parents=True, exist_ok=True)
     files = [output_dir / f"{stem}_probabilities.csv", output_dir / f"{stem}_iou.csv"]
     probabilities_frame(layers, domains).to_csv(files[0], index=False)
     iou_frame(layers, domains).to_csv(files[1], index=False)
-    title = f"DMG masks on {run.title()}"
+    title = f"DMG masks on {run.title}"
     files.append(save(masks_figure(layers, domains, title), output_dir / f"{stem}.png"))
     return Drawn(summary=summary_frame(layers, domains), files=files)
 
@@ -161,10 +157,15 @@ def masks_figure(layers: list[LayerMasks], domains: list[str], title: str) -> Fi
     return fig
 
 
-def training_curves(runs: list[list[dict]], environments: list[str]) -> Figure:
+def training_curves(
+    runs: list[list[dict]], environments: list[str], iou_key: str, active_key: str
+) -> Figure:
     """Per DMG run (one row per test-domain choice): the overlap loss, the mean hard IoU
     between source-domain masks per masked layer, and the fraction of active units
-    (``m_d > 0.5``) per source domain, against the training step (paper Sec. 2, Eq. 2)."""
+    (``m_d > 0.5``) per source domain, against the training step (paper Sec. 2, Eq. 2).
+
+    ``runs`` are the records train.py logged; ``iou_key + layer`` and ``active_key + d`` are
+    the keys ``update`` logs those diagnostics under."""
     fig = figure(13, 2.5 * len(runs) + 0.5)
     axes = fig.subplots(len(runs), 3, sharex=True, squeeze=False)
     for row, run in zip(axes, runs, strict=True):
@@ -177,13 +178,13 @@ def training_curves(runs: list[list[dict]], environments: list[str]) -> Figure:
             f"test domain {held_out}\n(hparams {args['hparams_seed']}, trial {args['trial_seed']})",
             fontsize=9,
         )
-        layers = sorted({k[len(IOU_PREFIX) :] for r in run for k in r if k.startswith(IOU_PREFIX)})
+        layers = sorted({k[len(iou_key) :] for r in run for k in r if k.startswith(iou_key)})
         for layer in layers:
-            row[1].plot(steps, [r.get(IOU_PREFIX + layer, np.nan) for r in run], label=layer)
+            row[1].plot(steps, [r.get(iou_key + layer, np.nan) for r in run], label=layer)
         for d, env in enumerate(sources):
             row[2].plot(
                 steps,
-                [r.get(f"{ACTIVE_PREFIX}{d}", np.nan) for r in run],
+                [r.get(f"{active_key}{d}", np.nan) for r in run],
                 label=f"d{d} = {environments[env]}",
             )
         row[1].set_ylim(-0.02, 1.02)

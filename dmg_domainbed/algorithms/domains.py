@@ -6,23 +6,14 @@ with the test environments left out; source domain ``d`` is the ``d``-th of thos
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 
 def domain_labels(minibatches) -> torch.Tensor:
-    """Source-domain index of every example of ``torch.cat`` over the minibatches.
-
-    The result is cached per batch sizes and device (every training step has the same ones), so
-    callers must not modify it in place.
-    """
-    return _labels(tuple(len(x) for x, _ in minibatches), minibatches[0][0].device)
-
-
-@functools.lru_cache(maxsize=16)
-def _labels(sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    return torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(device)
+    """Source-domain index of every example of ``torch.cat`` over the minibatches."""
+    return torch.cat(
+        [torch.full((len(x),), d, device=x.device) for d, (x, _) in enumerate(minibatches)]
+    )
 
 
 def known_domains(domain, batch_size: int, num_domains: int, device) -> torch.Tensor:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dmg_domainbed import named_layers
-from dmg_domainbed.algorithms.base import Drawn, PluginAlgorithm, featurizer_classifier, pooled
+from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier, pooled
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace, positive
+
+if TYPE_CHECKING:
+    from dmg_domainbed.drawing import Drawn
 
 
 def weight_importance(initial: torch.Tensor, finals: torch.Tensor) -> torch.Tensor:

@@ -13,20 +13,18 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from dmg_domainbed.algorithms.base import Drawn
+from dmg_domainbed.drawing import Drawn, FinishedRun, figure, save
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.files import save
-from dmg_domainbed.reporting.pictures import figure
-from dmg_domainbed.reporting.runs import Run
 
 
-def draw_importance(algorithm, run: Run, output_dir: Path, stem: str) -> Drawn:
+def draw_importance(algorithm, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
     """``<stem>.png`` and ``<stem>_importance.csv`` of an ImportanceMask run past phase 1."""
     if algorithm.in_phase1:
         raise UserError(
-            f"'{run.path}' is an ImportanceMask run that ended in phase 1 (step "
-            f"{run.records[-1]['step']}, phase1_steps {run.hparams['phase1_steps']}): importance "
-            "is computed when phase 1 ends. Train for more steps than phase1_steps, or lower it, "
+            f"'{run.folder}' is an ImportanceMask run that ended in phase 1 (after "
+            f"{int(algorithm.update_count)} steps, phase1_steps "
+            f"{algorithm.hparams['phase1_steps']}): importance is computed when phase 1 ends. "
+            "Train for more steps than phase1_steps, or lower it, "
             """e.g. --hparams '{"phase1_steps": 750, "freeze_step": 1275}'."""
         )
     maps = {k: v.cpu().numpy() for k, v in algorithm.importance_maps().items()}
@@ -34,7 +32,7 @@ def draw_importance(algorithm, run: Run, output_dir: Path, stem: str) -> Drawn:
     output_dir.mkdir(parents=True, exist_ok=True)
     table = output_dir / f"{stem}_importance.csv"
     weights_frame(maps, masks).to_csv(table, index=False)
-    title = f"ImportanceMask on {run.title()}"
+    title = f"ImportanceMask on {run.title}"
     picture = save(importance_figure(maps, masks, title), output_dir / f"{stem}.png")
     return Drawn(summary=summary_frame(maps, masks), files=[table, picture])
 

@@ -15,13 +15,15 @@ from dmg_domainbed.hparams import HParamSpace
 class MultiHead(PluginAlgorithm):
     """Multi-Head of the paper (Tables 1-3).
 
-    Training routes every example to its own domain's linear head; ``predict`` averages the raw
-    logits of all heads, computed exactly as one linear layer with the mean weights and biases;
-    :meth:`predict_known_domain` uses the example's own head. All heads are evaluated in one
-    matrix product, so there is no loop over domains. The featurizer is DomainBed's (or AlexNet),
-    with its dropout off by default as in Aggregate and DMG (the paper's regime); heads are
-    always linear, initialised as the authors' (``classifier_init = normal``: weights
-    ``N(0, 0.001^2)``, biases 0, in both their PACS and DomainNet configs).
+    A shared featurizer and ``D`` linear heads, head ``d`` with weights ``W_d`` and bias ``b_d``
+    (stored stacked, ``head_weight [D, C, F]`` and ``head_bias [D, C]``). Training routes every
+    example to its own domain's head; ``predict`` averages the raw logits of all heads, which is
+    exactly one linear layer with the mean weights and biases,
+    ``mean_d (W_d f + b_d) = (mean_d W_d) f + mean_d b_d``; :meth:`predict_known_domain` uses the
+    example's own head. The featurizer is DomainBed's (or AlexNet), with its dropout off by
+    default as in Aggregate and DMG (the paper's regime); heads start as the authors' did
+    (``classifier_init = normal``: weights ``N(0, 0.001^2)``, biases 0, in both their PACS and
+    DomainNet configs).
     """
 
     HPARAMS = HParamSpace(*paper.SHARED, paper.classifier_init("normal"))
@@ -34,42 +36,24 @@ class MultiHead(PluginAlgorithm):
         self.head_weight = nn.Parameter(torch.stack([h.weight.detach() for h in heads]))
         self.head_bias = nn.Parameter(torch.stack([h.bias.detach() for h in heads]))
         paper.initialise_classifier(self.head_weight, self.head_bias, hparams["classifier_init"])
-        self.optimizer = paper.fused_adam(
+        self.optimizer = torch.optim.Adam(
             self.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
-        self.schedule = paper.lr_schedule(hparams, self.optimizer)
+        self.schedulers = paper.lr_schedulers(hparams, num_domains, network=self.optimizer)
 
-    def all_heads(self, features: torch.Tensor) -> torch.Tensor:
-        """``[N, D, C]`` logits of every head for every example."""
-        weight = self.head_weight.reshape(-1, self.head_weight.shape[-1])
-        logits = F.linear(features, weight, self.head_bias.reshape(-1))
-        return logits.view(len(features), self.num_domains, self.num_classes)
-
-    def _own_heads(self, features: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
-        logits = self.all_heads(features)
-        index = domains.view(-1, 1, 1).expand(-1, 1, self.num_classes)
-        return logits.gather(1, index).squeeze(1)
-
-    def _own_heads_of_equal_blocks(self, features: torch.Tensor) -> torch.Tensor:
-        """Head ``d`` on the ``d``-th of ``D`` equal contiguous blocks: one batched product."""
-        blocks = features.view(self.num_domains, -1, features.shape[-1])
-        weight = self.head_weight.transpose(1, 2)
-        logits = torch.baddbmm(self.head_bias.unsqueeze(1), blocks, weight)
-        return logits.view(-1, self.num_classes)
+    def own_heads(self, features: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
+        """Logits of example ``n``'s own head ``d = domains[n]``: ``W_d f_n + b_d``."""
+        every_head = torch.einsum("dcf,nf->ndc", self.head_weight, features) + self.head_bias
+        return every_head[torch.arange(len(features), device=features.device), domains]
 
     def update(self, minibatches, unlabeled=None):
-        rates = self.schedule.before_update(minibatches)
         x, y = pooled(minibatches)
-        features = self.featurizer(x)
-        if len({len(x) for x, _ in minibatches}) == 1:  # DomainBed's usual equal batches
-            logits = self._own_heads_of_equal_blocks(features)
-        else:
-            logits = self._own_heads(features, domain_labels(minibatches))
+        logits = self.own_heads(self.featurizer(x), domain_labels(minibatches))
         loss = F.cross_entropy(logits, y)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        return {"loss": loss.item(), **rates}
+        return {"loss": loss.item(), **paper.step_schedulers(self.schedulers)}
 
     def predict(self, x):
         """Mean of the heads' raw logits, as one linear layer with mean weight and bias."""
@@ -78,4 +62,4 @@ class MultiHead(PluginAlgorithm):
     def predict_known_domain(self, x, domain, mode: str = "soft"):
         """The logits of each example's own source-domain head (``mode`` has no effect)."""
         domains = known_domains(domain, len(x), self.num_domains, x.device)
-        return self._own_heads(self.featurizer(x), domains)
+        return self.own_heads(self.featurizer(x), domains)

@@ -1,7 +1,7 @@
 """What the paper's three algorithms (Aggregate, MultiHead, DMG) share: the hparams that keep
 them in one regime in a DomainBed sweep, and those of the paper's own protocol (its AlexNet
 backbone, its learning-rate schedules, its classifier initialisation), with the network they
-build.
+build and the schedulers of their optimisers (plain ``torch.optim.Adam``, as DomainBed's ERM).
 
 The protocol's hparams default to DomainBed's setting; a sweep file or ``--hparams`` switches
 them on (``sweeps/paper_*.toml``).
@@ -16,11 +16,12 @@ from typing import Any
 import torch
 from domainbed import networks
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 
+from dmg_domainbed import lr_schedules
 from dmg_domainbed.alexnet import AlexNetFeaturizer
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam
-from dmg_domainbed.lr_schedules import SCHEDULES, LRSchedule
 
 #: The paper trains its three networks with dropout off (Sec. 3, implementation details); the
 #: featurizer dropouts DomainBed searches are fixed at 0 for Aggregate, MultiHead and DMG, so
@@ -66,7 +67,7 @@ LR_SCHEDULE = (
         "lr_schedule",
         "constant",
         lambda r: "constant",
-        choices=SCHEDULES,
+        choices=lr_schedules.SCHEDULES,
         help="constant (DomainBed); exponential: network lr x 0.99 per epoch (the authors' "
         "PACS); inverse: every lr x (1 + 1e-4 t)^-0.75 (the authors' DomainNet)",
     ),
@@ -133,34 +134,45 @@ def network(input_shape, num_classes: int, hparams: Mapping[str, Any]) -> nn.Seq
     return nn.Sequential(OrderedDict(featurizer=features, classifier=classifier))
 
 
-def fused_adam(params, **options) -> torch.optim.Adam:
-    """Adam, as one fused kernel per tensor where this torch has it for the parameters' device.
-
-    The optimiser of the paper's three algorithms, for the network and DMG's mask logits alike.
-    On small networks the plain implementation's dozen small operations per tensor cost more
-    than the arithmetic (on CPU, about a quarter of a RotatedDigits step). Same update rule
-    either way.
-    """
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, fused=True, **options)
-    except RuntimeError:  # torch < 2.4 fuses on CUDA only
-        return torch.optim.Adam(params, **options)
-
-
-def lr_schedule(
+def lr_schedulers(
     hparams: Mapping[str, Any],
-    network_optimizer: torch.optim.Optimizer,
-    mask_optimizer: torch.optim.Optimizer | None = None,
-) -> LRSchedule:
-    """The :class:`~dmg_domainbed.lr_schedules.LRSchedule` the hparams ask for."""
-    if hparams["lr_schedule"] == "exponential" and hparams["epoch_examples"] < 1:
+    num_domains: int,
+    network: torch.optim.Optimizer | None = None,
+    masks: torch.optim.Optimizer | None = None,
+) -> dict[str, LambdaLR]:
+    """The authors' schedule (:mod:`dmg_domainbed.lr_schedules`) for the network's optimiser
+    and/or DMG's mask optimiser, by the name their rate is logged under (``lr``, ``mask_lr``);
+    empty at DomainBed's constant rate.
+
+    Each update takes ``batch_size`` examples of each of the ``num_domains`` source domains
+    (DomainBed's training loaders), so update ``t`` starts after ``t * batch_size *
+    num_domains`` examples: the epoch it falls in.
+    """
+    schedule = hparams["lr_schedule"]
+    if schedule == "constant":
+        return {}
+    if schedule == "exponential" and hparams["epoch_examples"] < 1:
         raise UserError(
             "hparam 'lr_schedule' is 'exponential', which decays once per epoch, but "
             "'epoch_examples' is not set: give the number of source training examples per "
             "epoch, e.g. for PACS under DomainBed's 80% training splits "
             """--hparams '{"lr_schedule": "exponential", "epoch_examples": 5995}'"""
         )
-    return LRSchedule(
-        hparams["lr_schedule"], hparams["epoch_examples"], network_optimizer, mask_optimizer
+    network_factor, mask_factor = lr_schedules.factors(
+        schedule, hparams["batch_size"] * num_domains, hparams["epoch_examples"]
     )
+    schedulers = {}
+    if network is not None:
+        schedulers["lr"] = LambdaLR(network, network_factor)
+    if masks is not None:
+        schedulers["mask_lr"] = LambdaLR(masks, mask_factor)
+    return schedulers
+
+
+def step_schedulers(schedulers: Mapping[str, LambdaLR]) -> dict[str, float]:
+    """After an update: the learning rates it used, to log; then each scheduler moves on to the
+    next update's."""
+    used = {name: scheduler.get_last_lr()[0] for name, scheduler in schedulers.items()}
+    for scheduler in schedulers.values():
+        scheduler.step()
+    return used

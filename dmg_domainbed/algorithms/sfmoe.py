@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from dmg_domainbed.algorithms import sfmoe_network
-from dmg_domainbed.algorithms.base import Drawn, PluginAlgorithm, pooled
+from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace
 from dmg_domainbed.moe import SECOND_POLICIES, SparseMoE
 
 if TYPE_CHECKING:
-    from dmg_domainbed.preflight.weights import WeightsCheck
-    from dmg_domainbed.reporting.runs import Run
+    from dmg_domainbed.drawing import Drawn, FinishedRun
+    from dmg_domainbed.weight_files import WeightsCheck
 
 # The authors' per-dataset defaults (lr, weight decay); their random search draws
 # lr = 10^U(-4.5, -2.5) and keeps weight decay 0.
@@ -60,6 +60,15 @@ class SFMOE(PluginAlgorithm):
 
     Loss: cross-entropy on the pooled source minibatches plus every MoE layer's balance loss
     (``sfmoe_aux_weight`` 0.01 each); one Adam (coupled weight decay) over all parameters.
+
+    Inputs: the network takes 224x224 RGB images, the size of DomainBed's image datasets (PACS,
+    VLCS, OfficeHome, TerraIncognita, DomainNet, ...), the paper's and the only ones its numbers
+    are for. Images of another size, e.g. DomainBed's 28x28 ``Debug28`` and MNIST datasets, are
+    resized bilinearly to 224x224 before the first layer (each input pixel then spans several
+    16-pixel patches; nothing is renormalised), and a single grayscale channel is repeated over
+    the three (:func:`~.sfmoe_network.patch_grid_images`): such a run trains and predicts like
+    any other, at the cost of a 224x224 image per example. Other inputs (2-channel
+    ``ColoredMNIST``, flat features) are refused before anything is built.
 
     Evaluation keeps the random second-expert policy, drawing its uniforms from a generator
     seeded at every eval-mode forward: ``predict`` gives the same logits for the same batch every
@@ -167,6 +176,8 @@ class SFMOE(PluginAlgorithm):
         "head; expert load per source domain and for the test domain"
     )
 
+    SAMPLE_IMAGES = 64  # held-out images per environment whose routing the pictures count
+
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         self.check_input_shape(input_shape)
         super().__init__(input_shape, num_classes, num_domains, hparams)
@@ -178,14 +189,15 @@ class SFMOE(PluginAlgorithm):
 
     @classmethod
     def check_input_shape(cls, input_shape: Sequence[int]) -> None:
-        """:class:`UserError` unless the inputs are RGB 224x224 images, naming the datasets
-        that are."""
-        if tuple(input_shape) == sfmoe_network.INPUT_SHAPE:
+        """:class:`UserError` unless the inputs are images the network takes (see
+        :func:`~.sfmoe_network.patch_grid_images`), naming the datasets whose images are."""
+        if sfmoe_network.takes(input_shape):
             return
+        fitting = _datasets_taking(sfmoe_network.takes)
         raise UserError(
-            f"{cls.__name__} runs a 224x224 vision transformer on RGB images (input shape "
-            f"{sfmoe_network.INPUT_SHAPE}); the dataset's inputs are {tuple(input_shape)}. "
-            f"Datasets that fit: {', '.join(_datasets_of_shape(sfmoe_network.INPUT_SHAPE))}"
+            f"{cls.__name__} runs a 224x224 vision transformer on images with 3 (RGB) or 1 "
+            f"(grayscale) channels, any height and width; the dataset's inputs are "
+            f"{tuple(input_shape)}. Datasets that fit: {', '.join(fitting)}"
         )
 
     @classmethod
@@ -200,7 +212,7 @@ class SFMOE(PluginAlgorithm):
 
     def update(self, minibatches, unlabeled=None):
         x, y = pooled(minibatches)
-        ce = F.cross_entropy(self.network(x), y)
+        ce = F.cross_entropy(self.network(sfmoe_network.patch_grid_images(x)), y)
         layers = self.moe_layers
         balance = sum((layer.balance for layer in layers), torch.zeros((), device=x.device))
         loss = ce + balance
@@ -218,17 +230,18 @@ class SFMOE(PluginAlgorithm):
         return dict(zip(names, torch.stack(values).tolist()))
 
     def predict(self, x):
-        return self.network(x)
+        return self.network(sfmoe_network.patch_grid_images(x))
 
-    def draw_learned(self, run: Run, output_dir: Path, stem: str) -> Drawn:
+    def draw_learned(self, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
         from dmg_domainbed.algorithms import sfmoe_pictures
 
         return sfmoe_pictures.draw(self, run, output_dir, stem)
 
 
-def _datasets_of_shape(shape: tuple[int, ...]) -> list[str]:
+def _datasets_taking(takes) -> list[str]:
     from domainbed import datasets
 
     from dmg_domainbed.datasets import input_shape
 
-    return [name for name in datasets.DATASETS if input_shape(name) == shape]
+    shapes = {name: input_shape(name) for name in datasets.DATASETS}
+    return [name for name, shape in shapes.items() if shape is not None and takes(shape)]

@@ -25,19 +25,44 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.moe import SparseMoE
-from dmg_domainbed.preflight.weights import WeightFile, WeightsCheck, torch_hub_dir
+from dmg_domainbed.weight_files import (
+    HF_SNAPSHOT,
+    TORCH_HUB_FILE,
+    Caches,
+    WeightFile,
+    WeightsCheck,
+)
 
 MODEL = "deit_small_distilled_patch16_224"
+ARCHITECTURE = f"timm:{MODEL}"  # what a weight file holds (WeightFile.model)
 PRETRAINED_TAG = "fb_in1k"
 DEPTH, WIDTH, HIDDEN = 12, 384, 1536
 INPUT_SHAPE = (3, 224, 224)
+CHANNELS = (3, 1)  # RGB, or grayscale repeated to RGB
 GRID = 14  # patches per side
 PREFIX_TOKENS = 2  # class and distillation tokens
 HF_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm reads from the hub, in order
+
+
+def takes(input_shape) -> bool:
+    """Whether :func:`patch_grid_images` takes inputs of ``input_shape`` (``C, H, W``)."""
+    return len(input_shape) == 3 and input_shape[0] in CHANNELS
+
+
+def patch_grid_images(x: torch.Tensor) -> torch.Tensor:
+    """Images ``[B, C, H, W]`` as the network takes them, ``[B, 3, 224, 224]``: the 14x14 grid
+    of 16-pixel patches the ImageNet weights were trained on. A single channel is repeated to
+    three; another size is resized bilinearly. 224x224 RGB images pass unchanged."""
+    if x.shape[1] == 1:
+        x = x.expand(-1, 3, -1, -1)
+    if tuple(x.shape[-2:]) != INPUT_SHAPE[1:]:
+        x = F.interpolate(x, size=INPUT_SHAPE[1:], mode="bilinear", align_corners=False)
+    return x
 
 
 def _pretrained_cfg():
@@ -46,69 +71,69 @@ def _pretrained_cfg():
     return get_pretrained_cfg(f"{MODEL}.{PRETRAINED_TAG}")
 
 
-def _hf_cache() -> Path | None:
-    try:
-        from huggingface_hub import constants
-    except ImportError:
-        return None
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _hf_cached_file(repo_id: str) -> Path | None:
+def _hf_cached_file(repo_id: str, hf_hub: Path) -> Path | None:
     import huggingface_hub
 
     for filename in HF_FILES:
-        cached = huggingface_hub.try_to_load_from_cache(repo_id, filename)
+        cached = huggingface_hub.try_to_load_from_cache(repo_id, filename, cache_dir=hf_hub)
         if isinstance(cached, str):
             return Path(cached)
     return None
 
 
-def how_to_get() -> str:
+def how_to_get(caches: Caches | None = None) -> str:
     """How to put the weights where the loader looks, on a node without internet."""
+    caches = caches or Caches.current()
     cfg = _pretrained_cfg()
-    checkpoints = torch_hub_dir() / "checkpoints"
     return (
         f'on a machine with internet run python -c "import timm; '
         f"timm.create_model('{MODEL}.{PRETRAINED_TAG}', pretrained=True)\" and copy the cache "
-        f"folder models--{cfg.hf_hub_id.replace('/', '--')} into {_hf_cache()} (set "
-        f"HF_HUB_OFFLINE=1 on nodes without internet); or download {cfg.url} into {checkpoints}; "
+        f"folder models--{cfg.hf_hub_id.replace('/', '--')} into {caches.hf_hub} (set "
+        f"HF_HUB_OFFLINE=1 on nodes without internet); or download {cfg.url} into "
+        f"{caches.torch_hub / 'checkpoints'}; "
         'or pass --hparams \'{"sfmoe_weights": "/path/to/file"}\' (a .pth or .safetensors file)'
     )
 
 
-def weight_locations(weights_file: str) -> list[WeightFile]:
+def weight_locations(weights_file: str, caches: Caches | None = None) -> list[WeightFile]:
     """Where the pretrained weights are looked for, in order: ``weights_file`` if given, else
-    the Hugging Face hub cache, then the torch hub checkpoint folder."""
+    the Hugging Face hub cache, then the torch hub checkpoint folder (of ``caches``, by default
+    this process's)."""
+    caches = caches or Caches.current()
+    fetch = how_to_get(caches)
     if weights_file:
         path = Path(weights_file).expanduser()
-        return [
-            WeightFile("sfmoe_weights file", path.parent, path.name, path.is_file(), how_to_get())
-        ]
+        what = "sfmoe_weights file"
+        return [WeightFile(what, path.parent, path.name, path.is_file(), fetch, ARCHITECTURE)]
     cfg = _pretrained_cfg()
-    locations = []
-    cache = _hf_cache()
-    if cache is not None:
-        what = f"timm {MODEL}.{PRETRAINED_TAG} (Hugging Face hub {cfg.hf_hub_id})"
-        cached = _hf_cached_file(cfg.hf_hub_id)
-        if cached is not None:
-            locations.append(WeightFile(what, cached.parent, cached.name, True, how_to_get()))
-        else:
-            folder = cache / f"models--{cfg.hf_hub_id.replace('/', '--')}"
-            filename = f"snapshots/<revision>/{' or '.join(HF_FILES)}"
-            locations.append(WeightFile(what, folder, filename, False, how_to_get()))
-    checkpoints = torch_hub_dir() / "checkpoints"
-    filename = os.path.basename(urlparse(cfg.url).path)
-    locations.append(
+    hub_folder = caches.hf_hub / f"models--{cfg.hf_hub_id.replace('/', '--')}"
+    cached = _hf_cached_file(cfg.hf_hub_id, caches.hf_hub)
+    if cached is not None:
+        hub_file, hub_present = str(cached.relative_to(hub_folder)), True
+    else:
+        hub_file, hub_present = f"snapshots/<revision>/{' or '.join(HF_FILES)}", False
+    checkpoints = caches.torch_hub / "checkpoints"
+    checkpoint = os.path.basename(urlparse(cfg.url).path)
+    return [
+        WeightFile(
+            f"timm {MODEL}.{PRETRAINED_TAG} (Hugging Face hub {cfg.hf_hub_id})",
+            hub_folder,
+            hub_file,
+            hub_present,
+            fetch,
+            ARCHITECTURE,
+            HF_SNAPSHOT,
+        ),
         WeightFile(
             f"DeiT's {MODEL} checkpoint (torch hub)",
             checkpoints,
-            filename,
-            (checkpoints / filename).is_file(),
-            how_to_get(),
-        )
-    )
-    return locations
+            checkpoint,
+            (checkpoints / checkpoint).is_file(),
+            fetch,
+            ARCHITECTURE,
+            TORCH_HUB_FILE,
+        ),
+    ]
 
 
 def find_weights(weights_file: str) -> Path | None:

@@ -1,7 +1,8 @@
 """What a trained SF-MoE routes where: expert maps, class-token attention and expert load.
 
-For a finished run, on the held-out split (train.py's ``env<i>_out``) of every environment,
-source and test, in evaluation mode as ``predict`` runs:
+For a finished run, on the sample of held-out images (train.py's ``env<i>_out``, the first
+``SFMOE.SAMPLE_IMAGES``) of every environment, source and test, in evaluation mode as
+``predict`` runs:
 
 * ``<stem>.png``: per image (the first ``IMAGES_PER_DOMAIN`` of each environment), the image,
   then for each MoE block the 14x14 map of every patch's top-1 expert (colour), its renormalised
@@ -10,15 +11,14 @@ source and test, in evaluation mode as ``predict`` runs:
   (what the authors' ``vis_attention.py`` drew);
 * ``<stem>_expert_load.png`` and ``.csv``: per MoE block and environment, the share of tokens
   (all 198, class and distillation tokens included) whose top-1 expert is each expert, the share
-  of top-1 assignments dropped and the share of tokens whose second expert was used, over up to
-  ``LOAD_IMAGES`` images per environment.
+  of top-1 assignments dropped and the share of tokens whose second expert was used, over the
+  environment's sample.
 
 Images are shown without DomainBed's training augmentation.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,14 +30,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from torch import nn
 
-from dmg_domainbed.algorithms.base import Drawn
 from dmg_domainbed.algorithms.sfmoe_network import GRID, PREFIX_TOKENS
-from dmg_domainbed.reporting.files import save
-from dmg_domainbed.reporting.pictures import colours, figure
-from dmg_domainbed.reporting.runs import Run, load_dataset, rebuild_splits
+from dmg_domainbed.drawing import Drawn, FinishedRun, colours, figure, save
 
 IMAGES_PER_DOMAIN = 2
-LOAD_IMAGES = 64
 BATCH = 32
 # DomainBed's image normalisation (ImageNet statistics), undone for display.
 MEAN = np.array([0.485, 0.456, 0.406])
@@ -48,12 +44,12 @@ STD = np.array([0.229, 0.224, 0.225])
 class Seen:
     """What the network did with the images of one environment."""
 
-    images: torch.Tensor  # [I, 3, 224, 224], the first IMAGES_PER_DOMAIN
+    images: torch.Tensor  # [I, C, H, W] as the dataset gives them, the first IMAGES_PER_DOMAIN
     experts: list[torch.Tensor]  # per MoE block [I, 196] top-1 expert of each patch
     gates: list[torch.Tensor]  # per MoE block [I, 196] renormalised top-1 gate value
     dropped: list[torch.Tensor]  # per MoE block [I, 196] top-1 assignment over capacity
     attention: torch.Tensor  # [I, heads, 196] last block, from the class token
-    load: list[dict[str, float]]  # per MoE block: shares over up to LOAD_IMAGES images
+    load: list[dict[str, float]]  # per MoE block: shares over all the images
 
 
 def class_token_attention(attention: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -100,13 +96,6 @@ def look(algorithm, images: torch.Tensor) -> Seen:
         load["second"] = kept[..., 1:].sum().item() / kept[..., 0].numel()
         seen.load.append(load)
     return seen
-
-
-def _clean_dataset(run: Run):
-    """The run's dataset without training augmentation, otherwise as train.py built it."""
-    last = dict(run.records[-1])
-    last["hparams"] = {**run.hparams, "data_augmentation": False}
-    return load_dataset(dataclasses.replace(run, records=(*run.records[:-1], last)))
 
 
 def _display(image: torch.Tensor) -> np.ndarray:
@@ -190,24 +179,24 @@ def load_figure(frame: pd.DataFrame, num_experts: int, title: str) -> Figure:
     return fig
 
 
-def draw(algorithm, run: Run, output_dir: Path, stem: str) -> Drawn:
+def draw(algorithm, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
     """Write the pictures and the table of the module docstring; the table is the summary."""
     algorithm.eval()
-    dataset = _clean_dataset(run)
-    splits = rebuild_splits(dataset, run.args)
-    names = run.environments()
     seen, rows = {}, []
-    for env, split in enumerate(splits):
-        keys = split.out_keys[:LOAD_IMAGES]
-        images = torch.stack([dataset[env][k][0] for k in keys])
-        role = "test" if env in run.test_envs else "source"
-        domain = f"{names[env]} ({role})"
-        seen[domain] = look(algorithm, images)
+    for sample in run.samples:
+        domain = f"{sample.environment} ({sample.role})"
+        seen[domain] = look(algorithm, sample.images)
         for block, load in zip(algorithm.blocks, seen[domain].load):
             rows.append(
-                {"domain": names[env], "role": role, "block": block, "images": len(keys), **load}
+                {
+                    "domain": sample.environment,
+                    "role": sample.role,
+                    "block": block,
+                    "images": len(sample.images),
+                    **load,
+                }
             )
-    title = f"SFMOE on {run.title()}"
+    title = f"SFMOE on {run.title}"
     output_dir.mkdir(parents=True, exist_ok=True)
     heads = algorithm.network.blocks[-1].attn.num_heads
     num_experts = algorithm.moe_layers[0].num_experts if algorithm.blocks else 0

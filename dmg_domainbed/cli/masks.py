@@ -32,18 +32,14 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.reporting.files import check_output_dir
-    from dmg_domainbed.reporting.runs import (
-        load_algorithm,
-        read_run,
-        require_drawing,
-        require_model,
-    )
+    from dmg_domainbed.reporting.learned import draw_learned, require_drawing
+    from dmg_domainbed.reporting.runs import read_run, require_model
 
     run_ = read_run(args.run_dir)
     require_drawing(run_, "masks")
     require_model(run_)
     output = check_output_dir(Path(args.output_dir), run_.path)
-    drawn = load_algorithm(run_, "cpu").draw_learned(run_, output, "masks")
+    drawn = draw_learned(run_, output, "masks")
     print(f"What {run_.describe()} learned:")
     print(drawn.summary.round(3).to_string())
     print(f"Wrote {', '.join(str(p) for p in drawn.files)}")

@@ -3,8 +3,8 @@
 Built in the style of DomainBed's RotatedMNIST, but from data that ships inside scikit-learn
 (``sklearn.datasets.load_digits``: 1,797 images, 10 classes), so it needs no download and no
 ``--data_dir``. Each domain is a disjoint subset of the images rotated by its angle; inputs
-are flattened to 64 features so that DomainBed picks its MLP featurizer, which trains a full
-comparison of algorithms in minutes on a laptop CPU.
+are flattened to 64 features so that DomainBed picks its MLP featurizer: a full comparison of
+algorithms runs on a laptop CPU (``dmg-domainbed demo``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dmg_domainbed.hparams import HParam, HParamSpace
 class DomainExamples(Dataset):
     """One domain's examples, ``tensors = (inputs, labels)``, indexed as ready-made pairs.
 
-    DomainBed's loaders fetch one example at a time through its split wrapper; a lookup in a
-    list of (input row, label) pairs costs a fraction of a ``TensorDataset``'s two tensor
-    indexings, which took a third of a RotatedDigits job's time. The batches are the same.
+    DomainBed's loaders fetch one example at a time through its split wrapper; looking up a
+    stored (input row, label) pair replaces a ``TensorDataset``'s two tensor indexings per
+    example. The batches are the same.
     """
 
     def __init__(self, inputs: torch.Tensor, labels: torch.Tensor):
@@ -54,8 +54,8 @@ class RotatedDigits(MultipleDomainDataset):
     ENVIRONMENTS = ["0", "30", "60", "90"]
     INPUT_SHAPE = (64,)
     # 600 steps (about 50 epochs of each domain): the algorithms' source validation accuracy
-    # levels off by step 500, DMG's masks drift apart at its RotatedDigits mask_lr (hard IoU
-    # between domains falls from 1 to 0.55-0.89), and a job trains in 2-5 s on one CPU core.
+    # levels off by step 500, and DMG's masks drift apart at its RotatedDigits mask_lr (hard
+    # IoU between domains falls from 1 to 0.55-0.89).
     N_STEPS = 600
     CHECKPOINT_FREQ = 100
     N_WORKERS = 0  # the whole dataset is one small tensor; worker processes only cost time

@@ -16,75 +16,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlparse
+
+from dmg_domainbed.weight_files import (
+    HF_SNAPSHOT,
+    TORCH_HUB_FILE,
+    TORCH_HUB_REPO,
+    Caches,
+    WeightFile,
+    WeightsCheck,
+)
 
 TIMM_MODEL = "resnet50.ram_in1k"
 DINOV2_REPO, DINOV2_MODEL = "facebookresearch/dinov2", "dinov2_vitb14"
 # torch.hub's folder names for the DINOv2 repository and its checkpoint.
 DINOV2_REPO_FOLDER = "facebookresearch_dinov2_main"
 DINOV2_CHECKPOINT = "dinov2_vitb14_pretrain.pth"
-
-# Where a file sits in its cache: a torch.hub checkpoint file, a Hugging Face hub snapshot, or
-# a torch.hub repository of code.
-TORCH_HUB_FILE, HF_SNAPSHOT, TORCH_HUB_REPO = "torch hub file", "hf snapshot", "torch hub repo"
-
-
-@dataclass(frozen=True)
-class Caches:
-    """The two caches DomainBed's networks load pretrained weights from."""
-
-    torch_hub: Path  # torch.hub.get_dir(): $TORCH_HOME/hub
-    hf_hub: Path  # huggingface_hub's cache: $HF_HUB_CACHE, else $HF_HOME/hub
-
-    @classmethod
-    def current(cls) -> Caches:
-        """The caches this process (and a job started with its environment) reads."""
-        import torch
-        from huggingface_hub import constants
-
-        return cls(Path(torch.hub.get_dir()), Path(constants.HF_HUB_CACHE))
-
-    @classmethod
-    def under(cls, root: Path) -> Caches:
-        """Both caches inside ``root``, for a process started with :meth:`environment`."""
-        root = Path(root).absolute()
-        return cls(root / "torch" / "hub", root / "huggingface" / "hub")
-
-    def environment(self) -> dict[str, str]:
-        """Environment variables that make torch.hub, torchvision and timm read these caches."""
-        return {
-            "TORCH_HOME": str(self.torch_hub.parent),
-            "HF_HOME": str(self.hf_hub.parent),
-            "HF_HUB_CACHE": str(self.hf_hub),
-        }
-
-
-@dataclass(frozen=True)
-class WeightFile:
-    """One file a run needs: what it is, where the loader looks for it, how to get it there.
-
-    ``model`` names the architecture the file holds weights of (``torchvision:resnet50``,
-    ``timm:resnet50.ram_in1k``); ``layout`` says how its cache stores it.
-    """
-
-    what: str
-    folder: Path
-    filename: str
-    present: bool
-    fetch: str
-    model: str = ""
-    layout: str = TORCH_HUB_FILE
-
-    @property
-    def path(self) -> Path:
-        return self.folder / self.filename
-
-
-def torch_hub_dir() -> Path:
-    """torch.hub's folder in this process (``$TORCH_HOME/hub``)."""
-    return Caches.current().torch_hub
 
 
 def _torchvision_checkpoint(name: str, caches: Caches) -> WeightFile:
@@ -233,20 +180,6 @@ def missing_weights_message(files: Sequence[WeightFile]) -> str:
     """What is missing, where it was looked for, and the command that fetches each file."""
     lines = [f"{f.what}: not found at {f.path}; to get it: {f.fetch}" for f in files]
     return "; ".join(lines)
-
-
-@dataclass(frozen=True)
-class WeightsCheck:
-    """An algorithm's own account of the pretrained weights it loads, for algorithms that do
-    not use DomainBed's featurizer: they offer ``check_weights(hparams) -> WeightsCheck``.
-
-    ``locations``: where the loader looks, in its order (found or not); ``ready``: whether the
-    run would load them; ``details``: what was found (does it load, does it fit) and how to
-    get the weights."""
-
-    locations: tuple[WeightFile, ...]
-    ready: bool
-    details: tuple[str, ...]
 
 
 def algorithm_weights(algorithm_class: type, hparams: Mapping[str, object]) -> WeightsCheck | None:

@@ -12,11 +12,10 @@ Nothing here writes into the folders it reads.
 * :mod:`.comparisons` -- every algorithm paired with a reference, with confidence intervals;
 * :mod:`.ranks` -- average ranks across tasks, Friedman test, critical-difference diagram;
 * :mod:`.tensorboard` -- a sweep's runs, hparams and selections as TensorBoard logs;
-* :mod:`.pictures` -- the look of every picture, and the sweep's accuracy picture;
-* :mod:`.files` -- writing CSV, Markdown and PNG files into a safe output folder;
+* :mod:`.pictures` -- the sweep's accuracy picture (drawn with :mod:`dmg_domainbed.drawing`);
+* :mod:`.files` -- writing CSV and Markdown files into a safe output folder;
 * :mod:`.in_domain` -- in-domain evaluation of finished runs (paper Table 3);
+* :mod:`.learned` -- pictures of what a finished run learned, drawn by its algorithm
+  (``draw_learned``, see :mod:`dmg_domainbed.algorithms.base`) from plain data built here;
 * :mod:`.report` -- a sweep's report.
-
-What an algorithm learned is drawn by the algorithm itself (``draw_learned``, see
-:mod:`dmg_domainbed.algorithms.base`).
 """

@@ -1,17 +1,15 @@
-"""Writing report files: tables as CSV and Markdown, figures as PNG, into a safe folder."""
+"""Writing report files: tables as CSV and Markdown into a safe folder (figures: PNG files
+written by :func:`dmg_domainbed.drawing.save`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.figure import Figure
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.tables import markdown_table
-
-DPI = 110
 
 
 def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
@@ -43,9 +41,3 @@ def write_table(
         "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
     )
     return [csv_path, md_path]
-
-
-def save(fig: Figure, path: Path) -> Path:
-    """Write ``fig`` as a PNG (with the Agg canvas: no display, no global state)."""
-    fig.savefig(path, dpi=DPI)
-    return path

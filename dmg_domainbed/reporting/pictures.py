@@ -1,27 +1,12 @@
-"""The look of every report picture, and the sweep's accuracy picture.
-
-Figures are ``matplotlib.figure.Figure`` objects written with the Agg canvas
-(:func:`dmg_domainbed.reporting.files.save`), never through pyplot, so making a report needs no
-display and changes no global state. Algorithms draw their own pictures with :func:`figure`.
-"""
+"""The sweep's accuracy picture, drawn with :mod:`dmg_domainbed.drawing` as every picture is."""
 
 from __future__ import annotations
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-
-def figure(width: float, height: float) -> Figure:
-    """A blank figure of ``width`` x ``height`` inches with a tight, readable layout."""
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def colours(names: list[str]) -> dict[str, tuple]:
-    """A stable, distinguishable colour for each name, in the given order."""
-    palette = matplotlib.colormaps["tab10"]
-    return {name: palette(i % 10) for i, name in enumerate(names)}
+from dmg_domainbed.drawing import colours, figure
 
 
 def accuracy_figure(results: pd.DataFrame, dataset: str) -> Figure:

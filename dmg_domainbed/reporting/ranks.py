@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from dmg_domainbed.reporting import pictures
+from dmg_domainbed.drawing import colours, figure
 
 MIN_TASKS = 11
 MIN_ALGORITHMS = 3
@@ -195,7 +195,7 @@ def ranks_figure(found: list[Ranking]) -> Figure | None:
     if not tested:
         return None
     height = 0.45 * max(len(r.average_ranks) for r in tested) + 1.2
-    fig = pictures.figure(8, height * len(tested))
+    fig = figure(8, height * len(tested))
     # The labels stand beside the axes: room for them left and right (inches).
     fig.get_layout_engine().set(w_pad=1.3)
     axes = fig.subplots(len(tested), 1, squeeze=False)[:, 0]
@@ -206,7 +206,7 @@ def ranks_figure(found: list[Ranking]) -> Figure | None:
             cd=ranking.critical_difference,
             alpha=ALPHA,
             ax=axis,
-            color_palette=pictures.colours(list(ranking.scores.columns)),
+            color_palette=colours(list(ranking.scores.columns)),
         )
         axis.set_title(
             f"{ranking.selection_method}: average rank over {len(ranking.scores)} tasks\n"

@@ -10,11 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from dmg_domainbed.algorithms.base import training_curves
+from dmg_domainbed.drawing import save
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import pictures, ranks, selected, tables
 from dmg_domainbed.reporting.comparisons import DEFAULT_REFERENCE, compare, comparisons_markdown
 from dmg_domainbed.reporting.comparisons import brief as comparisons_brief
-from dmg_domainbed.reporting.files import check_output_dir, save
+from dmg_domainbed.reporting.files import check_output_dir
 from dmg_domainbed.reporting.runs import require_sweep
 
 

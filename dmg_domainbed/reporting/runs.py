@@ -164,34 +164,6 @@ def require_model(run: Run) -> Path:
     return run.model_path
 
 
-def require_drawing(run: Run, command: str) -> None:
-    """:class:`UserError` unless ``run``'s algorithm draws what it learned; the error names the
-    algorithms that do and up to four runs of theirs next to ``run``."""
-    from domainbed import algorithms
-
-    from dmg_domainbed.algorithms.base import learned_pictures
-
-    if learned_pictures(algorithm_class(run)):
-        return
-    drawing = [
-        name
-        for name in algorithms.ALGORITHMS
-        if learned_pictures(algorithms.get_algorithm_class(name))
-    ]
-    siblings = []
-    for folder in run_folders(run.path.parent):
-        records = read_records(folder / RESULTS_FILE)
-        if records and records[-1].get("args", {}).get("algorithm") in drawing:
-            siblings.append(str(folder))
-            if len(siblings) == 4:
-                break
-    hint = f" Runs of those next to it: {', '.join(siblings)}." if siblings else ""
-    raise UserError(
-        f"'{run.path}' is a run of {run.algorithm}, which draws nothing of what it learned; "
-        f"'{command}' needs a run of {' or '.join(drawing)}.{hint}"
-    )
-
-
 def require_sweep(sweep_dir: str | Path) -> Path:
     """``sweep_dir`` as a Path, or :class:`UserError` if it holds no training run."""
     path = Path(sweep_dir)

@@ -7,7 +7,6 @@ from domainbed import algorithms, hparams_registry
 from torch import nn
 
 from dmg_domainbed.algorithms.dmg import DMG
-from dmg_domainbed.algorithms.paper import fused_adam
 from dmg_domainbed.errors import UserError
 
 from .conftest import build, minibatches
@@ -103,21 +102,6 @@ def test_masks_and_network_have_separate_optimisers():
     moved = [(a - b).abs().max().item() for a, b in zip(masks_before, dmg.masks.parameters())]
     assert all(0 < m <= 0.05 + 1e-6 for m in moved), moved
     assert dmg.mask_optimizer.param_groups[0]["lr"] == 0.05
-
-
-def test_mask_optimiser_follows_adams_update_rule_fused_where_torch_can():
-    start = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))
-    fused_param, plain_param = nn.Parameter(start.clone()), nn.Parameter(start.clone())
-    fused = fused_adam([fused_param], lr=0.05, weight_decay=0.01)
-    plain = torch.optim.Adam([plain_param], lr=0.05, weight_decay=0.01)
-    for step in range(5):
-        grad = torch.randn(3, 5, generator=torch.Generator().manual_seed(step + 1))
-        fused_param.grad, plain_param.grad = grad.clone(), grad.clone()
-        fused.step()
-        plain.step()
-    assert torch.allclose(fused_param, plain_param, atol=1e-6)
-    torch_version = tuple(int(part) for part in torch.__version__.split(".")[:2])
-    assert fused.defaults["fused"] == (torch_version >= (2, 4))
 
 
 def test_masks_learn_to_be_domain_specific_under_the_overlap_penalty():

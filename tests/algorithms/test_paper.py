@@ -21,7 +21,7 @@ FEATURES = (10,)
 
 
 def lrs(algorithm):
-    """The learning rates the last update stepped with: network, then masks (DMG)."""
+    """The learning rates the next update steps with: network, then masks (DMG)."""
     rates = [algorithm.optimizer.param_groups[0]["lr"]]
     if hasattr(algorithm, "mask_optimizer"):
         rates.append(algorithm.mask_optimizer.param_groups[0]["lr"])
@@ -31,17 +31,25 @@ def lrs(algorithm):
 @pytest.mark.parametrize("name", PAPER_ALGORITHMS)
 def test_exponential_schedule_is_the_authors_per_epoch_decay_of_the_network_lr(name):
     # 3 domains x 4 examples per update; an epoch of 20 examples: epochs end inside updates
-    model = build(name, input_shape=FEATURES, lr=1e-3, lr_schedule="exponential", epoch_examples=20)
+    model = build(
+        name,
+        input_shape=FEATURES,
+        lr=1e-3,
+        batch_size=4,
+        lr_schedule="exponential",
+        epoch_examples=20,
+    )
     reference = torch.optim.Adam([nn.Parameter(torch.zeros(1))], lr=1e-3)
     authors = torch.optim.lr_scheduler.ExponentialLR(reference, gamma=0.99)
     seen = 0
     for _ in range(12):
+        stepped_with = lrs(model)
         logged = model.update(minibatches(input_shape=FEATURES))
         expected = reference.param_groups[0]["lr"]
-        assert lrs(model)[0] == pytest.approx(expected, rel=1e-12)
+        assert stepped_with[0] == pytest.approx(expected, rel=1e-12)
         assert logged["lr"] == pytest.approx(expected, rel=1e-12)
         if name == "DMG":
-            assert lrs(model)[1] == logged["mask_lr"] == model.hparams["mask_lr"]
+            assert stepped_with[1] == logged["mask_lr"] == model.hparams["mask_lr"]
         seen += 12
         while seen >= 20 * (authors.last_epoch + 1):  # the authors step once per epoch
             reference.step()  # no gradients: keeps the scheduler's call order, moves nothing
@@ -59,8 +67,10 @@ def test_inverse_schedule_is_the_authors_invlr_on_every_optimiser(name):
         if t > 0:  # InvLR's recursive form: lr_t = lr_{t-1} ((1 + g t) / (1 + g (t - 1)))^-p
             ratio = ((1 + 1e-4 * t) / (1 + 1e-4 * (t - 1))) ** -0.75
             expected = [lr * ratio for lr in expected]
-        model.update(minibatches(input_shape=FEATURES))
-        assert lrs(model) == pytest.approx(expected, rel=1e-9)
+        stepped_with = lrs(model)
+        logged = model.update(minibatches(input_shape=FEATURES))
+        assert stepped_with == pytest.approx(expected, rel=1e-9)
+        assert [logged[key] for key in ("lr", "mask_lr") if key in logged] == stepped_with
     assert expected[0] < base[0]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 from domainbed import algorithms, datasets, hparams_registry
 
 from dmg_domainbed.algorithms import sfmoe_network
@@ -70,14 +71,18 @@ def test_registered_with_the_authors_hparams_per_dataset():
     assert defaults["sfmoe_blocks"] == [5, 11] and defaults["sfmoe_experts"] == 4
 
 
-def test_a_non_rgb_or_non_224_dataset_is_refused_before_anything_is_built(monkeypatch):
+def test_inputs_that_are_not_rgb_or_grayscale_images_are_refused_before_anything_is_built(
+    monkeypatch,
+):
     def never(*args):
         raise AssertionError("the network was built")
 
     monkeypatch.setattr(sfmoe_network, "build_network", never)
-    for shape in [(1, 28, 28), (3, 28, 28), (2, 224, 224), (3, 96, 96)]:
+    for shape in [(2, 28, 28), (2, 224, 224), (64,)]:
         hparams = hparams_registry.default_hparams("SFMOE", "PACS")
-        with pytest.raises(UserError, match=r"RGB.*PACS.*DomainNet") as error:
+        with pytest.raises(
+            UserError, match=r"3 \(RGB\) or 1 \(grayscale\).*PACS.*DomainNet"
+        ) as error:
             SFMOE(shape, 7, 3, hparams)
         assert str(shape) in str(error.value)
 
@@ -115,8 +120,8 @@ def test_network_is_distilled_deit_small_with_moe_in_blocks_5_and_11(sfmoe):
     assert parameters(dense) == 21.67
 
 
-def test_init_update_predict_as_domainbeds_test_models():
-    """DomainBed's test_models on Debug224, with two images per domain."""
+def test_update_logs_its_loss_terms_and_trains_the_moe_layers():
+    """On Debug224's random images, two per domain."""
     hparams = hparams_registry.default_hparams("SFMOE", "Debug224")
     hparams.update(OFFLINE)
     dataset = datasets.get_dataset_class("Debug224")("", [], hparams)
@@ -154,6 +159,17 @@ def test_predict_gives_the_same_logits_for_the_same_input(sfmoe):
     assert torch.equal(first, again)
     kept = sfmoe.network.blocks[11].mlp.routing.kept[..., 1]
     assert 0 < kept.float().mean() < 1  # the random second-expert policy is still at work
+
+
+def test_other_image_sizes_are_resized_to_the_patch_grid_and_gray_repeated_to_rgb(sfmoe):
+    sfmoe.eval()
+    small = torch.randn(2, 3, 28, 28)
+    resized = F.interpolate(small, size=(224, 224), mode="bilinear", align_corners=False)
+    gray = torch.randn(2, 1, 224, 224)
+    with torch.no_grad():
+        assert torch.equal(sfmoe.predict(small), sfmoe.predict(resized))
+        assert torch.equal(sfmoe.predict(gray), sfmoe.predict(gray.expand(-1, 3, -1, -1)))
+    SFMOE.check_input_shape((1, 28, 28))  # RotatedMNIST's images are taken
 
 
 def test_copied_experts_with_every_token_kept_give_the_dense_logits():

@@ -1,4 +1,4 @@
-"""Report files: CSV and Markdown tables, PNG pictures, never inside a folder that is read."""
+"""Report files: CSV and Markdown tables, never inside a folder that is read."""
 
 import re
 
@@ -6,8 +6,7 @@ import pandas as pd
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.files import check_output_dir, save, write_table
-from dmg_domainbed.reporting.pictures import figure
+from dmg_domainbed.reporting.files import check_output_dir, write_table
 
 
 def test_an_output_folder_inside_an_input_folder_is_refused(tmp_path):
@@ -30,9 +29,3 @@ def test_a_table_is_written_as_long_csv_and_titled_markdown(tmp_path):
     markdown = re.sub(" +", " ", paths[1].read_text())
     assert markdown.count("| Prediction | accuracy |") == 2
     assert "## First" in markdown and "| b | 75.5 |" in markdown
-
-
-def test_a_figure_is_saved_as_png(tmp_path):
-    fig = figure(2, 1)
-    fig.add_subplot().plot([0, 1], [1, 0])
-    assert save(fig, tmp_path / "f.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

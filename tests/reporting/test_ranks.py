@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dmg_domainbed.drawing import save
 from dmg_domainbed.reporting import ranks
-from dmg_domainbed.reporting.files import save
 
 pytestmark = pytest.mark.no_domainbed
 

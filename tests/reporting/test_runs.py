@@ -5,10 +5,10 @@ import json
 import pytest
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.reporting.learned import require_drawing
 from dmg_domainbed.reporting.runs import (
     read_records,
     read_run,
-    require_drawing,
     require_model,
     require_sweep,
     run_folders,

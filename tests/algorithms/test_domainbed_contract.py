@@ -1,0 +1,140 @@
+"""DomainBed's own test modules hold every algorithm this package registers to its contract.
+
+``domainbed/test/test_models.py`` builds each algorithm of ``ALGORITHMS`` on ``Debug28`` and
+``Debug224`` with its default hparams, runs three updates of 8 images per domain and checks the
+shape of ``predict``; ``test_hparams_registry.py`` checks that every algorithm's random hparams
+are deterministic on every dataset. Both are run here as DomainBed ships them, by pytest in one
+process of their own, selected to this package's algorithms (DomainBed's own algorithms are
+DomainBed's business; ``test_integration`` checks the plugin leaves their hparams unchanged), on
+the CPU where there is no GPU (:mod:`.cuda_optional`). ``Debug224`` builds DomainBed's ResNet-50
+and SFMOE its DeiT-S from pretrained weight files: random ones that
+:mod:`dmg_domainbed.synthetic` writes into a cache of the test's own, read by the loaders'
+own code with no network.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+from domainbed import datasets, hparams_registry
+from domainbed.test import helpers, test_hparams_registry, test_models
+
+from dmg_domainbed import integration, synthetic
+from dmg_domainbed.algorithms import sfmoe_network
+from dmg_domainbed.preflight.weights import needed_weights
+from dmg_domainbed.weight_files import TORCH_HUB_FILE, Caches
+
+from ..helpers import domainbed_env, run_python
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+OURS = sorted(
+    name
+    for name, entry_point in integration.entry_points(integration.ALGORITHM_GROUP).items()
+    if entry_point.value.startswith("dmg_domainbed.")
+)
+IMAGE_SHAPE = (3, 224, 224)
+
+
+def parameters(method) -> dict[str, str]:
+    """The parameters parameterized.expand gave a generated test, read from the docstring it
+    writes them into (``... [with algorithm_name='X', dataset_name='Y']``)."""
+    return dict(re.findall(r"(\w+)='([^']*)'", method.__doc__.split("[with ", 1)[1]))
+
+
+def node_ids(module, test_class: type) -> dict[str, list[str]]:
+    """pytest ids of the generated tests of ``test_class`` in ``module``, by algorithm."""
+    ids: dict[str, list[str]] = {}
+    for name in dir(test_class):
+        method = getattr(test_class, name)
+        if name.startswith("test_") and "[with " in (method.__doc__ or ""):
+            algorithm = parameters(method)["algorithm_name"]
+            ids.setdefault(algorithm, []).append(
+                f"{module.__file__}::{test_class.__name__}::{name}"
+            )
+    return ids
+
+
+MODELS = node_ids(test_models, test_models.TestAlgorithms)
+HPARAMS = node_ids(test_hparams_registry, test_hparams_registry.TestHparamsRegistry)
+
+
+def random_weight_cache(root: Path) -> Caches:
+    """A cache holding random weights in every file the algorithms load on Debug224."""
+    caches = Caches.under(root)
+    files = {}
+    for algorithm in OURS:
+        hparams = hparams_registry.default_hparams(algorithm, "Debug224")
+        found, _ = needed_weights(hparams, IMAGE_SHAPE, caches)
+        files.update((file.path, file) for file in found)
+    deit = sfmoe_network.weight_locations("", caches)
+    files.update((file.path, file) for file in deit if file.layout == TORCH_HUB_FILE)
+    synthetic.write_random_weights(list(files.values()))
+    return caches
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, str]:
+    """Run the selected DomainBed tests; ``{node id: 'passed' or what went wrong}``."""
+    root = tmp_path_factory.mktemp("domainbed_tests")
+    caches = random_weight_cache(root / "cache")
+    selected = [node for algorithm in OURS for node in MODELS[algorithm] + HPARAMS[algorithm]]
+    report = root / "report.xml"
+    (root / "pytest.ini").write_text("[pytest]\n")  # none of this project's pytest options
+    env = domainbed_env(**caches.environment(), HF_HUB_OFFLINE="1", PYTHONPATH=str(REPOSITORY))
+    ran = run_python(
+        "-m",
+        "pytest",
+        "-c",
+        str(root / "pytest.ini"),
+        "--rootdir",
+        str(root),
+        "-p",
+        "tests.algorithms.cuda_optional",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--junitxml={report}",
+        *selected,
+        cwd=root,
+        env=env,
+        check=False,
+    )
+    if not report.is_file():
+        pytest.fail(f"DomainBed's tests did not run:\n{ran.stdout}\n{ran.stderr}")
+    results = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        problems = [child for child in case if child.tag in ("failure", "error", "skipped")]
+        results[case.get("name")] = (
+            "passed" if not problems else f"{problems[0].tag}: {problems[0].get('message')}"
+        )
+    return results
+
+
+def outcome_of(outcomes: dict[str, str], node: str) -> str:
+    return outcomes.get(node.rsplit("::", 1)[1], "not run")
+
+
+def test_every_algorithm_of_the_package_is_in_domainbeds_test_modules():
+    assert OURS == ["Aggregate", "CorGrad", "DMG", "ImportanceMask", "MultiHead", "SFMOE"]
+    for algorithm in OURS:
+        cases = [
+            parameters(getattr(test_models.TestAlgorithms, n.rsplit("::", 1)[1]))
+            for n in MODELS[algorithm]
+        ]
+        assert sorted(case["dataset_name"] for case in cases) == sorted(helpers.DEBUG_DATASETS)
+        assert len(HPARAMS[algorithm]) == len(datasets.DATASETS)
+
+
+@pytest.mark.parametrize("algorithm", OURS)
+def test_init_update_predict_on_domainbeds_debug_datasets(outcomes, algorithm):
+    results = {node: outcome_of(outcomes, node) for node in MODELS[algorithm]}
+    assert set(results.values()) == {"passed"}, results
+
+
+@pytest.mark.parametrize("algorithm", OURS)
+def test_random_hparams_are_deterministic_on_every_dataset(outcomes, algorithm):
+    results = {node: outcome_of(outcomes, node) for node in HPARAMS[algorithm]}
+    assert set(results.values()) == {"passed"}, results
