@@ -172,6 +172,8 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
 
     if dataset is not None:
         found = status_of(dataset)
+        if found.problems:
+            return Check(FAIL, "data", (f"{dataset}: {found.state}:", *found.problems))
         detail = f"{dataset}: {found.state}: {found.detail}"
         return Check(OK if found.ok else FAIL, "data", (detail,))
     if data_dir is None:
