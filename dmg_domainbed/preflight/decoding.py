@@ -68,6 +68,8 @@ def _load(data: bytes):
 
 def decode(path: str) -> Decoded:
     """Read, hash and strictly decode one file."""
+    from PIL import UnidentifiedImageError
+
     try:
         with open(path, "rb") as stream:
             data = stream.read()
@@ -78,15 +80,16 @@ def decode(path: str) -> Decoded:
         with _truncated_images(False):
             image = _load(data)
     except Exception as error:  # Pillow raises many kinds for a broken file
+        problem = f"{type(error).__name__}: {error}"
+        if isinstance(error, UnidentifiedImageError):
+            problem = "not an image file Pillow can identify"
         try:
             with _truncated_images(True):
                 _load(data)
             tolerated = True
         except Exception:
             tolerated = False
-        return Decoded(
-            path, digest, error=f"{type(error).__name__}: {error}", decodes_as_domainbed=tolerated
-        )
+        return Decoded(path, digest, error=problem, decodes_as_domainbed=tolerated)
     transparent = image.mode == "P" and "transparency" in image.info
     return Decoded(path, digest, image.mode, transparent)
 

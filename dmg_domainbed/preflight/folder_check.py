@@ -215,7 +215,7 @@ def _counts(report: DatasetReport, layout: ImageDatasetLayout, counts: dict[str,
             if fewer
             else "the folder holds images the release does not (another mirror, or added files): "
         )
-        + f"download it again: {fix}",
+        + fix,
     )
 
 

@@ -45,6 +45,8 @@ MODE_EFFECTS = {
     "PA": _ALPHA,
     "P+transparency": _ALPHA,
 }
+# Pillow's mode names that say little to a reader.
+MODE_NAMES = {"I": "I (16- or 32-bit integers)", "F": "F (32-bit floats)"}
 # Modes DomainBed's loader converts exactly.
 EXACT_MODES = frozenset({"RGB", "L", "P", "1"})
 
@@ -97,7 +99,7 @@ def _modes(report: DatasetReport, results: Sequence[Decoded]) -> None:
         shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
         report.add(
             severity,
-            f"{len(paths)} image(s) in mode {mode}: {shown}",
+            f"{len(paths)} image(s) in mode {MODE_NAMES.get(mode, mode)}: {shown}",
             f"8-bit RGB or grayscale images; {effect}",
             fix,
         )
