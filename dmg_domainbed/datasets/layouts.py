@@ -125,6 +125,21 @@ _DOMAINNET_AFTER_DOWNLOAD = {
 }
 
 IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
+    "PACS": ImageDatasetLayout(
+        folder="PACS",
+        domains=("art_painting", "cartoon", "photo", "sketch"),
+        classes=("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"),
+        releases=(
+            Release(
+                "PACS as DomainBed downloads it (the authors' kfold folder)",
+                "Li, Yang, Song and Hospedales, 'Deeper, Broader and Artier Domain "
+                "Generalization', ICCV 2017; 9,991 in total: Gulrajani and Lopez-Paz, ICLR 2021",
+                9_991,
+                {"art_painting": 2_048, "cartoon": 2_344, "photo": 1_670, "sketch": 3_929},
+            ),
+        ),
+        other_names={"art_painting": ("art",)},
+    ),
     "VLCS": ImageDatasetLayout(
         folder="VLCS",
         domains=("Caltech101", "LabelMe", "SUN09", "VOC2007"),
@@ -143,21 +158,6 @@ IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
             "SUN09": ("sun",),
             "VOC2007": ("pascal", "voc"),
         },
-    ),
-    "PACS": ImageDatasetLayout(
-        folder="PACS",
-        domains=("art_painting", "cartoon", "photo", "sketch"),
-        classes=("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"),
-        releases=(
-            Release(
-                "PACS as DomainBed downloads it (the authors' kfold folder)",
-                "Li, Yang, Song and Hospedales, 'Deeper, Broader and Artier Domain "
-                "Generalization', ICCV 2017; 9,991 in total: Gulrajani and Lopez-Paz, ICLR 2021",
-                9_991,
-                {"art_painting": 2_048, "cartoon": 2_344, "photo": 1_670, "sketch": 3_929},
-            ),
-        ),
-        other_names={"art_painting": ("art",)},
     ),
     "OfficeHome": ImageDatasetLayout(
         folder="office_home",

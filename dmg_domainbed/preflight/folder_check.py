@@ -265,9 +265,9 @@ def check_image_dataset(
         report.present = False
         report.add(
             ERROR,
-            f"not found: {root}",
-            f"{root}/ with {len(layout.domains)} domain folders, each holding one folder per class",
-            f"to get it: {download_command(report.dataset, data_dir)}",
+            f"not found: expected {root}/ with {len(layout.domains)} domain folders, each "
+            "holding one folder per class",
+            fix=f"download it: {download_command(report.dataset, data_dir)}",
         )
         return
     domains = list_image_folders(root)

@@ -55,7 +55,7 @@ def check_mnist(report: DatasetReport, data_dir: Path) -> None:
             ERROR,
             f"missing under {data_dir}: {', '.join(missing)}",
             f"torchvision's MNIST files in {raw} (a job would try to download them)",
-            f"to get them: {download_command(report.dataset, data_dir)}",
+            f"download them: {download_command(report.dataset, data_dir)}",
         )
         return
     for name in mnist_files():

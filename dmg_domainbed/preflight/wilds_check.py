@@ -40,9 +40,8 @@ def check_wilds(
         report.present = release.is_dir()
         report.add(
             ERROR,
-            f"not found: {release / layout.marker}",
-            f"the WILDS release {layout.folder} with its marker file",
-            f"to get it: {download_command(report.dataset, data_dir)}",
+            f"not found: expected {release / layout.marker}, the marker of the WILDS release",
+            fix=f"download it: {download_command(report.dataset, data_dir)}",
         )
         return
     module, name = layout.wilds_class.split(":")

@@ -89,7 +89,9 @@ def test_mnist_needs_torchvision_s_raw_files_whole(tmp_path):
 def test_wilds_needs_its_release_marker(tmp_path):
     found = dataset_status("WILDSCamelyon", "domainbed.datasets", 5, str(tmp_path))
     assert found.state == MISSING
-    assert f"not found: {tmp_path / 'camelyon17_v1.0' / 'RELEASE_v1.0.txt'}" in found.detail
+    assert (
+        f"not found: expected {tmp_path / 'camelyon17_v1.0' / 'RELEASE_v1.0.txt'}" in found.detail
+    )
     assert "Camelyon17Dataset(root_dir=" in found.detail
 
 
