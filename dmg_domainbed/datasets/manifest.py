@@ -13,6 +13,8 @@ A manifest names a dataset, its images and, optionally, how DomainBed trains on 
     steps = 3000                    # DomainBed's N_STEPS for it (default 5001)
     checkpoint_freq = 300           # DomainBed's CHECKPOINT_FREQ (default 100)
 
+Folders whose names start with ``.`` (``.ipynb_checkpoints``) are neither domains nor classes.
+
 Every process finds the manifests through ``DMG_DOMAINBED_DATASETS``: absolute paths of
 manifest files, or of folders whose ``*.toml`` files are manifests, separated by ``:``. An
 environment variable reaches every job of every launcher unchanged (DomainBed's sweep passes
@@ -76,7 +78,10 @@ KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "root": (_text, "a folder path"),
     "csv": (_text, "a CSV file path"),
     "domains": (_names, "a non-empty list of distinct domain names"),
-    "input_size": (lambda v: v in INPUT_SIZES, "28, 32 or 224"),
+    "input_size": (
+        lambda v: v in INPUT_SIZES,
+        ", ".join(f"{side} (DomainBed's {net})" for side, net in INPUT_SIZES.items()),
+    ),
     "steps": (_positive, "an integer >= 1"),
     "checkpoint_freq": (_positive, "an integer >= 1"),
 }
@@ -120,9 +125,13 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
         raise UserError(f"{path} is not a readable CSV file: {error}") from None
 
 
+def _visible(names: list[str]) -> list[str]:
+    return [name for name in names if not name.startswith(".")]
+
+
 def _found_domains(root: Path, table: Path | None) -> list[str]:
     if table is None:
-        return subfolders(root)
+        return _visible(subfolders(root))
     return sorted({row["domain"] for row in _csv_rows(table) if row["domain"]})
 
 
@@ -250,7 +259,10 @@ def read_manifests(environ: Mapping[str, str]) -> tuple[list[Manifest], list[Use
 def list_files(manifest: Manifest) -> list[DomainFiles]:
     """Each domain's image files by class, in the manifest's domain order."""
     if manifest.csv is None:
-        return [list_domain(manifest.root / domain, domain) for domain in manifest.domains]
+        domains = [list_domain(manifest.root / domain, domain) for domain in manifest.domains]
+        for domain in domains:
+            domain.classes = {name: domain.classes[name] for name in _visible(list(domain.classes))}
+        return domains
     domains = {d: DomainFiles(d, manifest.root) for d in manifest.domains}
     for row in _csv_rows(manifest.csv):
         domain = domains.get(row["domain"])

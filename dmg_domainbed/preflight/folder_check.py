@@ -155,10 +155,11 @@ def _classes(
             )
 
 
-def _files(report: DatasetReport, domains: list[DomainFiles]) -> None:
+def _files(report: DatasetReport, domains: list[DomainFiles], empty_classes: bool = True) -> None:
+    """Files DomainBed passes over, and (``empty_classes``) class folders without images."""
     for domain in domains:
         for name, files in domain.classes.items():
-            if not files:
+            if empty_classes and not files:
                 report.add(
                     ERROR,
                     f"class folder {domain.folder / name} holds no image file",
@@ -299,7 +300,7 @@ def check_manifest_dataset(report: DatasetReport, manifest: Manifest, workers: i
     for problem in file_problems(manifest, domains):
         report.add(ERROR, problem)
     if manifest.csv is None:
-        _files(report, domains)
+        _files(report, domains, empty_classes=False)  # file_problems names them
     report.counts = [DomainCount(d.name, d.images) for d in domains]
     if not report.quick:
         _decode(report, domains, workers)

@@ -31,6 +31,8 @@ def manifest(tmp_path):
 
 
 def test_a_folder_of_domains_becomes_a_domainbed_image_dataset(manifest, registered):
+    (manifest.parent / "images" / ".ipynb_checkpoints" / "cat").mkdir(parents=True)
+    (manifest.parent / "images" / "north" / ".thumbnails").mkdir()  # hidden: no domain, no class
     assert registered(manifest) == ["MyData"]
     cls = datasets.get_dataset_class("MyData")
     assert "MyData" in datasets.DATASETS and issubclass(
@@ -78,7 +80,10 @@ def test_a_csv_of_path_label_and_domain(tmp_path, registered):
         ('root = "images"\n', r"name = \.\.\. is required"),
         ('name = "My Data"\nroot = "images"\n', r"name = 'My Data' is not valid: it must be a"),
         ('name = "D"\nroot = "photos"\n', r"root = 'photos': no folder .*photos; give the folder"),
-        ('name = "D"\nroot = "images"\ninput_size = 64\n', "it must be 28, 32 or 224"),
+        (
+            'name = "D"\nroot = "images"\ninput_size = 64\n',
+            r"must be 28 \(DomainBed's MNIST_CNN\), 32 .*, 224 \(DomainBed's ResNet\)",
+        ),
         ('name = "D"\nroot = "images"\nsplits = 3\n', "unknown key.* splits; valid keys: name,"),
         ('name = "D"\nroot = "images"\ndomains = ["north", "east"]\n', "domains east are not in"),
         ('name = "D"\nroot = "images"\ndomains = ["north"]\n', "domain generalization needs at"),
