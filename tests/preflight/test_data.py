@@ -2,9 +2,14 @@
 counts and headers, nothing decoded) summed up, each problem with the command or rename that
 fixes it."""
 
+import os
 import struct
+import sys
+
+import pytest
 
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_SIDE
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight.data import (
     INVALID,
     MISSING,
@@ -14,7 +19,10 @@ from dmg_domainbed.preflight.data import (
     SYNTHETIC_MARKER,
     dataset_status,
 )
+from dmg_domainbed.preflight import doctor, environment
 from dmg_domainbed.preflight.mnist_check import mnist_files
+from dmg_domainbed.sweep import config, plan
+from dmg_domainbed.sweep.run import check_ready
 
 
 def make_domains(root, domains, classes=("dog",)):
@@ -109,3 +117,36 @@ def test_embedded_and_unknown_datasets(tmp_path):
 def test_no_data_dir_for_a_dataset_with_files():
     found = dataset_status("PACS", "domainbed.datasets", 4, None)
     assert not found.ok and "--data_dir" in found.detail
+
+
+def test_the_sweep_preflight_and_the_doctor_name_a_broken_copy_before_any_job(
+    tmp_path, monkeypatch
+):
+    layout = IMAGE_LAYOUTS["PACS"]
+    make_domains(tmp_path / "data" / "PACS", layout.domains, layout.classes)
+    (tmp_path / "data" / "PACS" / "photo" / "giraffe" / "0.jpg").unlink()
+    (tmp_path / "data" / "PACS" / "photo" / "giraffe").rmdir()
+    expected = f"domain folder {tmp_path / 'data' / 'PACS' / 'photo'} has no folder of class"
+    sweep_file = tmp_path / "sweep.toml"
+    output = tmp_path / "sweep"
+    sweep_file.write_text(
+        f'[sweep]\nalgorithms = ["ERM"]\ndatasets = ["PACS"]\noutput_dir = "{output}"\n'
+    )
+    sweep = plan.resolve(config.load_sweep(sweep_file), str(tmp_path / "data"), None)
+    with pytest.raises(UserError, match="the jobs would fail before their first step") as refused:
+        check_ready(sweep, "local", os.environ)
+    assert expected in str(refused.value) and not output.exists()
+
+    registered = environment.ProbeResult(
+        python="python",
+        executable=sys.executable,
+        domainbed="/opt/DomainBed/domainbed",
+        algorithms=["ERM"],
+        datasets=["PACS"],
+        launchers=["local"],
+    )
+    monkeypatch.setattr(environment, "probe_fresh_process", lambda: registered)
+    checks = doctor.diagnose("ERM", "PACS", str(tmp_path / "data"))
+    (data,) = [check for check in checks if check.title == "data"]
+    assert data.status == doctor.FAIL and data.details[0] == "PACS: not usable:"
+    assert any(line.startswith(expected) for line in data.details[1:])
