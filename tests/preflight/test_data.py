@@ -10,6 +10,7 @@ import pytest
 
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_SIDE
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight import doctor, environment
 from dmg_domainbed.preflight.data import (
     INVALID,
     MISSING,
@@ -19,7 +20,6 @@ from dmg_domainbed.preflight.data import (
     SYNTHETIC_MARKER,
     dataset_status,
 )
-from dmg_domainbed.preflight import doctor, environment
 from dmg_domainbed.preflight.mnist_check import mnist_files
 from dmg_domainbed.sweep import config, plan
 from dmg_domainbed.sweep.run import check_ready
