@@ -85,7 +85,8 @@ KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "steps": (_positive, "an integer >= 1"),
     "checkpoint_freq": (_positive, "an integer >= 1"),
 }
-REQUIRED = ("name", "root")
+# Required key -> an example of it.
+REQUIRED = {"name": 'name = "MyData"', "root": 'root = "/data/mydata"'}
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def parse_manifest(document: Mapping[str, Any], path: Path) -> Manifest:
         raise fail(f"unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(KEYS)}")
     for key in REQUIRED:
         if key not in document:
-            raise fail(f'{key} = ... is required ({KEYS[key][1]}), e.g. name = "MyData"')
+            raise fail(f"{key} = ... is required ({KEYS[key][1]}), e.g. {REQUIRED[key]}")
     for key, value in document.items():
         check, allowed = KEYS[key]
         if not check(value):
@@ -158,13 +159,16 @@ def parse_manifest(document: Mapping[str, Any], path: Path) -> Manifest:
     table = here / Path(document["csv"]).expanduser() if "csv" in document else None
     if table is not None and not table.is_file():
         raise fail(f"csv = {document['csv']!r}: no file {table}")
-    found = _found_domains(root, table)
+    try:
+        found = _found_domains(root, table)
+    except OSError as error:
+        raise fail(f"cannot list {root}: {error.strerror or error}") from None
     where = f"the CSV's domain column ({table})" if table else f"the folders of {root}"
     if not found:
-        raise fail(
-            f"no domains in {where}: put one folder per domain there, each holding one "
-            "folder per class"
+        layout = (
+            "rows with a domain" if table else "one folder per domain, each holding one per class"
         )
+        raise fail(f"no domains in {where}: it needs {layout}")
     domains = document.get("domains", found)
     absent = [d for d in domains if d not in found]
     if absent:
