@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS, IMAGE_LAYOUTS, NO_FILES, SYNTHETIC_MARKER
 from dmg_domainbed.preflight.data_check import FILE_DATASETS, check_dataset, registered_manifests
-from dmg_domainbed.preflight.findings import INFO, WARNING
+from dmg_domainbed.preflight.findings import INFO
 
 __all__ = ["IMAGE_FOLDERS", "SYNTHETIC_MARKER", "DataStatus", "dataset_status"]
 
@@ -63,9 +63,8 @@ def dataset_status(dataset: str, module: str, n_envs: int, data_dir: str | None)
         more = f"; dmg-domainbed data check --data_dir {data_dir} --datasets {dataset} says more"
         return DataStatus(dataset, INVALID, "; ".join(problems) + more, problems)
     notes = [f.found for f in report.findings if f.severity == INFO][:1]
-    warnings = sum(f.severity == WARNING for f in report.findings)
-    if warnings:
-        notes.append(f"{warnings} warning(s): see dmg-domainbed data check")
+    if report.warnings:
+        notes.append(f"{len(report.warnings)} warning(s): see dmg-domainbed data check")
     images = sum(count.images for count in report.counts)
     where = Path(report.location)
     return DataStatus(

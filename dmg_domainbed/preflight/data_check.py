@@ -94,12 +94,12 @@ def _table(report: DatasetReport) -> list[str]:
         return []
     width = max(len("domain"), *(len(c.domain) for c in report.counts))
     known = any(c.expected is not None for c in report.counts)
-    lines = [f"  {'domain':<{width}}  {'images':>9}" + ("  download" if known else "")]
+    lines = [f"  {'domain':<{width}}  {'images':>9}" + ("  published" if known else "")]
     for count in report.counts:
         line = f"  {count.domain:<{width}}  {count.images:>9,}"
         if count.expected is not None:
             mark = "" if count.images == count.expected else "  <- differs"
-            line += f"  {count.expected:>8,}{mark}"
+            line += f"  {count.expected:>9,}{mark}"
         lines.append(line)
     return lines
 
@@ -109,8 +109,7 @@ def render(report: DatasetReport) -> list[str]:
     how = "quick: names, counts, headers" if report.quick else f"{report.decoded:,} decoded"
     lines = [f"{report.dataset}: {report.location} ({how})", *_table(report)]
     lines += [f"  [{finding.severity:^5}] {finding}" for finding in report.findings]
-    errors = len(report.errors)
-    warnings = len(report.findings) - errors - sum(f.severity == "info" for f in report.findings)
+    errors, warnings = len(report.errors), len(report.warnings)
     if errors:
         lines.append(
             f"{report.dataset}: NOT READY: {errors} error(s), {warnings} warning(s): a run "

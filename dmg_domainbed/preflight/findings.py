@@ -67,5 +67,9 @@ class DatasetReport:
         return [f for f in self.findings if f.severity == ERROR]
 
     @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
     def ok(self) -> bool:
         return not self.errors

@@ -186,19 +186,30 @@ def _files(report: DatasetReport, domains: list[DomainFiles], empty_classes: boo
 
 
 def _counts(report: DatasetReport, layout: ImageDatasetLayout, counts: dict[str, int], fix: str):
-    primary = next((r for r in layout.releases if r.per_domain), None)
+    """Compare each domain's count with each release; the table shows the matching release's
+    counts, else the first release's that has per-domain counts."""
+    total = sum(counts.values())
+    match = next(
+        (
+            r
+            for r in layout.releases
+            if r.per_domain == counts or (r.per_domain is None and r.total == total)
+        ),
+        None,
+    )
+    shown = match or next((r for r in layout.releases if r.per_domain), None)
     report.counts = [
-        DomainCount(d, counts.get(d, 0), primary.per_domain[d] if primary else None)
+        DomainCount(
+            d, counts.get(d, 0), shown.per_domain[d] if shown and shown.per_domain else None
+        )
         for d in sorted(layout.domains)
     ]
     if not layout.releases:
         report.add(INFO, "no published image counts known: counts not compared")
         return
-    total = sum(counts.values())
-    for release in layout.releases:
-        if release.per_domain == counts or (release.per_domain is None and release.total == total):
-            report.add(INFO, f"image counts match {release.name} ({release.source})")
-            return
+    if match:
+        report.add(INFO, f"image counts match {match.name} ({match.source})")
+        return
     published = "; or ".join(
         f"{r.total:,} in {r.name}"
         + (f" ({', '.join(f'{d} {n:,}' for d, n in r.per_domain.items())})" if r.per_domain else "")

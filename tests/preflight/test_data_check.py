@@ -215,3 +215,23 @@ def test_a_wilds_release_is_read_through_the_wilds_package(tmp_path):
     next((release / "patches").rglob("*.png")).unlink()
     report = check_dataset("WILDSCamelyon", tmp_path, quick=True)
     assert "an image for each of the metadata's 10 rows: 1 are missing" in one(report, "9 files")
+
+
+def test_a_release_known_by_its_total_only(tmp_path):
+    """TerraIncognita as DomainBed's download.py makes it since 2021 has 24,330 images; only
+    that total is published. The quick check opens nothing: empty files stand in."""
+    layout = IMAGE_LAYOUTS["TerraIncognita"]
+    root = tmp_path / "terra_incognita"
+    for domain, count in zip(layout.domains, (4_741, 9_736, 3_970, 5_883)):
+        for name in layout.classes:
+            (root / domain / name).mkdir(parents=True)
+        for i in range(count):
+            (root / domain / layout.classes[i % len(layout.classes)] / f"{i}.jpg").touch()
+    report = check_dataset("TerraIncognita", tmp_path, quick=True)
+    assert report.ok, report.findings
+    one(report, "image counts match TerraIncognita of DomainBed's download.py since 2021", "info")
+    assert all(count.expected is None for count in report.counts)  # no per-domain figures
+    (root / "location_38" / "bird" / "0.jpg").unlink()
+    message = one(check_dataset("TerraIncognita", tmp_path, quick=True), "24,329 images")
+    assert "24,788 in TerraIncognita of DomainBed's paper" in message
+    assert "; or 24,330 in TerraIncognita of DomainBed's download.py since 2021" in message
