@@ -192,24 +192,28 @@ def register_manifest_datasets(module: ModuleType, environ=os.environ) -> list[s
         _report(f"{problem}. It is not registered.")
     registered = []
     for manifest in manifests:
-        existing = module.__dict__.get(manifest.name)
-        if existing is not None and getattr(existing, "MANIFEST", None) != manifest:
-            _report(
-                f"dataset manifest {manifest.path}: name {manifest.name!r} is taken by DomainBed "
-                "or a plugin: it is not registered. Give the manifest another name."
-            )
-            continue
-        if manifest.name in entry_points(DATASET_GROUP):
-            _report(
-                f"dataset manifest {manifest.path}: name {manifest.name!r} is the name of an "
-                "installed plugin dataset: it is not registered. Give the manifest another name."
-            )
+        refusal = manifest_refusal(module, manifest)
+        if refusal is not None:
+            _report(refusal)
             continue
         module.__dict__[manifest.name] = dataset_class(manifest)
         if manifest.name not in module.DATASETS:
             module.DATASETS.append(manifest.name)
         registered.append(manifest.name)
     return registered
+
+
+def manifest_refusal(module: ModuleType, manifest) -> str | None:
+    """Why ``manifest``'s dataset cannot be registered into ``module`` (domainbed.datasets):
+    its name is taken by DomainBed, a plugin or another manifest; ``None`` if it can (or is)."""
+    existing = module.__dict__.get(manifest.name)
+    taken = existing is not None and getattr(existing, "MANIFEST", None) != manifest
+    if taken or manifest.name in entry_points(DATASET_GROUP):
+        return (
+            f"dataset manifest {manifest.path}: name {manifest.name!r} is taken by DomainBed or "
+            "a plugin: it is not registered. Give the manifest another name."
+        )
+    return None
 
 
 # Each dataset class's own N_WORKERS, as it was before any cap, to cap it again from there.

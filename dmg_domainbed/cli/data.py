@@ -49,40 +49,38 @@ def add_parser(subparsers) -> None:
     check.set_defaults(func=run)
 
 
-def _manifests(files: list[str]) -> dict:
-    """The registered manifests and those of ``files``; :class:`UserError` for a bad file or a
-    name DomainBed already has."""
+def _manifests(files: list[str]) -> tuple[dict, list[str]]:
+    """The manifests to check: those registered here and those of ``files``; and why a
+    manifest ``DMG_DOMAINBED_DATASETS`` names is not registered. :class:`UserError` for a bad
+    file or a name DomainBed already has."""
     from domainbed import datasets
 
-    from dmg_domainbed.datasets.manifest import load_manifest
+    from dmg_domainbed import integration
+    from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
     from dmg_domainbed.preflight.data_check import registered_manifests
 
     manifests = registered_manifests()
+    named, unusable = read_manifests(os.environ)
+    problems = [f"{problem}. It is not registered." for problem in unusable]
+    problems += [r for m in named if (r := integration.manifest_refusal(datasets, m))]
     for file in files:
         manifest = load_manifest(file)
-        known = manifests.get(manifest.name)
-        if known == manifest:
-            continue
-        if known is not None or manifest.name in vars(datasets):
-            raise UserError(
-                f"dataset manifest {manifest.path}: name {manifest.name!r} is already a DomainBed "
-                "dataset here; give the manifest another name"
-            )
+        refusal = integration.manifest_refusal(datasets, manifest)
+        if refusal is not None:
+            raise UserError(refusal)
         manifests[manifest.name] = manifest
-    return manifests
+    return manifests, problems
 
 
 def run(args: argparse.Namespace) -> int:
     import dmg_domainbed
-    from dmg_domainbed.datasets.manifest import read_manifests
     from dmg_domainbed.preflight import data_check
     from dmg_domainbed.preflight.decoding import available_cores
 
     dmg_domainbed.register()
     if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
         raise UserError(f"--data_dir {args.data_dir}: no such folder; give DomainBed's --data_dir")
-    manifests = _manifests(args.manifest)
-    _, problems = read_manifests(os.environ)
+    manifests, problems = _manifests(args.manifest)
     found = [*manifests, *(data_check.found_under(args.data_dir) if args.data_dir else [])]
     chosen = args.datasets or found
     valid = [*manifests, *data_check.FILE_DATASETS]

@@ -119,7 +119,7 @@ def test_a_domain_without_images_or_a_class_missing_in_one_domain_is_refused(man
 
 
 def test_names_that_are_taken_and_paths_that_cannot_be_found_are_refused(
-    manifest, registered, capsys
+    manifest, registered, capsys, monkeypatch
 ):
     clash = write_manifest(manifest.parent, 'name = "PACS"\nroot = "images"\n', "pacs.toml")
     twin = write_manifest(manifest.parent / "images", 'name = "MyData"\nroot = "."\n', "twin.toml")
@@ -128,6 +128,11 @@ def test_names_that_are_taken_and_paths_that_cannot_be_found_are_refused(
     assert f"dataset manifest {clash}: name 'PACS' is taken by DomainBed" in err
     assert f"dataset manifest {twin}: name 'MyData' is already taken by {manifest}" in err
     assert datasets.get_dataset_class("PACS").__module__ == "domainbed.datasets"
+    # data check says so too, and fails
+    monkeypatch.setenv(MANIFESTS_VARIABLE, f"{manifest}:{clash}")
+    code, out, _ = cli("data", "check", "--quick")
+    assert code == 1 and f"[ERROR] dataset manifest {clash}: name 'PACS' is taken" in out
+    assert "MyData: ok" in out
     (relative,) = read_manifests({MANIFESTS_VARIABLE: "mydata.toml"})[1]
     assert f"{MANIFESTS_VARIABLE} names 'mydata.toml', a relative path" in str(relative)
     assert f"{MANIFESTS_VARIABLE}=$PWD/mydata.toml" in str(relative)
@@ -141,4 +146,4 @@ def test_data_check_of_a_manifest_file_before_it_is_exported(manifest):
     assert "MyData: " in out and "18 of 18 images decoded" in out
     clash = write_manifest(manifest.parent, 'name = "VLCS"\nroot = "images"\n', "vlcs.toml")
     code, _, err = cli("data", "check", "--manifest", str(clash))
-    assert code == 2 and "name 'VLCS' is already a DomainBed dataset here" in err
+    assert code == 2 and "name 'VLCS' is taken by DomainBed or a plugin" in err
