@@ -11,6 +11,7 @@ import pytest
 from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE
 
 from ..helpers import cli, domainbed_env, run_domainbed, run_python
+from ..slurm.test_sweep_on_slurm import domainbed_script
 from .conftest import write_domains
 
 MANIFEST = """
@@ -66,6 +67,9 @@ def test_a_sweep_through_local_parallel_and_its_report(manifest, tmp_path, regis
     assert code == 0
     assert "| Algorithm | indoor | outdoor | Avg |" in out
     assert (report / "accuracy_TinyDomains.png").is_file()
+    # DomainBed's own collect_results prints the datasets DomainBed lists: this one too.
+    collected = domainbed_script("collect_results", "--input_dir", str(tmp_path / "sweep"))
+    assert "Dataset: TinyDomains" in collected
 
 
 def test_train_py_in_a_new_process_started_in_another_folder(manifest, tmp_path):
