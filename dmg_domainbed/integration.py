@@ -179,7 +179,7 @@ def register_manifest_datasets(module: ModuleType, environ=os.environ) -> list[s
     :mod:`dmg_domainbed.datasets.manifest`) and return their names.
 
     A manifest that cannot be used, or whose name DomainBed or a plugin already uses, is
-    reported once on stderr and skipped. Unset, no manifest module beyond its name's is loaded.
+    reported once on stderr and skipped. With the variable unset, nothing is read.
     """
     from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, read_manifests
 
