@@ -49,7 +49,8 @@ class ImageDatasetLayout:
     ``classes`` the class folders of every domain (``None`` where not known here);
     ``other_names`` names other mirrors give a domain folder (beside DomainBed's own short name
     of the domain, its ``ENVIRONMENTS`` entry, and spellings that differ only in case and
-    separators).
+    separators); ``deleted_by_download`` the file of DomainBed's package listing files its
+    download deletes after unpacking.
     """
 
     folder: str
@@ -57,6 +58,7 @@ class ImageDatasetLayout:
     classes: tuple[str, ...] | None
     releases: tuple[Release, ...] = ()
     other_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    deleted_by_download: str | None = None
 
 
 _DOMAINNET_CLASSES = """
@@ -225,6 +227,7 @@ IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
                 _DOMAINNET_PUBLISHED,
             ),
         ),
+        deleted_by_download=DOMAINNET_DUPLICATES_FILE,
     ),
     "SVIRO": ImageDatasetLayout(
         folder="sviro",

@@ -23,11 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dmg_domainbed.datasets.image_files import DomainFiles, list_image_folders
-from dmg_domainbed.datasets.layouts import (
-    DOMAINNET_DUPLICATES_FILE,
-    SYNTHETIC_MARKER,
-    ImageDatasetLayout,
-)
+from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
 from dmg_domainbed.datasets.manifest import Manifest, file_problems, list_files
 from dmg_domainbed.preflight.decoding import decode_all
 from dmg_domainbed.preflight.downloads import download_command
@@ -231,11 +227,11 @@ def _counts(report: DatasetReport, layout: ImageDatasetLayout, counts: dict[str,
     )
 
 
-def _domainnet_duplicates(report: DatasetReport, root: Path) -> None:
-    """DomainBed's download deletes the files of its duplicates list: are they there?"""
+def _deleted_by_download(report: DatasetReport, root: Path, listed_in: str) -> None:
+    """Are files there that DomainBed's download deletes (DomainNet's duplicates)?"""
     import domainbed
 
-    listing = Path(domainbed.__file__).parent / DOMAINNET_DUPLICATES_FILE
+    listing = Path(domainbed.__file__).parent / listed_in
     if not listing.is_file():
         return
     names = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
@@ -243,9 +239,10 @@ def _domainnet_duplicates(report: DatasetReport, root: Path) -> None:
     if present:
         report.add(
             ERROR,
-            f"{len(present):,} of the {len(names):,} files DomainBed's download deletes as "
-            f"duplicates are in {root} (e.g. {present[0]})",
-            f"DomainNet as download_domain_net leaves it: without the files listed in {listing}",
+            f"{len(present):,} of the {len(names):,} files DomainBed's download deletes are in "
+            f"{root} (e.g. {present[0]})",
+            f"{report.dataset} as DomainBed's download leaves it: without the files listed in "
+            f"{listing}",
             f"python -c \"import os; root = '{root}'; [os.remove(os.path.join(root, n.strip())) "
             f"for n in open('{listing}') if os.path.isfile(os.path.join(root, n.strip()))]\"",
         )
@@ -298,8 +295,8 @@ def check_image_dataset(
         report.counts = [DomainCount(matched[d.name], d.images) for d in ours]
     else:
         _counts(report, layout, {matched[d.name]: d.images for d in ours}, fix)
-        if report.dataset == "DomainNet":
-            _domainnet_duplicates(report, root)
+        if layout.deleted_by_download:
+            _deleted_by_download(report, root, layout.deleted_by_download)
     if not report.quick:
         _decode(report, domains, workers)
 
