@@ -73,11 +73,13 @@ def _manifests(files: list[str]) -> tuple[dict, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dmg_domainbed
+    from domainbed import datasets
+
+    from dmg_domainbed import integration
     from dmg_domainbed.preflight import data_check
     from dmg_domainbed.preflight.decoding import available_cores
 
-    dmg_domainbed.register()
+    integration.register_into(datasets)  # the datasets only: no algorithm is needed here
     if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
         raise UserError(f"--data_dir {args.data_dir}: no such folder; give DomainBed's --data_dir")
     manifests, problems = _manifests(args.manifest)
