@@ -20,8 +20,10 @@ algorithm hparams come last. DomainBed's own algorithms on DomainBed's own datas
 the hparams they get without plugins. This package's algorithms are registered through the same
 groups. A broken entry point is reported once on stderr and skipped.
 
-One setting is applied here too, because it writes into DomainBed's dataset classes:
-``DMG_DOMAINBED_LOADER_WORKERS`` (see :func:`cap_loader_workers`).
+Two settings are applied here too, because they write into DomainBed's datasets:
+``DMG_DOMAINBED_DATASETS`` registers the datasets of manifest files (see
+:func:`register_manifest_datasets`) and ``DMG_DOMAINBED_LOADER_WORKERS`` caps data-loader
+workers (see :func:`cap_loader_workers`).
 """
 
 from __future__ import annotations
@@ -168,7 +170,50 @@ def register_algorithms(module: ModuleType) -> None:
 
 def register_datasets(module: ModuleType) -> None:
     _open_namespace(module, "DATASETS", DATASET_GROUP, "dataset", "get_dataset_class")
+    register_manifest_datasets(module)
     cap_loader_workers(module)
+
+
+def register_manifest_datasets(module: ModuleType, environ=os.environ) -> list[str]:
+    """Register the dataset of every manifest ``DMG_DOMAINBED_DATASETS`` names (see
+    :mod:`dmg_domainbed.datasets.manifest`) and return their names.
+
+    A manifest that cannot be used, or whose name DomainBed or a plugin already uses, is
+    reported once on stderr and skipped. With the variable unset, nothing is read.
+    """
+    from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, read_manifests
+
+    if not environ.get(MANIFESTS_VARIABLE, "").strip():
+        return []
+    from dmg_domainbed.datasets.manifest_dataset import dataset_class
+
+    manifests, problems = read_manifests(environ)
+    for problem in problems:
+        _report(f"{problem}. It is not registered.")
+    registered = []
+    for manifest in manifests:
+        refusal = manifest_refusal(module, manifest)
+        if refusal is not None:
+            _report(refusal)
+            continue
+        module.__dict__[manifest.name] = dataset_class(manifest)
+        if manifest.name not in module.DATASETS:
+            module.DATASETS.append(manifest.name)
+        registered.append(manifest.name)
+    return registered
+
+
+def manifest_refusal(module: ModuleType, manifest) -> str | None:
+    """Why ``manifest``'s dataset cannot be registered into ``module`` (domainbed.datasets):
+    its name is taken by DomainBed, a plugin or another manifest; ``None`` if it can (or is)."""
+    existing = module.__dict__.get(manifest.name)
+    taken = existing is not None and getattr(existing, "MANIFEST", None) != manifest
+    if taken or manifest.name in entry_points(DATASET_GROUP):
+        return (
+            f"dataset manifest {manifest.path}: name {manifest.name!r} is taken by DomainBed or "
+            "a plugin: it is not registered. Give the manifest another name."
+        )
+    return None
 
 
 # Each dataset class's own N_WORKERS, as it was before any cap, to cap it again from there.

@@ -30,13 +30,12 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, SYNTHETIC_MARKER, ImageDatasetLayout
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight.data import IMAGE_FOLDERS, SYNTHETIC_MARKER
 from dmg_domainbed.weight_files import HF_SNAPSHOT, TORCH_HUB_FILE, WeightFile
 
 IMAGE_SHAPE = (3, 224, 224)
@@ -47,88 +46,8 @@ IMAGE_SIZES = ((227, 227), (320, 240), (240, 320), (500, 140), (48, 64))
 GRAYSCALE_EVERY = 3
 
 
-@dataclass(frozen=True)
-class ImageDatasetLayout:
-    """Domain and class folder names of one of DomainBed's image datasets, as downloaded."""
-
-    domains: tuple[str, ...]
-    classes: tuple[str, ...]
-
-
-_DOMAINNET_CLASSES = """
-aircraft_carrier airplane alarm_clock ambulance angel animal_migration ant anvil apple arm
-asparagus axe backpack banana bandage barn baseball baseball_bat basket basketball bat bathtub
-beach bear beard bed bee belt bench bicycle binoculars bird birthday_cake blackberry blueberry
-book boomerang bottlecap bowtie bracelet brain bread bridge broccoli broom bucket bulldozer bus
-bush butterfly cactus cake calculator calendar camel camera camouflage campfire candle cannon
-canoe car carrot castle cat ceiling_fan cello cell_phone chair chandelier church circle clarinet
-clock cloud coffee_cup compass computer cookie cooler couch cow crab crayon crocodile crown
-cruise_ship cup diamond dishwasher diving_board dog dolphin donut door dragon dresser drill drums
-duck dumbbell ear elbow elephant envelope eraser eye eyeglasses face fan feather fence finger
-fire_hydrant fireplace firetruck fish flamingo flashlight flip_flops floor_lamp flower
-flying_saucer foot fork frog frying_pan garden garden_hose giraffe goatee golf_club grapes grass
-guitar hamburger hammer hand harp hat headphones hedgehog helicopter helmet hexagon hockey_puck
-hockey_stick horse hospital hot_air_balloon hot_dog hot_tub hourglass house house_plant
-hurricane ice_cream jacket jail kangaroo key keyboard knee knife ladder lantern laptop leaf leg
-light_bulb lighter lighthouse lightning line lion lipstick lobster lollipop mailbox map marker
-matches megaphone mermaid microphone microwave monkey moon mosquito motorbike mountain mouse
-moustache mouth mug mushroom nail necklace nose ocean octagon octopus onion oven owl paintbrush
-paint_can palm_tree panda pants paper_clip parachute parrot passport peanut pear peas pencil
-penguin piano pickup_truck picture_frame pig pillow pineapple pizza pliers police_car pond pool
-popsicle postcard potato power_outlet purse rabbit raccoon radio rain rainbow rake
-remote_control rhinoceros rifle river roller_coaster rollerskates sailboat sandwich saw
-saxophone school_bus scissors scorpion screwdriver sea_turtle see_saw shark sheep shoe shorts
-shovel sink skateboard skull skyscraper sleeping_bag smiley_face snail snake snorkel snowflake
-snowman soccer_ball sock speedboat spider spoon spreadsheet square squiggle squirrel stairs star
-steak stereo stethoscope stitches stop_sign stove strawberry streetlight string_bean submarine
-suitcase sun swan sweater swing_set sword syringe table teapot teddy-bear telephone television
-tennis_racquet tent The_Eiffel_Tower The_Great_Wall_of_China The_Mona_Lisa tiger toaster toe
-toilet tooth toothbrush toothpaste tornado tractor traffic_light train tree triangle trombone
-truck trumpet t-shirt umbrella underwear van vase violin washing_machine watermelon waterslide
-whale wheel windmill wine_bottle wine_glass wristwatch yoga zebra zigzag
-"""
-_OFFICEHOME_CLASSES = """
-Alarm_Clock Backpack Batteries Bed Bike Bottle Bucket Calculator Calendar Candles Chair
-Clipboards Computer Couch Curtains Desk_Lamp Drill Eraser Exit_Sign Fan File_Cabinet Flipflops
-Flowers Folder Fork Glasses Hammer Helmet Kettle Keyboard Knives Lamp_Shade Laptop Marker
-Monitor Mop Mouse Mug Notebook Oven Pan Paper_Clip Pen Pencil Postit_Notes Printer Push_Pin
-Radio Refrigerator Ruler Scissors Screwdriver Shelf Sink Sneakers Soda Speaker Spoon TV Table
-Telephone ToothBrush Toys Trash_Can Webcam
-"""
-
-# DomainBed dataset -> its folders after DomainBed's scripts/download.py.
-LAYOUTS = {
-    "PACS": ImageDatasetLayout(
-        ("art_painting", "cartoon", "photo", "sketch"),
-        ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"),
-    ),
-    "VLCS": ImageDatasetLayout(
-        ("Caltech101", "LabelMe", "SUN09", "VOC2007"),
-        ("bird", "car", "chair", "dog", "person"),
-    ),
-    "OfficeHome": ImageDatasetLayout(
-        ("Art", "Clipart", "Product", "Real World"), tuple(_OFFICEHOME_CLASSES.split())
-    ),
-    "TerraIncognita": ImageDatasetLayout(
-        ("location_100", "location_38", "location_43", "location_46"),
-        (
-            "bird",
-            "bobcat",
-            "cat",
-            "coyote",
-            "dog",
-            "empty",
-            "opossum",
-            "rabbit",
-            "raccoon",
-            "squirrel",
-        ),
-    ),
-    "DomainNet": ImageDatasetLayout(
-        ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
-        tuple(_DOMAINNET_CLASSES.split()),
-    ),
-}
+# DomainBed's image datasets whose class folders are known: those a synthetic copy can stand in for.
+LAYOUTS = {name: layout for name, layout in IMAGE_LAYOUTS.items() if layout.classes is not None}
 
 
 def images_needed(batch_size: int, holdout_fraction: float, classes: int = 1) -> int:
@@ -185,7 +104,7 @@ def write_image_dataset(
             f"{per_domain} images per domain cannot fill {n_classes} class folders: DomainBed's "
             "ImageFolder refuses an empty class folder; ask for at least one image per class"
         )
-    target = Path(data_dir) / IMAGE_FOLDERS[dataset]
+    target = Path(data_dir) / layout.folder
     recipe = {"dataset": dataset, "classes": n_classes, "images_per_domain": per_domain}
     recipe["seed"] = seed
     if target.exists():

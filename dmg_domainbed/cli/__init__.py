@@ -14,7 +14,7 @@ import sys
 
 from dmg_domainbed.errors import UserError
 
-SUBCOMMANDS = ("demo", "report", "evaluate", "select", "masks", "sweep", "doctor", "smoke")
+SUBCOMMANDS = ("demo", "report", "evaluate", "select", "masks", "sweep", "doctor", "smoke", "data")
 
 
 def build_parser() -> argparse.ArgumentParser:

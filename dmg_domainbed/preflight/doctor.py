@@ -142,9 +142,10 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
 
     if dataset is not None:
         found = requirements.data_status(dataset, data_dir)
-        return Check(
-            OK if found.ok else FAIL, "data", (f"{dataset}: {found.state}: {found.detail}",)
-        )
+        if found.problems:
+            return Check(FAIL, "data", (f"{dataset}: {found.state}:", *found.problems))
+        detail = f"{dataset}: {found.state}: {found.detail}"
+        return Check(OK if found.ok else FAIL, "data", (detail,))
     if data_dir is None:
         return Check(INFO, "data", ("give --data_dir DIR to see which datasets are there",))
     lines = [f"under {os.path.abspath(data_dir)}:"]

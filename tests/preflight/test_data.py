@@ -1,5 +1,16 @@
-"""Dataset folders are found where DomainBed's datasets.py opens them, and only looked at."""
+"""The data state the doctor, the sweep preflight and smoke give: the quick data check (names,
+counts and headers, nothing decoded) summed up, each problem with the command or rename that
+fixes it."""
 
+import os
+import struct
+import sys
+
+import pytest
+
+from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_SIDE
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight import doctor, environment
 from dmg_domainbed.preflight.data import (
     INVALID,
     MISSING,
@@ -9,18 +20,16 @@ from dmg_domainbed.preflight.data import (
     SYNTHETIC_MARKER,
     dataset_status,
 )
+from dmg_domainbed.preflight.mnist_check import mnist_files
+from dmg_domainbed.sweep import config, plan
+from dmg_domainbed.sweep.run import check_ready
 
 
 def make_domains(root, domains, classes=("dog",)):
     for domain in domains:
         for cls in classes:
             (root / domain / cls).mkdir(parents=True)
-
-
-def test_image_folder_dataset_needs_one_folder_per_domain(tmp_path):
-    make_domains(tmp_path / "PACS", ["art_painting", "cartoon", "photo", "sketch"])
-    found = dataset_status("PACS", "domainbed.datasets", 4, str(tmp_path))
-    assert found.state == PRESENT and found.ok
+            (root / domain / cls / "0.jpg").write_bytes(b"")
 
 
 def test_missing_or_incomplete_folders_say_what_is_expected_and_how_to_get_it(tmp_path):
@@ -29,52 +38,69 @@ def test_missing_or_incomplete_folders_say_what_is_expected_and_how_to_get_it(tm
         f"download_office_home('{tmp_path}')\""
     )
     found = dataset_status("OfficeHome", "domainbed.datasets", 4, str(tmp_path))
-    assert found.state == MISSING and str(tmp_path / "office_home") in found.detail
+    assert found.state == MISSING and not found.ok
+    assert f"expected {tmp_path / 'office_home'}/ with 4 domain folders" in found.detail
     assert download in found.detail
     make_domains(tmp_path / "office_home", ["Art", "Clipart", "Product"])
     found = dataset_status("OfficeHome", "domainbed.datasets", 4, str(tmp_path))
-    assert found.state == INVALID and not found.ok and "3 folder(s)" in found.detail
+    assert found.state == INVALID and not found.ok
+    assert f"no folder of domain 'Real World' in {tmp_path / 'office_home'}" in found.detail
     assert download in found.detail
-    (tmp_path / "office_home" / "Real World").mkdir()
-    found = dataset_status("OfficeHome", "domainbed.datasets", 4, str(tmp_path))
-    assert found.state == INVALID and "no class folders in Real World" in found.detail
+    assert found.problems and all(p in found.detail for p in found.problems)
 
 
 def test_domains_with_different_class_folders_would_be_mislabelled(tmp_path):
-    make_domains(tmp_path / "VLCS", ["Caltech101", "LabelMe", "SUN09"], ["bird", "car"])
-    make_domains(tmp_path / "VLCS", ["VOC2007"], ["bird", "chair"])
+    classes = IMAGE_LAYOUTS["VLCS"].classes
+    make_domains(tmp_path / "VLCS", ["Caltech101", "LabelMe", "SUN09"], classes)
+    make_domains(tmp_path / "VLCS", ["VOC2007"], [c for c in classes if c != "car"])
     found = dataset_status("VLCS", "domainbed.datasets", 4, str(tmp_path))
     assert found.state == INVALID
-    assert "Caltech101 and VOC2007 have different class folders (car, chair)" in found.detail
+    assert f"domain folder {tmp_path / 'VLCS' / 'VOC2007'} has no folder of class(es) 'car'" in (
+        found.detail
+    )
+    assert "the classes after a missing or extra one get other labels" in found.detail
 
 
-def test_a_synthetic_folder_says_so(tmp_path):
+def test_a_synthetic_folder_says_so_and_is_not_held_to_the_download_s_counts(tmp_path):
     make_domains(tmp_path / "PACS", ["art_painting", "cartoon", "photo", "sketch"])
-    assert "SYNTHETIC" not in dataset_status("PACS", "domainbed.datasets", 4, str(tmp_path)).detail
+    found = dataset_status("PACS", "domainbed.datasets", 4, str(tmp_path))
+    assert found.state == INVALID and "the counts of no published release" in found.detail
     (tmp_path / "PACS" / SYNTHETIC_MARKER).write_text("")
     found = dataset_status("PACS", "domainbed.datasets", 4, str(tmp_path))
     assert found.state == PRESENT and "SYNTHETIC: random images, not the dataset" in found.detail
 
 
-def test_mnist_needs_torchvision_s_raw_files(tmp_path):
-    assert dataset_status("RotatedMNIST", "domainbed.datasets", 6, str(tmp_path)).state == MISSING
-    raw = tmp_path / "MNIST" / "raw"
+def write_mnist(raw, truncate=0):
     raw.mkdir(parents=True)
-    for name in (
-        "train-images-idx3-ubyte",
-        "train-labels-idx1-ubyte",
-        "t10k-images-idx3-ubyte",
-        "t10k-labels-idx1-ubyte",
-    ):
-        (raw / name).write_bytes(b"")
+    for name in mnist_files():
+        items = 60_000 if name.startswith("train") else 10_000
+        if "images" in name:
+            header = struct.pack(">IIII", 2051, items, MNIST_SIDE, MNIST_SIDE)
+            size = items * MNIST_SIDE * MNIST_SIDE
+        else:
+            header, size = struct.pack(">II", 2049, items), items
+        with open(raw / name, "wb") as stream:
+            stream.write(header)
+            stream.truncate(len(header) + size - truncate)  # zeros, without writing them
+
+
+def test_mnist_needs_torchvision_s_raw_files_whole(tmp_path):
+    found = dataset_status("RotatedMNIST", "domainbed.datasets", 6, str(tmp_path))
+    assert found.state == MISSING and "download_mnist" in found.detail
+    write_mnist(tmp_path / "MNIST" / "raw")
     assert dataset_status("RotatedMNIST", "domainbed.datasets", 6, str(tmp_path)).state == PRESENT
+    write_mnist(tmp_path / "cut" / "MNIST" / "raw", truncate=100)
+    found = dataset_status("ColoredMNIST", "domainbed.datasets", 3, str(tmp_path / "cut"))
+    assert found.state == INVALID and "where its header needs" in found.detail
 
 
 def test_wilds_needs_its_release_marker(tmp_path):
-    assert dataset_status("WILDSCamelyon", "domainbed.datasets", 5, str(tmp_path)).state == MISSING
-    (tmp_path / "camelyon17_v1.0").mkdir()
-    (tmp_path / "camelyon17_v1.0" / "RELEASE_v1.0.txt").write_text("")
-    assert dataset_status("WILDSCamelyon", "domainbed.datasets", 5, str(tmp_path)).state == PRESENT
+    found = dataset_status("WILDSCamelyon", "domainbed.datasets", 5, str(tmp_path))
+    assert found.state == MISSING
+    assert (
+        f"not found: expected {tmp_path / 'camelyon17_v1.0' / 'RELEASE_v1.0.txt'}" in found.detail
+    )
+    assert "Camelyon17Dataset(root_dir=" in found.detail
 
 
 def test_embedded_and_unknown_datasets(tmp_path):
@@ -83,8 +109,44 @@ def test_embedded_and_unknown_datasets(tmp_path):
     assert dataset_status("Debug28", "domainbed.datasets", 3, None).state == NOT_NEEDED
     other = dataset_status("Theirs", "their_package.data", 3, str(tmp_path))
     assert other.state == NOT_CHECKED and other.ok
+    # A DomainBed whose PACS has other domains than the layout this check knows.
+    changed = dataset_status("PACS", "domainbed.datasets", 5, str(tmp_path))
+    assert changed.state == NOT_CHECKED and "5 domains, not 4" in changed.detail
 
 
 def test_no_data_dir_for_a_dataset_with_files():
     found = dataset_status("PACS", "domainbed.datasets", 4, None)
     assert not found.ok and "--data_dir" in found.detail
+
+
+def test_the_sweep_preflight_and_the_doctor_name_a_broken_copy_before_any_job(
+    tmp_path, monkeypatch
+):
+    layout = IMAGE_LAYOUTS["PACS"]
+    make_domains(tmp_path / "data" / "PACS", layout.domains, layout.classes)
+    (tmp_path / "data" / "PACS" / "photo" / "giraffe" / "0.jpg").unlink()
+    (tmp_path / "data" / "PACS" / "photo" / "giraffe").rmdir()
+    expected = f"domain folder {tmp_path / 'data' / 'PACS' / 'photo'} has no folder of class"
+    sweep_file = tmp_path / "sweep.toml"
+    output = tmp_path / "sweep"
+    sweep_file.write_text(
+        f'[sweep]\nalgorithms = ["ERM"]\ndatasets = ["PACS"]\noutput_dir = "{output}"\n'
+    )
+    sweep = plan.resolve(config.load_sweep(sweep_file), str(tmp_path / "data"), None)
+    with pytest.raises(UserError, match="the jobs would fail before their first step") as refused:
+        check_ready(sweep, "local", os.environ)
+    assert expected in str(refused.value) and not output.exists()
+
+    registered = environment.ProbeResult(
+        python="python",
+        executable=sys.executable,
+        domainbed="/opt/DomainBed/domainbed",
+        algorithms=["ERM"],
+        datasets=["PACS"],
+        launchers=["local"],
+    )
+    monkeypatch.setattr(environment, "probe_fresh_process", lambda: registered)
+    checks = doctor.diagnose("ERM", "PACS", str(tmp_path / "data"))
+    (data,) = [check for check in checks if check.title == "data"]
+    assert data.status == doctor.FAIL and data.details[0] == "PACS: not usable:"
+    assert any(line.startswith(expected) for line in data.details[1:])

@@ -1,0 +1,319 @@
+"""Dataset manifests: a user's own image dataset, described in a few lines of TOML, registered
+into DomainBed like PACS without writing a dataset class.
+
+A manifest names a dataset, its images and, optionally, how DomainBed trains on it::
+
+    name = "MyData"                 # required: DomainBed's --dataset name
+    root = "/data/mydata"           # required: absolute, or relative to this file
+    # either one folder per domain in root, each holding one folder per class (PACS's layout),
+    # or a CSV with columns path, label and domain (paths relative to root):
+    csv = "labels.csv"              # absolute, or relative to this file
+    domains = ["photo", "sketch"]   # default: every domain, sorted; the order of --test_envs
+    input_size = 224                # 28, 32 or 224 (default): picks DomainBed's featurizer
+    steps = 3000                    # DomainBed's N_STEPS for it (default 5001)
+    checkpoint_freq = 300           # DomainBed's CHECKPOINT_FREQ (default 100)
+
+Folders whose names start with ``.`` (``.ipynb_checkpoints``) are neither domains nor classes.
+
+Every process finds the manifests through ``DMG_DOMAINBED_DATASETS``: absolute paths of
+manifest files, or of folders whose ``*.toml`` files are manifests, separated by ``:``. An
+environment variable reaches every job of every launcher unchanged (DomainBed's sweep passes
+its environment to each job, sbatch exports it to Slurm jobs) and each process reads it when it
+imports DomainBed's datasets; absolute paths mean the same file from any working folder and any
+node that mounts it.
+
+Reading a manifest opens only the manifest, the root folder's listing and the CSV; the images
+are listed when the dataset is built (:func:`list_files`) and checked by ``dmg-domainbed data
+check``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dmg_domainbed.datasets.image_files import DomainFiles, list_domain, subfolders
+from dmg_domainbed.errors import UserError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+MANIFESTS_VARIABLE = "DMG_DOMAINBED_DATASETS"
+CSV_COLUMNS = ("path", "label", "domain")
+# Input side -> the featurizer DomainBed's networks.Featurizer builds for it.
+INPUT_SIZES = {28: "MNIST_CNN", 32: "Wide_ResNet", 224: "ResNet"}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _names(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(_text(v) for v in value)
+        and len(set(value)) == len(value)
+    )
+
+
+# key -> (check, what a valid value looks like)
+KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "name": (
+        lambda v: isinstance(v, str) and bool(_NAME.match(v)),
+        "a name of letters, digits and _, not starting with a digit",
+    ),
+    "root": (_text, "a folder path"),
+    "csv": (_text, "a CSV file path"),
+    "domains": (_names, "a non-empty list of distinct domain names"),
+    "input_size": (
+        lambda v: v in INPUT_SIZES,
+        ", ".join(f"{side} (DomainBed's {net})" for side, net in INPUT_SIZES.items()),
+    ),
+    "steps": (_positive, "an integer >= 1"),
+    "checkpoint_freq": (_positive, "an integer >= 1"),
+}
+# Required key -> an example of it.
+REQUIRED = {"name": 'name = "MyData"', "root": 'root = "/data/mydata"'}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A checked manifest; ``domains`` in DomainBed's order, found in the data when the
+    manifest does not list them."""
+
+    path: Path
+    name: str
+    root: Path
+    domains: tuple[str, ...]
+    csv: Path | None = None
+    input_size: int = 224
+    steps: int | None = None
+    checkpoint_freq: int | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return (3, self.input_size, self.input_size)
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with open(path, newline="") as stream:
+            reader = csv.DictReader(stream)
+            absent = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or ())]
+            if absent:
+                raise UserError(
+                    f"{path}: no column(s) {', '.join(absent)} in its header "
+                    f"{reader.fieldnames or '(empty file)'}; a manifest's CSV needs a header line "
+                    f"with the columns {', '.join(CSV_COLUMNS)} (others are ignored)"
+                )
+            return list(reader)
+    except OSError as error:
+        raise UserError(f"cannot read the CSV {path}: {error.strerror or error}") from None
+    except (csv.Error, UnicodeDecodeError) as error:
+        raise UserError(f"{path} is not a readable CSV file: {error}") from None
+
+
+def _visible(names: list[str]) -> list[str]:
+    return [name for name in names if not name.startswith(".")]
+
+
+def _found_domains(root: Path, table: Path | None) -> list[str]:
+    if table is None:
+        return _visible(subfolders(root))
+    return sorted({row["domain"] for row in _csv_rows(table) if row["domain"]})
+
+
+def parse_manifest(document: Mapping[str, Any], path: Path) -> Manifest:
+    """A :class:`Manifest` from a parsed TOML document; :class:`UserError` if it is not one."""
+
+    def fail(message: str) -> UserError:
+        return UserError(f"dataset manifest {path}: {message}")
+
+    unknown = sorted(set(document) - set(KEYS))
+    if unknown:
+        raise fail(f"unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(KEYS)}")
+    for key in REQUIRED:
+        if key not in document:
+            raise fail(f"{key} = ... is required ({KEYS[key][1]}), e.g. {REQUIRED[key]}")
+    for key, value in document.items():
+        check, allowed = KEYS[key]
+        if not check(value):
+            raise fail(f"{key} = {value!r} is not valid: it must be {allowed}")
+    here = path.parent
+    root = here / Path(document["root"]).expanduser()
+    if not root.is_dir():
+        raise fail(f"root = {document['root']!r}: no folder {root}; give the folder of the images")
+    table = here / Path(document["csv"]).expanduser() if "csv" in document else None
+    if table is not None and not table.is_file():
+        raise fail(f"csv = {document['csv']!r}: no file {table}")
+    try:
+        found = _found_domains(root, table)
+    except OSError as error:
+        raise fail(f"cannot list {root}: {error.strerror or error}") from None
+    where = f"the CSV's domain column ({table})" if table else f"the folders of {root}"
+    if not found:
+        layout = (
+            "rows with a domain" if table else "one folder per domain, each holding one per class"
+        )
+        raise fail(f"no domains in {where}: it needs {layout}")
+    domains = document.get("domains", found)
+    absent = [d for d in domains if d not in found]
+    if absent:
+        raise fail(
+            f"domains {', '.join(absent)} are not in {where} ({', '.join(found)}); "
+            "list domains from there, or leave domains out to take all of them"
+        )
+    if len(domains) < 2:
+        raise fail(
+            f"one domain ({domains[0]}) in {where}: domain generalization needs at least "
+            "two, one to train on and one to test on"
+        )
+    return Manifest(
+        path=path,
+        name=document["name"],
+        root=root.resolve(),
+        domains=tuple(domains),
+        csv=table.resolve() if table else None,
+        input_size=document.get("input_size", 224),
+        steps=document.get("steps"),
+        checkpoint_freq=document.get("checkpoint_freq"),
+    )
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read and check one manifest file."""
+    path = Path(path).expanduser().absolute()
+    try:
+        with open(path, "rb") as stream:
+            document = tomllib.load(stream)
+    except OSError as error:
+        raise UserError(f"dataset manifest {path}: cannot read it: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"dataset manifest {path}: not valid TOML: {error}") from None
+    return parse_manifest(document, path)
+
+
+def manifest_files(environ: Mapping[str, str]) -> list[Path]:
+    """The manifest files ``DMG_DOMAINBED_DATASETS`` names; :class:`UserError` for a relative
+    path or one that does not exist."""
+    files = []
+    for entry in environ.get(MANIFESTS_VARIABLE, "").split(os.pathsep):
+        if not entry.strip():
+            continue
+        path = Path(entry.strip()).expanduser()
+        if not path.is_absolute():
+            raise UserError(
+                f"{MANIFESTS_VARIABLE} names {entry!r}, a relative path: a job started in another "
+                "folder (or on another node) would not find it. Give its absolute path, e.g. "
+                f"{MANIFESTS_VARIABLE}=$PWD/{entry}"
+            )
+        if path.is_dir():
+            files += sorted(path.glob("*.toml"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise UserError(
+                f"{MANIFESTS_VARIABLE} names {path}, which does not exist: give dataset manifest "
+                "files, or folders of them, separated by ':'"
+            )
+    return files
+
+
+def read_manifests(environ: Mapping[str, str]) -> tuple[list[Manifest], list[UserError]]:
+    """The manifests ``DMG_DOMAINBED_DATASETS`` names, and the problem of each one that cannot
+    be used (a second manifest of one name included)."""
+    try:
+        files = manifest_files(environ)
+    except UserError as error:
+        return [], [error]
+    manifests: dict[str, Manifest] = {}
+    problems = []
+    for file in files:
+        try:
+            manifest = load_manifest(file)
+        except UserError as error:
+            problems.append(error)
+            continue
+        first = manifests.get(manifest.name)
+        if first is not None:
+            problems.append(
+                UserError(
+                    f"dataset manifest {file}: name {manifest.name!r} is already taken by "
+                    f"{first.path}; give one of them another name"
+                )
+            )
+            continue
+        manifests[manifest.name] = manifest
+    return list(manifests.values()), problems
+
+
+def list_files(manifest: Manifest) -> list[DomainFiles]:
+    """Each domain's image files by class, in the manifest's domain order."""
+    if manifest.csv is None:
+        domains = [list_domain(manifest.root / domain, domain) for domain in manifest.domains]
+        for domain in domains:
+            domain.classes = {name: domain.classes[name] for name in _visible(list(domain.classes))}
+        return domains
+    domains = {d: DomainFiles(d, manifest.root) for d in manifest.domains}
+    for row in _csv_rows(manifest.csv):
+        domain = domains.get(row["domain"])
+        if domain is None:
+            continue
+        path = str(manifest.root / row["path"])
+        if os.path.isfile(path):
+            domain.classes.setdefault(row["label"], []).append(path)
+        else:
+            domain.missing.append(path)
+    return list(domains.values())
+
+
+def class_names(domains: list[DomainFiles]) -> list[str]:
+    """Every class of the dataset, in label order: sorted, numerically if all are numbers."""
+    names = {name for domain in domains for name in domain.classes}
+    if all(name.strip().lstrip("-").isdigit() for name in names):
+        return sorted(names, key=int)
+    return sorted(names)
+
+
+def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
+    """What stops DomainBed from training on the listed files: a domain without images, a
+    class without images in some domain, files the CSV names that are not there. Each says
+    what was found and how to fix it."""
+    problems = []
+    classes = class_names(domains)
+    for domain in domains:
+        where = f"domain {domain.name!r} of {manifest.name} ({manifest.path})"
+        if domain.missing:
+            shown = ", ".join(domain.missing[:3]) + (" ..." if len(domain.missing) > 3 else "")
+            problems.append(
+                f"{where}: {len(domain.missing)} file(s) its CSV names do not exist ({shown}); "
+                f"fix the paths in {manifest.csv} (relative to {manifest.root}) or remove the rows"
+            )
+        if not domain.images:
+            problems.append(
+                f"{where}: no images; put its images in one folder per class under "
+                f"{domain.folder}, or leave it out of domains"
+            )
+            continue
+        empty = [name for name in classes if not domain.classes.get(name)]
+        if empty:
+            problems.append(
+                f"{where}: no images of class(es) {', '.join(empty)}, which other domains have; "
+                "every domain needs every class (a domain without a class poses another task, "
+                "not the same task in another domain): add them, or remove those classes from "
+                "every domain"
+            )
+    return problems

@@ -1,0 +1,120 @@
+"""Is a dataset on disk what DomainBed will read, before any job starts?
+
+One entry point, :func:`check_dataset`, for ``dmg-domainbed data check``, the doctor and the
+sweep preflight: DomainBed's image datasets (:mod:`.folder_check`), its MNIST and WILDS datasets
+(:mod:`.mnist_check`, :mod:`.wilds_check`) and manifest datasets. ``quick`` looks at names,
+counts and file headers only; the full check also decodes every image, in parallel over
+``workers`` processes. Nothing is written or downloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from dmg_domainbed.datasets.layouts import (
+    IMAGE_LAYOUTS,
+    MNIST_DATASETS,
+    WILDS_LAYOUTS,
+)
+from dmg_domainbed.datasets.manifest import Manifest
+from dmg_domainbed.preflight.findings import ERROR, DatasetReport
+from dmg_domainbed.preflight.folder_check import check_image_dataset, check_manifest_dataset
+from dmg_domainbed.preflight.mnist_check import check_mnist
+from dmg_domainbed.preflight.wilds_check import check_wilds
+
+# DomainBed's datasets whose files this check knows, in DomainBed's order.
+FILE_DATASETS = (*MNIST_DATASETS, *IMAGE_LAYOUTS, *WILDS_LAYOUTS)
+
+
+def registered_manifests() -> dict[str, Manifest]:
+    """The manifest datasets registered into DomainBed here, by name."""
+    from domainbed import datasets
+
+    classes = {name: vars(datasets).get(name) for name in datasets.DATASETS}
+    return {name: cls.MANIFEST for name, cls in classes.items() if hasattr(cls, "MANIFEST")}
+
+
+def _environments(dataset: str) -> list[str]:
+    from domainbed import datasets
+
+    return list(datasets.get_dataset_class(dataset).ENVIRONMENTS)
+
+
+def check_dataset(
+    dataset: str,
+    data_dir: str | Path | None,
+    quick: bool,
+    workers: int = 1,
+    manifests: Mapping[str, Manifest] | None = None,
+) -> DatasetReport:
+    """The findings on ``dataset`` (a DomainBed dataset with files, or one of ``manifests``,
+    default: the registered ones) under ``data_dir``."""
+    manifests = registered_manifests() if manifests is None else manifests
+    report = DatasetReport(dataset, str(data_dir), quick)
+    if dataset in manifests:
+        check_manifest_dataset(report, manifests[dataset], workers)
+        return report
+    if dataset not in FILE_DATASETS:
+        raise ValueError(f"no check of the files of {dataset}")
+    if data_dir is None:
+        report.present = False
+        report.add(ERROR, "no --data_dir given", f"the folder that holds {dataset}")
+        return report
+    base = Path(data_dir).expanduser().resolve()
+    if dataset in IMAGE_LAYOUTS:
+        environments = _environments(dataset)
+        check_image_dataset(report, IMAGE_LAYOUTS[dataset], environments, base, workers)
+    elif dataset in WILDS_LAYOUTS:
+        domains = len(_environments(dataset))
+        check_wilds(report, WILDS_LAYOUTS[dataset], domains, base, workers)
+    else:
+        check_mnist(report, base)
+    return report
+
+
+def found_under(data_dir: str | Path) -> list[str]:
+    """DomainBed's datasets with files whose folder (or MNIST's raw files) is in ``data_dir``."""
+    base = Path(data_dir).expanduser()
+    found = []
+    for dataset in FILE_DATASETS:
+        if dataset in IMAGE_LAYOUTS:
+            there = (base / IMAGE_LAYOUTS[dataset].folder).is_dir()
+        elif dataset in WILDS_LAYOUTS:
+            there = (base / WILDS_LAYOUTS[dataset].folder).is_dir()
+        else:
+            there = (base / "MNIST" / "raw").is_dir()
+        if there:
+            found.append(dataset)
+    return found
+
+
+def _table(report: DatasetReport) -> list[str]:
+    if not report.counts:
+        return []
+    width = max(len("domain"), *(len(c.domain) for c in report.counts))
+    known = any(c.expected is not None for c in report.counts)
+    lines = [f"  {'domain':<{width}}  {'images':>9}" + ("  published" if known else "")]
+    for count in report.counts:
+        line = f"  {count.domain:<{width}}  {count.images:>9,}"
+        if count.expected is not None:
+            mark = "" if count.images == count.expected else "  <- differs"
+            line += f"  {count.expected:>9,}{mark}"
+        lines.append(line)
+    return lines
+
+
+def render(report: DatasetReport) -> list[str]:
+    """The report a user reads for one dataset, ending with its verdict."""
+    how = "quick: names, counts, headers" if report.quick else f"{report.decoded:,} decoded"
+    lines = [f"{report.dataset}: {report.location} ({how})", *_table(report)]
+    lines += [f"  [{finding.severity:^5}] {finding}" for finding in report.findings]
+    errors, warnings = len(report.errors), len(report.warnings)
+    if errors:
+        lines.append(
+            f"{report.dataset}: NOT READY: {errors} error(s), {warnings} warning(s): a run "
+            "would stop or train on other data than the download's; fix the errors above"
+        )
+    else:
+        lines.append(f"{report.dataset}: ok ({warnings} warning(s))")
+    return lines

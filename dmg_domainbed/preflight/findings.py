@@ -1,0 +1,75 @@
+"""What a data check finds: each finding says what was found, what DomainBed expects and how to
+fix it; a dataset's report gathers its findings and its image count per domain.
+
+An ``ERROR`` is something that would stop a job or make DomainBed train or test on other data
+than the download's (another domain order, other labels, other images); a warning deserves a
+look but changes neither; info only describes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ERROR, WARNING, INFO = "ERROR", "warn", "info"
+# Files named per finding kind; the rest are counted.
+MAX_LISTED = 20
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str
+    found: str
+    expected: str = ""
+    fix: str = ""
+
+    def __str__(self) -> str:
+        text = self.found
+        if self.expected:
+            text += f"; expected {self.expected}"
+        if self.fix:
+            text += f"; fix: {self.fix}"
+        return text
+
+
+@dataclass(frozen=True)
+class DomainCount:
+    """Images DomainBed would read in one domain, and the download's number (if known)."""
+
+    domain: str
+    images: int
+    expected: int | None = None
+
+
+@dataclass
+class DatasetReport:
+    """The check of one dataset at ``location``; ``present`` is False when its data is not
+    there at all."""
+
+    dataset: str
+    location: str
+    quick: bool
+    present: bool = True
+    findings: list[Finding] = field(default_factory=list)
+    counts: list[DomainCount] = field(default_factory=list)
+    decoded: int = 0
+
+    def add(self, severity: str, found: str, expected: str = "", fix: str = "") -> None:
+        self.findings.append(Finding(severity, found, expected, fix))
+
+    def listed(self, severity: str, items: list[Finding], what: str, fix: str = "") -> None:
+        """Add ``items`` up to :data:`MAX_LISTED`, then one finding counting the rest."""
+        self.findings += items[:MAX_LISTED]
+        if len(items) > MAX_LISTED:
+            self.add(severity, f"... and {len(items) - MAX_LISTED} more {what}", fix=fix)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors

@@ -1,0 +1,80 @@
+"""Check of the WILDS datasets DomainBed reads (WILDSCamelyon, WILDSFMoW).
+
+DomainBed builds them with the WILDS package, from ``<data_dir>/<name>_v<version>/``: the
+package needs the release marker there, and its metadata table defines the images, their
+labels and the metadata field whose values are DomainBed's domains. The check reads that table
+through the WILDS class itself (as DomainBed does), counts each domain's images and compares
+the number of domains with DomainBed's, and the image files on disk with the table's rows. The
+full check decodes every image file of the release.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections import Counter
+from pathlib import Path
+
+from dmg_domainbed.datasets.layouts import WildsLayout
+from dmg_domainbed.preflight.decoding import decode_all
+from dmg_domainbed.preflight.downloads import download_command
+from dmg_domainbed.preflight.findings import ERROR, DatasetReport, DomainCount
+from dmg_domainbed.preflight.image_findings import add_image_findings
+
+
+def _files(folder: Path) -> list[str]:
+    return [
+        os.path.join(parent, name)
+        for parent, _, names in sorted(os.walk(folder))
+        for name in sorted(names)
+    ]
+
+
+def check_wilds(
+    report: DatasetReport, layout: WildsLayout, domains: int, data_dir: Path, workers: int
+) -> None:
+    release = data_dir / layout.folder
+    report.location = str(release)
+    fix = f"download it again: {download_command(report.dataset, data_dir)}"
+    if not (release / layout.marker).is_file():
+        report.present = release.is_dir()
+        report.add(
+            ERROR,
+            f"not found: expected {release / layout.marker}, the marker of the WILDS release",
+            fix=f"download it: {download_command(report.dataset, data_dir)}",
+        )
+        return
+    module, name = layout.wilds_class.split(":")
+    try:
+        dataset = getattr(importlib.import_module(module), name)(root_dir=str(data_dir))
+    except Exception as error:  # whatever the WILDS package raises on a broken release
+        report.add(
+            ERROR,
+            f"the WILDS package cannot read {release}: {type(error).__name__}: {error}",
+            "a whole release",
+            fix,
+        )
+        return
+    column = dataset.metadata_fields.index(layout.domain_field)
+    per_domain = Counter(dataset.metadata_array[:, column].tolist())
+    report.counts = [
+        DomainCount(f"{layout.domain_field}_{value}", n) for value, n in sorted(per_domain.items())
+    ]
+    if len(per_domain) != domains:
+        report.add(
+            ERROR,
+            f"{len(per_domain)} values of {layout.domain_field} in the metadata of {release}",
+            f"{domains}, DomainBed's domains of {report.dataset}",
+            fix,
+        )
+    files = _files(release / layout.images)
+    rows = len(dataset.metadata_array)
+    if len(files) < rows:
+        report.add(
+            ERROR,
+            f"{len(files):,} files in {release / layout.images}",
+            f"an image for each of the metadata's {rows:,} rows: {rows - len(files):,} are missing",
+            fix,
+        )
+    if not report.quick:
+        add_image_findings(report, decode_all(files, workers, f"{report.dataset}: decoding"))

@@ -1,0 +1,149 @@
+"""Manifest datasets: a few lines of TOML make a folder of domains (or a CSV) a DomainBed dataset
+with DomainBed's image hparams and augmentation; a bad manifest is refused with what was given
+and how to fix it."""
+
+import pickle
+
+import pytest
+import torch
+from domainbed import datasets, hparams_registry
+
+from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, load_manifest, read_manifests
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight import requirements
+
+from ..helpers import cli
+from .conftest import DOMAINS, write_domains
+
+
+def write_manifest(folder, text, name="mydata.toml"):
+    (folder / name).write_text(text)
+    return folder / name
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    write_domains(tmp_path / "images")
+    return write_manifest(
+        tmp_path,
+        'name = "MyData"\nroot = "images"\ninput_size = 28\nsteps = 40\ncheckpoint_freq = 20\n',
+    )
+
+
+def test_a_folder_of_domains_becomes_a_domainbed_image_dataset(manifest, registered):
+    (manifest.parent / "images" / ".ipynb_checkpoints" / "cat").mkdir(parents=True)
+    (manifest.parent / "images" / "north" / ".thumbnails").mkdir()  # hidden: no domain, no class
+    assert registered(manifest) == ["MyData"]
+    cls = datasets.get_dataset_class("MyData")
+    assert "MyData" in datasets.DATASETS and issubclass(
+        cls, datasets.MultipleEnvironmentImageFolder
+    )
+    assert (cls.ENVIRONMENTS, cls.N_STEPS, cls.CHECKPOINT_FREQ) == (list(DOMAINS), 40, 20)
+    assert datasets.num_environments("MyData") == 3
+    # Pickled by reference, as DomainBed's own classes: found again where registered.
+    assert cls.__module__ == "domainbed.datasets" and pickle.loads(pickle.dumps(cls)) is cls
+    hparams = hparams_registry.default_hparams("ERM", "MyData")
+    assert hparams["batch_size"] == 32  # DomainBed's image hparams, not its small-image ones
+    dataset = cls(None, [2], hparams)  # DomainBed's train.py passes --data_dir: not read
+    assert len(dataset) == 3 and dataset.num_classes == 2 and dataset.input_shape == (3, 28, 28)
+    assert [len(env) for env in dataset] == [6, 6, 6]
+    x, y = dataset[0][4]
+    assert x.shape == (3, 28, 28) and y == 1 and dataset[0].samples[4][0].endswith("dog/1.png")
+    # Training domains are augmented (random crops), the test domain is not.
+    torch.manual_seed(0)
+    assert not torch.equal(dataset[0][0][0], dataset[0][0][0])
+    assert torch.equal(dataset[2][0][0], dataset[2][0][0])
+    plain = cls(None, [2], {**hparams, "data_augmentation": False})
+    assert torch.equal(plain[0][0][0], plain[0][0][0])
+
+
+def test_a_csv_of_path_label_and_domain(tmp_path, registered):
+    write_domains(tmp_path / "images", domains=("a", "b"), classes=("x",), per_class=4)
+    lines = ["path,label,domain,note"]
+    lines += [f"{d}/x/{i}.png,{i % 2 + 9},{d},-" for d in ("b", "a") for i in range(4)]
+    (tmp_path / "labels.csv").write_text("\n".join(lines) + "\n")
+    file = write_manifest(tmp_path, 'name = "Listed"\nroot = "images"\ncsv = "labels.csv"\n')
+    assert registered(file) == ["Listed"]
+    cls = datasets.get_dataset_class("Listed")
+    assert cls.ENVIRONMENTS == ["a", "b"] and cls.INPUT_SHAPE == (3, 224, 224)
+    dataset = cls(None, [0], hparams_registry.default_hparams("ERM", "Listed"))
+    assert dataset.classes == ["9", "10"]  # numbers in numeric order
+    assert sorted(dataset[1].targets) == [0, 0, 1, 1]
+    (tmp_path / "images" / "a" / "x" / "3.png").unlink()
+    with pytest.raises(UserError, match=r"domain 'a' of Listed .*: 1 file\(s\) its CSV names do "):
+        cls(None, [0], hparams_registry.default_hparams("ERM", "Listed"))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('root = "images"\n', r"name = \.\.\. is required"),
+        ('name = "My Data"\nroot = "images"\n', r"name = 'My Data' is not valid: it must be a"),
+        ('name = "D"\nroot = "photos"\n', r"root = 'photos': no folder .*photos; give the folder"),
+        (
+            'name = "D"\nroot = "images"\ninput_size = 64\n',
+            r"must be 28 \(DomainBed's MNIST_CNN\), 32 .*, 224 \(DomainBed's ResNet\)",
+        ),
+        ('name = "D"\nroot = "images"\nsplits = 3\n', "unknown key.* splits; valid keys: name,"),
+        ('name = "D"\nroot = "images"\ndomains = ["north", "east"]\n', "domains east are not in"),
+        ('name = "D"\nroot = "images"\ndomains = ["north"]\n', "domain generalization needs at"),
+        ('name = "D"\nroot = "images\n', "not valid TOML"),
+    ],
+)
+def test_a_bad_manifest_says_what_was_given_and_how_to_fix_it(manifest, text, message):
+    bad = write_manifest(manifest.parent, text, "bad.toml")
+    with pytest.raises(UserError, match=message) as refused:
+        load_manifest(bad)
+    assert str(bad) in str(refused.value)
+
+
+def test_a_domain_without_images_or_a_class_missing_in_one_domain_is_refused(manifest, registered):
+    registered(manifest)
+    cls, hparams = (
+        datasets.get_dataset_class("MyData"),
+        hparams_registry.default_hparams("ERM", "PACS"),
+    )
+    images = manifest.parent / "images"
+    for image in (images / "south" / "cat").iterdir():
+        image.unlink()
+    with pytest.raises(UserError, match=r"domain 'south' .*: no images of class\(es\) cat, which"):
+        cls(None, [0], hparams)
+    code, out, _ = cli("data", "check", "--quick")
+    assert code == 1 and "no images of class(es) cat, which other domains have" in out
+    status = requirements.data_status("MyData", None)
+    assert status.state == "not usable" and "no images of class(es) cat" in status.detail
+    for image in (images / "south" / "dog").iterdir():
+        image.unlink()
+    with pytest.raises(UserError, match=r"domain 'south' of MyData .*: no images; put its images"):
+        cls(None, [0], hparams)
+
+
+def test_names_that_are_taken_and_paths_that_cannot_be_found_are_refused(
+    manifest, registered, capsys, monkeypatch
+):
+    clash = write_manifest(manifest.parent, 'name = "PACS"\nroot = "images"\n', "pacs.toml")
+    twin = write_manifest(manifest.parent / "images", 'name = "MyData"\nroot = "."\n', "twin.toml")
+    assert registered(manifest, clash, twin) == ["MyData"]
+    err = capsys.readouterr().err
+    assert f"dataset manifest {clash}: name 'PACS' is taken by DomainBed" in err
+    assert f"dataset manifest {twin}: name 'MyData' is already taken by {manifest}" in err
+    assert datasets.get_dataset_class("PACS").__module__ == "domainbed.datasets"
+    # data check says so too, and fails
+    monkeypatch.setenv(MANIFESTS_VARIABLE, f"{manifest}:{clash}")
+    code, out, _ = cli("data", "check", "--quick")
+    assert code == 1 and f"[ERROR] dataset manifest {clash}: name 'PACS' is taken" in out
+    assert "MyData: ok" in out
+    (relative,) = read_manifests({MANIFESTS_VARIABLE: "mydata.toml"})[1]
+    assert f"{MANIFESTS_VARIABLE} names 'mydata.toml', a relative path" in str(relative)
+    assert f"{MANIFESTS_VARIABLE}=$PWD/mydata.toml" in str(relative)
+    (folder_problem,) = read_manifests({MANIFESTS_VARIABLE: str(manifest.parent / "gone")})[1]
+    assert "which does not exist" in str(folder_problem)
+
+
+def test_data_check_of_a_manifest_file_before_it_is_exported(manifest):
+    code, out, _ = cli("data", "check", "--manifest", str(manifest))
+    assert code == 0, out
+    assert "MyData: " in out and "18 of 18 images decoded" in out
+    clash = write_manifest(manifest.parent, 'name = "VLCS"\nroot = "images"\n', "vlcs.toml")
+    code, _, err = cli("data", "check", "--manifest", str(clash))
+    assert code == 2 and "name 'VLCS' is taken by DomainBed or a plugin" in err
