@@ -9,9 +9,11 @@ from domainbed import datasets, hparams_registry
 from PIL import Image
 
 from dmg_domainbed import synthetic
+from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight.data import IMAGE_FOLDERS, PRESENT, dataset_status
-from dmg_domainbed.preflight.weights import Caches, needed_weights
+from dmg_domainbed.preflight.data import PRESENT, dataset_status
+from dmg_domainbed.preflight.weights import needed_weights
+from dmg_domainbed.weight_files import Caches
 
 
 @pytest.mark.parametrize("dataset", sorted(synthetic.LAYOUTS))

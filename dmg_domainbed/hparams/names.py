@@ -27,7 +27,7 @@ def known_hparams(algorithm_class: type) -> frozenset[str]:
 
 @functools.cache
 def _known_hparams(algorithm_class: type, dataset_names: tuple[str, ...]) -> frozenset[str]:
-    # Cached: DomainBed's registry draws every random value on each call (~10 ms a dataset).
+    # Cached: DomainBed's registry draws every random value on each call.
     from domainbed import hparams_registry
 
     names = {h.name for h in algorithm_class.HPARAMS}

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dmg_domainbed.preflight import data, weights
+from dmg_domainbed.weight_files import Caches, WeightFile, WeightsCheck
 
 
 def data_status(dataset: str, data_dir: str | None) -> data.DataStatus:
@@ -25,8 +26,8 @@ def weight_files(
     algorithm: str,
     dataset: str,
     overrides: Mapping[str, Any] | None = None,
-    caches: weights.Caches | None = None,
-) -> tuple[list[weights.WeightFile], list[str]]:
+    caches: Caches | None = None,
+) -> tuple[list[WeightFile], list[str]]:
     """The weight files a run of ``algorithm`` on ``dataset`` with the fixed hparams
     ``overrides`` loads, looked up in ``caches`` (default: this process's), and problems that
     stop its model from being built. Raises ``UserError`` for a bad hparam."""
@@ -39,7 +40,7 @@ def weight_files(
 
 def own_weights(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
-) -> weights.WeightsCheck | None:
+) -> WeightsCheck | None:
     """The algorithm's own check of the weights it loads instead of DomainBed's featurizer's
     (:func:`~dmg_domainbed.preflight.weights.algorithm_weights`), or ``None``."""
     from domainbed import algorithms

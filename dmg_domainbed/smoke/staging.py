@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dmg_domainbed import synthetic
+from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.smoke.jobs import SmokeJob
+from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches, WeightFile
 
 SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"
 
@@ -78,7 +80,7 @@ class Staging:
         self.data_dir = data_dir
         # None: no stand-ins; else where synthetic datasets go.
         self.synthetic_data_dir = synthetic_data_dir
-        self.random_caches = weights.Caches.under(root / "random_weights")
+        self.random_caches = Caches.under(root / "random_weights")
         self.notes: list[str] = []
         self._data: dict[str, tuple[str | None, list[str], list[str]]] = {}
 
@@ -125,8 +127,8 @@ class Staging:
         staged.stand_ins.append(RANDOM_WEIGHTS)
         return staged
 
-    def _random_weights(self, job: SmokeJob, files: list[weights.WeightFile]) -> None:
-        def ours() -> dict[str, weights.WeightFile]:
+    def _random_weights(self, job: SmokeJob, files: list[WeightFile]) -> None:
+        def ours() -> dict[str, WeightFile]:
             found, _ = requirements.weight_files(
                 job.algorithm, job.dataset, job.fixed_hparams, self.random_caches
             )
@@ -152,9 +154,9 @@ class Staging:
         if found.state in (data.NOT_NEEDED, data.NOT_CHECKED):
             return self.data_dir, [], []
         if found.ok:
-            if dataset not in data.IMAGE_FOLDERS:
+            if dataset not in IMAGE_FOLDERS:
                 return self.data_dir, [], []
-            folder = data.IMAGE_FOLDERS[dataset]
+            folder = IMAGE_FOLDERS[dataset]
             source = Path(self.data_dir).expanduser().resolve() / folder
             per_domain = synthetic.images_needed(job.batch_size, job.holdout_fraction)
             sample = self.root / "sample" / dataset
@@ -183,9 +185,9 @@ class Staging:
         return self.data_dir, [], [f"{dataset} data {found.state}: {found.detail}{hint}"]
 
 
-def _link_cached(file: weights.WeightFile, place: weights.WeightFile) -> None:
+def _link_cached(file: WeightFile, place: WeightFile) -> None:
     """Make the cached ``file`` appear at ``place``, its location in another cache."""
-    if file.layout == weights.HF_SNAPSHOT:
+    if file.layout == HF_SNAPSHOT:
         source, target = file.folder, place.folder
     else:
         source, target = file.path, place.path

@@ -13,19 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.sweep.config import SweepConfig
-
-LAUNCH_MODULE = "dmg_domainbed.sweep.launch"
-ACTIONS = ("launch", "delete_incomplete")
 
 
 @dataclass(frozen=True)
@@ -71,22 +65,6 @@ class Sweep:
             by_hparams.setdefault(key, []).append(algorithm)
         return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
 
-    def to_json(self) -> str:
-        fields = asdict(self.config)
-        fields["path"] = str(self.config.path)
-        return json.dumps(
-            {"config": fields, "data_dir": self.data_dir, "output_dir": self.output_dir}
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Sweep:
-        document = json.loads(text)
-        fields = document["config"]
-        fields["path"] = Path(fields["path"])
-        for key in ("algorithms", "datasets"):
-            fields[key] = tuple(fields[key])
-        return cls(SweepConfig(**fields), document["data_dir"], document["output_dir"])
-
 
 def resolve(config: SweepConfig, data_dir: str | None, output_dir: str | None) -> Sweep:
     """Command-line folders win over the file's; both are made absolute."""
@@ -128,22 +106,6 @@ def jobs(sweep: Sweep, group: Group) -> list[Any]:
             # spaces, so an empty list leaves the bare flag that train.py's store_true expects.
             train_args["save_model_every_checkpoint"] = []
     return [domainbed_sweep.Job(train_args, sweep.output_dir) for train_args in args_list]
-
-
-def launch_command(sweep: Sweep, group: Group, action: str, launcher: str) -> list[str]:
-    """The command that runs DomainBed's ``Job.launch`` (or ``Job.delete`` of the incomplete
-    jobs, for ``delete_incomplete``) on one group's jobs, with ``launcher``."""
-    spec = {
-        "sweep": json.loads(sweep.to_json()),
-        "group": sweep.groups.index(group),
-        "action": action,
-        "launcher": launcher,
-    }
-    return [sys.executable, "-m", LAUNCH_MODULE, json.dumps(spec)]
-
-
-def shell_line(words: Sequence[str]) -> str:
-    return " ".join(shlex.quote(word) for word in words)
 
 
 def state_counts(all_jobs: Sequence[Any]) -> Counter:

@@ -173,10 +173,13 @@ def test_one_source_domain_has_no_conflicts_and_no_outliers():
 @pytest.mark.parametrize(
     "hparams, message",
     [
-        ({"n_parts": 0}, r"'n_parts' must be >= 1; got 0"),
-        ({"n_parts": 2.5}, r"'n_parts' must be of type int"),
-        ({"alpha": 1.5}, r"'alpha' must be <= 1.0; got 1.5"),
-        ({"corrected_params": "bn"}, r"'corrected_params' must be one of 'conv_linear', 'all'"),
+        ({"n_parts": 0}, r"'n_parts' = 0 is not valid: it must be an integer >= 1"),
+        ({"n_parts": 2.5}, r"'n_parts' = 2.5 is not valid: it must be an integer >= 1, not float"),
+        ({"alpha": 1.5}, r"'alpha' = 1.5 is not valid: it must be a number between 0 and 1"),
+        (
+            {"corrected_params": "bn"},
+            r"'corrected_params' = 'bn' is not valid: it must be one of 'conv_linear', 'all'",
+        ),
     ],
 )
 def test_bad_hparams_fail_at_construction(hparams, message):

@@ -152,11 +152,17 @@ def test_state_dict_round_trip_gives_identical_predictions():
 @pytest.mark.parametrize(
     "hparams, message",
     [
-        ({"lambda_overlap": -0.1}, r"'lambda_overlap' must be >= 0.0; got -0.1"),
-        ({"lambda_sparsity": "0.1"}, r"'lambda_sparsity' must be of type float; got '0.1'"),
-        ({"mask_init": "normal"}, r"'mask_init' must be one of 'random_uniform', 'scalar'"),
-        ({"mask_lr": None}, r"'mask_lr' must be of type float"),
-        ({"mask_layers": 3}, r"'mask_layers' must be of type str or list"),
+        ({"lambda_overlap": -0.1}, r"'lambda_overlap' = -0.1 is not valid: it must be a number"),
+        (
+            {"lambda_sparsity": "0.1"},
+            r"'lambda_sparsity' = '0.1' is not valid: it must be a number .*, not str",
+        ),
+        (
+            {"mask_init": "normal"},
+            r"'mask_init' = 'normal' is not valid: it must be one of 'random_uniform', 'scalar'",
+        ),
+        ({"mask_lr": None}, r"'mask_lr' = None is not valid: it must be a number"),
+        ({"mask_layers": 3}, r"'mask_layers' = 3 is not valid: it must be a string or a list"),
     ],
 )
 def test_bad_hparams_fail_at_construction(hparams, message):

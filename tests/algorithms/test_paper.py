@@ -84,7 +84,9 @@ def test_constant_schedule_logs_nothing_new_and_keeps_domainbeds_lr():
 def test_exponential_schedule_needs_the_epoch_length():
     with pytest.raises(UserError, match=r"'epoch_examples' is not set.*\"epoch_examples\": 5995"):
         build("Aggregate", input_shape=FEATURES, lr_schedule="exponential")
-    with pytest.raises(UserError, match=r"'lr_schedule' must be one of 'constant'"):
+    with pytest.raises(
+        UserError, match=r"'lr_schedule' = 'cosine' is not valid: it must be one of 'constant'"
+    ):
         build("DMG", input_shape=FEATURES, lr_schedule="cosine")
 
 

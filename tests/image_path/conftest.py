@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from dmg_domainbed import synthetic
-from dmg_domainbed.preflight.weights import Caches, needed_weights
+from dmg_domainbed.preflight.weights import needed_weights
+from dmg_domainbed.weight_files import Caches
 
 from ..helpers import domainbed_env
 

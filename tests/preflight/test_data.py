@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_SIDE
+from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_SIDE, SYNTHETIC_MARKER
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import doctor, environment
 from dmg_domainbed.preflight.data import (
@@ -17,7 +17,6 @@ from dmg_domainbed.preflight.data import (
     NOT_CHECKED,
     NOT_NEEDED,
     PRESENT,
-    SYNTHETIC_MARKER,
     dataset_status,
 )
 from dmg_domainbed.preflight.mnist_check import mnist_files

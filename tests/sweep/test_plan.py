@@ -71,17 +71,12 @@ def test_resnet18_files_switch_augmix_off_too():
         }
 
 
-def test_groups_share_one_folder_and_their_launch_commands_carry_the_sweep(tmp_path):
+def test_groups_share_one_folder(tmp_path):
     sweep = plan.resolve(load_sweep(SWEEPS / "pacs_resnet50.toml"), "data", str(tmp_path))
     first, second = sweep.groups
     assert first.algorithms == ("Aggregate", "MultiHead") and second.algorithms == ("DMG",)
     assert json.loads(second.hparams_json)["lambda_overlap"] == 0.1
     assert sweep.data_dir == str(Path("data").resolve())
-    command = plan.launch_command(sweep, second, "launch", "submitit")
-    spec = json.loads(command[-1])
-    assert command[1:3] == ["-m", "dmg_domainbed.sweep.launch"]
-    assert (spec["group"], spec["action"], spec["launcher"]) == (1, "launch", "submitit")
-    assert plan.Sweep.from_json(json.dumps(spec["sweep"])) == sweep
     folders = {os.path.dirname(job.output_dir) for g in sweep.groups for job in plan.jobs(sweep, g)}
     assert folders == {str(tmp_path)}
 
@@ -155,24 +150,3 @@ def test_launcher_settings_of_the_file_become_variables_the_environment_wins(tmp
     ]
     env, notes = launcher_environment(config, "local_parallel", {})
     assert "DMG_SUBMITIT_GPUS" not in env and "not used" in notes[0]
-
-
-def test_incomplete_jobs_are_deleted_before_the_launch_only_when_asked(tmp_path, monkeypatch):
-    from dmg_domainbed.sweep import run
-
-    sweep = plan.resolve(load_sweep(SWEEPS / "demo.toml"), "data", str(tmp_path))
-    jobs = plan.jobs(sweep, sweep.groups[0])
-    for n, job in enumerate(jobs):
-        os.makedirs(job.output_dir)
-        if n >= 2:
-            (Path(job.output_dir) / "done").write_text("")
-    actions = []
-    monkeypatch.setattr(
-        run,
-        "_run",
-        lambda command, env, output: actions.append(json.loads(command[-1])["action"]) or 0,
-    )
-    assert run.execute(sweep, "local", {}, False, echo=lambda _: None) == 0
-    assert actions == []  # incomplete jobs are left alone; nothing else to launch
-    assert run.execute(sweep, "local", {}, True, echo=lambda _: None) == 0
-    assert actions == ["delete_incomplete", "launch"]
