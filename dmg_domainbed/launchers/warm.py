@@ -93,6 +93,8 @@ def _end_with_launcher() -> None:
 def _run(module: str, arguments: list[str], environ: dict[str, str], log: Path | None) -> None:
     gc.freeze()  # the server's objects stay out of the job's collections, and their pages shared
     os.setsid()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as a new interpreter has it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=_end_with_launcher, name="launcher-watch", daemon=True).start()
     if log is not None:
         output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)

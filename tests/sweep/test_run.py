@@ -124,6 +124,10 @@ def test_ctrl_c_stops_the_jobs_frees_the_folder_and_says_how_to_resume(tmp_path)
         f"Interrupted: the sweep's running jobs were stopped; 0 of 4 jobs are done and kept in "
         f"{sweep_dir}. Run the same command with --delete-incomplete to resume."
     )
+    # The fork server of warm jobs notices its launcher's end a moment later.
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in below) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert {pid for pid in below if alive(pid)} == set()
     assert [p.name for p in sweep_dir.iterdir() if p.name.startswith(".")] == []  # lock freed
 
