@@ -32,9 +32,9 @@ import domainbed.datasets  # noqa: F401  (imported once, before anything is time
 import numpy as np
 from PIL import Image
 
+from dmg_domainbed.datacheck.data_check import check_dataset
+from dmg_domainbed.datacheck.decoding import available_cores
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS
-from dmg_domainbed.preflight.data_check import check_dataset
-from dmg_domainbed.preflight.decoding import available_cores
 
 SIDE = 227
 

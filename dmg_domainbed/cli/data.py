@@ -56,8 +56,8 @@ def _manifests(files: list[str]) -> tuple[dict, list[str]]:
     from domainbed import datasets
 
     from dmg_domainbed import integration
+    from dmg_domainbed.datacheck.data_check import registered_manifests
     from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
-    from dmg_domainbed.preflight.data_check import registered_manifests
 
     manifests = registered_manifests()
     named, unusable = read_manifests(os.environ)
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from domainbed import datasets
 
     from dmg_domainbed import integration
-    from dmg_domainbed.preflight import data_check
-    from dmg_domainbed.preflight.decoding import available_cores
+    from dmg_domainbed.datacheck import data_check
+    from dmg_domainbed.datacheck.decoding import available_cores
 
     integration.register_into(datasets)  # the datasets only: no algorithm is needed here
     if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():

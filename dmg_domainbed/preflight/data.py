@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmg_domainbed.datacheck.data_check import FILE_DATASETS, check_dataset, registered_manifests
+from dmg_domainbed.datacheck.findings import INFO
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, NO_FILES
-from dmg_domainbed.preflight.data_check import FILE_DATASETS, check_dataset, registered_manifests
-from dmg_domainbed.preflight.findings import INFO
 
 # Datasets this package ships are built from data bundled with installed packages.
 EMBEDDED_MODULE_PREFIX = "dmg_domainbed.datasets"

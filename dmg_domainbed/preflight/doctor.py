@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup
+from dmg_domainbed.datacheck.downloads import domainbed_checkout
 from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, environment, requirements, weights
@@ -33,7 +34,7 @@ class Check:
 
 
 def _domainbed_check() -> Check:
-    checkout = environment.domainbed_checkout()
+    checkout = domainbed_checkout()
     tested = TESTED_DOMAINBED_COMMIT
     if checkout is None:
         return Check(

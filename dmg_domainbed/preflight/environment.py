@@ -3,7 +3,6 @@ process registers the plugins, and what torch sees."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -30,14 +29,6 @@ else:
     facts["launchers"] = sorted(command_launchers.REGISTRY)
 print({_PROBE_MARK!r} + json.dumps(facts))
 """
-
-
-def domainbed_checkout() -> Path | None:
-    """The folder holding the ``domainbed`` package (its checkout), without importing it."""
-    spec = importlib.util.find_spec("domainbed")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]).resolve().parent
 
 
 def git_commit(checkout: Path) -> str | None:

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from dmg_domainbed.datacheck.mnist_check import mnist_files
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_SIDE, SYNTHETIC_MARKER
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import doctor, environment
@@ -19,7 +20,6 @@ from dmg_domainbed.preflight.data import (
     PRESENT,
     dataset_status,
 )
-from dmg_domainbed.preflight.mnist_check import mnist_files
 from dmg_domainbed.sweep import config, plan
 from dmg_domainbed.sweep.run import check_ready
 

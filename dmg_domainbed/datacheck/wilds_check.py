@@ -15,11 +15,11 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from dmg_domainbed.datacheck.decoding import decode_all
+from dmg_domainbed.datacheck.downloads import download_command
+from dmg_domainbed.datacheck.findings import ERROR, DatasetReport, DomainCount
+from dmg_domainbed.datacheck.image_findings import add_image_findings
 from dmg_domainbed.datasets.layouts import WildsLayout
-from dmg_domainbed.preflight.decoding import decode_all
-from dmg_domainbed.preflight.downloads import download_command
-from dmg_domainbed.preflight.findings import ERROR, DatasetReport, DomainCount
-from dmg_domainbed.preflight.image_findings import add_image_findings
 
 
 def _files(folder: Path) -> list[str]:

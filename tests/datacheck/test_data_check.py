@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from dmg_domainbed.datacheck.data_check import check_dataset
+from dmg_domainbed.datacheck.findings import ERROR, WARNING
 from dmg_domainbed.datasets.layouts import DOMAINNET_DUPLICATES_FILE, IMAGE_LAYOUTS
-from dmg_domainbed.preflight.data_check import check_dataset
-from dmg_domainbed.preflight.findings import ERROR, WARNING
 
 from ..helpers import cli
 

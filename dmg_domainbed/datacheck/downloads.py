@@ -3,15 +3,22 @@ its own ``scripts/download.py`` function, or the WILDS package's download."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from dmg_domainbed.datasets.layouts import DOWNLOADERS, WILDS_LAYOUTS
 
 
+def domainbed_checkout() -> Path | None:
+    """The folder holding the ``domainbed`` package (its checkout), without importing it."""
+    spec = importlib.util.find_spec("domainbed")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).resolve().parent
+
+
 def download_command(dataset: str, data_dir: str | Path) -> str:
     """The shell command that downloads ``dataset`` into ``data_dir``."""
-    from dmg_domainbed.preflight.environment import domainbed_checkout
-
     if dataset in WILDS_LAYOUTS:
         module, name = WILDS_LAYOUTS[dataset].wilds_class.split(":")
         return (

@@ -14,9 +14,9 @@ import os
 import struct
 from pathlib import Path
 
+from dmg_domainbed.datacheck.downloads import download_command
+from dmg_domainbed.datacheck.findings import ERROR, INFO, DatasetReport, DomainCount
 from dmg_domainbed.datasets.layouts import MNIST_IMAGES, MNIST_SIDE
-from dmg_domainbed.preflight.downloads import download_command
-from dmg_domainbed.preflight.findings import ERROR, INFO, DatasetReport, DomainCount
 
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
 CLASSES = 10

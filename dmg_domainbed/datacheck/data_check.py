@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from dmg_domainbed.datacheck.findings import ERROR, DatasetReport
+from dmg_domainbed.datacheck.folder_check import check_image_dataset, check_manifest_dataset
+from dmg_domainbed.datacheck.mnist_check import check_mnist
+from dmg_domainbed.datacheck.wilds_check import check_wilds
 from dmg_domainbed.datasets.layouts import (
     IMAGE_LAYOUTS,
     MNIST_DATASETS,
     WILDS_LAYOUTS,
 )
 from dmg_domainbed.datasets.manifest import Manifest
-from dmg_domainbed.preflight.findings import ERROR, DatasetReport
-from dmg_domainbed.preflight.folder_check import check_image_dataset, check_manifest_dataset
-from dmg_domainbed.preflight.mnist_check import check_mnist
-from dmg_domainbed.preflight.wilds_check import check_wilds
 
 # DomainBed's datasets whose files this check knows, in DomainBed's order.
 FILE_DATASETS = (*MNIST_DATASETS, *IMAGE_LAYOUTS, *WILDS_LAYOUTS)

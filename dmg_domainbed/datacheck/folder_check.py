@@ -22,13 +22,13 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from dmg_domainbed.datacheck.decoding import decode_all
+from dmg_domainbed.datacheck.downloads import download_command
+from dmg_domainbed.datacheck.findings import ERROR, INFO, WARNING, DatasetReport, DomainCount
+from dmg_domainbed.datacheck.image_findings import add_image_findings
 from dmg_domainbed.datasets.image_files import DomainFiles, list_image_folders
 from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
 from dmg_domainbed.datasets.manifest import Manifest, file_problems, list_files
-from dmg_domainbed.preflight.decoding import decode_all
-from dmg_domainbed.preflight.downloads import download_command
-from dmg_domainbed.preflight.findings import ERROR, INFO, WARNING, DatasetReport, DomainCount
-from dmg_domainbed.preflight.image_findings import add_image_findings
 
 _SHOWN = 8
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from dmg_domainbed.preflight.decoding import Decoded
-from dmg_domainbed.preflight.findings import ERROR, INFO, WARNING, DatasetReport, Finding
+from dmg_domainbed.datacheck.decoding import Decoded
+from dmg_domainbed.datacheck.findings import ERROR, INFO, WARNING, DatasetReport, Finding
 
 _CLIPPED = (
     ERROR,
