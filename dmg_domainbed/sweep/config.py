@@ -1,33 +1,11 @@
 """Sweep files (``sweeps/*.toml``): a DomainBed sweep written down once, checked before it runs.
 
-A sweep file has two tables; every key is optional unless marked::
-
-    [sweep]
-    algorithms = ["ERM", "DMG"]        # required: DomainBed algorithm names
-    datasets = ["PACS"]                # required: DomainBed dataset names
-    n_hparams = 20                     # hparams seeds n_hparams_from .. n_hparams - 1 (20)
-    n_hparams_from = 0                 # (0)
-    n_trials = 3                       # (3)
-    steps = 5000                       # default: each dataset's own number of steps
-    checkpoint_freq = 500              # default: each dataset's own checkpoint frequency
-    save_model_every_checkpoint = true # false: train.py saves only the final model.pkl
-    single_test_envs = true            # false (DomainBed's default): every 1 and 2 test envs
-    holdout_fraction = 0.2             # (0.2)
-    task = "domain_generalization"     # or "domain_adaptation"
-    data_dir = "data"                  # --data_dir wins; relative to the working directory
-    output_dir = "sweep_output/x"      # --output_dir wins; relative to the working directory
-
-    [sweep.hparams]                    # fixed hparams of every job (DomainBed's --hparams)
-    resnet18 = true
-    [sweep.algorithm_hparams.DMG]      # fixed hparams of DMG's jobs only, on top of the above
-    lambda_overlap = 0.1
-
-    [launcher]
-    name = "submitit"                  # a DomainBed command launcher; --launcher wins
-    gpus = 1                           # the launcher's own settings (see its OPTIONS)
-
-:func:`load_sweep` checks the file's structure; :func:`check_against_domainbed` checks names and
-hparams against DomainBed's registries, with this package's plugins registered.
+``[sweep]`` holds what ``python -m domainbed.scripts.sweep`` takes (:data:`SWEEP_KEYS`, with
+DomainBed's defaults; docs/sweeps.md lists them), its fixed hparams for every job
+(``[sweep.hparams]``) and per algorithm (``[sweep.algorithm_hparams.NAME]``); ``[launcher]``
+names a DomainBed command launcher (``name``) and its own settings (its ``OPTIONS``).
+:func:`load_sweep` checks the file's structure; :func:`check_against_domainbed` checks names
+and hparams against DomainBed's registries, with this package's plugins registered.
 """
 
 from __future__ import annotations

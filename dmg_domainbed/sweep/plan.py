@@ -1,4 +1,4 @@
-"""From a checked sweep file to DomainBed's own job list, and the commands that launch it.
+"""From a checked sweep file to DomainBed's own job list.
 
 DomainBed passes one ``--hparams`` to every job of a sweep, so the algorithms of a sweep file are
 grouped by their fixed hparams and each group is launched on its own, into the same output
@@ -17,6 +17,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tabulate import tabulate
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.sweep.config import SweepConfig
@@ -149,22 +151,17 @@ def summary(sweep: Sweep, jobs_by_group: Sequence[tuple[Group, Sequence[Any]]]) 
         + (f", a checkpoint every {config.checkpoint_freq}" if config.checkpoint_freq else "")
         + (", every checkpoint's model saved" if config.save_model_every_checkpoint else ""),
     ]
-    width = (
-        max(len(f"{job.train_args['dataset']} {job.train_args['algorithm']}") for job in all_jobs)
-        if all_jobs
-        else 0
-    )
     rows = Counter(
         (job.train_args["dataset"], job.train_args["algorithm"], job.state) for job in all_jobs
     )
-    for dataset in config.datasets:
-        for algorithm in config.algorithms:
-            n = {state: rows[(dataset, algorithm, state)] for state in counts}
-            label = f"{dataset} {algorithm}".ljust(width)
-            lines.append(
-                f"    {label}  {sum(n.values()):5d} jobs  ({n[Job.NOT_LAUNCHED]} to launch, "
-                f"{n[Job.DONE]} done, {n[Job.INCOMPLETE]} incomplete)"
-            )
+    states = (Job.NOT_LAUNCHED, Job.DONE, Job.INCOMPLETE)
+    table = [
+        [dataset, algorithm, *(rows[(dataset, algorithm, state)] for state in states)]
+        for dataset in config.datasets
+        for algorithm in config.algorithms
+    ]
+    headers = ["dataset", "algorithm", "to launch", "done", "incomplete"]
+    lines += ["    " + line for line in tabulate(table, headers).splitlines()]
     for group, _ in jobs_by_group:
         fixed = group.hparams_json or "none (DomainBed's defaults and random search)"
         lines.append(f"  fixed hparams of {', '.join(group.algorithms)}: {fixed}")
