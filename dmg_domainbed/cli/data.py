@@ -6,13 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from dmg_domainbed.cli import whole_number
 from dmg_domainbed.errors import UserError
-
-
-def _workers(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return int(text)
 
 
 def add_parser(subparsers) -> None:
@@ -37,7 +32,9 @@ def add_parser(subparsers) -> None:
         "--quick", action="store_true", help="names, counts and file headers only: no decoding"
     )
     check.add_argument(
-        "--workers", type=_workers, help="processes decoding images (default: this machine's cores)"
+        "--workers",
+        type=whole_number,
+        help="processes decoding images (default: this machine's cores)",
     )
     check.add_argument(
         "--manifest",
@@ -98,10 +95,9 @@ def run(args: argparse.Namespace) -> int:
             "give the folder that holds them (e.g. PACS/, office_home/, MNIST/raw/)"
         )
     workers = args.workers or available_cores()
-    failed = False
     for problem in problems:
         print(f"[ERROR] {problem}")
-        failed = True
+    failed = bool(problems)
     for name in chosen:
         report = data_check.check_dataset(name, args.data_dir, args.quick, workers, manifests)
         print("\n".join(data_check.render(report)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,15 +25,11 @@ class SmokeJob:
     hparams: Mapping[str, Any]  # the hparams that job trains with, as train.py computes them
     fixed_hparams: Mapping[str, Any]  # the sweep's fixed hparams of the algorithm
     sweep_jobs: int | None  # the sweep's jobs of this algorithm and dataset (None: no sweep)
-    steps_per_job: int  # steps each of those jobs trains
+    steps_per_job: int
 
     @property
     def batch_size(self) -> int:
         return int(self.hparams["batch_size"])
-
-    @property
-    def holdout_fraction(self) -> float:
-        return float(self.train_args["holdout_fraction"])
 
     @property
     def batch(self) -> str:
@@ -46,8 +41,8 @@ class SmokeJob:
 
 
 def job_hparams(train_args: Mapping[str, Any]) -> dict[str, Any]:
-    """The hparams DomainBed's train.py trains a job with: the defaults for hparams seed 0, else
-    the random search's draw, updated with the job's ``--hparams``."""
+    """The hparams train.py trains a job with: the defaults for hparams seed 0, else the random
+    search's draw, updated with the job's ``--hparams``."""
     from domainbed import hparams_registry
     from domainbed.lib import misc
 
@@ -57,62 +52,51 @@ def job_hparams(train_args: Mapping[str, Any]) -> dict[str, Any]:
     else:
         seed = misc.seed_hash(train_args["hparams_seed"], train_args["trial_seed"])
         hparams = hparams_registry.random_hparams(algorithm, dataset, seed)
-    if train_args.get("hparams"):
-        hparams.update(json.loads(train_args["hparams"]))
+    hparams.update(json.loads(train_args.get("hparams") or "{}"))
     return hparams
 
 
-def _steps(config: SweepConfig, dataset: str) -> int:
+def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
     from domainbed import datasets
 
-    return config.steps or datasets.get_dataset_class(dataset).N_STEPS
-
-
-def _jobs_of(config: SweepConfig, scratch: Path, counted: bool) -> list[SmokeJob]:
-    # DomainBed's Job only looks at the output folder; an empty scratch folder will do.
-    sweep = plan.Sweep(config, data_dir=str(scratch), output_dir=str(scratch))
-    chosen: dict[tuple[str, str], tuple[Mapping[str, Any], dict[str, Any]]] = {}
-    counts: Counter = Counter()
+    # DomainBed's Job only asks whether its folder exists; none does under os.devnull.
+    sweep = plan.Sweep(config, data_dir=os.devnull, output_dir=os.devnull)
+    pairs: dict[tuple[str, str], list[tuple[Mapping, dict]]] = {}
     for group in sweep.groups:
         for job in plan.jobs(sweep, group):
-            key = (job.train_args["algorithm"], job.train_args["dataset"])
-            counts[key] += 1
-            hparams = job_hparams(job.train_args)
-            if key not in chosen or hparams["batch_size"] > chosen[key][1]["batch_size"]:
-                chosen[key] = (job.train_args, hparams)
-    return [
-        SmokeJob(
-            algorithm=algorithm,
-            dataset=dataset,
-            train_args=chosen[(algorithm, dataset)][0],
-            hparams=chosen[(algorithm, dataset)][1],
-            fixed_hparams=config.hparams_of(algorithm),
-            sweep_jobs=counts[(algorithm, dataset)] if counted else None,
-            steps_per_job=_steps(config, dataset),
-        )
-        for dataset in config.datasets
-        for algorithm in config.algorithms
-    ]
+            args = job.train_args
+            pair = pairs.setdefault((args["algorithm"], args["dataset"]), [])
+            pair.append((args, job_hparams(args)))
+    smoke_jobs = []
+    for dataset in config.datasets:
+        for algorithm in config.algorithms:
+            candidates = pairs[(algorithm, dataset)]
+            train_args, hparams = max(candidates, key=lambda job: job[1]["batch_size"])
+            smoke_jobs.append(
+                SmokeJob(
+                    algorithm,
+                    dataset,
+                    train_args,
+                    hparams,
+                    fixed_hparams=config.hparams_of(algorithm),
+                    sweep_jobs=len(candidates) if counted else None,
+                    steps_per_job=config.steps or datasets.get_dataset_class(dataset).N_STEPS,
+                )
+            )
+    return smoke_jobs
 
 
-def _narrow(
-    given: Sequence[str] | None, available: Sequence[str], kind: str, path: Path
-) -> tuple[str, ...]:
-    if not given:
-        return tuple(available)
-    unknown = [name for name in given if name not in available]
+def _narrow(given: Sequence[str] | None, available: Sequence[str], kind: str, path: Path):
+    unknown = [name for name in given or () if name not in available]
     if unknown:
         raise UserError(
             f"{kind} {', '.join(unknown)} not in {path}; its {kind}: {', '.join(available)}"
         )
-    return tuple(name for name in available if name in given)
+    return tuple(name for name in available if not given or name in given)
 
 
 def from_sweep(
-    config: SweepConfig,
-    scratch: Path,
-    algorithms: Sequence[str] | None = None,
-    datasets: Sequence[str] | None = None,
+    config: SweepConfig, algorithms: Sequence[str] | None, datasets: Sequence[str] | None
 ) -> list[SmokeJob]:
     """The smoke jobs of a sweep file, narrowed to some of its algorithms and datasets."""
     check_against_domainbed(config)
@@ -121,11 +105,11 @@ def from_sweep(
         algorithms=_narrow(algorithms, config.algorithms, "algorithms", config.path),
         datasets=_narrow(datasets, config.datasets, "datasets", config.path),
     )
-    return _jobs_of(config, scratch, counted=True)
+    return _jobs_of(config, counted=True)
 
 
 def from_command_line(
-    algorithms: Sequence[str], datasets: Sequence[str], hparams: Mapping[str, Any], scratch: Path
+    algorithms: Sequence[str], datasets: Sequence[str], hparams: Mapping[str, Any]
 ) -> list[SmokeJob]:
     """The smoke jobs of algorithms and datasets named on the command line: default hparams
     updated with ``hparams``, test domain 0, as ``train.py`` runs without more arguments."""
@@ -160,4 +144,4 @@ def from_command_line(
         single_test_envs=True,
         hparams=dict(hparams),
     )
-    return _jobs_of(config, scratch, counted=False)
+    return _jobs_of(config, counted=False)

@@ -1,4 +1,4 @@
-"""Run every smoke job as a sweep runs it, one at a time, and measure it.
+"""Run every smoke job as a sweep runs it, one at a time, measure it, and report.
 
 Each job is DomainBed's own command for it (its sweep ``Job``'s ``command_str``: ``python -m
 domainbed.scripts.train`` with the job's arguments), in a fresh process with the ``python`` the
@@ -33,17 +33,6 @@ DEFAULT_TIMEOUT_SECONDS = 1800
 OK, FAILED, TIMED_OUT, NOT_RUN = "ok", "failed", "timed out", "not run"
 LOG_TAIL_LINES = 25
 ERROR_WIDTH = 60
-COLUMNS = (
-    "algorithm",
-    "dataset",
-    "batch",
-    "status",
-    "s/step",
-    "peak GB",
-    "sweep jobs",
-    "steps/job",
-    "est. hours",
-)
 
 
 @dataclass(frozen=True)
@@ -56,6 +45,14 @@ class Outcome:
     peak_memory_gb: float | None = None
     log_tail: str = ""
     wall_seconds: float = 0.0
+
+    def summary(self) -> str:
+        if self.status != OK:
+            return f"{self.status}: {self.detail}"
+        return (
+            f"ok, {self.seconds_per_step:.3f} s/step, {self.peak_memory_gb:.2f} GB peak "
+            f"({self.wall_seconds:.0f} s)"
+        )
 
 
 @dataclass(frozen=True)
@@ -93,10 +90,8 @@ def smoke_check(
                 outcome = Outcome(NOT_RUN, "; ".join(staged.problems))
             else:
                 outcome = run_job(staged, steps, Path(root) / "runs", device, timeout)
-            echo(
-                f"[{index}/{len(jobs)}] {staged.job.algorithm} on {staged.job.dataset}: "
-                + _summary(outcome)
-            )
+            job = staged.job
+            echo(f"[{index}/{len(jobs)}] {job.algorithm} on {job.dataset}: {outcome.summary()}")
             rows.append((staged, outcome))
         return SmokeResult(rows, list(dict.fromkeys(staging.notes)), device)
 
@@ -132,9 +127,10 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
         return Outcome(
             TIMED_OUT, f"no result within {timeout:.0f} s", log_tail=tail, wall_seconds=wall
         )
-    records = _records(output)
-    if code != 0 or not (output / "done").exists() or not records:
+    if code != 0 or not (output / "done").exists():
         return Outcome(FAILED, _error_line(log_text), log_tail=tail, wall_seconds=wall)
+    # train.py writes a record at its last step before it writes "done".
+    records = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
     if device == "cuda":
         peak = max(float(record.get("mem_gb", 0.0)) for record in records)
     else:  # ru_maxrss: kilobytes on Linux, bytes on macOS
@@ -143,7 +139,8 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
 
 
 def _wait(process: subprocess.Popen, timeout: float):
-    """(exit code, rusage) of ``process``; (None, None) after killing its group at ``timeout``."""
+    """(exit code, rusage) of ``process``; (None, None) after killing its group at ``timeout``
+    (or at any exception here, e.g. Ctrl-C, which its own session does not receive)."""
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -159,14 +156,6 @@ def _wait(process: subprocess.Popen, timeout: float):
             process.wait()
 
 
-def _records(output: Path) -> list[dict]:
-    try:
-        lines = (output / "results.jsonl").read_text().splitlines()
-    except OSError:
-        return []
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 def _error_line(log: str) -> str:
     """The exception a failed train.py ended with (the last line of its traceback)."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
@@ -175,23 +164,6 @@ def _error_line(log: str) -> str:
         if head.endswith(("Error", "Exception", "Interrupt")) or head in ("Killed", "Aborted"):
             return line
     return lines[-1] if lines else "no output"
-
-
-def _summary(outcome: Outcome) -> str:
-    if outcome.status == OK:
-        return (
-            f"ok, {outcome.seconds_per_step:.3f} s/step, {outcome.peak_memory_gb:.2f} GB peak "
-            f"({outcome.wall_seconds:.0f} s)"
-        )
-    return f"{outcome.status}: {outcome.detail}"
-
-
-def estimated_hours(staged: Staged, outcome: Outcome) -> float | None:
-    """jobs x steps x seconds per step, in hours (per job when there is no sweep)."""
-    if outcome.seconds_per_step is None:
-        return None
-    jobs = staged.job.sweep_jobs or 1
-    return jobs * staged.job.steps_per_job * outcome.seconds_per_step / 3600
 
 
 def describe_device(device: str) -> str:
@@ -205,52 +177,76 @@ def describe_device(device: str) -> str:
     return f"cpu: {os.cpu_count()} cores, no CUDA device"
 
 
-def render(result: SmokeResult, steps: int) -> str:
-    """The table (algorithm x dataset: status, s/step, peak memory, the sweep's estimated
-    hours) and the lines that say how to read it."""
-    rows, hours = [], []
-    for staged, outcome in result.rows:
-        job = staged.job
-        status = f"{outcome.status}: {outcome.detail}"
-        if outcome.status == OK:
-            status = "ok" + (f" ({', '.join(staged.stand_ins)})" if staged.stand_ins else "")
-        elif len(status) > ERROR_WIDTH:
-            status = status[: ERROR_WIDTH - 3] + "..."
-        hours.append(estimated_hours(staged, outcome))
-        rows.append(
-            [
-                job.algorithm,
-                job.dataset,
-                job.batch,
-                status,
-                _number(outcome.seconds_per_step, 3),
-                _number(outcome.peak_memory_gb, 2),
-                job.sweep_jobs or "-",
-                job.steps_per_job,
-                _number(hours[-1], 2),
-            ]
-        )
+def _status(staged: Staged, outcome: Outcome) -> str:
+    if outcome.status == OK:
+        return "ok" + (f" ({', '.join(staged.stand_ins)})" if staged.stand_ins else "")
+    status = f"{outcome.status}: {outcome.detail}"
+    return status if len(status) <= ERROR_WIDTH else status[: ERROR_WIDTH - 3] + "..."
+
+
+def _hours(job: SmokeJob, outcome: Outcome) -> float | None:
+    """The sweep's jobs of the row (one job without a sweep) x steps x s/step, in hours."""
+    if outcome.seconds_per_step is None:
+        return None
+    return (job.sweep_jobs or 1) * job.steps_per_job * outcome.seconds_per_step / 3600
+
+
+def report(result: SmokeResult, steps: int) -> str:
+    """The notes; the table (algorithm x dataset: status, s/step, peak memory, the sweep's
+    estimated hours) and how to read it; the end of each failed job's output; the verdict."""
+    rows = [
+        {
+            "algorithm": staged.job.algorithm,
+            "dataset": staged.job.dataset,
+            "batch": staged.job.batch,
+            "status": _status(staged, outcome),
+            "s/step": _number(outcome.seconds_per_step, 3),
+            "peak GB": _number(outcome.peak_memory_gb, 2),
+            "sweep jobs": staged.job.sweep_jobs or "-",
+            "steps/job": staged.job.steps_per_job,
+            "est. hours": _number(_hours(staged.job, outcome), 2),
+        }
+        for staged, outcome in result.rows
+    ]
     swept = any(staged.job.sweep_jobs is not None for staged, _ in result.rows)
     if swept:
+        hours = [_hours(staged.job, outcome) for staged, outcome in result.rows]
         known = [h for h in hours if h is not None]
         unknown = len(hours) - len(known)
         total = f"{sum(known):.2f}" + (f" + {unknown} unknown" if unknown else "")
         jobs = sum(staged.job.sweep_jobs or 0 for staged, _ in result.rows)
-        rows.append(["total", "", "", "", "", "", jobs, "", total])
-    table = tabulate(rows, COLUMNS, tablefmt="simple", disable_numparse=True)
+        rows.append({"algorithm": "total", "sweep jobs": jobs, "est. hours": total})
     per = "the sweep's jobs of the row" if swept else "one job"
     memory = "GPU" if result.device == "cuda" else "host"
-    return "\n".join(
-        [
-            table,
-            "",
-            f"device: {describe_device(result.device)}; {steps} steps a job, DomainBed's train",
-            "batch: source domains x examples per domain; s/step: train.py's step_time after the "
-            f"first step; peak GB: peak {memory} memory",
-            f"est. hours: {per} x steps/job x s/step, on one such device, without start-up, "
-            "evaluation and checkpoints",
-        ]
-    )
+    lines = [
+        "",
+        *(f"note: {note}" for note in result.notes),
+        "",
+        tabulate(rows, "keys", tablefmt="simple", disable_numparse=True),
+        "",
+        f"device: {describe_device(result.device)}; {steps} steps a job, DomainBed's train",
+        "batch: source domains x examples per domain; s/step: train.py's step_time after the "
+        f"first step; peak GB: peak {memory} memory",
+        f"est. hours: {per} x steps/job x s/step, on one such device, without start-up, "
+        "evaluation and checkpoints",
+    ]
+    failed = [(staged.job, outcome) for staged, outcome in result.rows if outcome.status != OK]
+    for job, outcome in failed:
+        if outcome.log_tail:
+            header = f"--- {job.algorithm} on {job.dataset}: last lines of its output ---"
+            lines += ["", header, outcome.log_tail]
+    stand_ins = sorted({name for staged, _ in result.rows for name in staged.stand_ins})
+    if failed:
+        names = ", ".join(f"{job.algorithm} on {job.dataset}" for job, _ in failed)
+        verdict = f"NOT READY: {len(failed)} job(s) did not run: {names}"
+    elif stand_ins:
+        verdict = (
+            f"Every job ran, with {' and '.join(stand_ins)} standing in for what is missing: "
+            "the sweep itself needs the real ones (see the notes)"
+        )
+    else:
+        verdict = "READY: every job ran"
+    return "\n".join([*lines, "", verdict])
 
 
 def _number(value: float | None, digits: int) -> str:
