@@ -12,23 +12,15 @@ import contextlib
 import io
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
-from dmg_domainbed.reporting.runs import (
-    RESULTS_FILE,
-    algorithm_class,
-    read_records,
-    read_run,
-    run_folders,
-)
+from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
 from dmg_domainbed.sweep.progress import is_done
 
-Echo = Callable[[str], None]
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
 # RotatedDigits ships inside scikit-learn and reads no folder, but DomainBed's jobs require
@@ -75,10 +67,10 @@ def check_no_conflicting_runs(sweep_dir: Path, jobs: list) -> None:
     select among both configurations' runs."""
     planned = {Path(job.output_dir) for job in jobs}
     wanted = {(job.train_args["algorithm"], job.train_args["test_envs"][0]) for job in jobs}
-    for folder in run_folders(sweep_dir):
+    for folder in runs.run_folders(sweep_dir):
         if folder.resolve() in planned:
             continue
-        records = read_records(folder / RESULTS_FILE)
+        records = runs.read_records(folder / runs.RESULTS_FILE)
         args = records[-1]["args"] if records else {}
         key = (args.get("algorithm"), (args.get("test_envs") or [None])[0])
         if key in wanted:
@@ -111,8 +103,8 @@ def collect_results_text(sweep_dir: Path) -> str:
     return printed.getvalue()
 
 
-def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo: Echo) -> list[Path]:
-    """The sweep report (its summary printed), the pictures of what each run learned
+def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) -> list[Path]:
+    """The sweep report (its summary echoed), the pictures of what each run learned
     (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw) and the in-domain Table 3
     per test domain. Runs' pictures and Table 3 are made from the first trial of DomainBed's
     default hparams: the runs that share one data split per test domain, as the sweep report's
@@ -126,28 +118,24 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo: 
     written = write_report(sweep_dir, report_dir)
     echo(written.summary())
     files = list(written.files)
-    first = [
-        read_run(job.output_dir)
-        for job in finished
-        if job.train_args["hparams_seed"] == 0 and job.train_args["trial_seed"] == 0
-    ]
-    for run_ in first:
-        if learned_pictures(algorithm_class(run_)):
-            stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
-            try:
-                files += draw_learned(run_, report_dir, stem).files
-            except UserError as error:
-                echo(f"note: no pictures of {run_.describe()}: {error}")
     by_test_env: dict[int, list] = {}
-    for run_ in first:
-        by_test_env.setdefault(run_.test_envs[0], []).append(run_)
+    for job in finished:
+        if job.train_args["hparams_seed"] == 0 and job.train_args["trial_seed"] == 0:
+            run_ = runs.read_run(job.output_dir)
+            by_test_env.setdefault(run_.test_envs[0], []).append(run_)
+            if learned_pictures(runs.algorithm_class(run_)):
+                stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
+                try:
+                    files += draw_learned(run_, report_dir, stem).files
+                except UserError as error:
+                    echo(f"note: no pictures of {run_.describe()}: {error}")
     if by_test_env:
         groups = [by_test_env[env] for env in sorted(by_test_env)]
         files += in_domain.write_in_domain(groups, report_dir).files
     return files
 
 
-def run_demo(output_dir: Path, config: SweepConfig, echo: Echo = print) -> int:
+def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
     code (0 when every job finished)."""
     start = time.monotonic()

@@ -11,8 +11,6 @@ from dmg_domainbed.errors import UserError
 
 
 def add_parser(subparsers) -> None:
-    from dmg_domainbed.smoke.run import DEFAULT_STEPS, DEFAULT_TIMEOUT_SECONDS
-
     parser = subparsers.add_parser(
         "smoke",
         help="run each algorithm x dataset of a sweep a few steps before launching it",
@@ -38,7 +36,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--steps",
         type=int,
-        default=DEFAULT_STEPS,
+        default=5,
         help="steps per job (default: %(default)s; the first one is warm-up)",
     )
     parser.add_argument(
@@ -56,7 +54,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=DEFAULT_TIMEOUT_SECONDS,
+        default=1800,
         help="seconds a job may take (default: %(default)s)",
     )
     parser.set_defaults(func=run)
@@ -95,13 +93,7 @@ def run(args: argparse.Namespace) -> int:
         "train in fresh processes"
         + (" (synthetic stand-ins for what is missing)" if synthetic else "")
     )
-    result = smoke_check(
-        smoke_jobs,
-        data_dir,
-        steps=args.steps,
-        synthetic=synthetic,
-        synthetic_data_dir=args.synthetic_dir.absolute() if args.synthetic_dir else None,
-        timeout=args.timeout,
-    )
+    synthetic_dir = args.synthetic_dir.absolute() if args.synthetic_dir else None
+    result = smoke_check(smoke_jobs, data_dir, args.steps, args.timeout, synthetic, synthetic_dir)
     print(report(result, args.steps))
     return 0 if result.ok else 1

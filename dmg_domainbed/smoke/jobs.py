@@ -1,18 +1,38 @@
-"""The jobs the smoke check runs: for each algorithm and dataset, the sweep's job with the largest
-batch (the one that needs the most memory), with the arguments DomainBed's sweep gives it."""
+"""The jobs the smoke check runs, and the data and weights they run on.
+
+For each algorithm and dataset, the job is the sweep's job with the largest batch (the one that
+needs the most memory), with the arguments DomainBed's sweep gives it.
+
+A real image dataset is not read whole: DomainBed evaluates every split of every domain at a
+run's first and last step, which on DomainNet alone is 586,000 images. Each job gets a sample
+instead: every domain and class folder of the real dataset, with symbolic links to enough of
+its real images for the job's batch. Missing data and weights are problems that stop the job,
+named with the path looked at and the command that fixes them, as the doctor and the sweep
+name them; with ``--synthetic`` they are replaced by synthetic stand-ins
+(:mod:`dmg_domainbed.synthetic`): data in a folder of their own, and random weights only in a
+cache inside the check's temporary folder, which the job alone reads. The user's caches are
+never written to.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed import synthetic
+from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
+from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches, WeightFile
+
+SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"
 
 
 @dataclass(frozen=True)
@@ -22,14 +42,10 @@ class SmokeJob:
     algorithm: str
     dataset: str
     train_args: Mapping[str, Any]  # DomainBed's train arguments of the job it stands for
-    hparams: Mapping[str, Any]  # the hparams that job trains with, as train.py computes them
+    batch_size: int  # per domain, of the hparams that job trains with
     fixed_hparams: Mapping[str, Any]  # the sweep's fixed hparams of the algorithm
     sweep_jobs: int | None  # the sweep's jobs of this algorithm and dataset (None: no sweep)
     steps_per_job: int
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.hparams["batch_size"])
 
     @property
     def batch(self) -> str:
@@ -40,9 +56,9 @@ class SmokeJob:
         return f"{environments - len(self.train_args['test_envs'])}x{self.batch_size}"
 
 
-def job_hparams(train_args: Mapping[str, Any]) -> dict[str, Any]:
-    """The hparams train.py trains a job with: the defaults for hparams seed 0, else the random
-    search's draw, updated with the job's ``--hparams``."""
+def batch_size(train_args: Mapping[str, Any]) -> int:
+    """The batch size train.py trains a job with: that of the defaults for hparams seed 0, else
+    of the random search's draw, unless the job's ``--hparams`` fix it."""
     from domainbed import hparams_registry
     from domainbed.lib import misc
 
@@ -53,7 +69,7 @@ def job_hparams(train_args: Mapping[str, Any]) -> dict[str, Any]:
         seed = misc.seed_hash(train_args["hparams_seed"], train_args["trial_seed"])
         hparams = hparams_registry.random_hparams(algorithm, dataset, seed)
     hparams.update(json.loads(train_args.get("hparams") or "{}"))
-    return hparams
+    return int(hparams["batch_size"])
 
 
 def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
@@ -61,27 +77,16 @@ def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
 
     # DomainBed's Job only asks whether its folder exists; none does under os.devnull.
     sweep = plan.Sweep(config, data_dir=os.devnull, output_dir=os.devnull)
-    pairs: dict[tuple[str, str], list[tuple[Mapping, dict]]] = {}
-    for group in sweep.groups:
-        for job in plan.jobs(sweep, group):
-            args = job.train_args
-            pair = pairs.setdefault((args["algorithm"], args["dataset"]), [])
-            pair.append((args, job_hparams(args)))
+    every = [job.train_args for group in sweep.groups for job in plan.jobs(sweep, group)]
     smoke_jobs = []
     for dataset in config.datasets:
+        steps = config.steps or datasets.get_dataset_class(dataset).N_STEPS
         for algorithm in config.algorithms:
-            candidates = pairs[(algorithm, dataset)]
-            train_args, hparams = max(candidates, key=lambda job: job[1]["batch_size"])
+            pair = [a for a in every if a["algorithm"] == algorithm and a["dataset"] == dataset]
+            args = max(pair, key=batch_size)
+            fixed, count = config.hparams_of(algorithm), len(pair) if counted else None
             smoke_jobs.append(
-                SmokeJob(
-                    algorithm,
-                    dataset,
-                    train_args,
-                    hparams,
-                    fixed_hparams=config.hparams_of(algorithm),
-                    sweep_jobs=len(candidates) if counted else None,
-                    steps_per_job=config.steps or datasets.get_dataset_class(dataset).N_STEPS,
-                )
+                SmokeJob(algorithm, dataset, args, batch_size(args), fixed, count, steps)
             )
     return smoke_jobs
 
@@ -145,3 +150,146 @@ def from_command_line(
         hparams=dict(hparams),
     )
     return _jobs_of(config, counted=False)
+
+
+@dataclass
+class Staged:
+    """What one job runs on: its ``--data_dir``, the stand-ins it uses, the problems that keep
+    it from running and extra environment variables."""
+
+    job: SmokeJob
+    data_dir: str | None
+    stand_ins: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def sample_image_folder(source: Path, target: Path, per_domain: int) -> None:
+    """Link a sample of ``source`` (one folder per domain, one per class inside) into ``target``:
+    every domain and class folder, and at least ``per_domain`` images per domain spread over
+    the classes (fewer where the dataset has fewer)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS  # ImageFolder's rule for an image
+
+    for domain in sorted(p for p in source.iterdir() if p.is_dir()):
+        classes = sorted(p for p in domain.iterdir() if p.is_dir())
+        per_class = max(1, math.ceil(per_domain / max(1, len(classes))))
+        for folder in classes:
+            linked = target / domain.name / folder.name
+            linked.mkdir(parents=True)
+            images = sorted(p for p in folder.iterdir() if p.name.lower().endswith(IMG_EXTENSIONS))
+            for image in images[:per_class]:
+                (linked / image.name).symlink_to(image)
+
+
+class Staging:
+    """Prepares every job's data and weights under ``root``; stand-ins only with a
+    ``synthetic_data_dir``, where synthetic datasets are written."""
+
+    def __init__(self, root: Path, data_dir: str | None, synthetic_data_dir: Path | None = None):
+        self.root, self.data_dir, self.synthetic_data_dir = root, data_dir, synthetic_data_dir
+        self.random_caches = Caches.under(root / "random_weights")
+        self.notes: list[str] = []
+
+    def stage(self, jobs: list[SmokeJob]) -> list[Staged]:
+        """Each dataset is staged once, for its job with the largest batch."""
+        largest: dict[str, SmokeJob] = {}
+        for job in jobs:
+            if job.dataset not in largest or job.batch_size > largest[job.dataset].batch_size:
+                largest[job.dataset] = job
+        data = {dataset: self._data(job) for dataset, job in largest.items()}
+        staged = []
+        for job in jobs:
+            data_dir, stand_ins, problems = data[job.dataset]
+            environment, more_stand_ins, more_problems = self._weights(job)
+            stand_ins, problems = stand_ins + more_stand_ins, problems + more_problems
+            staged.append(Staged(job, data_dir, stand_ins, problems, environment))
+        return staged
+
+    def _data(self, job: SmokeJob) -> tuple[str | None, list[str], list[str]]:
+        """The ``--data_dir`` of ``job``'s dataset, its stand-ins and the problems."""
+        found = requirements.data_status(job.dataset, self.data_dir)
+        if found.state in (data.NOT_NEEDED, data.NOT_CHECKED) or (
+            found.ok and job.dataset not in IMAGE_FOLDERS
+        ):
+            return self.data_dir, [], []
+        holdout = job.train_args["holdout_fraction"]
+        if found.ok:
+            folder = IMAGE_FOLDERS[job.dataset]
+            source = Path(self.data_dir).expanduser().resolve() / folder
+            per_domain = synthetic.images_needed(job.batch_size, holdout)
+            sample = self.root / "sample" / job.dataset
+            sample_image_folder(source, sample / folder, per_domain)
+            self.notes.append(
+                f"{job.dataset}: a sample of {source} (every domain and class folder, at least "
+                f"{per_domain} images per domain), linked into {sample}"
+            )
+            return str(sample), [], []
+        if self.synthetic_data_dir is None or job.dataset not in synthetic.LAYOUTS:
+            problem = f"{job.dataset} data {found.state}: {found.detail}"
+            if job.dataset in synthetic.LAYOUTS:  # and so no --synthetic
+                problem += "; or pass --synthetic to check the code path on random images"
+            return self.data_dir, [], [problem]
+        classes = len(synthetic.LAYOUTS[job.dataset].classes)
+        per_domain = synthetic.images_needed(job.batch_size, holdout, classes)
+        written = synthetic.write_image_dataset(
+            job.dataset, self.synthetic_data_dir, images_per_domain=per_domain
+        )
+        self.notes.append(
+            f"{job.dataset}: synthetic folder {written} ({per_domain} random images per "
+            f"domain) stands in for the missing data ({found.detail})"
+        )
+        return str(self.synthetic_data_dir), [SYNTHETIC_DATA], []
+
+    def _weights(self, job: SmokeJob) -> tuple[dict[str, str], list[str], list[str]]:
+        """The environment variables, stand-ins and problems of ``job``'s pretrained weights."""
+        own = requirements.own_weights(job.algorithm, job.dataset, job.fixed_hparams)
+        if own is not None:  # weights the algorithm loads itself, which it alone can find
+            why = f"{job.algorithm}'s pretrained weights: {'; '.join(own.details)}"
+            return {}, [], [] if own.ready else [why]
+        files, problems = requirements.weight_files(job.algorithm, job.dataset, job.fixed_hparams)
+        absent = [f for f in files if not f.present]
+        if not absent:
+            return {}, [], problems
+        if self.synthetic_data_dir is None:
+            return (
+                {},
+                [],
+                [
+                    *problems,
+                    f"pretrained weights missing: {weights.missing_weights_message(absent)}",
+                ],
+            )
+        try:
+            self._random_weights(job, files)
+        except UserError as error:  # e.g. DINOv2, whose torch.hub code cannot be made up
+            return {}, [], [*problems, f"{error}; {weights.missing_weights_message(absent)}"]
+        return (
+            {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"},
+            [RANDOM_WEIGHTS],
+            problems,
+        )
+
+    def _random_weights(self, job: SmokeJob, files: list[WeightFile]) -> None:
+        """Random weights for the absent ``files`` in the check's own cache, into which the
+        files the user has are linked."""
+        found, _ = requirements.weight_files(
+            job.algorithm, job.dataset, job.fixed_hparams, self.random_caches
+        )
+        ours = {place.model: place for place in found}
+        for file in files:
+            place = ours[file.model]
+            if file.present:
+                snapshot = file.layout == HF_SNAPSHOT
+                source, target = (
+                    (file.folder, place.folder) if snapshot else (file.path, place.path)
+                )
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.symlink_to(source)
+            elif not place.present:
+                (path,) = synthetic.write_random_weights([place])
+                self.notes.append(
+                    f"random weights (not pretrained) in {path} stand in for the missing "
+                    f"{file.what} (looked for at {file.path}; to get it: {file.fetch}); "
+                    "your caches are untouched"
+                )

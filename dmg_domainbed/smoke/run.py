@@ -18,21 +18,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tabulate import tabulate
 
 from dmg_domainbed.preflight.environment import job_environment
-from dmg_domainbed.smoke.jobs import SmokeJob
-from dmg_domainbed.smoke.staging import Staged, Staging
+from dmg_domainbed.smoke.jobs import SmokeJob, Staged, Staging
 
-DEFAULT_STEPS = 5
-DEFAULT_TIMEOUT_SECONDS = 1800
 OK, FAILED, TIMED_OUT, NOT_RUN = "ok", "failed", "timed out", "not run"
-LOG_TAIL_LINES = 25
-ERROR_WIDTH = 60
+LOG_TAIL_LINES, ERROR_WIDTH = 25, 60
 
 
 @dataclass(frozen=True)
@@ -69,11 +65,10 @@ class SmokeResult:
 def smoke_check(
     jobs: Sequence[SmokeJob],
     data_dir: str | None,
-    steps: int = DEFAULT_STEPS,
+    steps: int,
+    timeout: float,
     synthetic: bool = False,
     synthetic_data_dir: Path | None = None,
-    timeout: float = DEFAULT_TIMEOUT_SECONDS,
-    echo: Callable[[str], None] = print,
 ) -> SmokeResult:
     """Run ``jobs`` for ``steps`` steps each. Everything is written inside a new temporary
     folder, removed at the end; with ``synthetic``, missing datasets and weights get stand-ins,
@@ -91,7 +86,7 @@ def smoke_check(
             else:
                 outcome = run_job(staged, steps, Path(root) / "runs", device, timeout)
             job = staged.job
-            echo(f"[{index}/{len(jobs)}] {job.algorithm} on {job.dataset}: {outcome.summary()}")
+            print(f"[{index}/{len(jobs)}] {job.algorithm} on {job.dataset}: {outcome.summary()}")
             rows.append((staged, outcome))
         return SmokeResult(rows, list(dict.fromkeys(staging.notes)), device)
 
@@ -211,9 +206,8 @@ def report(result: SmokeResult, steps: int) -> str:
     swept = any(staged.job.sweep_jobs is not None for staged, _ in result.rows)
     if swept:
         hours = [_hours(staged.job, outcome) for staged, outcome in result.rows]
-        known = [h for h in hours if h is not None]
-        unknown = len(hours) - len(known)
-        total = f"{sum(known):.2f}" + (f" + {unknown} unknown" if unknown else "")
+        unknown = hours.count(None)
+        total = f"{sum(h or 0 for h in hours):.2f}" + (f" + {unknown} unknown" if unknown else "")
         jobs = sum(staged.job.sweep_jobs or 0 for staged, _ in result.rows)
         rows.append({"algorithm": "total", "sweep jobs": jobs, "est. hours": total})
     per = "the sweep's jobs of the row" if swept else "one job"
