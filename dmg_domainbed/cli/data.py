@@ -46,40 +46,27 @@ def add_parser(subparsers) -> None:
     check.set_defaults(func=run)
 
 
-def _manifests(files: list[str]) -> tuple[dict, list[str]]:
-    """The manifests to check: those registered here and those of ``files``; and why a
-    manifest ``DMG_DOMAINBED_DATASETS`` names is not registered. :class:`UserError` for a bad
-    file or a name DomainBed already has."""
-    from domainbed import datasets
-
-    from dmg_domainbed import integration
-    from dmg_domainbed.datacheck.data_check import registered_manifests
-    from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
-
-    manifests = registered_manifests()
-    named, unusable = read_manifests(os.environ)
-    problems = [f"{problem}. It is not registered." for problem in unusable]
-    problems += [r for m in named if (r := integration.manifest_refusal(datasets, m))]
-    for file in files:
-        manifest = load_manifest(file)
-        refusal = integration.manifest_refusal(datasets, manifest)
-        if refusal is not None:
-            raise UserError(refusal)
-        manifests[manifest.name] = manifest
-    return manifests, problems
-
-
 def run(args: argparse.Namespace) -> int:
     from domainbed import datasets
 
     from dmg_domainbed import integration
     from dmg_domainbed.datacheck import data_check
     from dmg_domainbed.datacheck.decoding import available_cores
+    from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
 
     integration.register_into(datasets)  # the datasets only: no algorithm is needed here
     if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
         raise UserError(f"--data_dir {args.data_dir}: no such folder; give DomainBed's --data_dir")
-    manifests, problems = _manifests(args.manifest)
+    manifests = data_check.registered_manifests()  # and those of --manifest, checked first
+    for file in args.manifest:
+        manifest = load_manifest(file)
+        if refusal := integration.manifest_refusal(datasets, manifest):
+            raise UserError(refusal)
+        manifests[manifest.name] = manifest
+    # Why a manifest that DMG_DOMAINBED_DATASETS names is not registered.
+    named, unusable = read_manifests(os.environ)
+    problems = [f"{problem}. It is not registered." for problem in unusable]
+    problems += [r for m in named if (r := integration.manifest_refusal(datasets, m))]
     found = [*manifests, *(data_check.found_under(args.data_dir) if args.data_dir else [])]
     chosen = args.datasets or found
     valid = [*manifests, *data_check.FILE_DATASETS]

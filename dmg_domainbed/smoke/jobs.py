@@ -1,17 +1,13 @@
 """The jobs the smoke check runs, and the data and weights they run on.
 
-For each algorithm and dataset, the job is the sweep's job with the largest batch (the one that
-needs the most memory), with the arguments DomainBed's sweep gives it.
-
-A real image dataset is not read whole: DomainBed evaluates every split of every domain at a
-run's first and last step, which on DomainNet alone is 586,000 images. Each job gets a sample
-instead: every domain and class folder of the real dataset, with symbolic links to enough of
-its real images for the job's batch. Missing data and weights are problems that stop the job,
-named with the path looked at and the command that fixes them, as the doctor and the sweep
-name them; with ``--synthetic`` they are replaced by synthetic stand-ins
-(:mod:`dmg_domainbed.synthetic`): data in a folder of their own, and random weights only in a
-cache inside the check's temporary folder, which the job alone reads. The user's caches are
-never written to.
+For each algorithm and dataset: the sweep's job with the largest batch (the one that needs the
+most memory), with the arguments DomainBed's sweep gives it. It reads a sample of a real image
+dataset, not all of it (DomainBed evaluates every split of every domain at a run's first and
+last step: 586,000 images on DomainNet): every domain and class folder, with links to enough of
+its images for the batch. Missing data and weights stop the job, named as the doctor and the
+sweep name them; with ``--synthetic``, stand-ins from :mod:`dmg_domainbed.synthetic` replace
+them: data in a folder of their own, random weights only in a cache inside the check's temporary
+folder, which the job alone reads. The user's caches are never written to.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
-from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches, WeightFile
+from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches
 
 SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"
 
@@ -43,17 +39,10 @@ class SmokeJob:
     dataset: str
     train_args: Mapping[str, Any]  # DomainBed's train arguments of the job it stands for
     batch_size: int  # per domain, of the hparams that job trains with
+    batch: str  # examples per step: source domains x batch size per domain
     fixed_hparams: Mapping[str, Any]  # the sweep's fixed hparams of the algorithm
     sweep_jobs: int | None  # the sweep's jobs of this algorithm and dataset (None: no sweep)
     steps_per_job: int
-
-    @property
-    def batch(self) -> str:
-        """Examples per step: source domains x batch size per domain."""
-        from domainbed import datasets
-
-        environments = len(datasets.get_dataset_class(self.dataset).ENVIRONMENTS)
-        return f"{environments - len(self.train_args['test_envs'])}x{self.batch_size}"
 
 
 def batch_size(train_args: Mapping[str, Any]) -> int:
@@ -80,20 +69,21 @@ def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
     every = [job.train_args for group in sweep.groups for job in plan.jobs(sweep, group)]
     smoke_jobs = []
     for dataset in config.datasets:
-        steps = config.steps or datasets.get_dataset_class(dataset).N_STEPS
+        dataset_class = datasets.get_dataset_class(dataset)
         for algorithm in config.algorithms:
             pair = [a for a in every if a["algorithm"] == algorithm and a["dataset"] == dataset]
             args = max(pair, key=batch_size)
-            fixed, count = config.hparams_of(algorithm), len(pair) if counted else None
-            smoke_jobs.append(
-                SmokeJob(algorithm, dataset, args, batch_size(args), fixed, count, steps)
-            )
+            size = batch_size(args)
+            batch = f"{len(dataset_class.ENVIRONMENTS) - len(args['test_envs'])}x{size}"
+            count = len(pair) if counted else None
+            steps = config.steps or dataset_class.N_STEPS
+            fixed = config.hparams_of(algorithm)
+            smoke_jobs.append(SmokeJob(algorithm, dataset, args, size, batch, fixed, count, steps))
     return smoke_jobs
 
 
 def _narrow(given: Sequence[str] | None, available: Sequence[str], kind: str, path: Path):
-    unknown = [name for name in given or () if name not in available]
-    if unknown:
+    if unknown := [name for name in given or () if name not in available]:
         raise UserError(
             f"{kind} {', '.join(unknown)} not in {path}; its {kind}: {', '.join(available)}"
         )
@@ -129,8 +119,7 @@ def from_command_line(
         ("algorithm", algorithms, registered_algorithms.ALGORITHMS),
         ("dataset", datasets, registered_datasets.DATASETS),
     ):
-        unknown = [name for name in given if name not in valid]
-        if unknown:
+        if unknown := [name for name in given if name not in valid]:
             raise UserError(
                 f"unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: {', '.join(valid)}"
             )
@@ -208,12 +197,8 @@ class Staging:
     def _data(self, job: SmokeJob) -> tuple[str | None, list[str], list[str]]:
         """The ``--data_dir`` of ``job``'s dataset, its stand-ins and the problems."""
         found = requirements.data_status(job.dataset, self.data_dir)
-        if found.state in (data.NOT_NEEDED, data.NOT_CHECKED) or (
-            found.ok and job.dataset not in IMAGE_FOLDERS
-        ):
-            return self.data_dir, [], []
         holdout = job.train_args["holdout_fraction"]
-        if found.ok:
+        if found.state == data.PRESENT and job.dataset in IMAGE_FOLDERS:
             folder = IMAGE_FOLDERS[job.dataset]
             source = Path(self.data_dir).expanduser().resolve() / folder
             per_domain = synthetic.images_needed(job.batch_size, holdout)
@@ -224,6 +209,8 @@ class Staging:
                 f"{per_domain} images per domain), linked into {sample}"
             )
             return str(sample), [], []
+        if found.ok:  # nothing to sample: files not in image folders, no files, layout unknown
+            return self.data_dir, [], []
         if self.synthetic_data_dir is None or job.dataset not in synthetic.LAYOUTS:
             problem = f"{job.dataset} data {found.state}: {found.detail}"
             if job.dataset in synthetic.LAYOUTS:  # and so no --synthetic
@@ -241,7 +228,8 @@ class Staging:
         return str(self.synthetic_data_dir), [SYNTHETIC_DATA], []
 
     def _weights(self, job: SmokeJob) -> tuple[dict[str, str], list[str], list[str]]:
-        """The environment variables, stand-ins and problems of ``job``'s pretrained weights."""
+        """The environment variables, stand-ins and problems of ``job``'s pretrained weights.
+        Stand-ins go to a cache of the check's own, where the files the user has are linked."""
         own = requirements.own_weights(job.algorithm, job.dataset, job.fixed_hparams)
         if own is not None:  # weights the algorithm loads itself, which it alone can find
             why = f"{job.algorithm}'s pretrained weights: {'; '.join(own.details)}"
@@ -250,46 +238,28 @@ class Staging:
         absent = [f for f in files if not f.present]
         if not absent:
             return {}, [], problems
+        missing = weights.missing_weights_message(absent)
         if self.synthetic_data_dir is None:
-            return (
-                {},
-                [],
-                [
-                    *problems,
-                    f"pretrained weights missing: {weights.missing_weights_message(absent)}",
-                ],
-            )
-        try:
-            self._random_weights(job, files)
-        except UserError as error:  # e.g. DINOv2, whose torch.hub code cannot be made up
-            return {}, [], [*problems, f"{error}; {weights.missing_weights_message(absent)}"]
-        return (
-            {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"},
-            [RANDOM_WEIGHTS],
-            problems,
-        )
-
-    def _random_weights(self, job: SmokeJob, files: list[WeightFile]) -> None:
-        """Random weights for the absent ``files`` in the check's own cache, into which the
-        files the user has are linked."""
+            return {}, [], [*problems, f"pretrained weights missing: {missing}"]
         found, _ = requirements.weight_files(
             job.algorithm, job.dataset, job.fixed_hparams, self.random_caches
         )
         ours = {place.model: place for place in found}
-        for file in files:
-            place = ours[file.model]
-            if file.present:
-                snapshot = file.layout == HF_SNAPSHOT
-                source, target = (
-                    (file.folder, place.folder) if snapshot else (file.path, place.path)
-                )
-                if not target.exists():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.symlink_to(source)
-            elif not place.present:
-                (path,) = synthetic.write_random_weights([place])
-                self.notes.append(
-                    f"random weights (not pretrained) in {path} stand in for the missing "
-                    f"{file.what} (looked for at {file.path}; to get it: {file.fetch}); "
-                    "your caches are untouched"
-                )
+        try:
+            for file in absent:  # none is written twice: an earlier job's is present
+                for path in synthetic.write_random_weights([ours[file.model]]):
+                    self.notes.append(
+                        f"random weights (not pretrained) in {path} stand in for the missing "
+                        f"{file.what} (looked for at {file.path}; to get it: {file.fetch}); "
+                        "your caches are untouched"
+                    )
+        except UserError as error:  # e.g. DINOv2, whose torch.hub code cannot be made up
+            return {}, [], [*problems, f"{error}; {missing}"]
+        for file in [f for f in files if f.present]:
+            snapshot = file.layout == HF_SNAPSHOT  # a folder, linked whole
+            target = ours[file.model].folder if snapshot else ours[file.model].path
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(file.folder if snapshot else file.path)
+        environment = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
+        return environment, [RANDOM_WEIGHTS], problems
