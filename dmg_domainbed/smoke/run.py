@@ -51,17 +51,6 @@ class Outcome:
         )
 
 
-@dataclass(frozen=True)
-class SmokeResult:
-    rows: list[tuple[Staged, Outcome]]
-    notes: list[str]
-    device: str  # "cuda" or "cpu": what train.py picks
-
-    @property
-    def ok(self) -> bool:
-        return all(outcome.status == OK for _, outcome in self.rows)
-
-
 def smoke_check(
     jobs: Sequence[SmokeJob],
     data_dir: str | None,
@@ -69,12 +58,17 @@ def smoke_check(
     timeout: float,
     synthetic: bool = False,
     synthetic_data_dir: Path | None = None,
-) -> SmokeResult:
-    """Run ``jobs`` for ``steps`` steps each. Everything is written inside a new temporary
-    folder, removed at the end; with ``synthetic``, missing datasets and weights get stand-ins,
-    the datasets in ``synthetic_data_dir`` when given (kept), else in the temporary folder."""
+) -> bool:
+    """Run ``jobs`` for ``steps`` steps each, print each outcome and the report; whether every
+    job ran. Everything is written inside a new temporary folder, removed at the end; with
+    ``synthetic``, missing datasets and weights get stand-ins, the datasets in
+    ``synthetic_data_dir`` when given (kept), else in the temporary folder."""
     import torch
 
+    print(
+        f"Smoke check: {len(jobs)} job(s), {steps} steps each, through DomainBed's train in "
+        "fresh processes" + (" (synthetic stand-ins for what is missing)" if synthetic else "")
+    )
     device = "cuda" if torch.cuda.is_available() else "cpu"  # counts GPUs, starts no CUDA
     with tempfile.TemporaryDirectory(prefix="dmg-smoke-") as root:
         synthetic_dir = (synthetic_data_dir or Path(root) / "synthetic_data") if synthetic else None
@@ -88,17 +82,17 @@ def smoke_check(
             job = staged.job
             print(f"[{index}/{len(jobs)}] {job.algorithm} on {job.dataset}: {outcome.summary()}")
             rows.append((staged, outcome))
-        return SmokeResult(rows, list(dict.fromkeys(staging.notes)), device)
+        print(report(rows, staging.notes, device, steps))
+        return all(outcome.status == OK for _, outcome in rows)
 
 
 def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float) -> Outcome:
     """Run one staged job for ``steps`` steps under ``runs`` and measure it."""
     from domainbed.scripts.sweep import Job
 
-    train_args = {**staged.job.train_args, "steps": steps}
-    train_args.pop("data_dir", None)
-    if staged.data_dir is not None:
-        train_args["data_dir"] = staged.data_dir
+    train_args = {**staged.job.train_args, "steps": steps, "data_dir": staged.data_dir}
+    if staged.data_dir is None:
+        del train_args["data_dir"]
     job = Job(train_args, str(runs))
     output = Path(job.output_dir)
     output.mkdir(parents=True)
@@ -161,17 +155,6 @@ def _error_line(log: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def describe_device(device: str) -> str:
-    """The device's name. Called once the jobs have run: reading a GPU's properties starts
-    CUDA in this process, which must not hold the GPU while a job needs it."""
-    import torch
-
-    if device == "cuda":
-        properties = torch.cuda.get_device_properties(0)
-        return f"cuda: {properties.name}, {properties.total_memory / 2**30:.0f} GiB"
-    return f"cpu: {os.cpu_count()} cores, no CUDA device"
-
-
 def _status(staged: Staged, outcome: Outcome) -> str:
     if outcome.status == OK:
         return "ok" + (f" ({', '.join(staged.stand_ins)})" if staged.stand_ins else "")
@@ -186,9 +169,11 @@ def _hours(job: SmokeJob, outcome: Outcome) -> float | None:
     return (job.sweep_jobs or 1) * job.steps_per_job * outcome.seconds_per_step / 3600
 
 
-def report(result: SmokeResult, steps: int) -> str:
+def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str, steps: int) -> str:
     """The notes; the table (algorithm x dataset: status, s/step, peak memory, the sweep's
     estimated hours) and how to read it; the end of each failed job's output; the verdict."""
+    import torch
+
     rows = [
         {
             "algorithm": staged.job.algorithm,
@@ -201,35 +186,38 @@ def report(result: SmokeResult, steps: int) -> str:
             "steps/job": staged.job.steps_per_job,
             "est. hours": _number(_hours(staged.job, outcome), 2),
         }
-        for staged, outcome in result.rows
+        for staged, outcome in results
     ]
-    swept = any(staged.job.sweep_jobs is not None for staged, _ in result.rows)
+    swept = any(staged.job.sweep_jobs is not None for staged, _ in results)
     if swept:
-        hours = [_hours(staged.job, outcome) for staged, outcome in result.rows]
+        hours = [_hours(staged.job, outcome) for staged, outcome in results]
         unknown = hours.count(None)
         total = f"{sum(h or 0 for h in hours):.2f}" + (f" + {unknown} unknown" if unknown else "")
-        jobs = sum(staged.job.sweep_jobs or 0 for staged, _ in result.rows)
+        jobs = sum(staged.job.sweep_jobs or 0 for staged, _ in results)
         rows.append({"algorithm": "total", "sweep jobs": jobs, "est. hours": total})
     per = "the sweep's jobs of the row" if swept else "one job"
-    memory = "GPU" if result.device == "cuda" else "host"
+    memory, machine = "host", f"cpu: {os.cpu_count()} cores, no CUDA device"
+    if device == "cuda":  # read only now: it starts CUDA here, which holds the GPU
+        gpu = torch.cuda.get_device_properties(0)
+        memory, machine = "GPU", f"cuda: {gpu.name}, {gpu.total_memory / 2**30:.0f} GiB"
     lines = [
         "",
-        *(f"note: {note}" for note in result.notes),
+        *(f"note: {note}" for note in notes),
         "",
         tabulate(rows, "keys", tablefmt="simple", disable_numparse=True),
         "",
-        f"device: {describe_device(result.device)}; {steps} steps a job, DomainBed's train",
+        f"device: {machine}; {steps} steps a job, DomainBed's train",
         "batch: source domains x examples per domain; s/step: train.py's step_time after the "
         f"first step; peak GB: peak {memory} memory",
         f"est. hours: {per} x steps/job x s/step, on one such device, without start-up, "
         "evaluation and checkpoints",
     ]
-    failed = [(staged.job, outcome) for staged, outcome in result.rows if outcome.status != OK]
+    failed = [(staged.job, outcome) for staged, outcome in results if outcome.status != OK]
     for job, outcome in failed:
         if outcome.log_tail:
             header = f"--- {job.algorithm} on {job.dataset}: last lines of its output ---"
             lines += ["", header, outcome.log_tail]
-    stand_ins = sorted({name for staged, _ in result.rows for name in staged.stand_ins})
+    stand_ins = sorted({name for staged, _ in results for name in staged.stand_ins})
     if failed:
         names = ", ".join(f"{job.algorithm} on {job.dataset}" for job, _ in failed)
         verdict = f"NOT READY: {len(failed)} job(s) did not run: {names}"
