@@ -12,6 +12,7 @@ import contextlib
 import io
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
@@ -31,24 +32,20 @@ SWEEP, REPORT, LOG = "sweep", "report", "sweep.log"  # inside the demo's output 
 
 
 def demo_config(
-    algorithms: tuple[str, ...], steps: int | None, jobs: int | None, trials: int, samples: int
+    algorithms: Sequence[str], steps: int | None, jobs: int | None, trials: int, samples: int
 ) -> SweepConfig:
     """The demo's sweep: ``algorithms`` on every test domain of RotatedDigits, ``steps`` steps
-    (default: the dataset's ``N_STEPS``), ``jobs`` at once.
-
-    Each (algorithm, test domain) is trained with ``samples`` hparam settings, each repeated
-    ``trials`` times with new data splits and seeds, as DomainBed's sweep does: the first
-    setting is DomainBed's defaults (``hparams_seed`` 0), the others are random draws from the
-    algorithm's search space. Trials give collect_results' tables their standard errors;
-    several settings let its model selection choose among them.
-    """
+    (default: the dataset's ``N_STEPS``), ``jobs`` at once; as DomainBed's sweep does, each with
+    ``samples`` hparam settings (its defaults, then random draws from the search space: model
+    selection chooses among them), each repeated ``trials`` times with new data splits and
+    seeds (which give collect_results' tables their standard errors)."""
     from domainbed import datasets
 
     from dmg_domainbed.launchers.local_parallel import usable_cores
 
     return SweepConfig(
         path=Path("dmg-domainbed demo"),
-        algorithms=algorithms,
+        algorithms=tuple(dict.fromkeys(algorithms)),
         datasets=(DATASET,),
         n_hparams=samples,
         n_trials=trials,
@@ -106,10 +103,8 @@ def collect_results_text(sweep_dir: Path) -> str:
 def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) -> list[Path]:
     """The sweep report (its summary echoed), the pictures of what each run learned
     (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw) and the in-domain Table 3
-    per test domain. Runs' pictures and Table 3 are made from the first trial of DomainBed's
-    default hparams: the runs that share one data split per test domain, as the sweep report's
-    diagnostics do.
-    """
+    per test domain, of the first trial of DomainBed's default hparams: the runs that share one
+    data split per test domain, as the sweep report's diagnostics do."""
     from dmg_domainbed.algorithms.base import learned_pictures
     from dmg_domainbed.reporting import in_domain
     from dmg_domainbed.reporting.learned import draw_learned

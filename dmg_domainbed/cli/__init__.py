@@ -1,9 +1,7 @@
-"""``dmg-domainbed`` command line: one module per subcommand, each thin over library code.
-
-A subcommand module defines ``add_parser(subparsers)`` (which registers its parser and sets
-``func`` to a ``run(args) -> int``). User errors raise :class:`~dmg_domainbed.errors.UserError`
-anywhere in the package; they are printed as one clear message with exit code 2, before any
-work starts. Every other exception keeps its traceback.
+"""``dmg-domainbed`` command line: one module per subcommand, each thin over library code,
+whose ``add_parser(subparsers)`` registers its parser and sets ``func`` to a ``run(args) ->
+int``. A :class:`~dmg_domainbed.errors.UserError` is printed as one message, exit status 2;
+every other exception keeps its traceback.
 """
 
 from __future__ import annotations

@@ -70,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
     found = [*manifests, *(data_check.found_under(args.data_dir) if args.data_dir else [])]
     chosen = args.datasets or found
     valid = [*manifests, *data_check.FILE_DATASETS]
-    unknown = [name for name in chosen if name not in valid]
-    if unknown:
+    if unknown := [name for name in chosen if name not in valid]:
         raise UserError(
             f"no check for dataset(s) {', '.join(unknown)}; datasets with files: "
             f"{', '.join(valid)} (a dataset of your own: give its --manifest)"

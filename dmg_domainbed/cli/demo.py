@@ -64,8 +64,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.demo import SWEEP, demo_config, run_demo
 
-    algorithms = tuple(dict.fromkeys(args.algorithms))
-    config = demo_config(algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
+    config = demo_config(args.algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
     try:
         return run_demo(Path(args.output_dir), config, lambda line: print(line, flush=True))
     except KeyboardInterrupt:

@@ -52,10 +52,7 @@ def add_parser(subparsers) -> None:
         "temporary folder)",
     )
     parser.add_argument(
-        "--timeout",
-        type=float,
-        default=1800,
-        help="seconds a job may take (default: %(default)s)",
+        "--timeout", type=float, default=1800, help="seconds a job may take (default: %(default)s)"
     )
     parser.set_defaults(func=run)
 
@@ -88,6 +85,5 @@ def run(args: argparse.Namespace) -> int:
             "--algorithms and --datasets"
         )
     synthetic = args.synthetic or args.synthetic_dir is not None
-    synthetic_dir = args.synthetic_dir.absolute() if args.synthetic_dir else None
-    ok = smoke_check(smoke_jobs, data_dir, args.steps, args.timeout, synthetic, synthetic_dir)
+    ok = smoke_check(smoke_jobs, data_dir, args.steps, args.timeout, synthetic, args.synthetic_dir)
     return 0 if ok else 1

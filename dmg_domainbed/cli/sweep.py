@@ -43,9 +43,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = sweep_config.load_sweep(args.file)
     build_notes = sweep_config.check_against_domainbed(config)
-    launcher = args.launcher or config.launcher
+    launcher, env, notes = args.launcher or config.launcher, os.environ, []
     if launcher is not None:
         sweep_config.check_launcher(config, launcher)
+        env, notes = sweep_run.launcher_environment(config, launcher, os.environ)
     elif not args.dry_run:
         raise UserError(
             f'{config.path} names no launcher: add [launcher] name = "..." to it or pass '
@@ -54,19 +55,13 @@ def run(args: argparse.Namespace) -> int:
     sweep = plan.resolve(config, args.data_dir, args.output_dir)
     groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
     print(plan.summary(sweep, groups))
-    env, notes = os.environ, []
-    if launcher is not None:
-        env, notes = sweep_run.launcher_environment(config, launcher, os.environ)
     for note in build_notes + notes:
         print(f"  note: {note}")
     all_jobs = [job for _, jobs in groups for job in jobs]
     if args.dry_run:
         print(f"Launcher: {launcher or 'LAUNCHER'} (DomainBed's Job.launch, one launch per group)")
-        print("Jobs to launch:")
-        for job in all_jobs:
-            if job.state == Job.NOT_LAUNCHED:
-                print(f"  {job.command_str}")
-        print("Dry run: nothing was created or launched.")
+        new = [f"  {job.command_str}" for job in all_jobs if job.state == Job.NOT_LAUNCHED]
+        print("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
         if launcher is not None:
             try:
                 sweep_run.check_ready(sweep, launcher, env)

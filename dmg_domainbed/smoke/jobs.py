@@ -16,11 +16,11 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dmg_domainbed import synthetic
+from dmg_domainbed import register, synthetic
 from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, requirements, weights
@@ -82,10 +82,11 @@ def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
     return smoke_jobs
 
 
-def _narrow(given: Sequence[str] | None, available: Sequence[str], kind: str, path: Path):
+def _narrow(config: SweepConfig, kind: str, given: Sequence[str] | None) -> tuple[str, ...]:
+    available = getattr(config, kind)
     if unknown := [name for name in given or () if name not in available]:
         raise UserError(
-            f"{kind} {', '.join(unknown)} not in {path}; its {kind}: {', '.join(available)}"
+            f"{kind} {', '.join(unknown)} not in {config.path}; its {kind}: {', '.join(available)}"
         )
     return tuple(name for name in available if not given or name in given)
 
@@ -95,12 +96,9 @@ def from_sweep(
 ) -> list[SmokeJob]:
     """The smoke jobs of a sweep file, narrowed to some of its algorithms and datasets."""
     check_against_domainbed(config)
-    config = replace(
-        config,
-        algorithms=_narrow(algorithms, config.algorithms, "algorithms", config.path),
-        datasets=_narrow(datasets, config.datasets, "datasets", config.path),
-    )
-    return _jobs_of(config, counted=True)
+    algorithms = _narrow(config, "algorithms", algorithms)
+    datasets = _narrow(config, "datasets", datasets)
+    return _jobs_of(replace(config, algorithms=algorithms, datasets=datasets), counted=True)
 
 
 def from_command_line(
@@ -108,10 +106,9 @@ def from_command_line(
 ) -> list[SmokeJob]:
     """The smoke jobs of algorithms and datasets named on the command line: default hparams
     updated with ``hparams``, test domain 0, as ``train.py`` runs without more arguments."""
-    import dmg_domainbed
     from dmg_domainbed.preflight.hparams import effective_hparams
 
-    dmg_domainbed.register()
+    register()
     from domainbed import algorithms as registered_algorithms
     from domainbed import datasets as registered_datasets
 
@@ -141,16 +138,16 @@ def from_command_line(
     return _jobs_of(config, counted=False)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Staged:
     """What one job runs on: its ``--data_dir``, the stand-ins it uses, the problems that keep
     it from running and extra environment variables."""
 
     job: SmokeJob
     data_dir: str | None
-    stand_ins: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    environment: dict[str, str] = field(default_factory=dict)
+    stand_ins: list[str]
+    problems: list[str]
+    environment: dict[str, str]
 
 
 def sample_image_folder(source: Path, target: Path, per_domain: int) -> None:

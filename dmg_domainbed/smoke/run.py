@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tabulate import tabulate
 
 from dmg_domainbed.preflight.environment import job_environment
@@ -45,10 +46,8 @@ class Outcome:
     def summary(self) -> str:
         if self.status != OK:
             return f"{self.status}: {self.detail}"
-        return (
-            f"ok, {self.seconds_per_step:.3f} s/step, {self.peak_memory_gb:.2f} GB peak "
-            f"({self.wall_seconds:.0f} s)"
-        )
+        measured = f"{self.seconds_per_step:.3f} s/step, {self.peak_memory_gb:.2f} GB peak"
+        return f"ok, {measured} ({self.wall_seconds:.0f} s)"
 
 
 def smoke_check(
@@ -63,16 +62,14 @@ def smoke_check(
     job ran. Everything is written inside a new temporary folder, removed at the end; with
     ``synthetic``, missing datasets and weights get stand-ins, the datasets in
     ``synthetic_data_dir`` when given (kept), else in the temporary folder."""
-    import torch
-
     print(
         f"Smoke check: {len(jobs)} job(s), {steps} steps each, through DomainBed's train in "
         "fresh processes" + (" (synthetic stand-ins for what is missing)" if synthetic else "")
     )
     device = "cuda" if torch.cuda.is_available() else "cpu"  # counts GPUs, starts no CUDA
     with tempfile.TemporaryDirectory(prefix="dmg-smoke-") as root:
-        synthetic_dir = (synthetic_data_dir or Path(root) / "synthetic_data") if synthetic else None
-        staging = Staging(Path(root), data_dir, synthetic_dir)
+        synthetic_dir = Path(synthetic_data_dir or Path(root) / "synthetic_data").absolute()
+        staging = Staging(Path(root), data_dir, synthetic_dir if synthetic else None)
         rows = []
         for index, staged in enumerate(staging.stage(list(jobs)), 1):
             if staged.problems:
@@ -172,8 +169,6 @@ def _hours(job: SmokeJob, outcome: Outcome) -> float | None:
 def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str, steps: int) -> str:
     """The notes; the table (algorithm x dataset: status, s/step, peak memory, the sweep's
     estimated hours) and how to read it; the end of each failed job's output; the verdict."""
-    import torch
-
     rows = [
         {
             "algorithm": staged.job.algorithm,
