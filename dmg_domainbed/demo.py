@@ -12,106 +12,67 @@ import contextlib
 import io
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
-from dmg_domainbed.reporting.runs import (
-    RESULTS_FILE,
-    algorithm_class,
-    read_records,
-    read_run,
-    run_folders,
-)
+from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
 from dmg_domainbed.sweep.progress import is_done
 
-Echo = Callable[[str], None]
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
 # RotatedDigits ships inside scikit-learn and reads no folder, but DomainBed's jobs require
 # --data_dir. A fixed value keeps the job hashes (and so resuming) independent of the folder.
 DATA_DIR = "."
 LAUNCHER = "local_parallel"
+SWEEP, REPORT, LOG = "sweep", "report", "sweep.log"  # inside the demo's output folder
 
 
-@dataclass(frozen=True)
-class Demo:
+def demo_config(
+    algorithms: Sequence[str], steps: int | None, jobs: int | None, trials: int, samples: int
+) -> SweepConfig:
     """The demo's sweep: ``algorithms`` on every test domain of RotatedDigits, ``steps`` steps
-    (default: the dataset's ``N_STEPS``), ``jobs`` at once.
+    (default: the dataset's ``N_STEPS``), ``jobs`` at once; as DomainBed's sweep does, each with
+    ``samples`` hparam settings (its defaults, then random draws from the search space: model
+    selection chooses among them), each repeated ``trials`` times with new data splits and
+    seeds (which give collect_results' tables their standard errors)."""
+    from domainbed import datasets
 
-    Each (algorithm, test domain) is trained with ``hparams_samples`` hparam settings, each
-    repeated ``trials`` times with new data splits and seeds, as DomainBed's sweep does: the
-    first setting is DomainBed's defaults (``hparams_seed`` 0), the others are random draws
-    from the algorithm's search space. Trials give collect_results' tables their standard
-    errors; several settings let its model selection choose among them.
-    """
+    from dmg_domainbed.launchers.local_parallel import usable_cores
 
-    output_dir: Path
-    algorithms: tuple[str, ...] = ALGORITHMS
-    steps: int | None = None
-    jobs: int | None = None
-    trials: int = 3
-    hparams_samples: int = 1
-
-    @property
-    def sweep_dir(self) -> Path:
-        return self.output_dir / "sweep"
-
-    @property
-    def report_dir(self) -> Path:
-        return self.output_dir / "report"
-
-    @property
-    def log_path(self) -> Path:
-        return self.output_dir / "sweep.log"
-
-    def config(self) -> SweepConfig:
-        from domainbed import datasets
-
-        steps = self.steps or datasets.get_dataset_class(DATASET).N_STEPS
-        return SweepConfig(
-            path=Path("dmg-domainbed demo"),
-            algorithms=self.algorithms,
-            datasets=(DATASET,),
-            n_hparams=self.hparams_samples,
-            n_trials=self.trials,
-            steps=steps,
-            single_test_envs=True,
-            launcher=LAUNCHER,
-            # One job per CPU core even where GPUs are visible: local_parallel's own default
-            # there is one job per GPU, which would run these small jobs one at a time.
-            launcher_options={"jobs": self.jobs or _cores()},
-        )
-
-    def sweep(self) -> plan.Sweep:
-        return plan.Sweep(self.config(), DATA_DIR, str(self.sweep_dir.resolve()))
+    return SweepConfig(
+        path=Path("dmg-domainbed demo"),
+        algorithms=tuple(dict.fromkeys(algorithms)),
+        datasets=(DATASET,),
+        n_hparams=samples,
+        n_trials=trials,
+        steps=steps or datasets.get_dataset_class(DATASET).N_STEPS,
+        single_test_envs=True,
+        launcher=LAUNCHER,
+        # One job per CPU core even where GPUs are visible: local_parallel's own default
+        # there is one job per GPU, which would run these small jobs one at a time.
+        launcher_options={"jobs": jobs or usable_cores()},
+    )
 
 
-def _cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def check_no_conflicting_runs(demo: Demo, jobs: list) -> None:
+def check_no_conflicting_runs(sweep_dir: Path, jobs: list) -> None:
     """Refuse a folder that already holds a run of a planned (algorithm, test domain) that this
     demo does not plan (other --steps, --trials or --hparams_samples): collect_results would
     select among both configurations' runs."""
     planned = {Path(job.output_dir) for job in jobs}
     wanted = {(job.train_args["algorithm"], job.train_args["test_envs"][0]) for job in jobs}
-    for folder in run_folders(demo.sweep_dir):
+    for folder in runs.run_folders(sweep_dir):
         if folder.resolve() in planned:
             continue
-        records = read_records(folder / RESULTS_FILE)
+        records = runs.read_records(folder / runs.RESULTS_FILE)
         args = records[-1]["args"] if records else {}
         key = (args.get("algorithm"), (args.get("test_envs") or [None])[0])
         if key in wanted:
             raise UserError(
-                f"'{demo.sweep_dir}' already holds a run of {key[0]} on test env {key[1]} that "
+                f"'{sweep_dir}' already holds a run of {key[0]} on test env {key[1]} that "
                 f"this demo does not plan ({folder}: steps={args.get('steps')}, "
                 f"hparams_seed={args.get('hparams_seed')}, trial_seed={args.get('trial_seed')}); "
                 "it was made with other --steps, --trials or --hparams_samples. Use another "
@@ -139,61 +100,55 @@ def collect_results_text(sweep_dir: Path) -> str:
     return printed.getvalue()
 
 
-def write_report_files(demo: Demo, finished: list, echo: Echo) -> list[Path]:
-    """The sweep report (collect_results' numbers as tables and pictures, the selected hparams,
-    the paired comparisons with ERM and the ranks, whose summary it prints), the pictures of what
-    each run learned (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw) and the
-    in-domain Table 3 per test domain. Runs' pictures and Table 3 are made from the first trial
-    of DomainBed's default hparams: the runs that share one data split per test domain, as the
-    sweep report's diagnostics do.
-    """
+def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) -> list[Path]:
+    """The sweep report (its summary echoed), the pictures of what each run learned
+    (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw) and the in-domain Table 3
+    per test domain, of the first trial of DomainBed's default hparams: the runs that share one
+    data split per test domain, as the sweep report's diagnostics do."""
     from dmg_domainbed.algorithms.base import learned_pictures
     from dmg_domainbed.reporting import in_domain
     from dmg_domainbed.reporting.learned import draw_learned
     from dmg_domainbed.reporting.report import write_report
 
-    written = write_report(demo.sweep_dir, demo.report_dir)
+    written = write_report(sweep_dir, report_dir)
     echo(written.summary())
     files = list(written.files)
-    first = [
-        read_run(job.output_dir)
-        for job in finished
-        if job.train_args["hparams_seed"] == 0 and job.train_args["trial_seed"] == 0
-    ]
-    for run_ in first:
-        if learned_pictures(algorithm_class(run_)):
-            stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
-            try:
-                files += draw_learned(run_, demo.report_dir, stem).files
-            except UserError as error:
-                echo(f"note: no pictures of {run_.describe()}: {error}")
     by_test_env: dict[int, list] = {}
-    for run_ in first:
-        by_test_env.setdefault(run_.test_envs[0], []).append(run_)
+    for job in finished:
+        if job.train_args["hparams_seed"] == 0 and job.train_args["trial_seed"] == 0:
+            run_ = runs.read_run(job.output_dir)
+            by_test_env.setdefault(run_.test_envs[0], []).append(run_)
+            if learned_pictures(runs.algorithm_class(run_)):
+                stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
+                try:
+                    files += draw_learned(run_, report_dir, stem).files
+                except UserError as error:
+                    echo(f"note: no pictures of {run_.describe()}: {error}")
     if by_test_env:
         groups = [by_test_env[env] for env in sorted(by_test_env)]
-        files += in_domain.write_in_domain(groups, demo.report_dir).files
+        files += in_domain.write_in_domain(groups, report_dir).files
     return files
 
 
-def run_demo(demo: Demo, echo: Echo = print) -> int:
-    """The whole demo; returns the exit code (0 when every job finished)."""
+def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
+    """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
+    code (0 when every job finished)."""
     start = time.monotonic()
-    check_creatable(demo.output_dir, "--output_dir")
-    config = demo.config()
+    sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG
+    check_creatable(output_dir, "--output_dir")
     check_against_domainbed(config)
-    sweep = demo.sweep()
+    sweep = plan.Sweep(config, DATA_DIR, str(sweep_dir.resolve()))
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
-    check_no_conflicting_runs(demo, jobs)
+    check_no_conflicting_runs(sweep_dir, jobs)
     env, _ = run.launcher_environment(config, LAUNCHER, os.environ)
     launcher = run.check_ready(sweep, LAUNCHER, env)
-    demo.sweep_dir.mkdir(parents=True, exist_ok=True)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
     done = sum(is_done(job) for job in jobs)
     echo(
-        f"DomainBed sweep of {', '.join(demo.algorithms)} on {DATASET}, every test domain, "
-        f"{demo.hparams_samples} hparam setting(s) x {demo.trials} trial(s): "
+        f"DomainBed sweep of {', '.join(config.algorithms)} on {DATASET}, every test domain, "
+        f"{config.n_hparams} hparam setting(s) x {config.n_trials} trial(s): "
         f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
-        f"(launcher {launcher}; log: {demo.log_path})"
+        f"(launcher {launcher}; log: {log_path})"
     )
     for group in sweep.groups:
         if group.hparams:
@@ -201,15 +156,15 @@ def run_demo(demo: Demo, echo: Echo = print) -> int:
                 f"{', '.join(group.algorithms)}: hparams sized for {config.steps} steps, "
                 f"--hparams '{group.hparams_json}'"
             )
-    code = run.execute(sweep, LAUNCHER, env, delete_incomplete=True, echo=echo, log=demo.log_path)
+    code = run.execute(sweep, LAUNCHER, env, delete_incomplete=True, echo=echo, log=log_path)
     failed = [job for job in jobs if not is_done(job)]
     for job in failed:
         echo(f"FAILED: {plan.describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")
     if code != 0 and not failed:
-        echo(f"The sweep exited with code {code}; see {demo.log_path}")
-    echo(collect_results_text(demo.sweep_dir))
-    files = write_report_files(demo, [job for job in jobs if is_done(job)], echo)
+        echo(f"The sweep exited with code {code}; see {log_path}")
+    echo(collect_results_text(sweep_dir))
+    files = write_report_files(sweep_dir, report_dir, [j for j in jobs if is_done(j)], echo)
     shown = [p.name for p in files if p.suffix in (".md", ".png")]
-    echo(f"Report in {demo.report_dir} (CSV tables next to each): " + ", ".join(shown))
+    echo(f"Report in {report_dir} (CSV tables next to each): " + ", ".join(shown))
     echo(f"Wall time: {time.monotonic() - start:.0f} s")
     return 1 if failed or code != 0 else 0

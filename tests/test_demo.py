@@ -135,3 +135,16 @@ def test_unknown_algorithm_is_refused_before_any_work(tmp_path):
     assert code == 2
     assert "unknown algorithm(s) NotAnAlgo" in message and "ERM" in message
     assert not (tmp_path / "d").exists()
+
+
+def test_a_folder_with_runs_of_another_configuration_is_refused(demo_run, tmp_path):
+    # collect_results would select among the runs of both configurations.
+    output = tmp_path / "demo"
+    shutil.copytree(demo_run[0], output)
+    before = snapshot(output)
+    args = ["--steps", "5", "--trials", "1", "--algorithms", "DMG"]
+    code, _, message = cli("demo", "--output_dir", str(output), *args)
+    assert code == 2
+    assert "already holds a run of DMG on test env 0 that this demo does not plan" in message
+    assert f"steps={DEMO_STEPS}" in message and "Use another --output_dir" in message
+    assert snapshot(output) == before

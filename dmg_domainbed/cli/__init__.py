@@ -1,15 +1,14 @@
-"""``dmg-domainbed`` command line: one module per subcommand, each thin over library code.
-
-A subcommand module defines ``add_parser(subparsers)`` (which registers its parser and sets
-``func`` to a ``run(args) -> int``). User errors raise :class:`~dmg_domainbed.errors.UserError`
-anywhere in the package; they are printed as one clear message with exit code 2, before any
-work starts. Every other exception keeps its traceback.
+"""``dmg-domainbed`` command line: one module per subcommand, each thin over library code,
+whose ``add_parser(subparsers)`` registers its parser and sets ``func`` to a ``run(args) ->
+int``. A :class:`~dmg_domainbed.errors.UserError` is printed as one message, exit status 2;
+every other exception keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 
 from dmg_domainbed.errors import UserError
@@ -22,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dmg-domainbed",
         description=(
             "Domain-generalization algorithms for DomainBed (DMG, MultiHead, Aggregate, "
-            "CorGrad, ImportanceMask): demo, sweeps, reports, checks."
+            "CorGrad, ImportanceMask, SFMOE): demo, sweeps, reports, checks."
         ),
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -42,3 +41,25 @@ def main(argv: list[str] | None = None) -> int:
         # The reader (e.g. `| head`) stopped early: not an error of ours.
         sys.stdout = None
         return 0
+
+
+def whole_number(text: str) -> int:
+    """An argparse ``type``: an integer >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
+def parse_hparams(text: str | None) -> dict:
+    """A command line's ``--hparams`` JSON object (``{}`` when not given)."""
+    if text is None:
+        return {}
+    try:
+        hparams = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(f"--hparams is not valid JSON ({error}): {text!r}") from None
+    if not isinstance(hparams, dict):
+        raise UserError(
+            f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; got {text!r}"
+        )
+    return hparams

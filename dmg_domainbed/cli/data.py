@@ -6,13 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from dmg_domainbed.cli import whole_number
 from dmg_domainbed.errors import UserError
-
-
-def _workers(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return int(text)
 
 
 def add_parser(subparsers) -> None:
@@ -37,7 +32,9 @@ def add_parser(subparsers) -> None:
         "--quick", action="store_true", help="names, counts and file headers only: no decoding"
     )
     check.add_argument(
-        "--workers", type=_workers, help="processes decoding images (default: this machine's cores)"
+        "--workers",
+        type=whole_number,
+        help="processes decoding images (default: this machine's cores)",
     )
     check.add_argument(
         "--manifest",
@@ -49,45 +46,31 @@ def add_parser(subparsers) -> None:
     check.set_defaults(func=run)
 
 
-def _manifests(files: list[str]) -> tuple[dict, list[str]]:
-    """The manifests to check: those registered here and those of ``files``; and why a
-    manifest ``DMG_DOMAINBED_DATASETS`` names is not registered. :class:`UserError` for a bad
-    file or a name DomainBed already has."""
-    from domainbed import datasets
-
-    from dmg_domainbed import integration
-    from dmg_domainbed.datacheck.data_check import registered_manifests
-    from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
-
-    manifests = registered_manifests()
-    named, unusable = read_manifests(os.environ)
-    problems = [f"{problem}. It is not registered." for problem in unusable]
-    problems += [r for m in named if (r := integration.manifest_refusal(datasets, m))]
-    for file in files:
-        manifest = load_manifest(file)
-        refusal = integration.manifest_refusal(datasets, manifest)
-        if refusal is not None:
-            raise UserError(refusal)
-        manifests[manifest.name] = manifest
-    return manifests, problems
-
-
 def run(args: argparse.Namespace) -> int:
     from domainbed import datasets
 
     from dmg_domainbed import integration
     from dmg_domainbed.datacheck import data_check
     from dmg_domainbed.datacheck.decoding import available_cores
+    from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
 
     integration.register_into(datasets)  # the datasets only: no algorithm is needed here
     if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
         raise UserError(f"--data_dir {args.data_dir}: no such folder; give DomainBed's --data_dir")
-    manifests, problems = _manifests(args.manifest)
+    manifests = data_check.registered_manifests()  # and those of --manifest, checked first
+    for file in args.manifest:
+        manifest = load_manifest(file)
+        if refusal := integration.manifest_refusal(datasets, manifest):
+            raise UserError(refusal)
+        manifests[manifest.name] = manifest
+    # Why a manifest that DMG_DOMAINBED_DATASETS names is not registered.
+    named, unusable = read_manifests(os.environ)
+    problems = [f"{problem}. It is not registered." for problem in unusable]
+    problems += [r for m in named if (r := integration.manifest_refusal(datasets, m))]
     found = [*manifests, *(data_check.found_under(args.data_dir) if args.data_dir else [])]
     chosen = args.datasets or found
     valid = [*manifests, *data_check.FILE_DATASETS]
-    unknown = [name for name in chosen if name not in valid]
-    if unknown:
+    if unknown := [name for name in chosen if name not in valid]:
         raise UserError(
             f"no check for dataset(s) {', '.join(unknown)}; datasets with files: "
             f"{', '.join(valid)} (a dataset of your own: give its --manifest)"
@@ -98,10 +81,9 @@ def run(args: argparse.Namespace) -> int:
             "give the folder that holds them (e.g. PACS/, office_home/, MNIST/raw/)"
         )
     workers = args.workers or available_cores()
-    failed = False
     for problem in problems:
         print(f"[ERROR] {problem}")
-        failed = True
+    failed = bool(problems)
     for name in chosen:
         report = data_check.check_dataset(name, args.data_dir, args.quick, workers, manifests)
         print("\n".join(data_check.render(report)))

@@ -6,14 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dmg_domainbed.cli import whole_number
 from dmg_domainbed.demo import ALGORITHMS
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text}")
-    return value
 
 
 def add_parser(subparsers) -> None:
@@ -33,10 +27,7 @@ def add_parser(subparsers) -> None:
         help="folder of the sweep, its log and the report (default: %(default)s)",
     )
     parser.add_argument(
-        "--steps",
-        type=_positive,
-        default=None,
-        help="training steps per job (default: RotatedDigits.N_STEPS)",
+        "--steps", type=whole_number, help="training steps per job (default: RotatedDigits.N_STEPS)"
     )
     parser.add_argument(
         "--algorithms",
@@ -47,21 +38,20 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument(
         "--jobs",
-        type=_positive,
-        default=None,
+        type=whole_number,
         help="jobs run at the same time by the local_parallel launcher (default: one per CPU "
         "core, GPUs or not)",
     )
     parser.add_argument(
         "--trials",
-        type=_positive,
+        type=whole_number,
         default=3,
         help="trials per hparam setting: new data splits and seeds, which give the tables "
         "their standard errors (default: %(default)s)",
     )
     parser.add_argument(
         "--hparams_samples",
-        type=_positive,
+        type=whole_number,
         default=1,
         metavar="N",
         help="hparam settings per algorithm and test domain, as DomainBed's sweep draws them: "
@@ -72,22 +62,15 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dmg_domainbed.demo import Demo, run_demo
+    from dmg_domainbed.demo import SWEEP, demo_config, run_demo
 
-    demo = Demo(
-        Path(args.output_dir),
-        tuple(dict.fromkeys(args.algorithms)),
-        args.steps,
-        args.jobs,
-        trials=args.trials,
-        hparams_samples=args.hparams_samples,
-    )
+    config = demo_config(args.algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
     try:
-        return run_demo(demo, lambda line: print(line, flush=True))
+        return run_demo(Path(args.output_dir), config, lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print(
             f"Interrupted. Run the same command again to resume: finished jobs are kept "
-            f"in {demo.sweep_dir}.",
+            f"in {Path(args.output_dir) / SWEEP}.",
             file=sys.stderr,
         )
         return 130

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from dmg_domainbed.errors import UserError
+from dmg_domainbed.cli import parse_hparams
 
 
 def add_parser(subparsers) -> None:
@@ -24,21 +23,6 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--data_dir", help="DomainBed's --data_dir")
     parser.add_argument("--hparams", help="DomainBed's --hparams JSON, e.g. '{\"resnet18\": true}'")
     parser.set_defaults(func=run)
-
-
-def parse_hparams(text: str | None) -> dict:
-    """A command line's ``--hparams`` JSON object (``{}`` when not given)."""
-    if text is None:
-        return {}
-    try:
-        hparams = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"--hparams is not valid JSON ({error}): {text!r}") from None
-    if not isinstance(hparams, dict):
-        raise UserError(
-            f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; got {text!r}"
-        )
-    return hparams
 
 
 def run(args: argparse.Namespace) -> int:

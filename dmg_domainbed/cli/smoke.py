@@ -6,13 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dmg_domainbed.cli.doctor import parse_hparams
+from dmg_domainbed.cli import parse_hparams
 from dmg_domainbed.errors import UserError
 
 
 def add_parser(subparsers) -> None:
-    from dmg_domainbed.smoke.run import DEFAULT_STEPS, DEFAULT_TIMEOUT_SECONDS
-
     parser = subparsers.add_parser(
         "smoke",
         help="run each algorithm x dataset of a sweep a few steps before launching it",
@@ -27,12 +25,10 @@ def add_parser(subparsers) -> None:
         ),
     )
     parser.add_argument("file", nargs="?", help="a sweep file, e.g. sweeps/pacs_resnet50.toml")
-    parser.add_argument(
-        "--algorithms", nargs="+", metavar="NAME", help="algorithms (of the file, if one is given)"
-    )
-    parser.add_argument(
-        "--datasets", nargs="+", metavar="NAME", help="datasets (of the file, if one is given)"
-    )
+    for names in ("algorithms", "datasets"):
+        parser.add_argument(
+            f"--{names}", nargs="+", metavar="NAME", help=f"{names} (of the file, if one is given)"
+        )
     parser.add_argument(
         "--hparams", help="without a file: fixed hparams as JSON, e.g. '{\"resnet18\": true}'"
     )
@@ -40,7 +36,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--steps",
         type=int,
-        default=DEFAULT_STEPS,
+        default=5,
         help="steps per job (default: %(default)s; the first one is warm-up)",
     )
     parser.add_argument(
@@ -56,81 +52,38 @@ def add_parser(subparsers) -> None:
         "temporary folder)",
     )
     parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_SECONDS,
-        help="seconds a job may take (default: %(default)s)",
+        "--timeout", type=float, default=1800, help="seconds a job may take (default: %(default)s)"
     )
     parser.set_defaults(func=run)
 
 
-def _jobs(args: argparse.Namespace, scratch: Path):
-    from dmg_domainbed.smoke import jobs
-    from dmg_domainbed.sweep.config import load_sweep
-
-    if args.file is not None:
-        if args.hparams is not None:
-            raise UserError(
-                "--hparams is for checks without a sweep file: the file's [sweep.hparams] and "
-                "[sweep.algorithm_hparams.NAME] tables fix the hparams"
-            )
-        config = load_sweep(args.file)
-        data_dir = args.data_dir or config.data_dir
-        return jobs.from_sweep(config, scratch, args.algorithms, args.datasets), data_dir
-    if not args.algorithms or not args.datasets:
-        raise UserError(
-            "name a sweep file (e.g. dmg-domainbed smoke sweeps/pacs_resnet50.toml) or both "
-            "--algorithms and --datasets"
-        )
-    hparams = parse_hparams(args.hparams)
-    return jobs.from_command_line(args.algorithms, args.datasets, hparams, scratch), args.data_dir
-
-
 def run(args: argparse.Namespace) -> int:
-    import tempfile
-
-    from dmg_domainbed.smoke.run import render, smoke_check
+    from dmg_domainbed.smoke import jobs
+    from dmg_domainbed.smoke.run import smoke_check
+    from dmg_domainbed.sweep.config import load_sweep
 
     if args.steps < 1:
         raise UserError(f"--steps must be at least 1; got {args.steps}")
     if args.timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds; got {args.timeout}")
-    with tempfile.TemporaryDirectory(prefix="dmg-smoke-plan-") as scratch:
-        smoke_jobs, data_dir = _jobs(args, Path(scratch))
-    synthetic = args.synthetic or args.synthetic_dir is not None
-    print(
-        f"Smoke check: {len(smoke_jobs)} job(s), {args.steps} steps each, through DomainBed's "
-        "train in fresh processes"
-        + (" (synthetic stand-ins for what is missing)" if synthetic else "")
-    )
-    result = smoke_check(
-        smoke_jobs,
-        data_dir,
-        steps=args.steps,
-        synthetic=synthetic,
-        synthetic_data_dir=args.synthetic_dir.absolute() if args.synthetic_dir else None,
-        timeout=args.timeout,
-    )
-    print()
-    for note in result.notes:
-        print(f"note: {note}")
-    print()
-    print(render(result, args.steps))
-    for staged, outcome in result.rows:
-        if outcome.log_tail and outcome.status != "ok":
-            job = staged.job
-            print(f"\n--- {job.algorithm} on {job.dataset}: last lines of its output ---")
-            print(outcome.log_tail)
-    failed = [f"{s.job.algorithm} on {s.job.dataset}" for s, o in result.rows if o.status != "ok"]
-    if failed:
-        print(f"\nNOT READY: {len(failed)} job(s) did not run: {', '.join(failed)}")
-        return 1
-    stand_ins = sorted({name for staged, _ in result.rows for name in staged.stand_ins})
-    if stand_ins:
-        print(
-            f"\nEvery job ran, with {' and '.join(stand_ins)} standing in for what is missing: "
-            "the sweep itself needs the real ones (see the notes)"
+    if args.file is not None and args.hparams is not None:
+        raise UserError(
+            "--hparams is for checks without a sweep file: the file's [sweep.hparams] and "
+            "[sweep.algorithm_hparams.NAME] tables fix the hparams"
         )
+    data_dir = args.data_dir
+    if args.file is not None:
+        config = load_sweep(args.file)
+        data_dir = data_dir or config.data_dir
+        smoke_jobs = jobs.from_sweep(config, args.algorithms, args.datasets)
+    elif args.algorithms and args.datasets:
+        hparams = parse_hparams(args.hparams)
+        smoke_jobs = jobs.from_command_line(args.algorithms, args.datasets, hparams)
     else:
-        print("\nREADY: every job ran")
-    return 0
+        raise UserError(
+            "name a sweep file (e.g. dmg-domainbed smoke sweeps/pacs_resnet50.toml) or both "
+            "--algorithms and --datasets"
+        )
+    synthetic = args.synthetic or args.synthetic_dir is not None
+    ok = smoke_check(smoke_jobs, data_dir, args.steps, args.timeout, synthetic, args.synthetic_dir)
+    return 0 if ok else 1

@@ -43,9 +43,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = sweep_config.load_sweep(args.file)
     build_notes = sweep_config.check_against_domainbed(config)
-    launcher = args.launcher or config.launcher
+    launcher, env, notes = args.launcher or config.launcher, os.environ, []
     if launcher is not None:
         sweep_config.check_launcher(config, launcher)
+        env, notes = sweep_run.launcher_environment(config, launcher, os.environ)
     elif not args.dry_run:
         raise UserError(
             f'{config.path} names no launcher: add [launcher] name = "..." to it or pass '
@@ -54,15 +55,13 @@ def run(args: argparse.Namespace) -> int:
     sweep = plan.resolve(config, args.data_dir, args.output_dir)
     groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
     print(plan.summary(sweep, groups))
-    env, notes = (
-        (os.environ, [])
-        if launcher is None
-        else sweep_run.launcher_environment(config, launcher, os.environ)
-    )
     for note in build_notes + notes:
         print(f"  note: {note}")
+    all_jobs = [job for _, jobs in groups for job in jobs]
     if args.dry_run:
-        _show_dry_run(groups, launcher or "LAUNCHER")
+        print(f"Launcher: {launcher or 'LAUNCHER'} (DomainBed's Job.launch, one launch per group)")
+        new = [f"  {job.command_str}" for job in all_jobs if job.state == Job.NOT_LAUNCHED]
+        print("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
         if launcher is not None:
             try:
                 sweep_run.check_ready(sweep, launcher, env)
@@ -70,22 +69,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"Launching it now would stop before any job: {error}")
         return 0
     print(f"  launcher: {sweep_run.check_ready(sweep, launcher, env)}")
-    incomplete = sum(job.state == Job.INCOMPLETE for _, jobs in groups for job in jobs)
+    incomplete = sum(job.state == Job.INCOMPLETE for job in all_jobs)
     if incomplete and not args.delete_incomplete:
         print(
             f"  {incomplete} incomplete job(s) are left as they are (they may still be running)"
             "; once they have stopped, rerun with --delete-incomplete to launch them again"
         )
     return sweep_run.execute(sweep, launcher, env, args.delete_incomplete)
-
-
-def _show_dry_run(groups, launcher: str) -> None:
-    from domainbed.scripts.sweep import Job
-
-    print(f"Launcher: {launcher} (DomainBed's Job.launch, one launch per group)")
-    print("Jobs to launch:")
-    for _, jobs in groups:
-        for job in jobs:
-            if job.state == Job.NOT_LAUNCHED:
-                print(f"  {job.command_str}")
-    print("Dry run: nothing was created or launched.")

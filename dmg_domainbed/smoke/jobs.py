@@ -1,19 +1,34 @@
-"""The jobs the smoke check runs: for each algorithm and dataset, the sweep's job with the largest
-batch (the one that needs the most memory), with the arguments DomainBed's sweep gives it."""
+"""The jobs the smoke check runs, and the data and weights they run on.
+
+For each algorithm and dataset: the sweep's job with the largest batch (the one that needs the
+most memory), with the arguments DomainBed's sweep gives it. It reads a sample of a real image
+dataset, not all of it (DomainBed evaluates every split of every domain at a run's first and
+last step: 586,000 images on DomainNet): every domain and class folder, with links to enough of
+its images for the batch. Missing data and weights stop the job, named as the doctor and the
+sweep name them; with ``--synthetic``, stand-ins from :mod:`dmg_domainbed.synthetic` replace
+them: data in a folder of their own, random weights only in a cache inside the check's temporary
+folder, which the job alone reads. The user's caches are never written to.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed import register, synthetic
+from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
+from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches
+
+SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"
 
 
 @dataclass(frozen=True)
@@ -23,31 +38,16 @@ class SmokeJob:
     algorithm: str
     dataset: str
     train_args: Mapping[str, Any]  # DomainBed's train arguments of the job it stands for
-    hparams: Mapping[str, Any]  # the hparams that job trains with, as train.py computes them
+    batch_size: int  # per domain, of the hparams that job trains with
+    batch: str  # examples per step: source domains x batch size per domain
     fixed_hparams: Mapping[str, Any]  # the sweep's fixed hparams of the algorithm
     sweep_jobs: int | None  # the sweep's jobs of this algorithm and dataset (None: no sweep)
-    steps_per_job: int  # steps each of those jobs trains
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.hparams["batch_size"])
-
-    @property
-    def holdout_fraction(self) -> float:
-        return float(self.train_args["holdout_fraction"])
-
-    @property
-    def batch(self) -> str:
-        """Examples per step: source domains x batch size per domain."""
-        from domainbed import datasets
-
-        environments = len(datasets.get_dataset_class(self.dataset).ENVIRONMENTS)
-        return f"{environments - len(self.train_args['test_envs'])}x{self.batch_size}"
+    steps_per_job: int
 
 
-def job_hparams(train_args: Mapping[str, Any]) -> dict[str, Any]:
-    """The hparams DomainBed's train.py trains a job with: the defaults for hparams seed 0, else
-    the random search's draw, updated with the job's ``--hparams``."""
+def batch_size(train_args: Mapping[str, Any]) -> int:
+    """The batch size train.py trains a job with: that of the defaults for hparams seed 0, else
+    of the random search's draw, unless the job's ``--hparams`` fix it."""
     from domainbed import hparams_registry
     from domainbed.lib import misc
 
@@ -57,82 +57,58 @@ def job_hparams(train_args: Mapping[str, Any]) -> dict[str, Any]:
     else:
         seed = misc.seed_hash(train_args["hparams_seed"], train_args["trial_seed"])
         hparams = hparams_registry.random_hparams(algorithm, dataset, seed)
-    if train_args.get("hparams"):
-        hparams.update(json.loads(train_args["hparams"]))
-    return hparams
+    hparams.update(json.loads(train_args.get("hparams") or "{}"))
+    return int(hparams["batch_size"])
 
 
-def _steps(config: SweepConfig, dataset: str) -> int:
+def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
     from domainbed import datasets
 
-    return config.steps or datasets.get_dataset_class(dataset).N_STEPS
+    # DomainBed's Job only asks whether its folder exists; none does under os.devnull.
+    sweep = plan.Sweep(config, data_dir=os.devnull, output_dir=os.devnull)
+    every = [job.train_args for group in sweep.groups for job in plan.jobs(sweep, group)]
+    smoke_jobs = []
+    for dataset in config.datasets:
+        dataset_class = datasets.get_dataset_class(dataset)
+        for algorithm in config.algorithms:
+            pair = [a for a in every if a["algorithm"] == algorithm and a["dataset"] == dataset]
+            args = max(pair, key=batch_size)
+            size = batch_size(args)
+            batch = f"{len(dataset_class.ENVIRONMENTS) - len(args['test_envs'])}x{size}"
+            count = len(pair) if counted else None
+            steps = config.steps or dataset_class.N_STEPS
+            fixed = config.hparams_of(algorithm)
+            smoke_jobs.append(SmokeJob(algorithm, dataset, args, size, batch, fixed, count, steps))
+    return smoke_jobs
 
 
-def _jobs_of(config: SweepConfig, scratch: Path, counted: bool) -> list[SmokeJob]:
-    # DomainBed's Job only looks at the output folder; an empty scratch folder will do.
-    sweep = plan.Sweep(config, data_dir=str(scratch), output_dir=str(scratch))
-    chosen: dict[tuple[str, str], tuple[Mapping[str, Any], dict[str, Any]]] = {}
-    counts: Counter = Counter()
-    for group in sweep.groups:
-        for job in plan.jobs(sweep, group):
-            key = (job.train_args["algorithm"], job.train_args["dataset"])
-            counts[key] += 1
-            hparams = job_hparams(job.train_args)
-            if key not in chosen or hparams["batch_size"] > chosen[key][1]["batch_size"]:
-                chosen[key] = (job.train_args, hparams)
-    return [
-        SmokeJob(
-            algorithm=algorithm,
-            dataset=dataset,
-            train_args=chosen[(algorithm, dataset)][0],
-            hparams=chosen[(algorithm, dataset)][1],
-            fixed_hparams=config.hparams_of(algorithm),
-            sweep_jobs=counts[(algorithm, dataset)] if counted else None,
-            steps_per_job=_steps(config, dataset),
-        )
-        for dataset in config.datasets
-        for algorithm in config.algorithms
-    ]
-
-
-def _narrow(
-    given: Sequence[str] | None, available: Sequence[str], kind: str, path: Path
-) -> tuple[str, ...]:
-    if not given:
-        return tuple(available)
-    unknown = [name for name in given if name not in available]
-    if unknown:
+def _narrow(config: SweepConfig, kind: str, given: Sequence[str] | None) -> tuple[str, ...]:
+    available = getattr(config, kind)
+    if unknown := [name for name in given or () if name not in available]:
         raise UserError(
-            f"{kind} {', '.join(unknown)} not in {path}; its {kind}: {', '.join(available)}"
+            f"{kind} {', '.join(unknown)} not in {config.path}; its {kind}: {', '.join(available)}"
         )
-    return tuple(name for name in available if name in given)
+    return tuple(name for name in available if not given or name in given)
 
 
 def from_sweep(
-    config: SweepConfig,
-    scratch: Path,
-    algorithms: Sequence[str] | None = None,
-    datasets: Sequence[str] | None = None,
+    config: SweepConfig, algorithms: Sequence[str] | None, datasets: Sequence[str] | None
 ) -> list[SmokeJob]:
     """The smoke jobs of a sweep file, narrowed to some of its algorithms and datasets."""
     check_against_domainbed(config)
-    config = replace(
-        config,
-        algorithms=_narrow(algorithms, config.algorithms, "algorithms", config.path),
-        datasets=_narrow(datasets, config.datasets, "datasets", config.path),
-    )
-    return _jobs_of(config, scratch, counted=True)
+    algorithms = _narrow(config, "algorithms", algorithms)
+    datasets = _narrow(config, "datasets", datasets)
+    return _jobs_of(replace(config, algorithms=algorithms, datasets=datasets), counted=True)
 
 
 def from_command_line(
-    algorithms: Sequence[str], datasets: Sequence[str], hparams: Mapping[str, Any], scratch: Path
+    algorithms: Sequence[str], datasets: Sequence[str], hparams: Mapping[str, Any]
 ) -> list[SmokeJob]:
     """The smoke jobs of algorithms and datasets named on the command line: default hparams
     updated with ``hparams``, test domain 0, as ``train.py`` runs without more arguments."""
-    import dmg_domainbed
     from dmg_domainbed.preflight.hparams import effective_hparams
 
-    dmg_domainbed.register()
+    register()
     from domainbed import algorithms as registered_algorithms
     from domainbed import datasets as registered_datasets
 
@@ -140,8 +116,7 @@ def from_command_line(
         ("algorithm", algorithms, registered_algorithms.ALGORITHMS),
         ("dataset", datasets, registered_datasets.DATASETS),
     ):
-        unknown = [name for name in given if name not in valid]
-        if unknown:
+        if unknown := [name for name in given if name not in valid]:
             raise UserError(
                 f"unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: {', '.join(valid)}"
             )
@@ -160,4 +135,128 @@ def from_command_line(
         single_test_envs=True,
         hparams=dict(hparams),
     )
-    return _jobs_of(config, scratch, counted=False)
+    return _jobs_of(config, counted=False)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What one job runs on: its ``--data_dir``, the stand-ins it uses, the problems that keep
+    it from running and extra environment variables."""
+
+    job: SmokeJob
+    data_dir: str | None
+    stand_ins: list[str]
+    problems: list[str]
+    environment: dict[str, str]
+
+
+def sample_image_folder(source: Path, target: Path, per_domain: int) -> None:
+    """Link a sample of ``source`` (one folder per domain, one per class inside) into ``target``:
+    every domain and class folder, and at least ``per_domain`` images per domain spread over
+    the classes (fewer where the dataset has fewer)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS  # ImageFolder's rule for an image
+
+    for domain in sorted(p for p in source.iterdir() if p.is_dir()):
+        classes = sorted(p for p in domain.iterdir() if p.is_dir())
+        per_class = max(1, math.ceil(per_domain / max(1, len(classes))))
+        for folder in classes:
+            linked = target / domain.name / folder.name
+            linked.mkdir(parents=True)
+            images = sorted(p for p in folder.iterdir() if p.name.lower().endswith(IMG_EXTENSIONS))
+            for image in images[:per_class]:
+                (linked / image.name).symlink_to(image)
+
+
+class Staging:
+    """Prepares every job's data and weights under ``root``; stand-ins only with a
+    ``synthetic_data_dir``, where synthetic datasets are written."""
+
+    def __init__(self, root: Path, data_dir: str | None, synthetic_data_dir: Path | None = None):
+        self.root, self.data_dir, self.synthetic_data_dir = root, data_dir, synthetic_data_dir
+        self.random_caches = Caches.under(root / "random_weights")
+        self.notes: list[str] = []
+
+    def stage(self, jobs: list[SmokeJob]) -> list[Staged]:
+        """Each dataset is staged once, for its job with the largest batch."""
+        largest: dict[str, SmokeJob] = {}
+        for job in jobs:
+            if job.dataset not in largest or job.batch_size > largest[job.dataset].batch_size:
+                largest[job.dataset] = job
+        data = {dataset: self._data(job) for dataset, job in largest.items()}
+        staged = []
+        for job in jobs:
+            data_dir, stand_ins, problems = data[job.dataset]
+            environment, more_stand_ins, more_problems = self._weights(job)
+            stand_ins, problems = stand_ins + more_stand_ins, problems + more_problems
+            staged.append(Staged(job, data_dir, stand_ins, problems, environment))
+        return staged
+
+    def _data(self, job: SmokeJob) -> tuple[str | None, list[str], list[str]]:
+        """The ``--data_dir`` of ``job``'s dataset, its stand-ins and the problems."""
+        found = requirements.data_status(job.dataset, self.data_dir)
+        holdout = job.train_args["holdout_fraction"]
+        if found.state == data.PRESENT and job.dataset in IMAGE_FOLDERS:
+            folder = IMAGE_FOLDERS[job.dataset]
+            source = Path(self.data_dir).expanduser().resolve() / folder
+            per_domain = synthetic.images_needed(job.batch_size, holdout)
+            sample = self.root / "sample" / job.dataset
+            sample_image_folder(source, sample / folder, per_domain)
+            self.notes.append(
+                f"{job.dataset}: a sample of {source} (every domain and class folder, at least "
+                f"{per_domain} images per domain), linked into {sample}"
+            )
+            return str(sample), [], []
+        if found.ok:  # nothing to sample: files not in image folders, no files, layout unknown
+            return self.data_dir, [], []
+        if self.synthetic_data_dir is None or job.dataset not in synthetic.LAYOUTS:
+            problem = f"{job.dataset} data {found.state}: {found.detail}"
+            if job.dataset in synthetic.LAYOUTS:  # and so no --synthetic
+                problem += "; or pass --synthetic to check the code path on random images"
+            return self.data_dir, [], [problem]
+        classes = len(synthetic.LAYOUTS[job.dataset].classes)
+        per_domain = synthetic.images_needed(job.batch_size, holdout, classes)
+        written = synthetic.write_image_dataset(
+            job.dataset, self.synthetic_data_dir, images_per_domain=per_domain
+        )
+        self.notes.append(
+            f"{job.dataset}: synthetic folder {written} ({per_domain} random images per "
+            f"domain) stands in for the missing data ({found.detail})"
+        )
+        return str(self.synthetic_data_dir), [SYNTHETIC_DATA], []
+
+    def _weights(self, job: SmokeJob) -> tuple[dict[str, str], list[str], list[str]]:
+        """The environment variables, stand-ins and problems of ``job``'s pretrained weights.
+        Stand-ins go to a cache of the check's own, where the files the user has are linked."""
+        own = requirements.own_weights(job.algorithm, job.dataset, job.fixed_hparams)
+        if own is not None:  # weights the algorithm loads itself, which it alone can find
+            why = f"{job.algorithm}'s pretrained weights: {'; '.join(own.details)}"
+            return {}, [], [] if own.ready else [why]
+        files, problems = requirements.weight_files(job.algorithm, job.dataset, job.fixed_hparams)
+        absent = [f for f in files if not f.present]
+        if not absent:
+            return {}, [], problems
+        missing = weights.missing_weights_message(absent)
+        if self.synthetic_data_dir is None:
+            return {}, [], [*problems, f"pretrained weights missing: {missing}"]
+        found, _ = requirements.weight_files(
+            job.algorithm, job.dataset, job.fixed_hparams, self.random_caches
+        )
+        ours = {place.model: place for place in found}
+        try:
+            for file in absent:  # none is written twice: an earlier job's is present
+                for path in synthetic.write_random_weights([ours[file.model]]):
+                    self.notes.append(
+                        f"random weights (not pretrained) in {path} stand in for the missing "
+                        f"{file.what} (looked for at {file.path}; to get it: {file.fetch}); "
+                        "your caches are untouched"
+                    )
+        except UserError as error:  # e.g. DINOv2, whose torch.hub code cannot be made up
+            return {}, [], [*problems, f"{error}; {missing}"]
+        for file in [f for f in files if f.present]:
+            snapshot = file.layout == HF_SNAPSHOT  # a folder, linked whole
+            target = ours[file.model].folder if snapshot else ours[file.model].path
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(file.folder if snapshot else file.path)
+        environment = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
+        return environment, [RANDOM_WEIGHTS], problems

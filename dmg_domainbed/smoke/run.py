@@ -1,4 +1,4 @@
-"""Run every smoke job as a sweep runs it, one at a time, and measure it.
+"""Run every smoke job as a sweep runs it, one at a time, measure it, and report.
 
 Each job is DomainBed's own command for it (its sweep ``Job``'s ``command_str``: ``python -m
 domainbed.scripts.train`` with the job's arguments), in a fresh process with the ``python`` the
@@ -18,32 +18,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tabulate import tabulate
 
 from dmg_domainbed.preflight.environment import job_environment
-from dmg_domainbed.smoke.jobs import SmokeJob
-from dmg_domainbed.smoke.staging import Staged, Staging
+from dmg_domainbed.smoke.jobs import SmokeJob, Staged, Staging
 
-DEFAULT_STEPS = 5
-DEFAULT_TIMEOUT_SECONDS = 1800
 OK, FAILED, TIMED_OUT, NOT_RUN = "ok", "failed", "timed out", "not run"
-LOG_TAIL_LINES = 25
-ERROR_WIDTH = 60
-COLUMNS = (
-    "algorithm",
-    "dataset",
-    "batch",
-    "status",
-    "s/step",
-    "peak GB",
-    "sweep jobs",
-    "steps/job",
-    "est. hours",
-)
+LOG_TAIL_LINES, ERROR_WIDTH = 25, 60
 
 
 @dataclass(frozen=True)
@@ -57,58 +43,53 @@ class Outcome:
     log_tail: str = ""
     wall_seconds: float = 0.0
 
-
-@dataclass(frozen=True)
-class SmokeResult:
-    rows: list[tuple[Staged, Outcome]]
-    notes: list[str]
-    device: str  # "cuda" or "cpu": what train.py picks
-
-    @property
-    def ok(self) -> bool:
-        return all(outcome.status == OK for _, outcome in self.rows)
+    def summary(self) -> str:
+        if self.status != OK:
+            return f"{self.status}: {self.detail}"
+        measured = f"{self.seconds_per_step:.3f} s/step, {self.peak_memory_gb:.2f} GB peak"
+        return f"ok, {measured} ({self.wall_seconds:.0f} s)"
 
 
 def smoke_check(
     jobs: Sequence[SmokeJob],
     data_dir: str | None,
-    steps: int = DEFAULT_STEPS,
+    steps: int,
+    timeout: float,
     synthetic: bool = False,
     synthetic_data_dir: Path | None = None,
-    timeout: float = DEFAULT_TIMEOUT_SECONDS,
-    echo: Callable[[str], None] = print,
-) -> SmokeResult:
-    """Run ``jobs`` for ``steps`` steps each. Everything is written inside a new temporary
-    folder, removed at the end; with ``synthetic``, missing datasets and weights get stand-ins,
-    the datasets in ``synthetic_data_dir`` when given (kept), else in the temporary folder."""
-    import torch
-
+) -> bool:
+    """Run ``jobs`` for ``steps`` steps each, print each outcome and the report; whether every
+    job ran. Everything is written inside a new temporary folder, removed at the end; with
+    ``synthetic``, missing datasets and weights get stand-ins, the datasets in
+    ``synthetic_data_dir`` when given (kept), else in the temporary folder."""
+    print(
+        f"Smoke check: {len(jobs)} job(s), {steps} steps each, through DomainBed's train in "
+        "fresh processes" + (" (synthetic stand-ins for what is missing)" if synthetic else "")
+    )
     device = "cuda" if torch.cuda.is_available() else "cpu"  # counts GPUs, starts no CUDA
     with tempfile.TemporaryDirectory(prefix="dmg-smoke-") as root:
-        synthetic_dir = (synthetic_data_dir or Path(root) / "synthetic_data") if synthetic else None
-        staging = Staging(Path(root), data_dir, synthetic_dir)
+        synthetic_dir = Path(synthetic_data_dir or Path(root) / "synthetic_data").absolute()
+        staging = Staging(Path(root), data_dir, synthetic_dir if synthetic else None)
         rows = []
         for index, staged in enumerate(staging.stage(list(jobs)), 1):
             if staged.problems:
                 outcome = Outcome(NOT_RUN, "; ".join(staged.problems))
             else:
                 outcome = run_job(staged, steps, Path(root) / "runs", device, timeout)
-            echo(
-                f"[{index}/{len(jobs)}] {staged.job.algorithm} on {staged.job.dataset}: "
-                + _summary(outcome)
-            )
+            job = staged.job
+            print(f"[{index}/{len(jobs)}] {job.algorithm} on {job.dataset}: {outcome.summary()}")
             rows.append((staged, outcome))
-        return SmokeResult(rows, list(dict.fromkeys(staging.notes)), device)
+        print(report(rows, staging.notes, device, steps))
+        return all(outcome.status == OK for _, outcome in rows)
 
 
 def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float) -> Outcome:
     """Run one staged job for ``steps`` steps under ``runs`` and measure it."""
     from domainbed.scripts.sweep import Job
 
-    train_args = {**staged.job.train_args, "steps": steps}
-    train_args.pop("data_dir", None)
-    if staged.data_dir is not None:
-        train_args["data_dir"] = staged.data_dir
+    train_args = {**staged.job.train_args, "steps": steps, "data_dir": staged.data_dir}
+    if staged.data_dir is None:
+        del train_args["data_dir"]
     job = Job(train_args, str(runs))
     output = Path(job.output_dir)
     output.mkdir(parents=True)
@@ -132,9 +113,10 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
         return Outcome(
             TIMED_OUT, f"no result within {timeout:.0f} s", log_tail=tail, wall_seconds=wall
         )
-    records = _records(output)
-    if code != 0 or not (output / "done").exists() or not records:
+    if code != 0 or not (output / "done").exists():
         return Outcome(FAILED, _error_line(log_text), log_tail=tail, wall_seconds=wall)
+    # train.py writes a record at its last step before it writes "done".
+    records = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
     if device == "cuda":
         peak = max(float(record.get("mem_gb", 0.0)) for record in records)
     else:  # ru_maxrss: kilobytes on Linux, bytes on macOS
@@ -143,7 +125,8 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
 
 
 def _wait(process: subprocess.Popen, timeout: float):
-    """(exit code, rusage) of ``process``; (None, None) after killing its group at ``timeout``."""
+    """(exit code, rusage) of ``process``; (None, None) after killing its group at ``timeout``
+    (or at any exception here, e.g. Ctrl-C, which its own session does not receive)."""
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -159,14 +142,6 @@ def _wait(process: subprocess.Popen, timeout: float):
             process.wait()
 
 
-def _records(output: Path) -> list[dict]:
-    try:
-        lines = (output / "results.jsonl").read_text().splitlines()
-    except OSError:
-        return []
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 def _error_line(log: str) -> str:
     """The exception a failed train.py ended with (the last line of its traceback)."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
@@ -177,80 +152,78 @@ def _error_line(log: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def _summary(outcome: Outcome) -> str:
+def _status(staged: Staged, outcome: Outcome) -> str:
     if outcome.status == OK:
-        return (
-            f"ok, {outcome.seconds_per_step:.3f} s/step, {outcome.peak_memory_gb:.2f} GB peak "
-            f"({outcome.wall_seconds:.0f} s)"
-        )
-    return f"{outcome.status}: {outcome.detail}"
+        return "ok" + (f" ({', '.join(staged.stand_ins)})" if staged.stand_ins else "")
+    status = f"{outcome.status}: {outcome.detail}"
+    return status if len(status) <= ERROR_WIDTH else status[: ERROR_WIDTH - 3] + "..."
 
 
-def estimated_hours(staged: Staged, outcome: Outcome) -> float | None:
-    """jobs x steps x seconds per step, in hours (per job when there is no sweep)."""
+def _hours(job: SmokeJob, outcome: Outcome) -> float | None:
+    """The sweep's jobs of the row (one job without a sweep) x steps x s/step, in hours."""
     if outcome.seconds_per_step is None:
         return None
-    jobs = staged.job.sweep_jobs or 1
-    return jobs * staged.job.steps_per_job * outcome.seconds_per_step / 3600
+    return (job.sweep_jobs or 1) * job.steps_per_job * outcome.seconds_per_step / 3600
 
 
-def describe_device(device: str) -> str:
-    """The device's name. Called once the jobs have run: reading a GPU's properties starts
-    CUDA in this process, which must not hold the GPU while a job needs it."""
-    import torch
-
-    if device == "cuda":
-        properties = torch.cuda.get_device_properties(0)
-        return f"cuda: {properties.name}, {properties.total_memory / 2**30:.0f} GiB"
-    return f"cpu: {os.cpu_count()} cores, no CUDA device"
-
-
-def render(result: SmokeResult, steps: int) -> str:
-    """The table (algorithm x dataset: status, s/step, peak memory, the sweep's estimated
-    hours) and the lines that say how to read it."""
-    rows, hours = [], []
-    for staged, outcome in result.rows:
-        job = staged.job
-        status = f"{outcome.status}: {outcome.detail}"
-        if outcome.status == OK:
-            status = "ok" + (f" ({', '.join(staged.stand_ins)})" if staged.stand_ins else "")
-        elif len(status) > ERROR_WIDTH:
-            status = status[: ERROR_WIDTH - 3] + "..."
-        hours.append(estimated_hours(staged, outcome))
-        rows.append(
-            [
-                job.algorithm,
-                job.dataset,
-                job.batch,
-                status,
-                _number(outcome.seconds_per_step, 3),
-                _number(outcome.peak_memory_gb, 2),
-                job.sweep_jobs or "-",
-                job.steps_per_job,
-                _number(hours[-1], 2),
-            ]
-        )
-    swept = any(staged.job.sweep_jobs is not None for staged, _ in result.rows)
+def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str, steps: int) -> str:
+    """The notes; the table (algorithm x dataset: status, s/step, peak memory, the sweep's
+    estimated hours) and how to read it; the end of each failed job's output; the verdict."""
+    rows = [
+        {
+            "algorithm": staged.job.algorithm,
+            "dataset": staged.job.dataset,
+            "batch": staged.job.batch,
+            "status": _status(staged, outcome),
+            "s/step": _number(outcome.seconds_per_step, 3),
+            "peak GB": _number(outcome.peak_memory_gb, 2),
+            "sweep jobs": staged.job.sweep_jobs or "-",
+            "steps/job": staged.job.steps_per_job,
+            "est. hours": _number(_hours(staged.job, outcome), 2),
+        }
+        for staged, outcome in results
+    ]
+    swept = any(staged.job.sweep_jobs is not None for staged, _ in results)
     if swept:
-        known = [h for h in hours if h is not None]
-        unknown = len(hours) - len(known)
-        total = f"{sum(known):.2f}" + (f" + {unknown} unknown" if unknown else "")
-        jobs = sum(staged.job.sweep_jobs or 0 for staged, _ in result.rows)
-        rows.append(["total", "", "", "", "", "", jobs, "", total])
-    table = tabulate(rows, COLUMNS, tablefmt="simple", disable_numparse=True)
+        hours = [_hours(staged.job, outcome) for staged, outcome in results]
+        unknown = hours.count(None)
+        total = f"{sum(h or 0 for h in hours):.2f}" + (f" + {unknown} unknown" if unknown else "")
+        jobs = sum(staged.job.sweep_jobs or 0 for staged, _ in results)
+        rows.append({"algorithm": "total", "sweep jobs": jobs, "est. hours": total})
     per = "the sweep's jobs of the row" if swept else "one job"
-    memory = "GPU" if result.device == "cuda" else "host"
-    return "\n".join(
-        [
-            table,
-            "",
-            f"device: {describe_device(result.device)}; {steps} steps a job, DomainBed's train",
-            "batch: source domains x examples per domain; s/step: train.py's step_time after the "
-            f"first step; peak GB: peak {memory} memory",
-            f"est. hours: {per} x steps/job x s/step, on one such device, without start-up, "
-            "evaluation and checkpoints",
-        ]
-    )
+    memory, machine = "host", f"cpu: {os.cpu_count()} cores, no CUDA device"
+    if device == "cuda":  # read only now: it starts CUDA here, which holds the GPU
+        gpu = torch.cuda.get_device_properties(0)
+        memory, machine = "GPU", f"cuda: {gpu.name}, {gpu.total_memory / 2**30:.0f} GiB"
+    lines = [
+        "",
+        *(f"note: {note}" for note in notes),
+        "",
+        tabulate(rows, "keys", tablefmt="simple", disable_numparse=True),
+        "",
+        f"device: {machine}; {steps} steps a job, DomainBed's train",
+        "batch: source domains x examples per domain; s/step: train.py's step_time after the "
+        f"first step; peak GB: peak {memory} memory",
+        f"est. hours: {per} x steps/job x s/step, on one such device, without start-up, "
+        "evaluation and checkpoints",
+    ]
+    failed = [(staged.job, outcome) for staged, outcome in results if outcome.status != OK]
+    for job, outcome in failed:
+        if outcome.log_tail:
+            header = f"--- {job.algorithm} on {job.dataset}: last lines of its output ---"
+            lines += ["", header, outcome.log_tail]
+    stand_ins = sorted({name for staged, _ in results for name in staged.stand_ins})
+    if failed:
+        names = ", ".join(f"{job.algorithm} on {job.dataset}" for job, _ in failed)
+        verdict = f"NOT READY: {len(failed)} job(s) did not run: {names}"
+    elif stand_ins:
+        verdict = (
+            f"Every job ran, with {' and '.join(stand_ins)} standing in for what is missing: "
+            "the sweep itself needs the real ones (see the notes)"
+        )
+    else:
+        verdict = "READY: every job ran"
+    return "\n".join([*lines, "", verdict])
 
 
 def _number(value: float | None, digits: int) -> str:

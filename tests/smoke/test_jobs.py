@@ -9,7 +9,7 @@ from huggingface_hub import constants
 from dmg_domainbed import synthetic
 from dmg_domainbed.preflight.weights import needed_weights
 from dmg_domainbed.smoke import jobs
-from dmg_domainbed.smoke.staging import RANDOM_WEIGHTS, SYNTHETIC_DATA, Staging, sample_image_folder
+from dmg_domainbed.smoke.jobs import RANDOM_WEIGHTS, SYNTHETIC_DATA, Staging, sample_image_folder
 from dmg_domainbed.weight_files import Caches
 
 
@@ -42,9 +42,7 @@ def test_a_sample_links_every_domain_and_class_and_enough_images(tmp_path):
 def test_without_synthetic_missing_data_and_weights_keep_the_job_from_running(
     user_caches, tmp_path
 ):
-    (job,) = jobs.from_command_line(
-        ["ERM"], ["PACS"], {"resnet18": True, "resnet50_augmix": False}, tmp_path
-    )
+    (job,) = jobs.from_command_line(["ERM"], ["PACS"], {"resnet18": True, "resnet50_augmix": False})
     (staged,) = Staging(tmp_path / "scratch", str(tmp_path / "data")).stage([job])
     data_problem, weights_problem = staged.problems
     assert f"PACS data missing: not found: expected {tmp_path / 'data' / 'PACS'}/" in data_problem
@@ -61,7 +59,7 @@ def test_stand_ins_go_to_the_check_s_own_cache_and_the_chosen_folder(user_caches
     torchvision_file, timm_file = needed_weights(hparams, synthetic.IMAGE_SHAPE)[0]
     torchvision_file.folder.mkdir(parents=True)
     torchvision_file.path.write_bytes(b"the user's real weights")
-    (job,) = jobs.from_command_line(["DMG"], ["PACS"], hparams, tmp_path)
+    (job,) = jobs.from_command_line(["DMG"], ["PACS"], hparams)
 
     staging = Staging(tmp_path / "scratch", None, synthetic_data_dir=tmp_path / "synthetic")
     (staged,) = staging.stage([job])
@@ -90,7 +88,7 @@ def test_stand_ins_go_to_the_check_s_own_cache_and_the_chosen_folder(user_caches
 
 def test_weights_that_cannot_be_made_up_keep_the_job_from_running(user_caches, tmp_path):
     hparams = {"vit": True, "dinov2": True}  # DINOv2 comes with torch.hub code of its own
-    (job,) = jobs.from_command_line(["ERM"], ["PACS"], hparams, tmp_path)
+    (job,) = jobs.from_command_line(["ERM"], ["PACS"], hparams)
     staging = Staging(tmp_path / "scratch", None, synthetic_data_dir=tmp_path / "synthetic")
     (staged,) = staging.stage([job])
     (problem,) = staged.problems
@@ -101,7 +99,7 @@ def test_weights_that_cannot_be_made_up_keep_the_job_from_running(user_caches, t
 
 def test_an_algorithm_s_own_weights_are_its_own_check_and_never_made_up(user_caches, tmp_path):
     # SFMOE loads DeiT-S itself (not DomainBed's featurizer): its check names where it looked.
-    (job,) = jobs.from_command_line(["SFMOE"], ["PACS"], {}, tmp_path)
+    (job,) = jobs.from_command_line(["SFMOE"], ["PACS"], {})
     staging = Staging(tmp_path / "scratch", None, synthetic_data_dir=tmp_path / "synthetic")
     (staged,) = staging.stage([job])
     (problem,) = staged.problems
