@@ -9,8 +9,10 @@ PyTorch's ``meta`` device, which has shapes but no storage.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
+from unittest import mock
 
 from dmg_domainbed.errors import UserError
 
@@ -24,25 +26,15 @@ def without_pretrained_weights() -> Iterator[None]:
     import timm
     import torchvision
 
-    patched = [
-        (torchvision.models, name, getattr(torchvision.models, name))
-        for name in TORCHVISION_BUILDERS
-        if hasattr(torchvision.models, name)
-    ]
-    patched.append((timm, "create_model", timm.create_model))
-    for owner, name, build in patched:
-        if owner is timm:
-            replacement = lambda *args, _build=build, **kwargs: _build(  # noqa: E731
-                *args, **{**kwargs, "pretrained": False}
-            )
-        else:
-            replacement = lambda *_, _build=build, **__: _build(weights=None)  # noqa: E731
-        setattr(owner, name, replacement)
-    try:
+    with contextlib.ExitStack() as stack:
+        for name in TORCHVISION_BUILDERS:
+            build = getattr(torchvision.models, name)
+            random = functools.partial(lambda build, *_, **__: build(weights=None), build)
+            stack.enter_context(mock.patch.object(torchvision.models, name, random))
+        create = timm.create_model
+        random = lambda *a, **k: create(*a, **{**k, "pretrained": False})  # noqa: E731
+        stack.enter_context(mock.patch.object(timm, "create_model", random))
         yield
-    finally:
-        for owner, name, build in patched:
-            setattr(owner, name, build)
 
 
 def check_network(algorithm: str, dataset: str, hparams: Mapping[str, Any]) -> str | None:
