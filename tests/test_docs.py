@@ -28,18 +28,24 @@ def test_command_lines_in_the_docs_exist(generate):
     assert generate.unknown_options() == []
 
 
+def test_a_nested_subcommand_has_its_own_reference(generate):
+    assert "--manifest FILE" in generate.render("cli data check")
+
+
 def test_a_stale_section_and_an_unknown_flag_are_caught(generate, tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
         "<!-- generated: launcher local_parallel -->\nold\n"
         "<!-- end of generated: launcher local_parallel -->\n"
         "Run `dmg-domainbed demo --steps 5 --step 5` or `dmg-domainbed sweeps FILE`.\n"
+        "Check `dmg-domainbed data check --data_dir D --quick --quik`.\n"
     )
     generate.ROOT = tmp_path
     assert generate.stale_sections([page]) == ["page.md: launcher local_parallel"]
     assert [p.split(": ")[-1] for p in generate.unknown_options([page])] == [
         "demo has no --step",
         "no subcommand 'sweeps'",
+        "data check has no --quik",
     ]
     page.write_text(generate.regenerate(page.read_text()))
     assert generate.stale_sections([page]) == []
