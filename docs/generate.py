@@ -52,7 +52,7 @@ def hparams_table(algorithm: str) -> str:
             hparam.sample(np.random.RandomState(misc.seed_hash(seed, hparam.name)))
             for seed in range(1, SEARCH_DRAWS + 1)
         ]
-        seen = list(dict.fromkeys(map(_plain, draws)))
+        seen = list({repr(value): value for value in map(_plain, draws)}.values())
         numbers = all(isinstance(d, float | int) and not isinstance(d, bool) for d in seen)
         if numbers and len(seen) > 4:
             search = f"{min(seen):.3g} to {max(seen):.3g}"
