@@ -28,6 +28,35 @@ def test_command_lines_in_the_docs_exist(generate):
     assert generate.unknown_options() == []
 
 
+def test_every_algorithm_command_and_launcher_of_the_package_is_documented(generate):
+    """A new algorithm, subcommand or launcher cannot ship without its generated section."""
+    import argparse
+
+    from dmg_domainbed import integration
+
+    def ours(group):
+        points = integration.entry_points(group).items()
+        return {name for name, point in points if point.value.startswith("dmg_domainbed.")}
+
+    leaves = {
+        name
+        for name, parser in generate.subcommands().items()
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    }
+    expected = {
+        *(f"hparams {name}" for name in ours(integration.ALGORITHM_GROUP)),
+        *(f"launcher {name}" for name in ours(integration.LAUNCHER_GROUP)),
+        *(f"cli {name}" for name in leaves),
+        "sweep-keys",
+    }
+    found = {
+        match.group("name")
+        for page in generate.PAGES
+        for match in generate.SECTION.finditer(page.read_text())
+    }
+    assert sorted(expected - found) == []
+
+
 def test_a_nested_subcommand_has_its_own_reference(generate):
     assert "--manifest FILE" in generate.render("cli data check")
 
