@@ -10,7 +10,8 @@ A generated section lies between two comments that name what it holds::
     <!-- end of generated: hparams DMG -->
 
 Kinds: ``hparams ALGORITHM`` (its declared hparams: defaults, per-dataset defaults, the range
-DomainBed's random search draws, what is allowed), ``cli COMMAND`` (the subcommand's ``--help``),
+DomainBed's random search draws, what is allowed), ``cli COMMAND`` (the subcommand's ``--help``;
+a nested one by its words, e.g. ``cli data check``),
 ``launcher NAME`` (a launcher's settings), ``sweep-keys`` (what a sweep file's ``[sweep]`` holds).
 """
 
@@ -51,7 +52,7 @@ def hparams_table(algorithm: str) -> str:
             hparam.sample(np.random.RandomState(misc.seed_hash(seed, hparam.name)))
             for seed in range(1, SEARCH_DRAWS + 1)
         ]
-        seen = list(dict.fromkeys(map(_plain, draws)))
+        seen = list({repr(value): value for value in map(_plain, draws)}.values())
         numbers = all(isinstance(d, float | int) and not isinstance(d, bool) for d in seen)
         if numbers and len(seen) > 4:
             search = f"{min(seen):.3g} to {max(seen):.3g}"
@@ -77,22 +78,31 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def cli_help(command: str) -> str:
-    """``dmg-domainbed COMMAND --help``, as the parser prints it."""
-    text = subcommands()[command].format_help()
+def cli_help(*command: str) -> str:
+    """``dmg-domainbed COMMAND... --help``, as the parser prints it."""
+    text = subcommands()[" ".join(command)].format_help()
     return f"```text\n{text.rstrip()}\n```"
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
-    """The parser of every ``dmg-domainbed`` subcommand, formatting help 100 columns wide."""
+    """The parser of every ``dmg-domainbed`` subcommand, nested ones under their words joined
+    by spaces (``data check``), formatting help 100 columns wide."""
     import os
 
     from dmg_domainbed.cli import build_parser
 
     os.environ["COLUMNS"] = "100"
-    parser = build_parser()
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    parsers: dict[str, argparse.ArgumentParser] = {}
+
+    def collect(parser: argparse.ArgumentParser, prefix: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    parsers[f"{prefix}{name}"] = child
+                    collect(child, f"{prefix}{name} ")
+
+    collect(build_parser(), "")
+    return parsers
 
 
 COMMAND_LINE = re.compile(r"dmg-domainbed[ \t]+[^`\n]*")
@@ -113,7 +123,10 @@ def unknown_options(pages=PAGES) -> list[str]:
                 words = line.split()
             if len(words) < 2 or words[1].startswith("-") or not words[1].isidentifier():
                 continue
-            command, flags = words[1], [w.split("=")[0] for w in words[2:] if w.startswith("--")]
+            command, rest = words[1], words[2:]
+            while rest and f"{command} {rest[0]}" in parsers:
+                command, rest = f"{command} {rest[0]}", rest[1:]
+            flags = [w.split("=")[0] for w in rest if w.startswith("--")]
             if command not in parsers:
                 problems.append(f"{page.relative_to(ROOT)}: {line}: no subcommand {command!r}")
                 continue
