@@ -1,5 +1,5 @@
 """Domain-generalization algorithms as plugins of facebookresearch/DomainBed: DMG with its
-multi-head and aggregate baselines, CorGrad and ImportanceMask.
+multi-head and aggregate baselines, CorGrad, ImportanceMask and SFMOE.
 
 Installing the package is enough: a start-up hook registers the plugins into DomainBed's
 modules the moment DomainBed imports them. Where site-packages hooks do not run (embedded
