@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.runs import (
     RESULTS_FILE,
     algorithm_class,
@@ -178,8 +177,11 @@ def write_report_files(demo: Demo, finished: list, echo: Echo) -> list[Path]:
 
 def run_demo(demo: Demo, echo: Echo = print) -> int:
     """The whole demo; returns the exit code (0 when every job finished)."""
+    from dmg_domainbed.reporting.files import check_output_dir
+
     start = time.monotonic()
-    check_creatable(demo.output_dir, "--output_dir")
+    for folder in (demo.output_dir, demo.report_dir):  # its log and its report: writable
+        check_output_dir(folder)
     config = demo.config()
     check_against_domainbed(config)
     sweep = demo.sweep()

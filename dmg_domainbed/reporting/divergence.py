@@ -45,3 +45,16 @@ def folder_divergence(folder: Path) -> str | None:
         except json.JSONDecodeError:
             continue
     return divergence(record for record in records if isinstance(record, dict))
+
+
+def warnings(runs: Iterable[Any]) -> list[str]:
+    """A warning line for each diverged one of ``runs`` (:class:`~.runs.Run`)."""
+    lines = []
+    for run in runs:
+        diverged = divergence(run.records)
+        if diverged:
+            lines.append(
+                f"WARNING: {run.describe()} diverged ({diverged}): its numbers come from the "
+                "weights that non-finite losses left. Lower lr or the penalty weights and rerun it."
+            )
+    return lines

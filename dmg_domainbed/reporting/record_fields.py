@@ -32,7 +32,11 @@ class Needs:
 
     def missing(self, record: Mapping[str, Any]) -> list[str]:
         """The fields ``record`` lacks."""
-        absent = [field for field in self.fields if not _has(record, field)]
+        absent: list[str] = []
+        for field in self.fields:
+            # A missing table is named once, not with each of its keys.
+            if not _has(record, field) and not any(field.startswith(f"{a}.") for a in absent):
+                absent.append(field)
         test_envs = record["args"].get("test_envs") if _has(record, "args") else None
         for env in test_envs if isinstance(test_envs, list) else ():
             absent += [k for k in (f"env{env}_in_acc", f"env{env}_out_acc") if k not in record]
@@ -45,7 +49,7 @@ class Needs:
             if absent:
                 raise UserError(
                     f"'{path}' does not hold records as DomainBed's train.py writes them: "
-                    f"record {number} has no {', '.join(absent)}, which {self.purpose} needs. "
+                    f"record {number} has no {', '.join(absent)} (read by {self.purpose}). "
                     "It was written by another tool or by an older or modified train.py. Give "
                     "runs of domainbed.scripts.train (move other folders out of a sweep "
                     "folder), or rerun the run with this DomainBed."
@@ -62,7 +66,7 @@ def _has(record: Mapping[str, Any], field: str) -> bool:
 
 
 RUN = Needs(
-    "reading a run",
+    "every command that reads runs",
     ("step", "hparams", "args", "args.algorithm", "args.dataset", "args.test_envs"),
 )
 SWEEP = RUN + Needs(
@@ -70,6 +74,6 @@ SWEEP = RUN + Needs(
     ("args.trial_seed", "args.hparams_seed", "args.output_dir"),
 )
 SPLITS = RUN + Needs(
-    "rebuilding train.py's data splits",
+    "the rebuilding of train.py's data splits",
     ("args.trial_seed", "args.hparams_seed", "args.holdout_fraction"),
 )
