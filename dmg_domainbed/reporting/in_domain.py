@@ -100,9 +100,8 @@ def evaluate_run(
         reference = torch.cat(batches[reference_name])
         for name, predicted in batches.items():
             predicted = torch.cat(predicted)
-            logged = (
-                100 * record[f"env{env}_out_acc"] if name == reference_name and comparable else None
-            )
+            logged = record.get(f"env{env}_out_acc") if name == reference_name else None
+            logged = 100 * logged if logged is not None and comparable else None
             rows.append(
                 {
                     "run": str(run.path),

@@ -21,14 +21,16 @@ from dmg_domainbed.errors import UserError
 
 @dataclass(frozen=True)
 class Needs:
-    """The fields ``purpose`` reads (``args.trial_seed``: key ``trial_seed`` of ``args``); the
-    test domains' accuracies are read by every reader."""
+    """The fields ``purpose`` reads (``args.trial_seed``: key ``trial_seed`` of ``args``), and
+    whether it reads the test domains' accuracies (model selection does)."""
 
     purpose: str
     fields: tuple[str, ...]
+    test_accuracies: bool = False  # env<i>_in_acc and env<i>_out_acc of each test domain
 
     def __add__(self, other: Needs) -> Needs:
-        return Needs(other.purpose, tuple(dict.fromkeys(self.fields + other.fields)))
+        fields = tuple(dict.fromkeys(self.fields + other.fields))
+        return Needs(other.purpose, fields, self.test_accuracies or other.test_accuracies)
 
     def missing(self, record: Mapping[str, Any]) -> list[str]:
         """The fields ``record`` lacks."""
@@ -37,8 +39,8 @@ class Needs:
             # A missing table is named once, not with each of its keys.
             if not _has(record, field) and not any(field.startswith(f"{a}.") for a in absent):
                 absent.append(field)
-        test_envs = record["args"].get("test_envs") if _has(record, "args") else None
-        for env in test_envs if isinstance(test_envs, list) else ():
+        test_envs = record["args"]["test_envs"] if _has(record, "args.test_envs") else None
+        for env in test_envs if self.test_accuracies and isinstance(test_envs, list) else ():
             absent += [k for k in (f"env{env}_in_acc", f"env{env}_out_acc") if k not in record]
         return absent
 
@@ -72,6 +74,7 @@ RUN = Needs(
 SWEEP = RUN + Needs(
     "collect_results' model selection",
     ("args.trial_seed", "args.hparams_seed", "args.output_dir"),
+    test_accuracies=True,
 )
 SPLITS = RUN + Needs(
     "the rebuilding of train.py's data splits",

@@ -33,8 +33,13 @@ def report(sweep: Path, output: Path) -> tuple[int, str, str]:
 
 
 def cells(output: Path, algorithm: str, test_env: str) -> pd.DataFrame:
+    """The cell of results.csv in the tables of training-domain validation."""
     results = pd.read_csv(output / "results.csv", dtype={"test_env": str})
-    return results[(results["algorithm"] == algorithm) & (results["test_env"] == test_env)]
+    return results[
+        (results["selection_method"] == "training-domain validation set")
+        & (results["algorithm"] == algorithm)
+        & (results["test_env"] == test_env)
+    ]
 
 
 def test_a_running_sweep_is_partial_and_its_jobs_are_named(demo_sweep, tmp_path):
