@@ -2,6 +2,7 @@
 when train.py builds a plugin algorithm, for its own float hparams and DomainBed's shared ones."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import ALGORITHM_GROUP, plugins
 from dmg_domainbed.preflight.hparams import effective_hparams
 
+from ..helpers import run_domainbed
 from .conftest import build
 
 FLOAT_HPARAMS = [
@@ -46,3 +48,12 @@ def test_the_sweep_preflight_and_train_py_refuse_values_that_cannot_train(hparam
     # train.py builds the algorithm from its hparams before the first step
     with pytest.raises(UserError, match=message):
         build("DMG", **hparams)
+
+
+def test_domainbed_s_train_py_stops_before_its_first_step(tmp_path):
+    hparams = '{"lr": 1e30}'
+    given = ["--algorithm", "DMG", "--dataset", "RotatedDigits", "--hparams", hparams]
+    result = run_domainbed("train", *given, "--output_dir", str(tmp_path), check=False)
+    assert result.returncode != 0
+    assert re.search(DIVERGING, result.stdout + result.stderr)  # train.py tees stderr to stdout
+    assert not (tmp_path / "results.jsonl").exists() and not (tmp_path / "done").exists()
