@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
@@ -68,7 +67,7 @@ def check_no_conflicting_runs(sweep_dir: Path, jobs: list) -> None:
         if folder.resolve() in planned:
             continue
         records = runs.read_records(folder / runs.RESULTS_FILE)
-        args = records[-1]["args"] if records else {}
+        args = records[-1].get("args", {}) if records else {}
         key = (args.get("algorithm"), (args.get("test_envs") or [None])[0])
         if key in wanted:
             raise UserError(
@@ -133,9 +132,12 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
 def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
     code (0 when every job finished)."""
+    from dmg_domainbed.reporting.files import check_output_dir
+
     start = time.monotonic()
     sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG
-    check_creatable(output_dir, "--output_dir")
+    for folder in (output_dir, report_dir):  # its log and its report: writable
+        check_output_dir(folder)
     check_against_domainbed(config)
     sweep = plan.Sweep(config, DATA_DIR, str(sweep_dir.resolve()))
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]

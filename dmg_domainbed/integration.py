@@ -318,21 +318,29 @@ def register_hparams(module: ModuleType) -> None:
     module._hparams = _hparams
 
 
+# Each registrar, and the module attribute it leaves its mark on: DomainBed's code defines that
+# attribute afresh when it runs again (``importlib.reload``), which tells a reloaded module from
+# a registered one.
 _REGISTRARS = {
-    "domainbed.algorithms": register_algorithms,
-    "domainbed.datasets": register_datasets,
-    "domainbed.hparams_registry": register_hparams,
-    "domainbed.command_launchers": register_launchers,
+    "domainbed.algorithms": (register_algorithms, "get_algorithm_class"),
+    "domainbed.datasets": (register_datasets, "get_dataset_class"),
+    "domainbed.hparams_registry": (register_hparams, "_hparams"),
+    "domainbed.command_launchers": (register_launchers, "REGISTRY"),
 }
 
 
 def register_into(module: ModuleType) -> None:
-    """Register every plugin into one DomainBed module (once per module object)."""
-    registrar = _REGISTRARS.get(module.__name__)
-    if registrar is None or getattr(module, _MARK, False):
+    """Register every plugin into one DomainBed module, unless it is registered already.
+
+    ``importlib.reload`` runs DomainBed's code again in the same module object, which puts
+    DomainBed's own lists and lookups back; the start-up hook then registers the module again
+    (after an explicit :func:`dmg_domainbed.register`, calling it again does).
+    """
+    registrar, marked = _REGISTRARS.get(module.__name__, (None, ""))
+    if registrar is None or getattr(module, _MARK, None) is getattr(module, marked):
         return
     registrar(module)
-    setattr(module, _MARK, True)
+    setattr(module, _MARK, getattr(module, marked))
 
 
 def register_all() -> None:

@@ -160,7 +160,7 @@ def test_bad_hparams_stop_train_py_before_the_first_step(tmp_path):
     assert result.returncode != 0
     # train.py tees its stderr into stdout and err.txt
     assert (
-        "DMG hparam 'lambda_overlap' = -1 is not valid: it must be a number >= 0"
+        "DMG hparam 'lambda_overlap' = -1 is not valid: it must be a number between 0 and 10000"
         in result.stdout + result.stderr
     )
     assert not (tmp_path / "results.jsonl").exists() and not (tmp_path / "done").exists()

@@ -100,6 +100,35 @@ def test_explicit_register_without_the_hook_is_idempotent():
     assert out.stdout.strip() == "['Aggregate', 'DMG', 'MultiHead']"
 
 
+RELOAD = textwrap.dedent(
+    """
+    import importlib
+    import dmg_domainbed
+    from domainbed import algorithms, command_launchers, datasets, hparams_registry
+    {register}
+    for module in (algorithms, datasets, hparams_registry, command_launchers):
+        importlib.reload(module)
+    {register}
+    assert algorithms.ALGORITHMS.count("DMG") == 1, algorithms.ALGORITHMS
+    assert algorithms.get_algorithm_class("DMG").__name__ == "DMG"
+    assert datasets.DATASETS.count("RotatedDigits") == 1, datasets.DATASETS
+    assert hparams_registry.default_hparams("DMG", "PACS")["lambda_overlap"] == 0.1
+    assert "local_parallel" in command_launchers.REGISTRY
+    print("registered")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "register, disable", [("", ""), ("dmg_domainbed.register()", "1")], ids=["hook", "explicit"]
+)
+def test_registration_survives_a_reload_of_domainbed_s_modules(register, disable):
+    code = RELOAD.format(register=register)
+    out = run_python("-c", code, env=domainbed_env(DMG_DOMAINBED_DISABLE=disable))
+    assert out.stdout.strip() == "registered"
+    assert "dmg-domainbed:" not in out.stderr
+
+
 def test_domainbed_own_hparams_registry_test_passes_with_the_plugin_active():
     out = run_python("-m", "unittest", "domainbed.test.test_hparams_registry")
     assert "OK" in out.stderr

@@ -7,8 +7,9 @@ demo need to know about it; they ask the algorithm class and never test its name
 
 ============================== ===============================================================
 ``HPARAMS``                    its hparams (:class:`~dmg_domainbed.hparams.HParamSpace`),
-                               validated when the algorithm is built; a name that neither
-                               DomainBed nor the algorithm defines is refused
+                               validated when the algorithm is built, with DomainBed's shared
+                               ones (:mod:`dmg_domainbed.hparams.trainable`); a name that
+                               neither DomainBed nor the algorithm defines is refused
 ``KNOWN_DOMAIN_PREDICTIONS``   known-domain predictions (paper Table 3) as ``{mode: label}``,
                                served by ``predict_known_domain(x, domain, mode)``
 ``run_length_hparams(steps)``  hparams whose value depends on the run's number of steps
@@ -40,7 +41,7 @@ from domainbed import networks
 from domainbed.algorithms import Algorithm
 from torch import nn
 
-from dmg_domainbed.hparams import HParamSpace, reject_unknown
+from dmg_domainbed.hparams import HParamSpace, check_trainable, reject_unknown
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,6 +61,7 @@ class PluginAlgorithm(Algorithm):
         super().__init__(input_shape, num_classes, num_domains, hparams)
         reject_unknown(type(self), hparams)
         self.HPARAMS.validate(hparams, type(self).__name__)
+        check_trainable(hparams, type(self).__name__)
         self.num_domains = num_domains
         self.num_classes = num_classes
 

@@ -16,6 +16,7 @@ from dmg_domainbed.algorithms.aggregate import Aggregate
 from dmg_domainbed.algorithms.base import pooled
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
 from dmg_domainbed.hparams import HParam, HParamSpace
+from dmg_domainbed.hparams.trainable import MAX_LOSS_WEIGHT, MAX_LR, MAX_WEIGHT_DECAY
 
 if TYPE_CHECKING:
     from dmg_domainbed.drawing import Drawn
@@ -87,6 +88,7 @@ class DMG(Aggregate):
             0.1,
             lambda r: 10 ** r.uniform(-2, 0),
             minimum=0.0,
+            maximum=MAX_LOSS_WEIGHT,
             help="weight of the soft-IoU overlap penalty between domain masks",
         ),
         HParam(
@@ -94,6 +96,7 @@ class DMG(Aggregate):
             0.0,
             lambda r: 0.0,
             minimum=0.0,
+            maximum=MAX_LOSS_WEIGHT,
             help="weight of the sum of mask probabilities",
         ),
         HParam(
@@ -103,12 +106,21 @@ class DMG(Aggregate):
             choices=masks.INITS,
             help="random_uniform: logits ~ U[0,1); scalar: all logits = mask_init_scalar",
         ),
-        HParam("mask_init_scalar", 1.0, lambda r: 1.0, help="logit value of the scalar init"),
+        HParam(
+            "mask_init_scalar",
+            1.0,
+            lambda r: 1.0,
+            # beyond +-10, sigmoid's gradient (< 5e-5) leaves the masks where they start
+            minimum=-10.0,
+            maximum=10.0,
+            help="logit value of the scalar init",
+        ),
         HParam(
             "mask_lr",
             1e-3,
             lambda r: 10 ** r.uniform(-4, -1),
             minimum=0.0,
+            maximum=MAX_LR,
             # the demo's 600 steps: masks visibly drift apart (hard IoU 0.55-0.89) only at 1e-2
             per_dataset={"RotatedDigits": 1e-2},
             help="Adam learning rate of the mask logits (the authors: 1e-4, over 50-150 epochs)",
@@ -118,6 +130,7 @@ class DMG(Aggregate):
             0.0,
             lambda r: float(r.choice([0.0, 1e-5])),
             minimum=0.0,
+            maximum=MAX_WEIGHT_DECAY,
             per_dataset={"PACS": 1e-5},
             help="Adam weight decay of the mask logits (the authors: 1e-5 on PACS, 0 on DomainNet)",
         ),

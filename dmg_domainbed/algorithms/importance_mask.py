@@ -14,6 +14,7 @@ from dmg_domainbed import named_layers
 from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier, pooled
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace, positive
+from dmg_domainbed.hparams.trainable import MAX_LR
 
 if TYPE_CHECKING:
     from dmg_domainbed.drawing import Drawn
@@ -177,12 +178,14 @@ class ImportanceMask(PluginAlgorithm):
             0.1,
             lambda r: 10 ** r.uniform(-2, -0.5),
             minimum=0.0,
+            maximum=MAX_LR,
             help="learning-rate multiplier of unimportant weights when phase 2 starts",
         ),
         HParam(
             "unimportant_lr_half_life",
             250.0,
             lambda r: 250.0,
+            maximum=1e9,  # steps: longer than any run (the multiplier then stays put)
             validate=positive,
             help="steps over which the unimportant multiplier halves",
         ),

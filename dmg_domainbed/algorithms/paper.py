@@ -22,6 +22,7 @@ from dmg_domainbed import lr_schedules
 from dmg_domainbed.alexnet import AlexNetFeaturizer
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam
+from dmg_domainbed.hparams.trainable import MAX_DROPOUT
 
 #: The paper trains its three networks with dropout off (Sec. 3, implementation details); the
 #: featurizer dropouts DomainBed searches are fixed at 0 for Aggregate, MultiHead and DMG, so
@@ -32,7 +33,7 @@ DROPOUT_OFF = tuple(
         0.0,
         lambda r: 0.0,
         minimum=0.0,
-        maximum=1.0,
+        maximum=MAX_DROPOUT,
         where_defined=True,
         help=f"dropout of DomainBed's {backbone} featurizer (off in the paper)",
     )
@@ -56,7 +57,7 @@ ALEXNET = (
         0.0,
         lambda r: 0.0,
         minimum=0.0,
-        maximum=1.0,
+        maximum=MAX_DROPOUT,
         help="rate of AlexNet's two dropout layers (the authors: 0.5 for Aggregate and "
         "Multi-Head, off for DMG)",
     ),

@@ -13,6 +13,7 @@ from dmg_domainbed.algorithms import sfmoe_network
 from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace
+from dmg_domainbed.hparams.trainable import MAX_LOSS_WEIGHT, MAX_LR, MAX_WEIGHT_DECAY, MIN_LR
 from dmg_domainbed.moe import SECOND_POLICIES, SparseMoE
 
 if TYPE_CHECKING:
@@ -84,7 +85,8 @@ class SFMOE(PluginAlgorithm):
             "lr",
             DEFAULT_LR,
             lambda r: 10 ** r.uniform(-4.5, -2.5),
-            minimum=0.0,
+            minimum=MIN_LR,
+            maximum=MAX_LR,
             per_dataset={name: lr for name, (lr, _) in PAPER_DATASETS.items()},
             help="Adam learning rate",
         ),
@@ -93,6 +95,7 @@ class SFMOE(PluginAlgorithm):
             0.0,
             _fixed(0.0),
             minimum=0.0,
+            maximum=MAX_WEIGHT_DECAY,
             per_dataset={name: wd for name, (_, wd) in PAPER_DATASETS.items()},
             datasets=tuple(PAPER_DATASETS),
             help="Adam (coupled) weight decay; DomainBed's on other datasets",
@@ -111,6 +114,7 @@ class SFMOE(PluginAlgorithm):
             "sfmoe_capacity_train",
             1.25,
             _fixed(1.25),
+            maximum=100.0,  # from E experts on, every token fits: a larger one changes nothing
             validate=_positive,
             help="capacity factor in training: C = max(4, min(N, int(N * cf / E)))",
         ),
@@ -118,6 +122,7 @@ class SFMOE(PluginAlgorithm):
             "sfmoe_capacity_eval",
             2.0,
             _fixed(2.0),
+            maximum=100.0,  # from E experts on, every token fits: a larger one changes nothing
             validate=_positive,
             help="capacity factor in evaluation",
         ),
@@ -133,6 +138,7 @@ class SFMOE(PluginAlgorithm):
             "sfmoe_second_threshold",
             0.2,
             _fixed(0.2),
+            maximum=1.0,  # a gate value never exceeds 1
             validate=_positive,
             help="threshold of the second-expert policy",
         ),
@@ -141,6 +147,7 @@ class SFMOE(PluginAlgorithm):
             0.01,
             _fixed(0.01),
             minimum=0.0,
+            maximum=MAX_LOSS_WEIGHT,
             help="weight of each MoE layer's balance loss",
         ),
         HParam(
@@ -155,6 +162,7 @@ class SFMOE(PluginAlgorithm):
             1.0,
             _fixed(1.0),
             minimum=0.0,
+            maximum=10.0,  # wider, the gate's softmax starts saturated on one expert
             help="standard deviation of the gate's N(0, std) initialisation",
         ),
         HParam(

@@ -47,25 +47,7 @@ def run(args: argparse.Namespace) -> int:
     for title, table in written.sections:
         print(title + "\n")
         print(table.to_string())
-    mismatch = written.logged_mismatches()
-    augmented = written.augmented()
-    if augmented:
-        print(
-            "\nThe held-out images are classified without augmentation. train.py classified "
-            "some of them with its random training augmentation (DomainBed's data_augmentation "
-            "applies to a training domain's held-out split too): its logged accuracies for "
-            "those are not compared."
-        )
-    if not mismatch.empty:
-        print(
-            f"\nWARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
-            f"{len(mismatch)} domain(s); was the dataset loaded from another --data_dir?"
-        )
-    elif not written.frame["logged"].isna().all():
-        print(
-            "\npredict's accuracy equals the env<i>_out_acc train.py logged at its last step "
-            f"on {'the others' if augmented else 'every source domain'}: the splits are "
-            "train.py's."
-        )
+    for note in written.notes():
+        print(f"\n{note}")
     print(f"Wrote {', '.join(str(p) for p in written.files)}")
     return 0

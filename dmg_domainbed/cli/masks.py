@@ -31,6 +31,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dmg_domainbed.reporting.divergence import warnings
     from dmg_domainbed.reporting.files import check_output_dir
     from dmg_domainbed.reporting.learned import draw_learned, require_drawing
     from dmg_domainbed.reporting.runs import read_run, require_model
@@ -42,5 +43,7 @@ def run(args: argparse.Namespace) -> int:
     drawn = draw_learned(run_, output, "masks")
     print(f"What {run_.describe()} learned:")
     print(drawn.summary.round(3).to_string())
+    for line in warnings([run_]):
+        print(line)
     print(f"Wrote {', '.join(str(p) for p in drawn.files)}")
     return 0

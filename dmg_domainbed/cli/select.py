@@ -44,31 +44,7 @@ def run(args: argparse.Namespace) -> int:
     for title, table in written.sections:
         print(title + "\n")
         print(table.to_string())
-    for run_ in written.without_checkpoints:
-        print(
-            f"\nnote: {run_.describe()} saved no checkpoint models; its known-domain rows "
-            "leave it out"
-        )
-    evaluations = written.evaluations
-    if len(evaluations):
-        logged = evaluations.dropna(subset=["logged"])
-        mismatch = logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
-        if logged.empty:
-            print(
-                f"\n{evaluations['step'].nunique()} checkpoint step(s) evaluated; none could be "
-                "compared with train.py's log (it evaluated augmented images)."
-            )
-        elif mismatch.empty:
-            print(
-                f"\n{evaluations['step'].nunique()} checkpoint step(s) evaluated; predict's "
-                "accuracy equals the env<i>_out_acc train.py logged at each: the splits are "
-                "train.py's."
-            )
-        else:
-            print(
-                f"\nWARNING: predict's accuracy differs from train.py's logged env<i>_out_acc "
-                f"at {len(mismatch)} (checkpoint, domain) pair(s); was the dataset loaded from "
-                "another --data_dir?"
-            )
+    for note in written.notes():
+        print(f"\n{note}")
     print(f"Wrote {', '.join(str(p) for p in written.files)}")
     return 0

@@ -1,8 +1,12 @@
-"""The values of DomainBed's shared hparams that a run can train with.
+"""The values of hparams that a run can train with.
 
 DomainBed checks no hparam value: ``lr = 1e30`` trains to NaN losses and a run that reports
-"done". These bounds (far wider than any search range DomainBed draws from) refuse such values
-before any job starts, in the sweep preflight and when a plugin algorithm is built.
+"done", and a loss weight of ``1e308`` overflows at the first step. The bounds here, far wider
+than any search range DomainBed or this package draws from and far below where float32
+overflows, refuse such values before any job starts: :data:`TRAINABLE` bounds DomainBed's
+shared hparams, checked in the sweep preflight and when a plugin algorithm is built
+(``train.py`` builds it before its first step); the plugin algorithms' own float hparams take
+their ``maximum`` from the constants below, so that one kind of hparam has one range.
 """
 
 from __future__ import annotations
@@ -12,12 +16,20 @@ from typing import Any
 
 from dmg_domainbed.rules import Rule
 
+#: Learning rates, and multipliers of one (ImportanceMask's unimportant_lr_factor).
+MIN_LR, MAX_LR = 1e-10, 10.0
+MAX_WEIGHT_DECAY = 10.0
+#: A dropout of 1 zeroes every unit in training: nothing downstream learns.
+MAX_DROPOUT = 0.99
+#: The weight of a penalty added to the loss (DMG's overlap and sparsity, SFMOE's balance).
+MAX_LOSS_WEIGHT = 1e4
+
 TRAINABLE = {
-    "lr": Rule((float,), minimum=1e-10, maximum=10.0),
-    "weight_decay": Rule((float,), minimum=0.0, maximum=10.0),
+    "lr": Rule((float,), minimum=MIN_LR, maximum=MAX_LR),
+    "weight_decay": Rule((float,), minimum=0.0, maximum=MAX_WEIGHT_DECAY),
     "batch_size": Rule((int,), minimum=1, maximum=2**16),
     **{
-        f"{name}_dropout": Rule((float,), minimum=0.0, maximum=0.99)
+        f"{name}_dropout": Rule((float,), minimum=0.0, maximum=MAX_DROPOUT)
         for name in ("resnet", "vit", "mlp")
     },
 }

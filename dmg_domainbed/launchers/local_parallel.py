@@ -38,6 +38,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
 from dmg_domainbed.launchers import warm
 from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
+from dmg_domainbed.reporting.divergence import folder_divergence
 
 OPTIONS = (
     Option(
@@ -316,6 +317,8 @@ def run_commands(
 def _progress_line(outcome: Outcome, finished: int, total: int, plan: Plan) -> str:
     how = f"{'warm' if outcome.warm else 'new process'}, {outcome.seconds:.1f} s"
     status = f"ok ({how})"
+    if outcome.returncode == 0 and outcome.log and (loss := folder_divergence(outcome.log.parent)):
+        status = f"DIVERGED ({loss}; {how})"
     if outcome.returncode != 0:
         status = f"FAILED ({describe_exit(outcome.returncode)}, {how})"
         hint = plan.memory_hint(outcome.returncode, outcome.log)

@@ -25,6 +25,7 @@ import pandas as pd
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs as run_files
 from dmg_domainbed.reporting import tables
+from dmg_domainbed.reporting.divergence import warnings
 from dmg_domainbed.reporting.files import write_table
 from dmg_domainbed.reporting.in_domain import PREDICT, evaluate_run
 from dmg_domainbed.reporting.runs import Run
@@ -108,6 +109,39 @@ class CheckpointSelection:
     sections: list[tuple[str, pd.DataFrame]]
     without_checkpoints: list[Run]
     files: list[Path]
+    runs: Sequence[Run] = ()
+
+    def notes(self) -> list[str]:
+        """What ``select`` says after the tables: the runs left out and diverged, and whether
+        the splits are train.py's (predict's accuracy against what train.py logged)."""
+        notes = [
+            f"note: {run.describe()} saved no checkpoint models; its known-domain rows leave it out"
+            for run in self.without_checkpoints
+        ]
+        notes += warnings(self.runs)
+        evaluations = self.evaluations
+        if not len(evaluations):
+            return notes
+        steps = f"{evaluations['step'].nunique()} checkpoint step(s) evaluated"
+        logged = evaluations.dropna(subset=["logged"])
+        mismatch = logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
+        if logged.empty:
+            notes.append(
+                f"{steps}; none could be compared with train.py's log (it evaluated augmented "
+                "images)."
+            )
+        elif mismatch.empty:
+            notes.append(
+                f"{steps}; predict's accuracy equals the env<i>_out_acc train.py logged at "
+                "each: the splits are train.py's."
+            )
+        else:
+            notes.append(
+                f"WARNING: predict's accuracy differs from train.py's logged env<i>_out_acc "
+                f"at {len(mismatch)} (checkpoint, domain) pair(s); was the dataset loaded from "
+                "another --data_dir?"
+            )
+        return notes
 
 
 def write_selection(
@@ -144,7 +178,7 @@ def write_selection(
     if len(evaluations):
         files.insert(0, output_dir / "checkpoints.csv")
         evaluations.to_csv(files[0], index=False)
-    return CheckpointSelection(evaluations, selection, sections, without, files)
+    return CheckpointSelection(evaluations, selection, sections, without, files, runs)
 
 
 def _has_known_domain(run: Run) -> bool:

@@ -147,6 +147,28 @@ def compare(
     return rows[COLUMNS]
 
 
+def flag_comparisons(comparisons: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
+    """``comparisons`` with ``diverged_runs``: how many of the selected runs each compares (the
+    algorithm's and the reference's, over the trials) diverged (``selected``'s ``diverged``,
+    see :mod:`.divergence`)."""
+    broken = selected[selected["diverged"] != ""]
+    counts = []
+    for row in comparisons.itertuples():
+        runs = broken[
+            (broken["selection_method"] == row.selection_method)
+            & (broken["dataset"] == row.dataset)
+            & broken["algorithm"].isin([row.algorithm, row.reference])
+        ]
+        if row.test_env != AVERAGE:
+            runs = runs[runs["test_env"] == row.test_env]
+        counts.append(runs["run"].nunique())
+    return comparisons.assign(diverged_runs=counts)
+
+
+def _diverged(row: pd.Series) -> str:
+    return " (diverged)" if row.get("diverged_runs", 0) else ""
+
+
 def _summaries(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Per group of ``keys``: number of pairs, mean accuracies and difference, and the
     differences' sample standard deviation (``spread``)."""
@@ -161,9 +183,10 @@ def interval_text(row: pd.Series) -> str:
     """``+1.2 [-0.3, +2.7]`` (difference and 95% interval, points), with the verdict where
     the interval excludes zero; the difference alone with one trial."""
     if row["n_trials"] < 2:
-        return f"{row['difference']:+.1f} (one trial)"
+        return f"{row['difference']:+.1f} (one trial){_diverged(row)}"
     text = f"{row['difference']:+.1f} [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
-    return f"{text} {row['verdict']}" if row["verdict"] in (BETTER, WORSE) else text
+    text = f"{text} {row['verdict']}" if row["verdict"] in (BETTER, WORSE) else text
+    return text + _diverged(row)
 
 
 def comparisons_markdown(comparisons: pd.DataFrame) -> str:
@@ -206,7 +229,8 @@ def brief(comparisons: pd.DataFrame) -> str:
     for (method, dataset), block in average.groupby(["selection_method", "dataset"], sort=False):
         lines.append(f"{dataset}, {method}:")
         for _, row in block.iterrows():
-            lines.append(f"  {row['algorithm']} vs {row['reference']}: {_sentence(row)}")
+            sentence = _sentence(row) + _diverged(row)
+            lines.append(f"  {row['algorithm']} vs {row['reference']}: {sentence}")
     return "\n".join(lines)
 
 

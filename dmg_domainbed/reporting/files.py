@@ -3,6 +3,7 @@ written by :func:`dmg_domainbed.drawing.save`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -13,8 +14,8 @@ from dmg_domainbed.reporting.tables import markdown_table
 
 
 def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
-    """``output_dir``, unless it lies inside a folder the report reads (which stays untouched)
-    or cannot be created."""
+    """``output_dir``, unless it lies inside a folder the report reads (which stays untouched),
+    cannot be created, or holds a file this user may not overwrite (an earlier report's)."""
     check_creatable(output_dir, "--output_dir")
     resolved = output_dir.resolve()
     for folder in inputs:
@@ -23,6 +24,13 @@ def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
                 f"output folder '{output_dir}' lies inside the input folder '{folder}', which "
                 "is only read. Choose an --output_dir outside it."
             )
+    if output_dir.is_dir():
+        for path in output_dir.iterdir():
+            if path.is_file() and not os.access(path, os.W_OK):
+                raise UserError(
+                    f"--output_dir '{output_dir}' holds '{path.name}', which this user may not "
+                    "overwrite. Give another folder, or make that file writable."
+                )
     return output_dir
 
 

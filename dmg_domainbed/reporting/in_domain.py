@@ -27,6 +27,7 @@ import torch
 from dmg_domainbed.algorithms.base import known_domain_predictions
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs as run_files
+from dmg_domainbed.reporting.divergence import warnings
 from dmg_domainbed.reporting.files import write_table
 from dmg_domainbed.reporting.runs import Run
 
@@ -99,9 +100,8 @@ def evaluate_run(
         reference = torch.cat(batches[reference_name])
         for name, predicted in batches.items():
             predicted = torch.cat(predicted)
-            logged = (
-                100 * record[f"env{env}_out_acc"] if name == reference_name and comparable else None
-            )
+            logged = record.get(f"env{env}_out_acc") if name == reference_name else None
+            logged = 100 * logged if logged is not None and comparable else None
             rows.append(
                 {
                     "run": str(run.path),
@@ -159,6 +159,7 @@ class InDomainReport:
     frame: pd.DataFrame
     sections: list[tuple[str, pd.DataFrame]]
     files: list[Path]
+    groups: Sequence[Sequence[Run]] = ()
 
     def logged_mismatches(self) -> pd.DataFrame:
         """Rows where ``predict``'s accuracy differs from what train.py logged."""
@@ -170,6 +171,31 @@ class InDomainReport:
         classified those images with its training augmentation)."""
         rows = self.frame[self.frame["prediction"].str.endswith(f"({PREDICT})")]
         return bool(rows["logged"].isna().any())
+
+    def notes(self) -> list[str]:
+        """What ``evaluate`` says after the tables: whether the splits are train.py's (predict's
+        accuracy against what train.py logged), and which runs diverged."""
+        notes = warnings(run for group in self.groups for run in group)
+        augmented, mismatch = self.augmented(), self.logged_mismatches()
+        if augmented:
+            notes.append(
+                "The held-out images are classified without augmentation. train.py classified "
+                "some of them with its random training augmentation (DomainBed's "
+                "data_augmentation applies to a training domain's held-out split too): its "
+                "logged accuracies for those are not compared."
+            )
+        if not mismatch.empty:
+            notes.append(
+                f"WARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
+                f"{len(mismatch)} domain(s); was the dataset loaded from another --data_dir?"
+            )
+        elif not self.frame["logged"].isna().all():
+            notes.append(
+                "predict's accuracy equals the env<i>_out_acc train.py logged at its last step "
+                f"on {'the others' if augmented else 'every source domain'}: the splits are "
+                "train.py's."
+            )
+        return notes
 
 
 def write_in_domain(
@@ -186,4 +212,4 @@ def write_in_domain(
         rows = frame[frame["run"].isin([str(run.path) for run in group])]
         sections.append((table3_title(group[0]), table3(rows)))
     files = write_table(frame, sections, output_dir, "in_domain", "Prediction")
-    return InDomainReport(frame, sections, files)
+    return InDomainReport(frame, sections, files, groups)

@@ -8,13 +8,17 @@ from matplotlib.figure import Figure
 
 from dmg_domainbed.drawing import colours, figure
 
+NAMED_BARS = 6  # flagged bars named under the panels; more are counted
+
 
 def accuracy_figure(results: pd.DataFrame, dataset: str) -> Figure:
     """Grouped bars: test accuracy per test domain (and their average) for each algorithm.
 
     One panel per model-selection method that has results (leave-one-domain-out needs runs
     holding out two domains); error bars are the standard error over trial seeds
-    (zero with a single trial). ``results`` comes from :func:`.tables.results_frame`.
+    (zero with a single trial). ``results`` comes from :func:`.tables.results_frame`; where it
+    carries the flags of :mod:`.cell_flags`, a note under the panels names the partial and the
+    diverged bars.
     """
     frame = results[results["dataset"] == dataset]
     has_result = frame.groupby("selection_method", sort=False)["accuracy"].apply(
@@ -64,11 +68,27 @@ def accuracy_figure(results: pd.DataFrame, dataset: str) -> Figure:
         frameon=False,
         fontsize=9,
     )
+    notes = _flag_notes(frame[frame["selection_method"].isin(methods)])
     if empty and len(empty) < len(has_result):
-        fig.supxlabel(
-            f"no result (X in the tables) for: {'; '.join(empty)}", fontsize=8, color="dimgray"
-        )
+        notes.insert(0, f"no result (X in the tables) for: {'; '.join(empty)}")
+    if notes:
+        fig.supxlabel("\n".join(notes), fontsize=8, color="dimgray")
     return fig
+
+
+def _flag_notes(frame: pd.DataFrame) -> list[str]:
+    """What the flags of :mod:`.cell_flags` say about the bars, one line each."""
+    if "partial" not in frame:
+        return []
+    notes = []
+    for flag, rows in (("partial", frame["partial"]), ("diverged", frame["diverged_runs"] > 0)):
+        cells = frame[rows & (frame["test_env"] != "Avg")]
+        named = sorted({f"{a} ({d})" for a, d in zip(cells["algorithm"], cells["test_domain"])})
+        if len(named) > NAMED_BARS:
+            named = [f"{len(named)} bars (see the tables)"]
+        if named:
+            notes.append(f"{flag}: {', '.join(named)}")
+    return notes
 
 
 def _domain_label(domain) -> str:

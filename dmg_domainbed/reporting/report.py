@@ -8,20 +8,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from dmg_domainbed.algorithms.base import training_curves
 from dmg_domainbed.drawing import save
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import pictures, ranks, selected, tables
-from dmg_domainbed.reporting.comparisons import DEFAULT_REFERENCE, compare, comparisons_markdown
+from dmg_domainbed.reporting import cell_flags, pictures, ranks, selected, tables
+from dmg_domainbed.reporting.comparisons import (
+    DEFAULT_REFERENCE,
+    compare,
+    comparisons_markdown,
+    flag_comparisons,
+)
 from dmg_domainbed.reporting.comparisons import brief as comparisons_brief
 from dmg_domainbed.reporting.files import check_output_dir
+from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
 from dmg_domainbed.reporting.runs import require_sweep
 
 
 @dataclass
 class SweepReport:
-    """What :func:`write_report` produced: the tables and the files written."""
+    """What :func:`write_report` produced: the tables, the sweep's jobs and the files written."""
 
     results: pd.DataFrame
     averages: pd.DataFrame
@@ -30,10 +37,12 @@ class SweepReport:
     rankings: list[ranks.Ranking]
     reference: str | None
     files: list[Path]
+    jobs: SweepJobs
+    status: str  # the jobs' states and what the flags in the tables mean
 
     def summary(self) -> str:
-        """What ``report`` prints after the results: the comparisons over each dataset (or
-        why there are none) and the ranks."""
+        """What ``report`` prints after the results: the jobs' states and the flags, the
+        comparisons over each dataset (or why there are none) and the ranks."""
         if self.reference is None:
             names = ", ".join(self.results["algorithm"].unique())
             compared = (
@@ -55,7 +64,7 @@ class SweepReport:
             + f". {ranks.summary(r)}"
             for r in self.rankings
         )
-        return f"{compared}\n\nAverage ranks across tasks (1 = best):\n{ranked}"
+        return f"{self.status}\n\n{compared}\n\nAverage ranks across tasks (1 = best):\n{ranked}"
 
 
 def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
@@ -79,13 +88,38 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
     return [sorted(chosen[key], key=lambda r: r["step"]) for key in sorted(chosen)]
 
 
+def pictures_of(results: pd.DataFrame, records) -> dict[str, Figure]:
+    """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
+    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics
+    over training, from its own runs on that dataset."""
+    from domainbed import algorithms, datasets
+
+    drawn = {}
+    shown = results[~results["selection_method"].isin(tables.without_results(results))]
+    shown = shown if len(shown) else results
+    for dataset in results["dataset"].unique():
+        own = set(records.filter_equals("args.dataset", dataset).select("args.algorithm"))
+        drawn[f"accuracy_{dataset}.png"] = pictures.accuracy_figure(
+            shown[shown["algorithm"].isin(own)], dataset
+        )
+        environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
+        for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
+            runs = first_runs(records, dataset, algorithm)
+            curves = training_curves(algorithms.get_algorithm_class(algorithm), runs, environments)
+            if curves is not None:
+                drawn[f"{algorithm.lower()}_diagnostics_{dataset}.png"] = curves
+    return drawn
+
+
 def write_report(
     sweep_dir: str | Path, output_dir: str | Path, reference: str | None = None
 ) -> SweepReport:
     """Everything ``report`` writes for a sweep:
 
     * ``results.csv``, ``averages.csv``, ``results.md``: collect_results' numbers (in the
-      Markdown, a selection method without any result is one line, not a table of X);
+      Markdown, a selection method without any result is one line, not a table of X), each
+      cell flagged ``partial`` or ``diverged`` where it is (:mod:`.cell_flags`), and the state
+      of the sweep's jobs (:mod:`.jobs`);
     * ``selected_hparams.csv``: the run, hparams and step each selection method selected;
     * ``comparisons.csv`` / ``.md``: every algorithm paired with ``reference`` (default ERM
       when the sweep has it), see :mod:`.comparisons`;
@@ -93,55 +127,51 @@ def write_report(
     * ``accuracy_<dataset>.png``, and ``<algorithm>_diagnostics_<dataset>.png`` for each
       algorithm that draws its diagnostics over training (e.g. DMG).
 
-    A ``reference`` the sweep does not have is a :class:`UserError` before anything is
-    written.
+    Everything is computed before the first file is written: a :class:`UserError` (e.g. a
+    ``reference`` the sweep does not have) leaves the output folder as it was.
     """
-    from domainbed import algorithms, datasets
-
     sweep = require_sweep(sweep_dir)
     output = check_output_dir(Path(output_dir), sweep)
-    records = tables.load_sweep_records(sweep)
+    jobs = sweep_jobs(sweep)
+    records = jobs.records()
     names = tables.ordered_algorithms(records)
     reference = _reference(reference, names, sweep)
     results = tables.results_frame(records)
-    averages = tables.averages_frame(records)
     if results.empty:
         raise UserError(
             f"the runs in '{sweep}' are of datasets DomainBed does not list "
             f"({sorted(records.select('args.dataset').unique())}); collect_results would "
             "print no table either."
         )
-    ranked = selected.ranked_runs(records)
+    results = cell_flags.flag_results(results, jobs)
+    averages = cell_flags.flag_averages(tables.averages_frame(records), results)
+    status = "\n".join(filter(None, [jobs.summary(), cell_flags.flags_summary(results, jobs)]))
+    diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
+    ranked = selected.ranked_runs(records, diverged)
     chosen = selected.selected_frame(ranked)
     comparisons = compare(chosen, reference, names) if reference else pd.DataFrame()
+    if len(comparisons):
+        comparisons = flag_comparisons(comparisons, chosen)
     found = ranks.rankings(chosen, names)
+    diagram = ranks.ranks_figure(found)
+    figures = pictures_of(results, records)
+
     output.mkdir(parents=True, exist_ok=True)
     files = [output / "results.csv", output / "averages.csv", output / "results.md"]
     results.to_csv(files[0], index=False)
     averages.to_csv(files[1], index=False)
-    files[2].write_text(tables.results_markdown(results, averages))
+    files[2].write_text(f"{tables.results_markdown(results, averages)}\n{status}\n")
     files.append(output / "selected_hparams.csv")
     selected.selected_hparams(chosen).to_csv(files[-1], index=False)
     if len(comparisons):
         files += _write(comparisons, comparisons_markdown(comparisons), output, "comparisons")
     files += _write(ranks.ranks_frame(found), ranks.ranks_markdown(found), output, "ranks")
-    diagram = ranks.ranks_figure(found)
     if diagram is not None:
         files.append(save(diagram, output / "ranks.png"))
-    shown = results[~results["selection_method"].isin(tables.without_results(results))]
-    for dataset in results["dataset"].unique():
-        accuracy = pictures.accuracy_figure(shown if len(shown) else results, dataset)
-        files.append(save(accuracy, output / f"accuracy_{dataset}.png"))
-        environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
-        for algorithm in results[results["dataset"] == dataset]["algorithm"].unique():
-            if algorithm not in algorithms.ALGORITHMS:
-                continue
-            cls = algorithms.get_algorithm_class(algorithm)
-            curves = training_curves(cls, first_runs(records, dataset, algorithm), environments)
-            if curves is not None:
-                path = output / f"{algorithm.lower()}_diagnostics_{dataset}.png"
-                files.append(save(curves, path))
-    return SweepReport(results, averages, ranked, comparisons, found, reference, files)
+    files += [save(drawn, output / name) for name, drawn in figures.items()]
+    return SweepReport(
+        results, averages, ranked, comparisons, found, reference, files, jobs, status
+    )
 
 
 def _reference(reference: str | None, names: list[str], sweep: Path) -> str | None:

@@ -21,10 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.reporting.record_fields import RUN, SPLITS
 
 RESULTS_FILE = "results.jsonl"
 MODEL_FILE = "model.pkl"
 DONE_FILE = "done"
+#: What train.py's ``save_checkpoint`` puts into ``model.pkl`` and ``model_step<N>.pkl``.
+CHECKPOINT_KEYS = (
+    "model_input_shape",
+    "model_num_classes",
+    "model_num_domains",
+    "model_hparams",
+    "model_dict",
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,10 @@ class Run:
     @property
     def model_path(self) -> Path:
         return self.path / MODEL_FILE
+
+    @property
+    def results_path(self) -> Path:
+        return self.path / RESULTS_FILE
 
     def environments(self) -> list[str]:
         """The names of the dataset's environments (DomainBed's ``ENVIRONMENTS``)."""
@@ -145,11 +158,12 @@ def read_run(run_dir: str | Path) -> Run:
             f"'{path}' is not a DomainBed training run: it has no {RESULTS_FILE}.{hint}"
         )
     records = read_records(results)
-    if not records or "args" not in records[-1]:
+    if not records:
         raise UserError(
             f"'{results}' holds no complete record: the run has not reached its first "
             "checkpoint yet. Wait for it, or rerun it with domainbed.scripts.train."
         )
+    RUN.check(records, results)
     return Run(path=path, records=tuple(records))
 
 
@@ -229,11 +243,17 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
     cls = algorithm_class(run)
     try:
         checkpoint = torch.load(path, map_location=on or device(), weights_only=False)
-    except (EOFError, RuntimeError, pickle.UnpicklingError) as error:
+    except (EOFError, OSError, RuntimeError, pickle.UnpicklingError) as error:
         raise UserError(
             f"'{path}' cannot be read ({type(error).__name__}: {error}): it is damaged or was "
             "cut short (a job stopped while saving it?). Rerun the run to write it again."
         ) from None
+    absent = [k for k in CHECKPOINT_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint]
+    if absent:
+        raise UserError(
+            f"'{path}' is not a model saved by DomainBed's train.py: it has no "
+            f"{', '.join(absent)}. Rerun the run to write it again."
+        )
     algorithm = cls(
         checkpoint["model_input_shape"],
         checkpoint["model_num_classes"],
@@ -269,6 +289,7 @@ def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
     overrides); ``augment=False`` switches DomainBed's training augmentation off."""
     from domainbed import datasets
 
+    SPLITS.check(run.records, run.results_path)
     root = data_dir if data_dir is not None else run.args.get("data_dir")
     hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
     try:

@@ -17,6 +17,8 @@ paired comparisons and ranks are computed from them; the TensorBoard export mark
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 from dmg_domainbed.reporting import tables
@@ -33,6 +35,7 @@ COLUMNS = [
     "val_acc",
     "accuracy",
     "run",
+    "diverged",
 ]
 
 
@@ -69,12 +72,13 @@ def with_steps() -> dict[str, type]:
     }
 
 
-def ranked_runs(records) -> pd.DataFrame:
+def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Every hparams setting each method ranks in every group, best first (``rank`` 0 is the
     selected one): columns :data:`COLUMNS`, ``rank`` and ``hparams`` (the run's hparams
-    dict). ``run`` is the folder of the run that holds out only the group's test domain.
-    Groups a method selects nothing in (leave-one-domain-out without runs holding out two
-    domains) have no row."""
+    dict). ``run`` is the folder of the run that holds out only the group's test domain (as
+    train.py logged it), ``diverged`` its entry in ``diverged`` (run -> its first non-finite
+    loss, :mod:`.divergence`) or empty. Groups a method selects nothing in
+    (leave-one-domain-out without runs holding out two domains) have no row."""
     from domainbed import datasets
     from domainbed.lib import reporting
     from domainbed.model_selection import get_test_records
@@ -103,6 +107,7 @@ def ranked_runs(records) -> pd.DataFrame:
                         100 * chosen["val_acc"],
                         100 * chosen["test_acc"],
                         record["args"]["output_dir"],
+                        (diverged or {}).get(record["args"]["output_dir"], ""),
                         position,
                         record["hparams"],
                     ]

@@ -10,14 +10,13 @@ a long pandas DataFrame, one row per cell, ready for CSV.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dmg_domainbed.reporting.runs import RESULTS_FILE, read_records
+from dmg_domainbed.reporting.jobs import SweepJobs, read_jobs
 
 SELECTION_METHOD_NAMES = (
     "IIDAccuracySelectionMethod",
@@ -39,15 +38,9 @@ def load_sweep_records(sweep_dir: str | Path):
     """Every record of the sweep, as DomainBed's ``reporting.load_records`` reads them (each
     sub-folder's ``results.jsonl``, in ``os.listdir`` order, as a ``Q``), except that a
     half-written last line is left out with a warning instead of stopping everything (see
-    :func:`~dmg_domainbed.reporting.runs.read_records`)."""
-    from domainbed.lib.query import Q
-
-    records = []
-    for name in os.listdir(sweep_dir):
-        results = Path(sweep_dir) / name / RESULTS_FILE
-        if results.is_file():
-            records += read_records(results)
-    return Q(records)
+    :func:`~dmg_domainbed.reporting.runs.read_records`) and that records lacking what model
+    selection reads are refused naming the field (:mod:`.record_fields`)."""
+    return SweepJobs(tuple(read_jobs(sweep_dir))).records()
 
 
 def mean_and_error(accuracies: Sequence[float]) -> tuple[float, float] | None:
@@ -203,9 +196,26 @@ def _row(method, dataset, algorithm, env, domain, mean, error, n_trials, text) -
 
 def wide_table(frame: pd.DataFrame, columns: str = "test_domain") -> pd.DataFrame:
     """One selection method's (and dataset's) rows as collect_results lays them out:
-    algorithms down, test domains (or datasets) across, cells as text."""
-    table = frame.pivot(index="algorithm", columns=columns, values="text")
+    algorithms down, test domains (or datasets) across, cells as text with their flags."""
+    table = frame.assign(shown=marked_text(frame)).pivot(
+        index="algorithm", columns=columns, values="shown"
+    )
     return table.loc[frame["algorithm"].unique(), frame[columns].unique()]
+
+
+def marked_text(frame: pd.DataFrame) -> pd.Series:
+    """Each cell's ``text`` followed by its flags (:mod:`.cell_flags`), if the frame has them:
+    ``27.4 +/- 3.1 (partial, diverged)``."""
+    if "partial" not in frame:
+        return frame["text"]
+    flags = [
+        ", ".join(name for name, on in (("partial", partial), ("diverged", diverged)) if on)
+        for partial, diverged in zip(frame["partial"], frame["diverged_runs"] > 0, strict=True)
+    ]
+    return pd.Series(
+        [f"{text} ({flag})" if flag else text for text, flag in zip(frame["text"], flags)],
+        frame.index,
+    )
 
 
 def without_results(results: pd.DataFrame) -> list[str]:

@@ -94,11 +94,13 @@ def test_update_reports_the_paper_loss_terms_for_known_masks():
 
 
 def test_masks_and_network_have_separate_optimisers():
-    dmg = build("DMG", lr=0.0, mask_lr=0.05)
+    # Adam's first step moves a weight by about its lr (here: a few float32 steps of a weight)
+    dmg = build("DMG", lr=1e-8, mask_lr=0.05)
     network_before = [p.detach().clone() for p in dmg.network.parameters()]
     masks_before = [p.detach().clone() for p in dmg.masks.parameters()]
     dmg.update(minibatches())
-    assert all(torch.equal(a, b) for a, b in zip(network_before, dmg.network.parameters()))
+    network = [(a - b).abs().max().item() for a, b in zip(network_before, dmg.network.parameters())]
+    assert max(network) < 1e-6, network
     moved = [(a - b).abs().max().item() for a, b in zip(masks_before, dmg.masks.parameters())]
     assert all(0 < m <= 0.05 + 1e-6 for m in moved), moved
     assert dmg.mask_optimizer.param_groups[0]["lr"] == 0.05

@@ -96,7 +96,7 @@ def test_structure_mistakes(text, message, tmp_path):
         ),
         (
             BASE + "[sweep.algorithm_hparams.DMG]\nmask_lr = -1.0\n",
-            "mask_lr' = -1.0 is not valid: it must be a number >= 0",
+            "mask_lr' = -1.0 is not valid: it must be a number between 0 and 10",
         ),
         (
             BASE + '[sweep.algorithm_hparams.DMG]\nmask_layers = ["featurizer.hiddens.9"]\n',

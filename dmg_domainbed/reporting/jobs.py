@@ -1,0 +1,191 @@
+"""The jobs of a sweep folder as they stand: done, running or failed, and which diverged.
+
+DomainBed's sweep makes one folder per job before it launches any; train.py writes ``out.txt``
+and ``err.txt`` into it first, appends a record to ``results.jsonl`` at every checkpoint and
+writes ``done`` as its last act. A job folder (a sub-folder holding one of these files, or still
+empty) is
+
+* done: it has ``done``;
+* running: no ``done``, and something still works on it: the sweep's folder lock
+  (:mod:`dmg_domainbed.locks`) is held by a live command, or a registered launcher's
+  ``running_jobs`` says its job is queued or runs (a Slurm job an earlier command submitted);
+* failed: no ``done``, and nothing runs it;
+* diverged, whatever its state: a loss it logged is NaN or infinite (:mod:`.divergence`).
+
+Records are read as DomainBed's ``collect_results`` reads them (every sub-folder's
+``results.jsonl``, in ``os.listdir`` order), each checked for the fields model selection needs
+(:mod:`.record_fields`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.reporting.divergence import divergence
+from dmg_domainbed.reporting.record_fields import SWEEP
+from dmg_domainbed.reporting.runs import DONE_FILE, RESULTS_FILE, read_records
+
+DONE, RUNNING, FAILED = "done", "running", "failed"
+# What train.py writes into a job folder (out.txt and err.txt as it starts).
+JOB_FILES = (RESULTS_FILE, DONE_FILE, "out.txt", "err.txt")
+NAMED = 3  # jobs named per state in a summary
+
+Cell = tuple[str, str, int]  # (dataset, algorithm, test env): one cell of collect_results
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job folder of a sweep, its records and its state."""
+
+    folder: Path
+    records: tuple[dict[str, Any], ...]
+    state: str = FAILED
+    diverged: str | None = None  # the first non-finite loss, e.g. 'loss nan at step 300'
+
+    def cells(self) -> set[Cell]:
+        """The collect_results cells its records are part of (none before its first record)."""
+        if not self.records:
+            return set()
+        args = self.records[-1]["args"]
+        return {(args["dataset"], args["algorithm"], env) for env in args["test_envs"]}
+
+    def name(self) -> str:
+        if not self.records:
+            return f"{self.folder.name} (no record yet)"
+        args = self.records[-1]["args"]
+        envs = ",".join(str(env) for env in args["test_envs"])
+        return (
+            f"{args['algorithm']} on {args['dataset']}, test env {envs}, hparams "
+            f"{args['hparams_seed']}, trial {args['trial_seed']} ({self.folder.name})"
+        )
+
+
+def read_jobs(sweep_dir: str | Path) -> list[Job]:
+    """Every job folder of the sweep with its records (checked), in ``os.listdir`` order; the
+    state is not looked at yet (:func:`sweep_jobs`)."""
+    jobs = []
+    for name in os.listdir(sweep_dir):
+        folder = Path(sweep_dir) / name
+        results = folder / RESULTS_FILE
+        if results.is_file():
+            records = read_records(results)
+            SWEEP.check(records, results)
+            jobs.append(Job(folder, tuple(records)))
+        elif not name.startswith(".") and folder.is_dir():
+            if any((folder / file).exists() for file in JOB_FILES) or not any(folder.iterdir()):
+                jobs.append(Job(folder, ()))
+    return jobs
+
+
+@dataclass(frozen=True)
+class SweepJobs:
+    """A sweep's jobs; ``why_running`` says what runs the running ones, ``notes`` what could
+    not be asked."""
+
+    jobs: tuple[Job, ...]
+    why_running: str = ""
+    notes: tuple[str, ...] = ()
+
+    def of(self, state: str) -> list[Job]:
+        return [job for job in self.jobs if job.state == state]
+
+    def diverged(self) -> list[Job]:
+        return [job for job in self.jobs if job.diverged]
+
+    def records(self):
+        """Every record, as DomainBed's ``reporting.load_records`` gives them (a ``Q``)."""
+        from domainbed.lib.query import Q
+
+        return Q([record for job in self.jobs for record in job.records])
+
+    def unfinished_cells(self) -> set[Cell]:
+        """Cells holding records of a job that is not done: their numbers will change."""
+        return {cell for job in self.jobs if job.state != DONE for cell in job.cells()}
+
+    def diverged_cells(self) -> Counter[Cell]:
+        """How many diverged runs each cell holds."""
+        return Counter(cell for job in self.diverged() for cell in job.cells())
+
+    def complete(self) -> bool:
+        return all(job.state == DONE for job in self.jobs)
+
+    def summary(self) -> str:
+        """Lines saying how many jobs are done, running, failed and diverged, naming a few."""
+        done, running, failed = self.of(DONE), self.of(RUNNING), self.of(FAILED)
+        diverged = self.diverged()
+        if self.complete() and not diverged:
+            return f"Jobs: all {len(self.jobs)} jobs of the sweep are done."
+        counts = f"{len(done)} done, {len(running)} running, {len(failed)} failed"
+        lines = [f"Jobs: {len(self.jobs)} in the sweep: {counts}; {len(diverged)} diverged."]
+        if running:
+            lines.append(f"  running ({self.why_running}): {_named(running)}")
+        if failed:
+            lines.append(
+                f"  failed (no '{DONE_FILE}' file and nothing runs them; see err.txt in each "
+                f"folder): {_named(failed)}"
+            )
+        if diverged:
+            named = _named(diverged, lambda job: f"{job.name()}: {job.diverged}")
+            lines.append(
+                f"  diverged (a logged loss is NaN or infinite; their accuracies come from "
+                f"broken weights; lower lr or the penalty weights): {named}"
+            )
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def _named(jobs: list[Job], describe=Job.name) -> str:
+    shown = "; ".join(describe(job) for job in jobs[:NAMED])
+    return shown + (f"; and {len(jobs) - NAMED} more" if len(jobs) > NAMED else "")
+
+
+def sweep_jobs(sweep_dir: str | Path) -> SweepJobs:
+    """The sweep's jobs with their states (see the module's description)."""
+    from dmg_domainbed.locks import FolderLock
+
+    jobs = [
+        replace(
+            job,
+            state=DONE if (job.folder / DONE_FILE).exists() else FAILED,
+            diverged=divergence(job.records),
+        )
+        for job in read_jobs(sweep_dir)
+    ]
+    unfinished = [job.folder for job in jobs if job.state != DONE]
+    why, running, notes = "", set(), ()
+    if unfinished:
+        holder = FolderLock(sweep_dir).holder()
+        if holder is not None and not holder.stale():
+            why, running = f"the sweep's folder is locked by {holder.describe()}", set(unfinished)
+        else:
+            why, running, notes = _launchers_running(unfinished)
+    jobs = [replace(job, state=RUNNING) if job.folder in running else job for job in jobs]
+    return SweepJobs(tuple(jobs), why, notes)
+
+
+def _launchers_running(folders: list[Path]) -> tuple[str, set[Path], tuple[str, ...]]:
+    """Which of ``folders`` a registered launcher says still run, which launchers said so, and
+    the launchers that could not answer."""
+    from domainbed import command_launchers
+
+    running: set[Path] = set()
+    said, notes = [], []
+    for name, launcher in command_launchers.REGISTRY.items():
+        running_jobs = getattr(launcher, "running_jobs", None)
+        if running_jobs is None:
+            continue
+        try:
+            found = set(running_jobs(folders, os.environ))
+        except UserError as error:
+            notes.append(f"launcher {name} could not say whether its jobs still run: {error}")
+            continue
+        if found:
+            said.append(name)
+            running |= found
+    why = f"launcher {' and '.join(said)} says they are queued or running"
+    return why, running, tuple(notes)
