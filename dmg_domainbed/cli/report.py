@@ -17,7 +17,7 @@ def add_parser(subparsers) -> None:
             "Reads a DomainBed sweep folder and writes the numbers of collect_results for "
             "every model-selection method (results.csv, averages.csv, results.md), the run, "
             "hparams and step each method selected (selected_hparams.csv), every algorithm "
-            "paired with a reference on the same data splits, with 95%% confidence intervals "
+            "paired with a reference on the same data splits, with 95% confidence intervals "
             "(comparisons.csv, comparisons.md), average ranks across tasks with a Friedman "
             "test and a critical-difference diagram when there are enough tasks (ranks.csv, "
             "ranks.md, ranks.png), test accuracy per test domain by algorithm "
