@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -367,7 +368,8 @@ def test_sweep_files_run_sfmoe_on_the_papers_datasets_and_note_its_own_weights(
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert "960 job(s)" in out and "PACS SFMOE" in out and "TerraIncognita SFMOE" in out
+    assert "960 job(s)" in out
+    assert re.search(r"PACS +SFMOE", out) and re.search(r"TerraIncognita +SFMOE", out)
     assert "SFMOE's pretrained weights: deit_small_distilled_patch16_224 weights not found" in out
     assert "resnet50" not in out  # SFMOE loads none of DomainBed's backbones
     # The authors' DomainNet runs: 15,001 steps, a checkpoint every 500.
