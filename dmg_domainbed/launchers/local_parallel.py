@@ -1,16 +1,14 @@
 """``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked.
 
-Settings: :data:`OPTIONS`. Each job sees one GPU (slots round robin over the GPUs), gets its
-share of the cores as threads and data-loader workers, and starts warm (:mod:`.warm`) when its
-command is exactly DomainBed's ``python -m domainbed.scripts.train ...``; other commands run as
-new processes (plain words directly, anything else by ``sh -c``). Each job leads a session and
-process group of its own, so that Ctrl-C reaches the launcher alone, which then stops every
-group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); each is tied to the launcher
-(:func:`_die_with_parent`; warm jobs: :mod:`.warm`); what a job leaves running in its group is
-killed when it ends. A job whose command names ``--output_dir DIR`` writes what it prints to
-``DIR/launcher.log``. The launcher waits for every job, then raises
-:class:`~dmg_domainbed.errors.UserError` listing the failed ones, with what to lower when one
-ran out of memory.
+Each job sees one GPU (slots round robin over the GPUs) and gets its share of the cores as
+threads and data-loader workers. DomainBed's ``python -m domainbed.scripts.train ...`` commands
+start warm (:mod:`.warm`), others as new processes (plain words directly, anything else by
+``sh -c``). Each job leads a process group of its own, so that Ctrl-C reaches the launcher
+alone, which then stops every group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); a job
+dies with the launcher (new processes by Linux's ``PR_SET_PDEATHSIG``, which no library offers);
+what it leaves running in its group is killed when it ends. A job whose command names
+``--output_dir DIR`` writes what it prints to ``DIR/launcher.log``. Failures are reported once
+every job has ended, with what to lower when one ran out of memory.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import functools
 import math
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -37,41 +34,21 @@ from pathlib import Path
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
 from dmg_domainbed.launchers import warm
-from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
+from dmg_domainbed.launchers.common import Option, output_dir_of, plain_words, read_options
 
+_JOBS, _PER_GPU = "DMG_LOCAL_PARALLEL_JOBS", "DMG_LOCAL_PARALLEL_JOBS_PER_GPU"
+_HELP = {
+    "jobs": "jobs run at the same time; default: GPUs x jobs_per_gpu, else the CPU cores",
+    "jobs_per_gpu": "jobs sharing one GPU when jobs is not set",
+    "workers": "data-loader worker processes per job, split over its training domains; default: "
+    "the job's share of the CPU cores",
+    "warm": "fork DomainBed's train jobs from a process that has imported them, not new processes",
+}
 OPTIONS = (
-    Option(
-        "jobs",
-        "DMG_LOCAL_PARALLEL_JOBS",
-        int,
-        None,
-        minimum=1,
-        help="jobs run at the same time; default: GPUs x jobs_per_gpu, else the CPU cores",
-    ),
-    Option(
-        "jobs_per_gpu",
-        "DMG_LOCAL_PARALLEL_JOBS_PER_GPU",
-        int,
-        1,
-        minimum=1,
-        help="jobs sharing one GPU when jobs is not set",
-    ),
-    Option(
-        "loader_workers",
-        LOADER_WORKERS_VARIABLE,
-        int,
-        None,
-        minimum=0,
-        help="data-loader worker processes per job, split over its training domains; "
-        "default: the job's share of the CPU cores",
-    ),
-    Option(
-        "warm",
-        "DMG_LOCAL_PARALLEL_WARM",
-        bool,
-        True,
-        help="fork DomainBed's train jobs from a process that has imported them, not new processes",
-    ),
+    Option("jobs", _JOBS, int, None, _HELP["jobs"], minimum=1),
+    Option("jobs_per_gpu", _PER_GPU, int, 1, _HELP["jobs_per_gpu"], minimum=1),
+    Option("loader_workers", LOADER_WORKERS_VARIABLE, int, None, _HELP["workers"], minimum=0),
+    Option("warm", "DMG_LOCAL_PARALLEL_WARM", bool, True, _HELP["warm"]),
 )
 LOG_NAME = "launcher.log"
 STOP_GRACE_SECONDS = 10.0
@@ -101,14 +78,13 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How the commands run: N at a time, the GPU of each slot, each job's share of the cores
-    (threads and data-loader workers), warm or as new processes."""
+    """How the commands run: N at a time, the GPU of each slot, each job's share of the cores,
+    warm or as new processes."""
 
     jobs: int
     gpus: tuple[str, ...]
@@ -130,8 +106,8 @@ class Plan:
     def jobs_per_gpu(self) -> int:
         return math.ceil(self.jobs / len(self.gpus)) if self.gpus else 0
 
-    def job_environment(self, slot: int, environ: Mapping[str, str]) -> dict[str, str]:
-        env = dict(environ)
+    def job_environment(self, slot: int) -> dict[str, str]:
+        env = dict(os.environ)
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
         for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -150,16 +126,15 @@ class Plan:
                     "(hparam batch_size) or use a GPU with more memory"
                 )
             if self.jobs_set:
-                now = f"jobs (DMG_LOCAL_PARALLEL_JOBS, now {self.jobs} on {len(self.gpus)} GPU(s))"
-            else:
-                now = f"jobs_per_gpu (DMG_LOCAL_PARALLEL_JOBS_PER_GPU, now {self.jobs_per_gpu})"
-            return f"out of GPU memory: lower {now}"
+                return f"out of GPU memory: lower jobs ({_JOBS}, now {self.jobs} on " + (
+                    f"{len(self.gpus)} GPU(s))"
+                )
+            return f"out of GPU memory: lower jobs_per_gpu ({_PER_GPU}, now {self.jobs_per_gpu})"
         if code in (-signal.SIGKILL, 128 + signal.SIGKILL) or WORKER_KILLED.search(output):
             return (
                 "killed by SIGKILL, which is what the kernel's out-of-memory killer sends (see "
-                f"dmesg); if the machine ran out of memory, lower jobs (DMG_LOCAL_PARALLEL_JOBS, "
-                f"now {self.jobs}) or loader_workers ({LOADER_WORKERS_VARIABLE}, now "
-                f"{self.loader_workers})"
+                f"dmesg); if the machine ran out of memory, lower jobs ({_JOBS}, now {self.jobs}) "
+                f"or loader_workers ({LOADER_WORKERS_VARIABLE}, now {self.loader_workers})"
             )
         return None
 
@@ -174,11 +149,11 @@ class Plan:
         )
 
 
-def read_tail(path: Path | None, size: int = 64 * 1024) -> str:
-    """The last ``size`` bytes of a log, as text ('' when there is none)."""
+def read_tail(path: Path | None) -> str:
+    """The last 64 kB of a log, as text ('' when there is none)."""
     try:
         with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - size))
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
             return log.read().decode(errors="replace")
     except (OSError, TypeError):
         return ""
@@ -227,15 +202,12 @@ def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | N
     log = Path(output_dir) / LOG_NAME if output_dir else None
     if log:
         log.parent.mkdir(parents=True, exist_ok=True)
-    env = plan.job_environment(slot, os.environ)
+    env = plan.job_environment(slot)
     arguments = warm.module_arguments(command, warm_module) if warm_module else None
     if arguments is not None:
         return Outcome(index, command, log, slot, warm.start(warm_module, arguments, env, log))
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = []
-    plain = words and shlex.join(words) == command and shutil.which(words[0], path=env.get("PATH"))
+    words = plain_words(command)
+    plain = words and shutil.which(words[0], path=env.get("PATH"))
     with open(log, "a") if log else contextlib.nullcontext() as stream:
         process = subprocess.Popen(
             words if plain else command,
@@ -251,9 +223,8 @@ def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | N
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Have the kernel send SIGTERM to this new process when the launcher dies, however it dies
-    (a job has a session of its own, which nothing else ties to the launcher); end at once if
-    it is already gone. ``prctl(PR_SET_PDEATHSIG)`` is Linux's, and no library offers it."""
+    """SIGTERM for this new process when the launcher dies, however it dies; at once if the
+    launcher is already gone."""
     if _prctl is not None:
         _prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
         if os.getppid() != parent_pid:
@@ -265,9 +236,9 @@ def _signal_group(leader_pid: int, signal_number: int) -> None:
         os.killpg(leader_pid, signal_number)
 
 
-def _wait(running: list[Outcome], seconds: float) -> None:
-    """Return when a warm job has ended (its sentinel is ready), or after ``seconds``."""
-    wait([job.process.sentinel for job in running if job.warm], seconds)
+def _wait(running: list[Outcome]) -> None:
+    """Until a warm job has ended (its sentinel is ready), or for ``POLL_SECONDS``."""
+    wait([job.process.sentinel for job in running if job.warm], POLL_SECONDS)
 
 
 def run_commands(
@@ -294,18 +265,27 @@ def run_commands(
             while pending and free_slots:
                 index, command = pending.popleft()
                 running.append(_start(index, command, free_slots.popleft(), plan, module))
-            _wait(running, POLL_SECONDS)
+            _wait(running)
             for job in [job for job in running if job.ended()]:
                 running.remove(job)
                 free_slots.append(job.slot)
                 finished.append(job)
-                say(_progress_line(job, len(finished), len(commands), plan))
+                how = f"{'warm' if job.warm else 'new process'}, {job.seconds:.1f} s"
+                status = (
+                    f"FAILED ({describe_exit(job.returncode)}, {how})"
+                    if job.returncode
+                    else f"ok ({how})"
+                )
+                hint = job.returncode and plan.memory_hint(job.returncode, job.log)
+                status += f": {hint}" if hint else ""
+                where = job.log.parent if job.log else job.command
+                say(f"local_parallel: [{len(finished)}/{len(commands)}] {status}: {where}")
     except BaseException:
         for job in running:
             _signal_group(job.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         while time.monotonic() < deadline and not all(job.ended() for job in running):
-            _wait(running, POLL_SECONDS)
+            _wait(running)
         for job in running:
             _signal_group(job.process.pid, signal.SIGKILL)
             (job.process.join if job.warm else job.process.wait)()
@@ -313,29 +293,20 @@ def run_commands(
     return sorted(finished, key=lambda job: job.index)
 
 
-def _progress_line(outcome: Outcome, finished: int, total: int, plan: Plan) -> str:
-    how = f"{'warm' if outcome.warm else 'new process'}, {outcome.seconds:.1f} s"
-    status = f"ok ({how})"
-    if outcome.returncode != 0:
-        status = f"FAILED ({describe_exit(outcome.returncode)}, {how})"
-        hint = plan.memory_hint(outcome.returncode, outcome.log)
-        status += f": {hint}" if hint else ""
-    where = outcome.log.parent if outcome.log else outcome.command
-    return f"local_parallel: [{finished}/{total}] {status}: {where}"
-
-
 def failure_report(outcomes: list[Outcome], plan: Plan) -> str | None:
     """The message for the jobs that failed, or None if none did."""
     failed = [outcome for outcome in outcomes if outcome.returncode != 0]
-    details = ""
-    for outcome in failed:
-        details += f"\n  {describe_exit(outcome.returncode)}: {outcome.command}"
-        hint = plan.memory_hint(outcome.returncode, outcome.log)
-        details += f"\n    {hint}" if hint else ""
-        if outcome.log:
-            tail = read_tail(outcome.log).splitlines()[-5:]
-            details += f"\n    log: {outcome.log}" + "".join(f"\n      {line}" for line in tail)
-    return f"{len(failed)} of {len(outcomes)} job(s) failed:{details}" if failed else None
+    lines = [f"{len(failed)} of {len(outcomes)} job(s) failed:"]
+    for job in failed:
+        hint = plan.memory_hint(job.returncode, job.log)
+        lines += [
+            f"  {describe_exit(job.returncode)}: {job.command}",
+            *[f"    {hint}"] * bool(hint),
+        ]
+        if job.log:
+            tail = read_tail(job.log).splitlines()[-5:]
+            lines += [f"    log: {job.log}", *(f"      {line}" for line in tail)]
+    return "\n".join(lines) if failed else None
 
 
 def local_parallel_launcher(commands: list[str]) -> None:
@@ -344,7 +315,7 @@ def local_parallel_launcher(commands: list[str]) -> None:
     plan = Plan.from_environment()
     print(f"local_parallel: {len(commands)} job(s), {plan.describe()}", flush=True)
     report = failure_report(
-        run_commands(commands, plan, lambda line: print(line, flush=True)), plan
+        run_commands(commands, plan, functools.partial(print, flush=True)), plan
     )
     if report:
         raise UserError(report)

@@ -1,28 +1,29 @@
 """``submitit``: every DomainBed job one task of a Slurm job array, submitted through submitit.
 
-Settings come from the environment variables of ``OPTIONS`` (``dmg-domainbed sweep`` sets them
-from a sweep file's ``[launcher]`` table), other ``sbatch`` options from Slurm's own
+Settings: ``OPTIONS``; other ``sbatch`` options come from Slurm's own variables
 (``SBATCH_ACCOUNT``, ...). Slurm judges the request before anything is submitted
-(:mod:`.slurm_partition`). DomainBed's sweep makes every job folder before it calls the
-launcher: when nothing could be submitted, the folders still empty are removed again, so the
-same sweep command launches them next time. Each job runs :func:`.array_task.run_command`; links
-``submitit.out``/``submitit.err`` in its folder lead to its Slurm logs and tell
-:func:`running_jobs` which Slurm job last ran there. Waiting: :mod:`.slurm_wait`. Stdlib only at
-import: DomainBed's sweep script loads every launcher.
+(:mod:`.slurm`). DomainBed's sweep makes every job folder before it calls the launcher: when
+nothing could be submitted, the folders still empty are removed again, so that the same sweep
+command launches them next time. Each task runs :func:`run_command`, safe to run again after a
+requeue; links ``submitit.out``/``submitit.err`` in its folder lead to its Slurm logs and tell
+:func:`running_jobs` which Slurm job last ran there. Stdlib only at import: DomainBed's sweep
+script loads every launcher, and the tasks run this module on the nodes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
+import signal
+import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.launchers import slurm_partition
-from dmg_domainbed.launchers.array_task import LINK_NAMES, CommandFailed, run_command
 from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
 
 
@@ -45,7 +46,14 @@ OPTIONS = (
     ),
     _option("wait", bool, None, None, "wait, fail if a job fails; default: not on Slurm"),
 )
+LINK_NAMES = {"stdout": "submitit.out", "stderr": "submitit.err"}
+INTERRUPTED_PREFIX = "interrupted_attempt_"
+KILLED_COMMAND_WAIT_S = 120  # for Slurm's next step after its SIGTERM: requeue or SIGKILL
 _LOCAL = "or set DMG_SUBMITIT_CLUSTER=local to run the jobs on this machine"
+
+
+class CommandFailed(RuntimeError):
+    """A job's command failed (what it printed is in the job's error log)."""
 
 
 def settings(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -63,11 +71,13 @@ def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
     values = settings(environ)
     if importlib.util.find_spec("submitit") is None:
         raise UserError("the submitit launcher needs submitit: pip install 'dmg-domainbed[slurm]'")
-    given = {name: values[name] for name in slurm_partition.RESOURCES}
+    from dmg_domainbed.launchers import slurm
+
+    given = {name: values[name] for name in slurm.RESOURCES}
     if values["cluster"] != "slurm":
         from dmg_domainbed.launchers.local_parallel import visible_gpus
 
-        defaults = {**slurm_partition.DEFAULTS, "gpus": min(1, len(visible_gpus(environ)))}
+        defaults = {**slurm.DEFAULTS, "gpus": min(1, len(visible_gpus(environ)))}
         return {**values, **{k: defaults[k] if v is None else v for k, v in given.items()}}
     tools = ("sbatch", "srun", "sinfo", "squeue")
     if not all(shutil.which(tool, path=environ.get("PATH")) for tool in tools):
@@ -75,8 +85,7 @@ def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
             f"no Slurm here ({', '.join(tools)} are not all on PATH). Submit from a Slurm login "
             f'node, {_LOCAL} (cluster = "local" in the sweep file).'
         )
-    variables = {option.name: option.env for option in OPTIONS}
-    partition, request = slurm_partition.fit(given, values["partition"], variables, environ)
+    partition, request = slurm.fit(given, values["partition"], environ)
     return {**values, **request, "partition": partition}
 
 
@@ -106,17 +115,17 @@ def running_jobs(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dic
     jobs = {d: log.rsplit("_", 2)[0] for d, log in logs.items() if log.endswith("_log.err")}
     if not jobs or shutil.which("squeue", path=environ.get("PATH")) is None:
         return {}
-    from dmg_domainbed.launchers.slurm_wait import SQUEUE, parse_states
+    from dmg_domainbed.launchers import slurm
 
     arrays = ",".join(sorted({job.split("_")[0] for job in jobs.values()}))
-    answer = slurm_partition.slurm([*SQUEUE, f"--jobs={arrays}"], environ)  # only unended ones
+    answer = slurm.slurm([*slurm.SQUEUE, f"--jobs={arrays}"], environ)  # only unended ones
     if answer.returncode != 0 and "Invalid job id" not in answer.stderr:  # no id known: none
         raise UserError(
             f"{len(jobs)} incomplete job folder(s) were submitted to Slurm, and squeue did not "
             "answer whether those jobs still run, so none is deleted. Run the command again "
             "when Slurm answers, or without delete-incomplete."
         )
-    states = parse_states(answer.stdout)
+    states = slurm.parse_states(answer.stdout)
     return {folder: states[job] for folder, job in jobs.items() if job in states}
 
 
@@ -124,11 +133,9 @@ def _refused(error: object, commands: Sequence[str]) -> UserError:
     """``error``, once the job folders of ``commands`` that are still empty are removed."""
     removed = 0
     for output_dir in filter(None, map(output_dir_of, commands)):
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(output_dir)  # only ever removes an empty folder
             removed += 1
-        except OSError:
-            pass
     return UserError(
         f"{error} The {removed} empty job folder(s) made for the jobs that were not submitted "
         "were removed: fix the cause and run the same sweep command again to launch them."
@@ -210,16 +217,70 @@ def submitit_launcher(commands: list[str]) -> None:
         flush=True,
     )
     if values["wait"]:
-        from dmg_domainbed.launchers import slurm_wait
+        from dmg_domainbed.launchers import slurm
 
         if values["cluster"] == "slurm":
-            verdicts = slurm_wait.wait_for(jobs)
+            verdicts = slurm.wait_for(jobs)
         else:  # submitit's local executors know their processes: their own wait is bounded
-            verdicts = {job.job_id: slurm_wait.failure(job.exception()) for job in jobs}
-        report = slurm_wait.failure_report(jobs, commands, verdicts, CommandFailed.__name__)
+            verdicts = {job.job_id: slurm.failure(job.exception()) for job in jobs}
+        report = slurm.failure_report(jobs, commands, verdicts, CommandFailed.__name__)
         if report is not None:
             raise UserError(report)
         print(f"submitit: all {len(jobs)} job(s) finished", flush=True)
+
+
+def set_aside_interrupted_attempt(folder: Path) -> Path | None:
+    """Move what an earlier, unfinished attempt of a job left in its folder (but the log links)
+    into ``interrupted_attempt_N``: DomainBed appends to ``results.jsonl``, a new attempt must
+    start from an empty folder. Returns that folder, if anything moved."""
+    if not folder.is_dir():
+        return None
+    earlier = [e for e in folder.iterdir() if e.name.startswith(INTERRUPTED_PREFIX)]
+    kept = {*LINK_NAMES.values(), *(e.name for e in earlier)}
+    leftovers = [e for e in folder.iterdir() if e.name not in kept]
+    if not leftovers:
+        return None
+    target = folder / f"{INTERRUPTED_PREFIX}{len(earlier) + 1}"
+    target.mkdir()
+    for entry in leftovers:
+        entry.rename(target / entry.name)
+    return target
+
+
+def run_command(command: str) -> None:
+    """What each array task runs: one DomainBed command in its job's folder, as DomainBed's
+    ``local`` launcher does, unless the job is done; :class:`CommandFailed` if it fails. The
+    command runs in a process group of its own and ignores submitit's pre-emption signal, which
+    is for this process. When Slurm stops the command itself, Slurm's next step is waited for."""
+    output_dir = output_dir_of(command)
+    if output_dir is not None:
+        if (Path(output_dir) / "done").exists():
+            print(f"{output_dir} is done: not run again", flush=True)
+            return
+        moved = set_aside_interrupted_attempt(Path(output_dir))
+        if moved is not None:
+            print(f"files of an interrupted attempt moved to {moved}", flush=True)
+    preemption = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
+    process = subprocess.Popen(
+        command,
+        shell=True,
+        start_new_session=True,  # a group of its own, killed whole if this process is stopped
+        preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN),
+    )
+    try:
+        code = process.wait()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    if code == 0:
+        return
+    killed_by = -code if code < 0 else code - 128 if code > 128 else None  # direct, or via sh
+    if killed_by == signal.SIGTERM and "SLURM_JOB_ID" in os.environ:  # cancel, pre-emption, time
+        time.sleep(KILLED_COMMAND_WAIT_S)
+    how = f"was killed by signal {killed_by}" if killed_by else f"exited with status {code}"
+    raise CommandFailed(f"the command {how}")
 
 
 submitit_launcher.OPTIONS = OPTIONS

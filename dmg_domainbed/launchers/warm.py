@@ -7,17 +7,17 @@ train module (its top level is imports only) and the launcher's ``__main__`` (so
 runs the launcher itself needs multiprocessing's ``if __name__ == "__main__":`` guard), then
 lets the threads those imports started end (:mod:`.fork_server`).
 
-The child takes its own session and process group, and ends them when the launcher is gone
-(the pipe multiprocessing keeps from the launcher to each child closes; the fork server lives
-on while it has children). It sends its output to the job's log, takes the job's environment
-and applies what a new process reads at import: torch's threads from ``OMP_NUM_THREADS``
-(capped at the physical cores, as torch built with MKL caps them) and the data-loader cap of
+The child takes its own session and process group, and ends them when the launcher is gone (the
+pipe multiprocessing keeps from the launcher to each child closes; the fork server lives on
+while it has children). It sends its output to the job's log, takes the job's environment and
+applies what a new process reads at import: torch's threads from ``OMP_NUM_THREADS`` (capped at
+the physical cores, as torch built with MKL caps them) and the data-loader cap of
 :func:`~dmg_domainbed.integration.cap_loader_workers`; CUDA is first touched by the job. Then it
-runs DomainBed's unmodified ``train.py`` as ``__main__`` with the job's arguments. train.py
-seeds every generator from ``--seed`` before drawing, so a warm job writes the results a new
-process writes (a test compares them). Differences left: the hash seed and the code are the
-fork server's (a source file edited meanwhile reaches new processes only), and the traceback
-of an uncaught exception is headed by the process's name.
+runs DomainBed's unmodified ``train.py`` as ``__main__``. train.py seeds every generator from
+``--seed`` before drawing, so a warm job writes the results a new process writes (a test
+compares them). Differences left: the hash seed and the code are the fork server's (a source
+file edited meanwhile reaches new processes only), and the traceback of an uncaught exception
+is headed by the process's name.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import gc
 import multiprocessing
 import os
 import runpy
-import shlex
 import shutil
 import signal
 import sys
@@ -37,21 +36,17 @@ from pathlib import Path
 
 import psutil
 
+from dmg_domainbed.launchers.common import plain_words
+
 TRAIN_MODULE = "domainbed.scripts.train"
 _SERVER = multiprocessing.get_context("forkserver")
 
 
 def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | None:
-    """The arguments if ``command`` is ``python -m MODULE ARGUMENTS`` and nothing else, as
-    DomainBed's sweep writes its train commands; else None (a command a shell would read
-    otherwise than as plain words is not one)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    if words[:3] != ["python", "-m", module] or shlex.join(words) != command:
-        return None
-    return words[3:]
+    """The arguments if ``command`` is ``python -m MODULE ARGUMENTS`` in plain words and
+    nothing else, as DomainBed's sweep writes its train commands; else None."""
+    words = plain_words(command) or []
+    return words[3:] if words[:3] == ["python", "-m", module] else None
 
 
 def refusal(environ: Mapping[str, str]) -> str | None:
@@ -84,9 +79,7 @@ def start(
 
 
 def _end_with_launcher() -> None:
-    """End this job's process group once the launcher that started it is gone (its side of
-    the pipe multiprocessing keeps open to every child closes)."""
-    wait([multiprocessing.parent_process().sentinel])
+    wait([multiprocessing.parent_process().sentinel])  # closes when the launcher is gone
     os.killpg(0, signal.SIGTERM)
 
 
@@ -108,11 +101,10 @@ def _run(module: str, arguments: list[str], environ: dict[str, str], log: Path |
     if torch is not None and threads.isdigit() and int(threads) > 0:
         physical = psutil.cpu_count(logical=False) if torch.backends.mkl.is_available() else None
         torch.set_num_threads(min(int(threads), physical or int(threads)))
-    datasets = sys.modules.get("domainbed.datasets")
-    if datasets is not None:
+    if "domainbed.datasets" in sys.modules:
         from dmg_domainbed.integration import cap_loader_workers
 
-        cap_loader_workers(datasets)
+        cap_loader_workers(sys.modules["domainbed.datasets"])
     sys.argv = [module, *arguments]  # runpy puts the module's file name first
     sys.modules.pop(module, None)  # imported by the server: run afresh as __main__
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -13,7 +13,6 @@ import sys
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.launchers import array_task
 from dmg_domainbed.launchers import submitit_launcher as launcher
 
 GPU_SINFO = """#!/bin/sh
@@ -93,7 +92,7 @@ def test_a_job_whose_done_file_exists_is_not_run_again(tmp_path):
     job.mkdir()
     (job / "done").write_text("done")
     (job / "results.jsonl").write_text('{"step": 0}\n')
-    array_task.run_command(f"touch {tmp_path / 'ran'} && false --output_dir {job}")
+    launcher.run_command(f"touch {tmp_path / 'ran'} && false --output_dir {job}")
     assert not (tmp_path / "ran").exists()
     assert (job / "results.jsonl").read_text() == '{"step": 0}\n'
 
@@ -104,12 +103,12 @@ def test_a_job_that_runs_again_sets_its_interrupted_attempt_aside(tmp_path):
     (job / "results.jsonl").write_text('{"step": 0}\n')
     (job / "submitit.out").symlink_to(tmp_path / "log.out")
     command = f"echo '{{\"step\": 9}}' >> {job}/results.jsonl # --output_dir {job}"
-    array_task.run_command(command)
+    launcher.run_command(command)
     assert (job / "results.jsonl").read_text() == '{"step": 9}\n'
     assert (job / "interrupted_attempt_1" / "results.jsonl").read_text() == '{"step": 0}\n'
     assert (job / "submitit.out").is_symlink()
-    with pytest.raises(array_task.CommandFailed, match="exited with status 3"):
-        array_task.run_command(f"exit 3 # --output_dir {job}")
+    with pytest.raises(launcher.CommandFailed, match="exited with status 3"):
+        launcher.run_command(f"exit 3 # --output_dir {job}")
     assert (job / "interrupted_attempt_2" / "results.jsonl").exists()
 
 

@@ -1,14 +1,18 @@
-"""Reading sinfo's answer, the defaults that fit a partition, and how Slurm's refusal of a request
-is traced to the settings at fault, on partitions unlike the single-node test cluster (GPU
-nodes, mixed nodes, time limits). Slurm's own answers on a real cluster: tests/slurm/."""
+"""What the launcher reads from Slurm, on partitions unlike the single-node test cluster (GPU
+nodes, mixed nodes, time limits): sinfo's answer, the defaults that fit a partition, how Slurm's
+refusal of a request is traced to the settings at fault; squeue's answer, a job's exception and
+what of its error output is reported. Slurm's own answers, and the waiting itself, on a real
+cluster: tests/slurm/."""
 
 import os
 import sys
 
 import pytest
+import submitit
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.launchers import slurm_partition as sp
+from dmg_domainbed.launchers import slurm as sp
+from dmg_domainbed.launchers.submitit_launcher import run_command
 
 SINFO = """\
 gpu|2-00:00:00|UNLIMITED|32|257000|gpu:v100:4(S:0-1)
@@ -123,3 +127,66 @@ def test_a_partition_slurm_refuses_whatever_the_request_is_named(test_only_env):
     closed = sp.Partition("closed", False, None, [sp.Node(4, 8.0, 0)])
     ((name, fix),) = sp.misfits(request(0, 1, 1, 10), closed, test_only_env)[0]
     assert name == "partition" and "Slurm refuses any job there" in fix
+
+
+TRACEBACK = [
+    "warning: something",
+    "Traceback (most recent call last):",
+    '  File "train.py", line 1, in <module>',
+    "    main()",
+    "ValueError: bad value",
+    "  hint line of the message",
+]
+# Stand-in for squeue: what the controller lists (job 1_4 it no longer knows).
+SQUEUE = """#!/bin/sh
+echo '1_0|RUNNING'; echo '1_1|CANCELLED'; echo '1_2|PREEMPTED'; echo '1_3|CONFIGURING'
+echo '9|FAILED'
+"""
+
+
+def test_the_watcher_reads_the_queue_and_knows_which_states_end_a_job(tmp_path, monkeypatch):
+    (tmp_path / "squeue").write_text(SQUEUE)
+    (tmp_path / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    watcher = sp.QueueWatcher()
+    jobs = ["1_0", "1_1", "1_2", "1_3", "1_4"]
+    for job in jobs:
+        watcher.register_job(job)
+    watcher.update()
+    assert [watcher.get_state(job, mode="cache") for job in jobs] == [
+        "RUNNING",
+        "CANCELLED",
+        "PREEMPTED",
+        "CONFIGURING",
+        "GONE",
+    ]
+    # Pre-empted (its requeue follows) and a node still booting are not ended.
+    assert [watcher.is_done(job, mode="cache") for job in jobs] == [False, True, False, False, True]
+
+
+def test_a_failed_job_s_verdict_is_its_exception(tmp_path):
+    for cluster in ("local", "debug"):
+        executor = submitit.AutoExecutor(folder=tmp_path / cluster, cluster=cluster)
+        failing, passing = executor.map_array(run_command, ["echo oops >&2; exit 3", "true"])
+        assert sp.failure(failing.exception()) == "CommandFailed: the command exited with status 3"
+        assert sp.failure(passing.exception()) is None
+
+
+def test_an_error_stream_ending_in_a_traceback_shows_its_exception():
+    exception = ["ValueError: bad value", "  hint line of the message"]
+    assert sp.error_tail(TRACEBACK, "CommandFailed") == exception
+    assert sp.error_tail(TRACEBACK[:1], "CommandFailed") == TRACEBACK[:1]
+
+
+def test_a_slurm_log_shows_what_the_command_printed():
+    launcher_s_own = [
+        "submitit ERROR (2026-01-01 00:00:01,000) - Submitted job triggered an exception",
+        "Traceback (most recent call last):",
+        '  File "submitit_launcher.py", line 1, in run_command',
+        "dmg_domainbed.launchers.submitit_launcher.CommandFailed: the command exited with status 3",
+        "srun: error: node1: task 0: Exited with exit code 1",
+    ]
+    log = ["submitit INFO (2026-01-01 00:00:00,000) - Starting", "no data on node 7"]
+    assert sp.error_tail(log + launcher_s_own, "CommandFailed") == ["no data on node 7"]
+    # A traceback of the command's own is the cause.
+    assert sp.error_tail(TRACEBACK + launcher_s_own, "CommandFailed") == TRACEBACK[-2:]

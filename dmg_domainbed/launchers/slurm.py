@@ -1,0 +1,298 @@
+"""What Slurm says about the submitit launcher's jobs: which resources they may ask for, and
+how they ended.
+
+Unset resources default to what the partition's nodes offer (``sinfo``): 1 GPU if it has GPUs;
+8 CPUs (DomainBed's image datasets load with 8 workers) or the largest node's; 32 GB or the
+job's CPU share of that node's memory; 1440 minutes or the partition's limit. Slurm judges the
+request with ``sbatch --test-only`` (which reads the ``SBATCH_*`` variables too, and refuses
+more CPUs than any node has, which a submission accepts and leaves pending forever); a time over
+the partition's limit, which it accepts and leaves pending too, is compared here. When Slurm
+refuses, the partition alone and then each resource alone are tried, to name the setting at
+fault.
+
+Job states come from ``squeue``, which every cluster has, not from submitit's ``sacct``: without
+accounting every state reads UNKNOWN, and ``job.result()`` waits forever for a job that ended
+without a result. Such a job fails at once when cancelled, else after ``GRACE_S`` (a shared file
+system may show a node's file late; submitit waits that long for each job in turn), and
+``SILENT_LIMIT_S`` without an answer from Slurm ends the wait.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import time
+from collections import Counter, namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from submitit.slurm.slurm import SlurmInfoWatcher
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.launchers.common import output_dir_of
+
+DEFAULTS = {"cpus": 8, "mem_gb": 32.0, "time_min": 1440}
+RESOURCES = ("gpus", "cpus", "mem_gb", "time_min")
+SINFO = ["sinfo", "--noheader", "--exact", "--format=%P|%l|%B|%c|%m|%G"]
+SQUEUE = ["squeue", "--noheader", "--array", "--format=%i|%T"]  # a line per array task
+TIMEOUT_S = 60
+FOREVER = "Slurm would accept the jobs and leave them pending forever"
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+_REACH = "Check SLURM_CONF and that slurmctld is up, or set DMG_SUBMITIT_CLUSTER=local"
+GONE = "GONE"
+# States after which Slurm runs nothing more for the job (PREEMPTED awaits its requeue).
+ENDED = {GONE, "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL"}
+ENDED |= {"OUT_OF_MEMORY", "REVOKED", "TIMEOUT"}
+WITHOUT_RESULT = {
+    "CANCELLED": "cancelled (Slurm state CANCELLED)",
+    GONE: "Slurm no longer knows the job (it ended more than MinJobAge ago, or the controller "
+    "lost it) and it left no result",
+}
+POLL_FIRST_S, POLL_MAX_S, GRACE_S, SILENT_LIMIT_S = 1.0, 10.0, 15.0, 600.0
+TAIL_LINES, DETAILED_FAILURES = 6, 10
+_SLURM_LOG_NOISE = ("submitit ", "srun: ", "slurmstepd")
+_EXCEPTION_LINE = re.compile(r"^(?:\w+\.)*(\w+:.*)$", re.MULTILINE)
+
+
+Node = namedtuple("Node", "cpus memory_gb gpus")  # a node configuration; the largest is greatest
+Partition = namedtuple("Partition", "name default max_time_min nodes")  # max_time_min None: none
+
+
+def slurm(command: list[str], environ: Mapping[str, str]) -> subprocess.CompletedProcess:
+    """Run a Slurm client with ``environ``; :class:`UserError` if it does not answer."""
+    try:
+        return subprocess.run(
+            command, env=dict(environ), capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{command[0]} did not answer within {TIMEOUT_S} s. {_REACH}.") from None
+
+
+def parse_minutes(text: str) -> int | None:
+    """Slurm's time limit (``infinite``, ``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``) in whole
+    minutes, rounded up; ``None`` for no limit."""
+    if text.strip().lower() in {"infinite", "unlimited", "n/a", "none"}:
+        return None
+    days, _, clock = text.strip().rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:
+        hours, minutes, seconds = [int(days) * 24 + parts[0], *parts[1:], 0, 0][:3]
+    else:
+        hours, minutes, seconds = ([0, *parts, 0] if len(parts) == 1 else [0, 0, *parts])[-3:]
+    return hours * 60 + minutes + math.ceil(seconds / 60)
+
+
+def parse_sinfo(text: str) -> dict[str, Partition]:
+    """``SINFO``'s answer by partition; a node's CPUs at most the partition's MaxCPUsPerNode,
+    its memory rounded down to 0.1 GB."""
+    partitions: dict[str, Partition] = {}
+    for line in text.splitlines():
+        name, limit, max_cpus, cpus, memory_mb, gres = line.split("|")
+        cpus = min(int(cpus.rstrip("+")), int(max_cpus) if max_cpus.isdigit() else math.inf)
+        memory_gb = math.floor(int(memory_mb.rstrip("+")) / 102.4) / 10
+        node = Node(cpus, memory_gb, sum(int(n) for n in _GPU_GRES.findall(gres)))
+        new = Partition(name.rstrip("*"), name.endswith("*"), parse_minutes(limit), [])
+        partitions.setdefault(new.name, new).nodes.append(node)
+    return partitions
+
+
+def choose(partitions: Mapping[str, Partition], name: str | None) -> Partition:
+    """The named partition, or the cluster's default one."""
+    chosen = partitions.get(name) or next((p for p in partitions.values() if p.default), None)
+    if chosen is not None and name in (None, chosen.name):
+        return chosen
+    listing = ", ".join(p.name + "*" * p.default for p in partitions.values()) or "none"
+    what = f"partition = {name!r} (DMG_SUBMITIT_PARTITION) does not exist on this cluster"
+    raise UserError(
+        f"{'the cluster has no default partition' if name is None else what}; partitions (* the "
+        f"default): {listing}. Set partition (DMG_SUBMITIT_PARTITION) to one of them"
+        + (", or leave it unset for the default." if chosen else ".")
+    )
+
+
+def default_request(partition: Partition, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` (``RESOURCES``, ``None`` where unset) with the unset ones chosen to fit
+    ``partition``, sized for its node with the most CPUs among those with the GPUs."""
+    gpus = int(any(n.gpus for n in partition.nodes)) if given["gpus"] is None else given["gpus"]
+    node = max([n for n in partition.nodes if n.gpus >= gpus] or partition.nodes)
+    cpus = given["cpus"] or min(DEFAULTS["cpus"], node.cpus)
+    share = math.floor(node.memory_gb * min(cpus, node.cpus) / node.cpus * 10) / 10
+    mem_gb = min(DEFAULTS["mem_gb"], share) if given["mem_gb"] is None else given["mem_gb"]
+    time_min = given["time_min"] or min(DEFAULTS["time_min"], partition.max_time_min or math.inf)
+    return {"gpus": gpus, "cpus": cpus, "mem_gb": mem_gb, "time_min": time_min}
+
+
+def refusal(flags: list[str], environ: Mapping[str, str]) -> str | None:
+    """What ``sbatch --test-only`` says against a job with ``flags``; ``None`` if it fits."""
+    result = slurm(["sbatch", "--test-only", *flags, "--wrap", "true"], environ)
+    return (result.stderr.strip().splitlines() or ["refused"])[-1] if result.returncode else None
+
+
+def misfits(
+    request: Mapping[str, Any], partition: Partition, environ: Mapping[str, str]
+) -> tuple[list[tuple[str, str]], str | None]:
+    """Why ``request`` cannot run on ``partition``, as (setting, what to do) pairs, and what
+    Slurm said if it refused."""
+    limit, problems = partition.max_time_min, []
+    if limit is not None and request["time_min"] > limit:
+        fix = f"over the partition's time limit: {FOREVER}. Set time_min to at most {limit}"
+        problems.append(("time_min", fix))
+    time_min = min(request["time_min"], limit or request["time_min"])
+    alone = [f"--partition={partition.name}", f"--time={time_min}"]
+    flags = {
+        "gpus": [f"--gpus-per-node={request['gpus']}"] * bool(request["gpus"]),
+        "cpus": [f"--cpus-per-task={request['cpus']}"],
+        "mem_gb": [f"--mem={math.ceil(request['mem_gb'] * 1024)}M"],
+    }
+    said = refusal(alone + sum(flags.values(), []), environ)
+    if said is None:
+        return problems, None
+    if refusal(alone, environ) is not None:
+        suspects = ", ".join(["the partition", *sorted(v for v in environ if v[:7] == "SBATCH_")])
+        return problems + [("partition", f"Slurm refuses any job there: check {suspects}")], said
+    most = Node(*map(max, zip(*partition.nodes)))
+    has = f"at most {most.gpus} GPUs a node" if most.gpus else "no GPUs"
+    fixes = {
+        "gpus": f"the partition has {has}. Set gpus = 0 to run on CPUs, or choose a partition "
+        "with GPUs",
+        "cpus": f"more than any node has: {FOREVER}. Set cpus to at most {most.cpus}",
+        "mem_gb": f"more than any node has. Set mem_gb to at most {most.memory_gb:.1f}",
+    }
+    at_fault = [
+        (name, fixes[name]) for name, f in flags.items() if f and refusal(alone + f, environ)
+    ]
+    together = (
+        f"no single node has {request['gpus']} GPU, {request['cpus']} CPUs and "
+        f"{request['mem_gb']:g} GB together. Lower gpus, cpus or mem_gb"
+    )
+    return problems + (at_fault or [("cpus", together)]), said
+
+
+def fit(
+    given: Mapping[str, Any], partition_name: str | None, environ: Mapping[str, str]
+) -> tuple[str, dict[str, Any]]:
+    """The partition and each job's resources, ``given`` completed to fit; :class:`UserError`
+    naming each setting at fault if the jobs cannot run there."""
+    result = slurm(SINFO, environ)
+    if result.returncode != 0:
+        said = " / ".join(result.stderr.strip().splitlines()[-2:])
+        raise UserError(f"sinfo failed, so Slurm cannot tell its partitions ({said}). {_REACH}.")
+    partition = choose(parse_sinfo(result.stdout), partition_name)
+    request = default_request(partition, given)
+    problems, said = misfits(request, partition, environ)
+    values, named = {**request, "partition": partition.name}, {**given, "partition": partition_name}
+    lines = [
+        f"\n  {name} = {values[name] if name == 'partition' else format(values[name], 'g')} "
+        f"({f'DMG_SUBMITIT_{name.upper()}' if named[name] is not None else 'the default'}): {fix}"
+        for name, fix in problems
+    ]
+    if lines:
+        said = f" (sbatch --test-only: {said})" if said else ""
+        raise UserError(
+            f"the jobs cannot run on partition {partition.name}{said}:" + "".join(lines)
+        )
+    return partition.name, request
+
+
+def parse_states(text: str) -> dict[str, str]:
+    """``SQUEUE``'s answer: state by job id."""
+    return dict(line.strip().split("|") for line in text.splitlines() if "|" in line)
+
+
+class QueueWatcher(SlurmInfoWatcher):
+    """submitit's Slurm watcher, with the states of this user's jobs from ``squeue`` (a listing
+    that does not fail when Slurm has forgotten every job asked about)."""
+
+    def __init__(self) -> None:
+        super().__init__(delay_s=int(POLL_MAX_S))
+        self.answered_at = time.monotonic()
+
+    def _make_command(self) -> list[str] | None:
+        waiting = self._registered - self._finished
+        return [*SQUEUE, "--states=all", f"--user={os.getuid()}"] if waiting else None
+
+    def read_info(self, string: bytes | str) -> dict[str, dict[str, str]]:
+        self.answered_at = time.monotonic()
+        states = parse_states(string if isinstance(string, str) else string.decode())
+        return {job: {"State": states.get(job, GONE)} for job in self._registered - self._finished}
+
+    def is_done(self, job_id: str, mode: str = "standard") -> bool:
+        return self.get_state(job_id, mode=mode) in ENDED
+
+
+def failure(error: BaseException | None) -> str | None:
+    """``Name: message`` of a job's exception (the last in its traceback); None for success."""
+    if error is None:
+        return None
+    return _EXCEPTION_LINE.findall(f"{type(error).__name__}: {error}")[-1]
+
+
+def wait_for(jobs: Sequence[Any], say: Callable[[str], None] = print) -> dict[str, str | None]:
+    """Every submitit Slurm job's verdict (``None``: success, else why it failed) by job id,
+    once each has one."""
+    watcher = QueueWatcher()
+    for job in jobs:
+        job.watcher = watcher
+        watcher.register_job(job.job_id)
+    waiting = {job.job_id: job for job in jobs}
+    verdicts: dict[str, str | None] = {}
+    ended_at: dict[str, float] = {}
+    poll_s, shown = POLL_FIRST_S, ""
+    while waiting:
+        watcher.update()  # one squeue for all jobs; done() and state below read its answer
+        now = time.monotonic()
+        for job_id, job in [(i, job) for i, job in waiting.items() if job.done()]:
+            if job.paths.result_pickle.exists():
+                verdicts[job_id] = failure(job.exception())
+            elif job.state == "CANCELLED" or now - ended_at.setdefault(job_id, now) >= GRACE_S:
+                why = f"ended without a result (Slurm state {job.state})"
+                verdicts[job_id] = WITHOUT_RESULT.get(job.state, why)
+            else:
+                continue
+            del waiting[job_id]
+        if now - watcher.answered_at > SILENT_LIMIT_S:
+            silent = f"unknown: Slurm did not answer for {SILENT_LIMIT_S:.0f} s"
+            return {**verdicts, **dict.fromkeys(waiting, silent)}
+        counts = Counter(watcher.get_state(job_id, mode="cache").lower() for job_id in waiting)
+        summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        if waiting and summary != shown:
+            say(f"submitit: waiting for {len(waiting)} of {len(jobs)} job(s): {summary}")
+            shown = summary
+        time.sleep(poll_s * bool(waiting))
+        poll_s = min(POLL_MAX_S, poll_s * 1.25)
+    return verdicts
+
+
+def error_tail(lines: list[str], launcher_error: str) -> list[str]:
+    """The end of an error stream without the lines of submitit, srun and slurmstepd, and
+    without the traceback of the launcher's own ``launcher_error`` (the verdict says it); from
+    the exception on, without frames, when it ends with a traceback."""
+    lines = [line for line in lines if line.strip() and not line.startswith(_SLURM_LOG_NOISE)]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if starts and any(launcher_error in line for line in lines[starts[-1] :]):
+        lines = lines[: starts.pop()]
+    after = lines[starts[-1] + 1 :] if starts else []
+    first = next((i for i, line in enumerate(after) if not line[:1].isspace()), len(after))
+    return (after[first:] or lines)[-TAIL_LINES:]
+
+
+def failure_report(
+    jobs: Sequence[Any], commands: Sequence[str], verdicts: Mapping[str, str | None], error: str
+) -> str | None:
+    """Every failed job: its command, why it ended and the end of its error stream (DomainBed's
+    err.txt, else its Slurm log without ``error``, the exception of a failed command), in full
+    for the first ``DETAILED_FAILURES``, then counted by reason."""
+    failed = [(job, c) for job, c in zip(jobs, commands) if verdicts[job.job_id] is not None]
+    parts = [f"{len(failed)} of {len(jobs)} job(s) failed:"]
+    for job, command in failed[:DETAILED_FAILURES]:
+        parts += [f"  job {job.job_id}: {verdicts[job.job_id]}", f"    {command}"]
+        err_txt = Path(output_dir_of(command) or "/nonexistent", "err.txt")
+        text = err_txt.read_text(errors="replace") if err_txt.is_file() else ""
+        lines = error_tail((text.strip() or job.stderr() or "").splitlines(), error)
+        parts += ["    its error output ends with:"] * bool(lines) + [f"      {x}" for x in lines]
+    rest = Counter(verdicts[job.job_id] for job, _ in failed[DETAILED_FAILURES:])
+    parts += [f"  and {n} more: {reason}" for reason, n in rest.most_common()]
+    return "\n".join(parts) if failed else None
