@@ -159,19 +159,10 @@ def read_tail(path: Path | None) -> str:
         return ""
 
 
-def describe_exit(code: int) -> str:
-    """``exit N``, or ``killed by SIGNAME`` for a negative status (as Popen reports it)."""
-    if code >= 0:
-        return f"exit {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"killed by signal {-code}"
-
-
 @dataclass
 class Outcome:
-    """A job; ``returncode`` is None while it runs."""
+    """A job; ``returncode`` is None while it runs, ``hint`` says what to lower if it ran out
+    of memory."""
 
     index: int
     command: str
@@ -181,12 +172,23 @@ class Outcome:
     started: float = field(default_factory=time.monotonic)
     returncode: int | None = None
     seconds: float = 0.0
+    hint: str | None = None
 
     @property
     def warm(self) -> bool:
         return isinstance(self.process, BaseProcess)
 
-    def ended(self) -> bool:
+    @property
+    def exit(self) -> str:
+        """``exit N``, or ``killed by SIGNAME`` for a negative status."""
+        if self.returncode >= 0:
+            return f"exit {self.returncode}"
+        try:
+            return f"killed by {signal.Signals(-self.returncode).name}"
+        except ValueError:
+            return f"killed by signal {-self.returncode}"
+
+    def ended(self, plan: Plan) -> bool:
         """Whether the job has ended (then what it left running in its group is killed)."""
         if self.returncode is None:
             self.returncode = self.process.exitcode if self.warm else self.process.poll()
@@ -194,6 +196,7 @@ class Outcome:
                 return False
             self.seconds = time.monotonic() - self.started
             _signal_group(self.process.pid, signal.SIGKILL)
+            self.hint = plan.memory_hint(self.returncode, self.log) if self.returncode else None
         return True
 
 
@@ -266,25 +269,16 @@ def run_commands(
                 index, command = pending.popleft()
                 running.append(_start(index, command, free_slots.popleft(), plan, module))
             _wait(running)
-            for job in [job for job in running if job.ended()]:
+            for job in [job for job in running if job.ended(plan)]:
                 running.remove(job)
                 free_slots.append(job.slot)
                 finished.append(job)
-                how = f"{'warm' if job.warm else 'new process'}, {job.seconds:.1f} s"
-                status = (
-                    f"FAILED ({describe_exit(job.returncode)}, {how})"
-                    if job.returncode
-                    else f"ok ({how})"
-                )
-                hint = job.returncode and plan.memory_hint(job.returncode, job.log)
-                status += f": {hint}" if hint else ""
-                where = job.log.parent if job.log else job.command
-                say(f"local_parallel: [{len(finished)}/{len(commands)}] {status}: {where}")
+                say(_progress_line(job, len(finished), len(commands)))
     except BaseException:
         for job in running:
             _signal_group(job.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while time.monotonic() < deadline and not all(job.ended() for job in running):
+        while time.monotonic() < deadline and not all(job.ended(plan) for job in running):
             _wait(running)
         for job in running:
             _signal_group(job.process.pid, signal.SIGKILL)
@@ -293,16 +287,20 @@ def run_commands(
     return sorted(finished, key=lambda job: job.index)
 
 
-def failure_report(outcomes: list[Outcome], plan: Plan) -> str | None:
+def _progress_line(job: Outcome, finished: int, total: int) -> str:
+    how = f"{'warm' if job.warm else 'new process'}, {job.seconds:.1f} s"
+    status = f"FAILED ({job.exit}, {how})" if job.returncode else f"ok ({how})"
+    status += f": {job.hint}" if job.hint else ""
+    where = job.log.parent if job.log else job.command
+    return f"local_parallel: [{finished}/{total}] {status}: {where}"
+
+
+def failure_report(outcomes: list[Outcome]) -> str | None:
     """The message for the jobs that failed, or None if none did."""
-    failed = [outcome for outcome in outcomes if outcome.returncode != 0]
+    failed = [job for job in outcomes if job.returncode != 0]
     lines = [f"{len(failed)} of {len(outcomes)} job(s) failed:"]
     for job in failed:
-        hint = plan.memory_hint(job.returncode, job.log)
-        lines += [
-            f"  {describe_exit(job.returncode)}: {job.command}",
-            *[f"    {hint}"] * bool(hint),
-        ]
+        lines += [f"  {job.exit}: {job.command}", *[f"    {job.hint}"] * bool(job.hint)]
         if job.log:
             tail = read_tail(job.log).splitlines()[-5:]
             lines += [f"    log: {job.log}", *(f"      {line}" for line in tail)]
@@ -314,9 +312,7 @@ def local_parallel_launcher(commands: list[str]) -> None:
     raise :class:`UserError` naming every command that failed, after all finished."""
     plan = Plan.from_environment()
     print(f"local_parallel: {len(commands)} job(s), {plan.describe()}", flush=True)
-    report = failure_report(
-        run_commands(commands, plan, functools.partial(print, flush=True)), plan
-    )
+    report = failure_report(run_commands(commands, plan, functools.partial(print, flush=True)))
     if report:
         raise UserError(report)
 

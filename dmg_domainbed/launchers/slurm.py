@@ -10,15 +10,17 @@ the partition's limit, which it accepts and leaves pending too, is compared here
 refuses, the partition alone and then each resource alone are tried, to name the setting at
 fault.
 
-Job states come from ``squeue``, which every cluster has, not from submitit's ``sacct``: without
-accounting every state reads UNKNOWN, and ``job.result()`` waits forever for a job that ended
-without a result. Such a job fails at once when cancelled, else after ``GRACE_S`` (a shared file
-system may show a node's file late; submitit waits that long for each job in turn), and
-``SILENT_LIMIT_S`` without an answer from Slurm ends the wait.
+Job states come from ``squeue`` (every cluster has it; it lists ended jobs for ``MinJobAge``
+seconds, and a job it no longer lists is GONE), not from submitit's watcher, which reads
+``sacct``: without accounting every state reads UNKNOWN and ``job.result()`` waits forever for a
+job that ended without a result. Such a job fails at once when cancelled, else after ``GRACE_S``
+(a shared file system may show a node's file late; submitit waits that long for each job in
+turn); ``SILENT_LIMIT_S`` without an answer from Slurm ends the wait.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -28,8 +30,6 @@ from collections import Counter, namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from submitit.slurm.slurm import SlurmInfoWatcher
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.common import output_dir_of
@@ -202,27 +202,6 @@ def parse_states(text: str) -> dict[str, str]:
     return dict(line.strip().split("|") for line in text.splitlines() if "|" in line)
 
 
-class QueueWatcher(SlurmInfoWatcher):
-    """submitit's Slurm watcher, with the states of this user's jobs from ``squeue`` (a listing
-    that does not fail when Slurm has forgotten every job asked about)."""
-
-    def __init__(self) -> None:
-        super().__init__(delay_s=int(POLL_MAX_S))
-        self.answered_at = time.monotonic()
-
-    def _make_command(self) -> list[str] | None:
-        waiting = self._registered - self._finished
-        return [*SQUEUE, "--states=all", f"--user={os.getuid()}"] if waiting else None
-
-    def read_info(self, string: bytes | str) -> dict[str, dict[str, str]]:
-        self.answered_at = time.monotonic()
-        states = parse_states(string if isinstance(string, str) else string.decode())
-        return {job: {"State": states.get(job, GONE)} for job in self._registered - self._finished}
-
-    def is_done(self, job_id: str, mode: str = "standard") -> bool:
-        return self.get_state(job_id, mode=mode) in ENDED
-
-
 def failure(error: BaseException | None) -> str | None:
     """``Name: message`` of a job's exception (the last in its traceback); None for success."""
     if error is None:
@@ -232,31 +211,36 @@ def failure(error: BaseException | None) -> str | None:
 
 def wait_for(jobs: Sequence[Any], say: Callable[[str], None] = print) -> dict[str, str | None]:
     """Every submitit Slurm job's verdict (``None``: success, else why it failed) by job id,
-    once each has one."""
-    watcher = QueueWatcher()
-    for job in jobs:
-        job.watcher = watcher
-        watcher.register_job(job.job_id)
+    once each has one. Its result, exception and logs come from submitit's Job API."""
+    squeue = [*SQUEUE, "--states=all", f"--user={os.getuid()}"]
     waiting = {job.job_id: job for job in jobs}
     verdicts: dict[str, str | None] = {}
     ended_at: dict[str, float] = {}
-    poll_s, shown = POLL_FIRST_S, ""
+    states = dict.fromkeys(waiting, "UNKNOWN")  # until squeue first answers
+    answered_at, poll_s, shown = time.monotonic(), POLL_FIRST_S, ""
     while waiting:
-        watcher.update()  # one squeue for all jobs; done() and state below read its answer
         now = time.monotonic()
-        for job_id, job in [(i, job) for i, job in waiting.items() if job.done()]:
+        with contextlib.suppress(OSError, UserError):  # Slurm busy: asked again next time
+            answer = slurm(squeue, os.environ)
+            if answer.returncode == 0:
+                states, answered_at = parse_states(answer.stdout), now
+        for job_id, job in list(waiting.items()):
+            state = states.get(job_id, GONE)
             if job.paths.result_pickle.exists():
                 verdicts[job_id] = failure(job.exception())
-            elif job.state == "CANCELLED" or now - ended_at.setdefault(job_id, now) >= GRACE_S:
-                why = f"ended without a result (Slurm state {job.state})"
-                verdicts[job_id] = WITHOUT_RESULT.get(job.state, why)
+            elif state in ENDED and (
+                state == "CANCELLED" or now - ended_at.setdefault(job_id, now) >= GRACE_S
+            ):
+                verdicts[job_id] = WITHOUT_RESULT.get(
+                    state, f"ended without a result (Slurm state {state})"
+                )
             else:
                 continue
             del waiting[job_id]
-        if now - watcher.answered_at > SILENT_LIMIT_S:
+        if now - answered_at > SILENT_LIMIT_S:
             silent = f"unknown: Slurm did not answer for {SILENT_LIMIT_S:.0f} s"
             return {**verdicts, **dict.fromkeys(waiting, silent)}
-        counts = Counter(watcher.get_state(job_id, mode="cache").lower() for job_id in waiting)
+        counts = Counter(states.get(job_id, GONE).lower() for job_id in waiting)
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         if waiting and summary != shown:
             say(f"submitit: waiting for {len(waiting)} of {len(jobs)} job(s): {summary}")

@@ -57,8 +57,7 @@ class CommandFailed(RuntimeError):
 
 
 def settings(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """The settings in ``environ`` (``None`` where the cluster decides); :class:`UserError` if
-    one is invalid."""
+    """The settings in ``environ``, ``None`` where the cluster decides."""
     values = read_options(OPTIONS, environ)
     if values["wait"] is None or values["cluster"] == "debug":
         values["wait"] = values["cluster"] != "slurm"
@@ -66,8 +65,8 @@ def settings(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
 
 
 def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The settings with each job's resources decided: on Slurm the unset ones chosen to fit the
-    partition and the request judged by Slurm; :class:`UserError` if the jobs cannot run."""
+    """The settings with each job's resources decided (on Slurm: to fit the partition, and
+    judged by Slurm); :class:`UserError` if the jobs cannot run."""
     values = settings(environ)
     if importlib.util.find_spec("submitit") is None:
         raise UserError("the submitit launcher needs submitit: pip install 'dmg-domainbed[slurm]'")
@@ -101,17 +100,15 @@ def describe(values: Mapping[str, Any]) -> str:
 
 
 def check(environ: Mapping[str, str]) -> str:
-    """Validate the settings in ``environ`` against the cluster before any job exists; describe
-    how the jobs will run."""
+    """Validate the settings against the cluster before any job exists; how the jobs will run."""
     return describe(resolve(environ))
 
 
 def running_jobs(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dict[Path, str]:
-    """The job folders whose Slurm job still is pending or running, with its state: deleting
-    them would pull the folder from under a job that still writes it. A folder's job is named
-    by its ``submitit.err`` link to ``<id>_<task>_log.err``."""
+    """The job folders whose Slurm job (named by the folder's ``submitit.err`` link to
+    ``<id>_<task>_log.err``) still is pending or running, with its state."""
     links = [Path(folder, LINK_NAMES["stderr"]) for folder in output_dirs]
-    logs = {link.parent: os.path.basename(os.readlink(link)) for link in links if link.is_symlink()}
+    logs = {link.parent: link.readlink().name for link in links if link.is_symlink()}
     jobs = {d: log.rsplit("_", 2)[0] for d, log in logs.items() if log.endswith("_log.err")}
     if not jobs or shutil.which("squeue", path=environ.get("PATH")) is None:
         return {}
@@ -155,17 +152,9 @@ def _executor(values: Mapping[str, Any], commands: Sequence[str]) -> Any:
         )
     parents = [os.path.dirname(os.path.abspath(d)) for d in output_dirs if d]
     folder = values["folder"] or os.path.join(os.path.commonpath(parents), ".submitit")
-    try:
-        executor = submitit.AutoExecutor(folder=Path(folder).resolve(), cluster=values["cluster"])
-    except RuntimeError as error:
-        raise UserError(
-            f"submitit cannot use the '{values['cluster']}' cluster here: {error}. "
-            f"Run the sweep on a Slurm login node, {_LOCAL}."
-        ) from error
+    executor = submitit.AutoExecutor(folder=Path(folder).resolve(), cluster=values["cluster"])
     executor.update_parameters(
         name="domainbed",
-        nodes=1,
-        tasks_per_node=1,
         gpus_per_node=values["gpus"] or None,  # no --gpus-per-node line at all for CPU jobs
         cpus_per_task=values["cpus"],
         mem_gb=values["mem_gb"],
@@ -229,51 +218,38 @@ def submitit_launcher(commands: list[str]) -> None:
         print(f"submitit: all {len(jobs)} job(s) finished", flush=True)
 
 
-def set_aside_interrupted_attempt(folder: Path) -> Path | None:
-    """Move what an earlier, unfinished attempt of a job left in its folder (but the log links)
-    into ``interrupted_attempt_N``: DomainBed appends to ``results.jsonl``, a new attempt must
-    start from an empty folder. Returns that folder, if anything moved."""
-    if not folder.is_dir():
-        return None
-    earlier = [e for e in folder.iterdir() if e.name.startswith(INTERRUPTED_PREFIX)]
-    kept = {*LINK_NAMES.values(), *(e.name for e in earlier)}
-    leftovers = [e for e in folder.iterdir() if e.name not in kept]
-    if not leftovers:
-        return None
-    target = folder / f"{INTERRUPTED_PREFIX}{len(earlier) + 1}"
-    target.mkdir()
-    for entry in leftovers:
-        entry.rename(target / entry.name)
-    return target
-
-
 def run_command(command: str) -> None:
-    """What each array task runs: one DomainBed command in its job's folder, as DomainBed's
-    ``local`` launcher does, unless the job is done; :class:`CommandFailed` if it fails. The
-    command runs in a process group of its own and ignores submitit's pre-emption signal, which
-    is for this process. When Slurm stops the command itself, Slurm's next step is waited for."""
-    output_dir = output_dir_of(command)
-    if output_dir is not None:
-        if (Path(output_dir) / "done").exists():
-            print(f"{output_dir} is done: not run again", flush=True)
-            return
-        moved = set_aside_interrupted_attempt(Path(output_dir))
-        if moved is not None:
-            print(f"files of an interrupted attempt moved to {moved}", flush=True)
+    """What each array task runs: one DomainBed command, as DomainBed's ``local`` launcher does,
+    unless its job is done; :class:`CommandFailed` if it fails. DomainBed appends to a job's
+    ``results.jsonl``: what an interrupted attempt left in the folder (but the log links) moves
+    into ``interrupted_attempt_N`` first. The command runs in a process group of its own,
+    ignoring submitit's pre-emption signal (which is for this process); when Slurm stops it,
+    Slurm's next step (requeue or SIGKILL) is waited for."""
+    folder = Path(output_dir_of(command) or os.devnull)
+    if (folder / "done").exists():
+        print(f"{folder} is done: not run again", flush=True)
+        return
+    entries = list(folder.iterdir()) if folder.is_dir() else []
+    attempts = [e for e in entries if e.name.startswith(INTERRUPTED_PREFIX)]
+    leftovers = [e for e in entries if e not in attempts and e.name not in LINK_NAMES.values()]
+    if leftovers:
+        target = folder / f"{INTERRUPTED_PREFIX}{len(attempts) + 1}"
+        target.mkdir()
+        for entry in leftovers:
+            entry.rename(target / entry.name)
+        print(f"files of an interrupted attempt moved to {target}", flush=True)
     preemption = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
     process = subprocess.Popen(
         command,
         shell=True,
-        start_new_session=True,  # a group of its own, killed whole if this process is stopped
+        start_new_session=True,
         preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN),
     )
     try:
         code = process.wait()
-    except BaseException:
+    finally:  # what the command left running ends with it, and with this process
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise
     if code == 0:
         return
     killed_by = -code if code < 0 else code - 128 if code > 128 else None  # direct, or via sh

@@ -1,23 +1,17 @@
 """Warm start: DomainBed's train jobs forked from a process that has already imported them.
 
-A new ``python -m domainbed.scripts.train`` spends seconds importing torch, torchvision, wilds
-and DomainBed before its first step; on small datasets that is most of a job. A warm job is a
-child of multiprocessing's fork server, started once per launcher process, which imports the
-train module (its top level is imports only) and the launcher's ``__main__`` (so a program that
-runs the launcher itself needs multiprocessing's ``if __name__ == "__main__":`` guard), then
-lets the threads those imports started end (:mod:`.fork_server`).
-
-The child takes its own session and process group, and ends them when the launcher is gone (the
-pipe multiprocessing keeps from the launcher to each child closes; the fork server lives on
-while it has children). It sends its output to the job's log, takes the job's environment and
-applies what a new process reads at import: torch's threads from ``OMP_NUM_THREADS`` (capped at
-the physical cores, as torch built with MKL caps them) and the data-loader cap of
-:func:`~dmg_domainbed.integration.cap_loader_workers`; CUDA is first touched by the job. Then it
-runs DomainBed's unmodified ``train.py`` as ``__main__``. train.py seeds every generator from
-``--seed`` before drawing, so a warm job writes the results a new process writes (a test
-compares them). Differences left: the hash seed and the code are the fork server's (a source
-file edited meanwhile reaches new processes only), and the traceback of an uncaught exception
-is headed by the process's name.
+A new ``python -m domainbed.scripts.train`` spends seconds on imports before its first step. A
+warm job is a child of multiprocessing's fork server (one per launcher process), which has
+imported the train module and the launcher's ``__main__`` (so a program that runs the launcher
+needs multiprocessing's ``if __name__ == "__main__":`` guard) and let the threads those imports
+started end (:mod:`.fork_server`). The child leads a session of its own and ends it once the
+launcher is gone, writes to the job's log, takes the job's environment and applies what a new
+process reads at import: torch's threads from ``OMP_NUM_THREADS`` (capped at the physical cores,
+as torch built with MKL caps them) and :func:`~dmg_domainbed.integration.cap_loader_workers`;
+CUDA is first touched by the job. Then it runs DomainBed's unmodified ``train.py`` as
+``__main__``, which seeds every generator from ``--seed``: a warm job writes the results a new
+process writes (a test compares them). Left different: the hash seed, the code (a source file
+edited meanwhile reaches new processes only) and the process name atop an uncaught traceback.
 """
 
 from __future__ import annotations
@@ -50,12 +44,9 @@ def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | No
 
 
 def refusal(environ: Mapping[str, str]) -> str | None:
-    """None if ``python -m MODULE`` jobs may run warm; else why they run as new processes.
-
-    A warm job runs in this interpreter and environment, so the ``python`` a shell finds on
-    ``environ``'s PATH must be that one: the same file in the same folder (a virtual
-    environment's ``python`` links to its base interpreter but is another environment).
-    """
+    """None if jobs may run warm, in this interpreter and environment: the ``python`` on
+    ``environ``'s PATH is the same file in the same folder (a virtual environment's ``python``
+    links to its base interpreter, but is another environment); else why not."""
     if not sys.platform.startswith("linux"):
         return "warm jobs are forked, which this package supports on Linux only"
     found, here = shutil.which("python", path=environ.get("PATH")), sys.executable

@@ -137,31 +137,31 @@ TRACEBACK = [
     "ValueError: bad value",
     "  hint line of the message",
 ]
-# Stand-in for squeue: what the controller lists (job 1_4 it no longer knows).
+# Stand-in for squeue: first what the controller lists (job 1_4 it no longer knows), then
+# nothing (it has forgotten every job).
 SQUEUE = """#!/bin/sh
+[ -e "$0.asked" ] && exit 0
+touch "$0.asked"
 echo '1_0|RUNNING'; echo '1_1|CANCELLED'; echo '1_2|PREEMPTED'; echo '1_3|CONFIGURING'
 echo '9|FAILED'
 """
 
 
-def test_the_watcher_reads_the_queue_and_knows_which_states_end_a_job(tmp_path, monkeypatch):
+def test_the_wait_reads_the_queue_and_knows_which_states_end_a_job(tmp_path, monkeypatch):
     (tmp_path / "squeue").write_text(SQUEUE)
     (tmp_path / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    watcher = sp.QueueWatcher()
-    jobs = ["1_0", "1_1", "1_2", "1_3", "1_4"]
-    for job in jobs:
-        watcher.register_job(job)
-    watcher.update()
-    assert [watcher.get_state(job, mode="cache") for job in jobs] == [
-        "RUNNING",
-        "CANCELLED",
-        "PREEMPTED",
-        "CONFIGURING",
-        "GONE",
-    ]
+    monkeypatch.setattr(sp, "GRACE_S", 0.0)
+    monkeypatch.setattr(sp, "POLL_FIRST_S", 0.01)
+    ids = ["1_0", "1_1", "1_2", "1_3", "1_4", "9"]
+    said = []
+    verdicts = sp.wait_for([submitit.SlurmJob(tmp_path, job_id) for job_id in ids], said.append)
     # Pre-empted (its requeue follows) and a node still booting are not ended.
-    assert [watcher.is_done(job, mode="cache") for job in jobs] == [False, True, False, False, True]
+    assert said[0] == "submitit: waiting for 3 of 6 job(s): 1 configuring, 1 preempted, 1 running"
+    gone = "Slurm no longer knows the job"
+    assert verdicts["1_1"] == "cancelled (Slurm state CANCELLED)"
+    assert verdicts["9"] == "ended without a result (Slurm state FAILED)"
+    assert all(verdicts[job_id].startswith(gone) for job_id in ("1_0", "1_2", "1_3", "1_4"))
 
 
 def test_a_failed_job_s_verdict_is_its_exception(tmp_path):
