@@ -114,16 +114,15 @@ class FolderLock:
                 self._take_over(holder)
             elif holder and (holder.pid or late):  # a holder writes its record right after
                 raise UserError(f"{self.folder} is in use by another run: {self._advice(holder)}")
-            elif late:
+            if late:
                 raise UserError(
                     f"{self.folder}: other processes kept taking its lock for "
                     f"{CONTENTION_WAIT_S:.0f} s; run one command at a time on this folder"
                 )
             time.sleep(0.05)
         record = dict(host=socket.gethostname(), machine=_machine(), pid=os.getpid())
-        draft = self.record.with_suffix(".draft")
-        draft.write_text(json.dumps(dict(record, started=time.time(), command=self.command)))
-        draft.replace(self.record)
+        # read while half written, it is no record yet: contenders wait for it
+        self.record.write_text(json.dumps(dict(record, started=time.time(), command=self.command)))
         self._stop.clear()
         self._refreshing = threading.Thread(target=self._refresh, name="folder-lock", daemon=True)
         self._refreshing.start()
