@@ -1,8 +1,8 @@
-"""Imported by the fork server of warm jobs (:mod:`.warm`) after the modules it preloads, and
-nowhere else: waits until the threads those imports started have ended (wilds checks for a newer
-version in one), so that no job is forked while another thread may hold a lock, e.g. an
-import's, that the job would then wait for forever. Daemon threads (tqdm's monitor) sleep and
-are left alone."""
+"""Imported by the fork server of warm jobs (:mod:`.local_parallel`) after the modules it
+preloads, and nowhere else: waits until the threads those imports started have ended (wilds
+checks for a newer version in one), so that no job is forked while another thread may hold a
+lock, e.g. an import's, that the job would then wait for forever. Daemon threads (tqdm's
+monitor) sleep and are left alone."""
 
 import threading
 import time

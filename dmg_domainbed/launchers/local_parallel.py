@@ -1,14 +1,28 @@
 """``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked.
 
 Each job sees one GPU (slots round robin over the GPUs) and gets its share of the cores as
-threads and data-loader workers. DomainBed's ``python -m domainbed.scripts.train ...`` commands
-start warm (:mod:`.warm`), others as new processes (plain words directly, anything else by
-``sh -c``). Each job leads a process group of its own, so that Ctrl-C reaches the launcher
-alone, which then stops every group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); a job
-dies with the launcher (new processes by Linux's ``PR_SET_PDEATHSIG``, which no library offers);
-what it leaves running in its group is killed when it ends. A job whose command names
-``--output_dir DIR`` writes what it prints to ``DIR/launcher.log``. Failures are reported once
-every job has ended, with what to lower when one ran out of memory.
+threads and data-loader workers. Each leads a process group of its own, so that Ctrl-C reaches
+the launcher alone, which then stops every group (SIGTERM, SIGKILL after
+:data:`STOP_GRACE_SECONDS`); what a job leaves running in its group is killed when it ends, and
+a job dies with the launcher, however that dies. A job whose command names ``--output_dir DIR``
+writes what it prints to ``DIR/launcher.log``. Failures are reported once every job has ended,
+with what to lower when one ran out of memory.
+
+Warm start. A new ``python -m domainbed.scripts.train`` spends seconds on imports before its
+first step. So DomainBed's train commands (exactly ``python -m domainbed.scripts.train ARGS``)
+start as children of multiprocessing's fork server (one per launcher process), which has
+imported the train module and the launcher's ``__main__`` (so a program that runs the launcher
+needs multiprocessing's ``if __name__ == "__main__":`` guard) and let the threads those imports
+started end (:mod:`.fork_server`). The child ends its group once the launcher is gone (the pipe
+from the launcher closes), takes the job's environment, applies what a new process reads at
+import (torch's threads from ``OMP_NUM_THREADS``, capped at the physical cores as torch built
+with MKL caps them; :func:`~dmg_domainbed.integration.cap_loader_workers`; CUDA is first touched
+by the job), then runs DomainBed's unmodified ``train.py`` as ``__main__``, which seeds every
+generator from ``--seed``: a warm job writes the results a new process writes (a test compares
+them). Left different: the hash seed, the code (a source file edited meanwhile reaches new
+processes only) and the process name atop an uncaught traceback. Other commands run as new
+processes (plain words directly, anything else by ``sh -c``), tied to the launcher by Linux's
+``PR_SET_PDEATHSIG``, which no library offers.
 """
 
 from __future__ import annotations
@@ -16,24 +30,29 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import math
+import multiprocessing
 import os
 import re
+import runpy
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+import psutil
+
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
-from dmg_domainbed.launchers import warm
 from dmg_domainbed.launchers.common import Option, output_dir_of, plain_words, read_options
 
 _JOBS, _PER_GPU = "DMG_LOCAL_PARALLEL_JOBS", "DMG_LOCAL_PARALLEL_JOBS_PER_GPU"
@@ -50,6 +69,7 @@ OPTIONS = (
     Option("loader_workers", LOADER_WORKERS_VARIABLE, int, None, _HELP["workers"], minimum=0),
     Option("warm", "DMG_LOCAL_PARALLEL_WARM", bool, True, _HELP["warm"]),
 )
+TRAIN_MODULE = "domainbed.scripts.train"
 LOG_NAME = "launcher.log"
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1  # how soon the end of a job started as a new process is noticed
@@ -62,6 +82,7 @@ GPU_OUT_OF_MEMORY = re.compile(
 WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: Killed")
 # Looked up here: a new process calls it between fork and exec, where loading is unsafe.
 _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+_SERVER = multiprocessing.get_context("forkserver")
 
 
 def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -149,6 +170,71 @@ class Plan:
         )
 
 
+def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | None:
+    """The arguments if ``command`` is ``python -m MODULE ARGUMENTS`` in plain words and
+    nothing else, as DomainBed's sweep writes its train commands; else None."""
+    words = plain_words(command) or []
+    return words[3:] if words[:3] == ["python", "-m", module] else None
+
+
+def warm_refusal(environ: Mapping[str, str]) -> str | None:
+    """None if jobs may run warm, in this interpreter and environment: the ``python`` on
+    ``environ``'s PATH is the same file in the same folder (a virtual environment's ``python``
+    links to its base interpreter, but is another environment); else why not."""
+    if not sys.platform.startswith("linux"):
+        return "warm jobs are forked, which this package supports on Linux only"
+    found, here = shutil.which("python", path=environ.get("PATH")), sys.executable
+    if found and Path(found).parent == Path(here).parent and os.path.samefile(found, here):
+        return None
+    return (
+        f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; put "
+        f"{os.path.dirname(here)} first on PATH to start jobs warm"
+    )
+
+
+def start_warm(
+    module: str, arguments: Sequence[str], environ: Mapping[str, str], log: Path | None
+) -> multiprocessing.Process:
+    """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server."""
+    # read when the server starts; the last one waits for threads the others started
+    _SERVER.set_forkserver_preload(["__main__", module, "dmg_domainbed.launchers.fork_server"])
+    job = _SERVER.Process(target=_run_warm, args=(module, list(arguments), dict(environ), log))
+    job.start()
+    return job
+
+
+def _end_with_launcher() -> None:
+    wait([multiprocessing.parent_process().sentinel])  # closes when the launcher is gone
+    os.killpg(0, signal.SIGTERM)
+
+
+def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: Path | None) -> None:
+    gc.freeze()  # the server's objects stay out of the job's collections, and their pages shared
+    os.setsid()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as a new interpreter has it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=_end_with_launcher, name="launcher-watch", daemon=True).start()
+    if log is not None:
+        output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(output)
+    os.environ.clear()
+    os.environ.update(environ)
+    threads = environ.get("OMP_NUM_THREADS", "").strip()
+    torch = sys.modules.get("torch")
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        physical = psutil.cpu_count(logical=False) if torch.backends.mkl.is_available() else None
+        torch.set_num_threads(min(int(threads), physical or int(threads)))
+    if "domainbed.datasets" in sys.modules:
+        from dmg_domainbed.integration import cap_loader_workers
+
+        cap_loader_workers(sys.modules["domainbed.datasets"])
+    sys.argv = [module, *arguments]  # runpy puts the module's file name first
+    sys.modules.pop(module, None)  # imported by the server: run afresh as __main__
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
 def read_tail(path: Path | None) -> str:
     """The last 64 kB of a log, as text ('' when there is none)."""
     try:
@@ -206,9 +292,9 @@ def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | N
     if log:
         log.parent.mkdir(parents=True, exist_ok=True)
     env = plan.job_environment(slot)
-    arguments = warm.module_arguments(command, warm_module) if warm_module else None
+    arguments = module_arguments(command, warm_module) if warm_module else None
     if arguments is not None:
-        return Outcome(index, command, log, slot, warm.start(warm_module, arguments, env, log))
+        return Outcome(index, command, log, slot, start_warm(warm_module, arguments, env, log))
     words = plain_words(command)
     plain = words and shutil.which(words[0], path=env.get("PATH"))
     with open(log, "a") if log else contextlib.nullcontext() as stream:
@@ -248,7 +334,7 @@ def run_commands(
     commands: list[str],
     plan: Plan,
     say: Callable[[str], None] = print,
-    warm_module: str = warm.TRAIN_MODULE,
+    warm_module: str = TRAIN_MODULE,
 ) -> list[Outcome]:
     """Run ``commands`` as ``plan`` says and wait for all of them; their outcomes in order.
 
@@ -257,7 +343,7 @@ def run_commands(
     (Ctrl-C included) stops the running jobs before it propagates.
     """
     module = warm_module if plan.warm else None
-    if module and (refusal := warm.refusal(os.environ)):
+    if module and (refusal := warm_refusal(os.environ)):
         say(f"local_parallel: {module} jobs start as new processes: {refusal}")
         module = None
     pending, free_slots = deque(enumerate(commands)), deque(range(plan.jobs))
