@@ -9,6 +9,7 @@ DomainBed's sweep script and on cluster nodes.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -55,22 +56,19 @@ def read_options(options: Iterable[Option], environ: Mapping[str, str]) -> dict[
 
 def plain_words(command: str) -> list[str] | None:
     """The words of ``command`` if a shell would read it as plain words and nothing else."""
-    try:
+    with contextlib.suppress(ValueError):
         words = shlex.split(command)
-    except ValueError:
-        return None
-    return words if words and shlex.join(words) == command else None
+        return words if words and shlex.join(words) == command else None
+    return None
 
 
 def output_dir_of(command: str) -> str | None:
     """The ``--output_dir`` a DomainBed train command names, or ``None``."""
-    try:
+    with contextlib.suppress(ValueError):
         words = shlex.split(command)
-    except ValueError:
-        return None
-    for word, following in zip(words, words[1:] + [None]):
-        if word.startswith("--output_dir="):
-            return word.split("=", 1)[1]
-        if word == "--output_dir" and following is not None:
-            return following
+        for word, following in zip(words, [*words[1:], None]):
+            if word.startswith("--output_dir="):
+                return word.split("=", 1)[1]
+            if word == "--output_dir" and following is not None:
+                return following
     return None

@@ -1,28 +1,26 @@
 """``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked.
 
-Each job sees one GPU (slots round robin over the GPUs) and gets its share of the cores as
-threads and data-loader workers. Each leads a process group of its own, so that Ctrl-C reaches
-the launcher alone, which then stops every group (SIGTERM, SIGKILL after
-:data:`STOP_GRACE_SECONDS`); what a job leaves running in its group is killed when it ends, and
-a job dies with the launcher, however that dies. A job whose command names ``--output_dir DIR``
-writes what it prints to ``DIR/launcher.log``. Failures are reported once every job has ended,
-with what to lower when one ran out of memory.
+Each job sees one GPU (slots round robin over the GPUs), gets its share of the cores as threads
+and data-loader workers, and leads a process group of its own: Ctrl-C reaches the launcher
+alone, which then stops every group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); what a
+job leaves running in its group is killed when it ends; a job dies with the launcher, however
+that dies. A job whose command names ``--output_dir DIR`` writes what it prints to
+``DIR/launcher.log``. Failures are reported once every job has ended, with what to lower when
+one ran out of memory.
 
-Warm start. A new ``python -m domainbed.scripts.train`` spends seconds on imports before its
-first step. So DomainBed's train commands (exactly ``python -m domainbed.scripts.train ARGS``)
-start as children of multiprocessing's fork server (one per launcher process), which has
-imported the train module and the launcher's ``__main__`` (so a program that runs the launcher
-needs multiprocessing's ``if __name__ == "__main__":`` guard) and let the threads those imports
-started end (:mod:`.fork_server`). The child ends its group once the launcher is gone (the pipe
-from the launcher closes), takes the job's environment, applies what a new process reads at
-import (torch's threads from ``OMP_NUM_THREADS``, capped at the physical cores as torch built
-with MKL caps them; :func:`~dmg_domainbed.integration.cap_loader_workers`; CUDA is first touched
-by the job), then runs DomainBed's unmodified ``train.py`` as ``__main__``, which seeds every
-generator from ``--seed``: a warm job writes the results a new process writes (a test compares
-them). Left different: the hash seed, the code (a source file edited meanwhile reaches new
-processes only) and the process name atop an uncaught traceback. Other commands run as new
-processes (plain words directly, anything else by ``sh -c``), tied to the launcher by Linux's
-``PR_SET_PDEATHSIG``, which no library offers.
+DomainBed's train commands (exactly ``python -m domainbed.scripts.train ARGS``) start warm,
+skipping seconds of imports: as children of multiprocessing's fork server (one per launcher
+process), which has imported the train module and the launcher's ``__main__`` (a program that
+runs the launcher needs the ``if __name__ == "__main__":`` guard) and let the threads those
+imports started end (:mod:`.fork_server`). The child ends its group once the launcher is gone,
+takes the job's environment, applies what a new process reads at import (torch's threads,
+capped at the physical cores as MKL's torch does; the data-loader cap) and runs DomainBed's
+unmodified ``train.py`` as ``__main__``; as train.py seeds every generator from ``--seed``, a
+warm job writes the results a new process writes (a test compares them). Left different: the
+hash seed, the code (a source file edited meanwhile reaches new processes only), the process
+name atop an uncaught traceback. Other commands run as new processes (plain words directly,
+anything else by ``sh -c``), tied to the launcher by Linux's ``PR_SET_PDEATHSIG``, which no
+library offers.
 """
 
 from __future__ import annotations
@@ -203,22 +201,20 @@ def start_warm(
     return job
 
 
-def _end_with_launcher() -> None:
-    wait([multiprocessing.parent_process().sentinel])  # closes when the launcher is gone
-    os.killpg(0, signal.SIGTERM)
-
-
 def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: Path | None) -> None:
+    def end_with_launcher() -> None:
+        wait([multiprocessing.parent_process().sentinel])  # closes when the launcher is gone
+        os.killpg(0, signal.SIGTERM)
+
     gc.freeze()  # the server's objects stay out of the job's collections, and their pages shared
     os.setsid()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as a new interpreter has it
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    threading.Thread(target=_end_with_launcher, name="launcher-watch", daemon=True).start()
+    threading.Thread(target=end_with_launcher, name="launcher-watch", daemon=True).start()
     if log is not None:
-        output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        os.close(output)
+        with open(log, "a") as output:
+            for stream in (1, 2):
+                os.dup2(output.fileno(), stream)
     os.environ.clear()
     os.environ.update(environ)
     threads = environ.get("OMP_NUM_THREADS", "").strip()
@@ -267,12 +263,8 @@ class Outcome:
     @property
     def exit(self) -> str:
         """``exit N``, or ``killed by SIGNAME`` for a negative status."""
-        if self.returncode >= 0:
-            return f"exit {self.returncode}"
-        try:
-            return f"killed by {signal.Signals(-self.returncode).name}"
-        except ValueError:
-            return f"killed by signal {-self.returncode}"
+        code, names = self.returncode, {int(s): s.name for s in signal.Signals}
+        return f"exit {code}" if code >= 0 else f"killed by {names.get(-code, f'signal {-code}')}"
 
     def ended(self, plan: Plan) -> bool:
         """Whether the job has ended (then what it left running in its group is killed)."""

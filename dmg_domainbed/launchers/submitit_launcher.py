@@ -1,19 +1,14 @@
 """``submitit``: every DomainBed job one task of a Slurm job array, submitted through submitit.
 
-Settings: ``OPTIONS``; other ``sbatch`` options come from Slurm's own variables
-(``SBATCH_ACCOUNT``, ...). Unset resources default to what the partition's nodes offer
-(``sinfo``): 1 GPU if it has GPUs; 8 CPUs (DomainBed's image datasets load with 8 workers) or
-the largest node's; 32 GB or the job's CPU share of that node's memory; 1440 minutes or the
-partition's limit. Slurm judges the request before anything is submitted, with ``sbatch
---test-only`` (which reads the ``SBATCH_*`` variables too, and refuses more CPUs than any node
-has, which a submission accepts and leaves pending forever); a time over the partition's limit,
-which it accepts and leaves pending too, is compared here. When Slurm refuses, the partition
-alone and then each resource alone are tried, to name the setting at fault.
-
-DomainBed's sweep makes every job folder before it calls the launcher: when nothing could be
-submitted, the folders still empty are removed again, so that the same sweep command launches
-them next time. Each task runs :func:`run_command`, safe to run again after a requeue; links
-``submitit.out``/``submitit.err`` in its folder lead to its Slurm logs and tell
+Settings: ``OPTIONS`` (unset resources fit the partition's nodes, as ``sinfo`` shows them); other
+``sbatch`` options come from Slurm's own variables (``SBATCH_ACCOUNT``, ...). Before anything is
+submitted, Slurm judges the request with ``sbatch --test-only``, which refuses more CPUs than any
+node has (a submission would pend forever); a time over the partition's limit, which it accepts
+and leaves pending, is compared here. When Slurm refuses, the partition alone and then each
+resource alone are tried, to name the setting at fault. When nothing could be submitted, the job
+folders DomainBed's sweep made that are still empty are removed, so that the same sweep command
+launches them next time. Each task runs :func:`run_command`, safe to run again after a requeue;
+links ``submitit.out``/``submitit.err`` in its folder lead to its Slurm logs and tell
 :func:`running_jobs` which Slurm job last ran there.
 
 Job states come from ``squeue`` (every cluster has it; it lists ended jobs for ``MinJobAge``
@@ -21,8 +16,8 @@ seconds, and a job it no longer lists is GONE), not from submitit's watcher, whi
 ``sacct``: without accounting every state reads UNKNOWN and ``job.result()`` waits forever for a
 job that ended without a result. Such a job fails at once when cancelled, else after ``GRACE_S``
 (a shared file system may show a node's file late; submitit waits that long for each job in
-turn); ``SILENT_LIMIT_S`` without an answer from Slurm ends the wait. Stdlib only at import:
-DomainBed's sweep script loads every launcher, and the tasks run this module on the nodes.
+turn); ``SILENT_LIMIT_S`` without an answer ends the wait. Stdlib only at import: DomainBed's
+sweep script loads every launcher, and the tasks run this module on the nodes.
 """
 
 from __future__ import annotations
@@ -320,16 +315,6 @@ def _executor(values: Mapping[str, Any], commands: Sequence[str]) -> Any:
     return executor
 
 
-def _link_logs(job: Any, output_dir: str | None) -> None:
-    """Links in the job's folder to its Slurm logs (which exist once the job starts)."""
-    for stream, name in LINK_NAMES.items() if output_dir else ():
-        link = Path(output_dir, name)
-        if link.is_symlink() or not link.exists():
-            link.unlink(missing_ok=True)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(os.path.relpath(getattr(job.paths, stream), output_dir))
-
-
 def submitit_launcher(commands: list[str]) -> None:
     """Submit ``commands`` (DomainBed shell commands) as Slurm array tasks through submitit."""
     if not commands:
@@ -352,8 +337,13 @@ def submitit_launcher(commands: list[str]) -> None:
                 f"{type(error).__name__}: {error}",
                 commands[start:],
             ) from error
-        for job, command in zip(jobs[start:], commands[start:]):
-            _link_logs(job, output_dir_of(command))
+        for job, output_dir in zip(jobs[start:], map(output_dir_of, commands[start:])):
+            for stream, name in LINK_NAMES.items() if output_dir else ():  # to the Slurm logs
+                link = Path(output_dir, name)
+                if link.is_symlink() or not link.exists():
+                    link.unlink(missing_ok=True)
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    link.symlink_to(os.path.relpath(getattr(job.paths, stream), output_dir))
     arrays = sorted({str(job.job_id).split("_")[0] for job in jobs})
     print(
         f"submitit: submitted {len(jobs)} job(s) to {describe(values)}; job ids "
