@@ -19,9 +19,9 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 from flufl.lock import Lock, NotLockedError, TimeOutError
@@ -50,8 +50,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
     """A lock as found: its claim (the lock file's content), expiry and holder's record."""
 
     claim: str

@@ -1,4 +1,4 @@
-"""What the launchers share: settings read from environment variables, and reading commands.
+"""What the launchers share: settings read from environment variables, and job folders.
 
 DomainBed calls a launcher as ``launcher(commands)`` with nothing else, so its settings travel
 through environment variables, declared as :class:`Option` s in a tuple ``OPTIONS`` on the
@@ -52,14 +52,6 @@ class Option:
 
 def read_options(options: Iterable[Option], environ: Mapping[str, str]) -> dict[str, Any]:
     return {option.name: option.read(environ) for option in options}
-
-
-def plain_words(command: str) -> list[str] | None:
-    """The words of ``command`` if a shell would read it as plain words and nothing else."""
-    with contextlib.suppress(ValueError):
-        words = shlex.split(command)
-        return words if words and shlex.join(words) == command else None
-    return None
 
 
 def output_dir_of(command: str) -> str | None:

@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import re
 import runpy
+import shlex
 import shutil
 import signal
 import subprocess
@@ -51,7 +52,7 @@ import psutil
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
-from dmg_domainbed.launchers.common import Option, output_dir_of, plain_words, read_options
+from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
 
 _JOBS, _PER_GPU = "DMG_LOCAL_PARALLEL_JOBS", "DMG_LOCAL_PARALLEL_JOBS_PER_GPU"
 _HELP = {
@@ -145,9 +146,8 @@ class Plan:
                     "(hparam batch_size) or use a GPU with more memory"
                 )
             if self.jobs_set:
-                return f"out of GPU memory: lower jobs ({_JOBS}, now {self.jobs} on " + (
-                    f"{len(self.gpus)} GPU(s))"
-                )
+                now = f"{self.jobs} on {len(self.gpus)} GPU(s)"
+                return f"out of GPU memory: lower jobs ({_JOBS}, now {now})"
             return f"out of GPU memory: lower jobs_per_gpu ({_PER_GPU}, now {self.jobs_per_gpu})"
         if code in (-signal.SIGKILL, 128 + signal.SIGKILL) or WORKER_KILLED.search(output):
             return (
@@ -166,6 +166,14 @@ class Plan:
             f"{self.loader_workers} data-loader worker(s); DomainBed's train jobs start "
             + ("warm" if self.warm else "as new processes")
         )
+
+
+def plain_words(command: str) -> list[str] | None:
+    """The words of ``command`` if a shell would read it as plain words and nothing else."""
+    with contextlib.suppress(ValueError):
+        words = shlex.split(command)
+        return words if words and shlex.join(words) == command else None
+    return None
 
 
 def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | None:
