@@ -113,7 +113,9 @@ def preempted_run(slurm_cluster, tmp_path_factory):
     that fails, which run on the CPUs the others leave. Sharing the run keeps a CPU busy while
     the pre-empted job waits to run again."""
     sweep = tmp_path_factory.mktemp("preempted") / "sweep"
-    short, long = domainbed_job(sweep, 0, steps=5), domainbed_job(sweep, 1, steps=200)
+    # The long one trains for seconds after its first record: Slurm may take 5 s to accept the
+    # pre-emption ("Job can not be altered now"), and the job must still run then.
+    short, long = domainbed_job(sweep, 0, steps=5), domainbed_job(sweep, 1, steps=500)
     bad_hparam = domainbed_job(sweep, 2, steps=5, hparams='{"lambda_overlap": -1}')
     no_output_dir = "echo cannot reach the data server at $((6000 + 66)) >&2; exit 3"
     logs = str(sweep.parent / "logs")  # the plain command names no --output_dir
@@ -162,7 +164,7 @@ def test_a_preempted_job_runs_again_and_finished_work_is_kept(preempted_run, slu
     assert f"job {run.long_job}" not in run.output  # not among the failed ones
     assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", run.long_job)
     # The rerun logged every checkpoint once; the interrupted attempt is kept aside.
-    assert logged_steps(run.long_dir / "results.jsonl") == [0, 100, 199]
+    assert logged_steps(run.long_dir / "results.jsonl") == [0, 100, 200, 300, 400, 499]
     assert (run.long_dir / "done").exists()
     first_attempt = run.long_dir / "interrupted_attempt_1"
     assert logged_steps(first_attempt / "results.jsonl")[0] == 0
