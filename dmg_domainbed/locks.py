@@ -1,15 +1,13 @@
 """One run at a time per output folder, on local disks and on clusters' shared filesystems.
 
-Two commands writing runs into one folder corrupt each other's results, so a command that
-writes runs holds ``with FolderLock(output_dir): ...`` while it works. The lock is
-:mod:`flufl.lock`'s (NFS-safe: a hard link to a claim file; its modification time is when it
+A command that writes runs holds ``with FolderLock(output_dir): ...`` while it works. The lock
+is :mod:`flufl.lock`'s (NFS-safe: a hard link to a claim file; its modification time is when it
 expires, pushed :data:`LIFETIME_S` ahead every :data:`REFRESH_S` s by a daemon thread). Added
 here, as flufl.lock leaves them to its users: a record beside the claim (host, pid, start,
-command) that a second command's :class:`~dmg_domainbed.errors.UserError` names; staleness
-(a holder on this machine, i.e. host, boot and pid namespace, is stale once its process is
-gone, at once; one on another machine once its lock expired); and a takeover under a second
-flufl lock that removes a stale lock only if it still is the one judged, so that of several
-takers exactly one wins.
+command) that a refused command is shown; staleness (a holder on this machine, i.e. host, boot
+and pid namespace, is stale once its process is gone; one on another machine once its lock
+expired); and a takeover under a second flufl lock that removes a stale lock only if it still is
+the one judged, so that of several takers exactly one wins.
 """
 
 from __future__ import annotations
@@ -21,9 +19,9 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 from flufl.lock import Lock, NotLockedError, TimeOutError
@@ -34,18 +32,16 @@ LOCK_NAME = ".dmg-domainbed.lock"
 REFRESH_S = 30.0
 LIFETIME_S = 300.0  # how long a lock outlives its last refresh, for other machines
 CONTENTION_WAIT_S = 10.0  # how long a contender waits for a takeover or a holder's record
-# flufl.lock logs each refused attempt as an error; this module reports what matters itself.
-logging.getLogger("flufl.lock").propagate = False
+logging.getLogger("flufl.lock").propagate = False  # it logs every refused attempt as an error
 
 
 def _machine() -> str:
     """This host, boot and pid namespace: where a pid names the same process."""
     try:
-        here = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        here += os.readlink("/proc/self/ns/pid")
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{socket.gethostname()}/{boot}{os.readlink('/proc/self/ns/pid')}"
     except OSError:  # not Linux: the host name alone
-        here = ""
-    return f"{socket.gethostname()}/{here}"
+        return f"{socket.gethostname()}/"
 
 
 def _duration(seconds: float) -> str:
@@ -54,8 +50,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
     """A lock as found: its claim (the lock file's content), expiry and holder's record."""
 
     claim: str
@@ -66,11 +61,8 @@ class Holder:
     started: float = 0.0
     command: str = "?"
 
-    def here(self) -> bool:
-        return self.machine == _machine()
-
     def stale(self) -> bool:
-        if not self.here():
+        if self.machine != _machine():
             return time.time() > self.expires
         try:  # gone, or the pid now names a process started after the lock was taken
             process = psutil.Process(self.pid)
@@ -100,6 +92,7 @@ class FolderLock:
         self.command = command or " ".join(sys.orig_argv)
         self.refresh_s = refresh_s
         self.lock = Lock(str(self.path), lifetime=timedelta(seconds=LIFETIME_S))
+        self.record = Path(f"{self.lock.claimfile}.json")
         self.lost = False  # another process took the lock over while this one held it
         self._stop = threading.Event()
         self._refreshing: threading.Thread | None = None
@@ -127,9 +120,8 @@ class FolderLock:
                 )
             time.sleep(0.05)
         record = dict(host=socket.gethostname(), machine=_machine(), pid=os.getpid())
-        draft = Path(f"{self.lock.claimfile}.draft")
-        draft.write_text(json.dumps(dict(record, started=time.time(), command=self.command)))
-        draft.replace(f"{self.lock.claimfile}.json")
+        # read while half written, it is no record yet: contenders wait for it
+        self.record.write_text(json.dumps(dict(record, started=time.time(), command=self.command)))
         self._stop.clear()
         self._refreshing = threading.Thread(target=self._refresh, name="folder-lock", daemon=True)
         self._refreshing.start()
@@ -139,7 +131,7 @@ class FolderLock:
         self._stop.set()
         if self._refreshing is not None:
             self._refreshing.join()
-        Path(f"{self.lock.claimfile}.json").unlink(missing_ok=True)
+        self.record.unlink(missing_ok=True)
         self.lock.unlock(unconditionally=True)
 
     def holder(self) -> Holder | None:
@@ -157,7 +149,7 @@ class FolderLock:
 
     def _try(self) -> bool:
         """One attempt of flufl.lock's: a timeout already past makes it neither wait nor break
-        a lock itself (breaking a lock is :meth:`_take_over`'s)."""
+        a lock itself (that is :meth:`_take_over`'s)."""
         if self.path.is_dir():
             raise UserError(
                 f"{self.path} is the lock of an earlier version of this package: once no run of "
@@ -177,10 +169,9 @@ class FolderLock:
 
     def _take_over(self, stale: Holder) -> None:
         """Remove the stale lock, its claim and record, if it still is the one judged."""
-        wait = timedelta(seconds=CONTENTION_WAIT_S)
-        guard = Lock(f"{self.path}.takeover", lifetime=wait)
+        guard = Lock(f"{self.path}.takeover", lifetime=timedelta(seconds=CONTENTION_WAIT_S))
         try:
-            guard.lock(timeout=wait)
+            guard.lock(timeout=timedelta(seconds=CONTENTION_WAIT_S))
         except TimeOutError:
             return
         try:
@@ -193,7 +184,7 @@ class FolderLock:
             guard.unlock(unconditionally=True)
 
     def _advice(self, holder: Holder) -> str:
-        if holder.here():
+        if holder.machine == _machine():
             return (
                 f"{holder.describe()}. It is running on this machine: wait for it to finish or "
                 f"stop it (kill {holder.pid}), or choose another output folder."
@@ -213,7 +204,7 @@ class FolderLock:
                 self.lost, holder = True, self.holder()
                 sys.stderr.write(
                     f"dmg-domainbed: this process lost its lock of {self.folder} (was it stopped "
-                    f"for over {_duration(self.lock.lifetime.total_seconds())}?), now held by "
+                    f"for over {_duration(LIFETIME_S)}?), now held by "
                     f"{holder.describe() if holder else 'nobody'}; results written from now on "
                     "may mix with another run's\n"
                 )

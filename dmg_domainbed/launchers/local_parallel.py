@@ -1,16 +1,26 @@
 """``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked.
 
-Settings: :data:`OPTIONS`. Each job sees one GPU (slots round robin over the GPUs), gets its
-share of the cores as threads and data-loader workers, and starts warm (:mod:`.warm`) when its
-command is exactly DomainBed's ``python -m domainbed.scripts.train ...``; other commands run as
-new processes (plain words directly, anything else by ``sh -c``). Each job leads a session and
-process group of its own, so that Ctrl-C reaches the launcher alone, which then stops every
-group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); each is tied to the launcher
-(:func:`_die_with_parent`; warm jobs: :mod:`.warm`); what a job leaves running in its group is
-killed when it ends. A job whose command names ``--output_dir DIR`` writes what it prints to
-``DIR/launcher.log``. The launcher waits for every job, then raises
-:class:`~dmg_domainbed.errors.UserError` listing the failed ones, with what to lower when one
-ran out of memory.
+Each job sees one GPU (slots round robin over the GPUs), gets its share of the cores as threads
+and data-loader workers, and leads a process group of its own: Ctrl-C reaches the launcher
+alone, which then stops every group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); what a
+job leaves running in its group is killed when it ends; a job dies with the launcher, however
+that dies. A job whose command names ``--output_dir DIR`` writes what it prints to
+``DIR/launcher.log``. Failures are reported once every job has ended, with what to lower when
+one ran out of memory.
+
+DomainBed's train commands (exactly ``python -m domainbed.scripts.train ARGS``) start warm,
+skipping seconds of imports: as children of multiprocessing's fork server (one per launcher
+process), which has imported the train module and the launcher's ``__main__`` (a program that
+runs the launcher needs the ``if __name__ == "__main__":`` guard) and let the threads those
+imports started end (:mod:`.fork_server`). The child ends its group once the launcher is gone,
+takes the job's environment, applies what a new process reads at import (torch's threads,
+capped at the physical cores as MKL's torch does; the data-loader cap) and runs DomainBed's
+unmodified ``train.py`` as ``__main__``; as train.py seeds every generator from ``--seed``, a
+warm job writes the results a new process writes (a test compares them). Left different: the
+hash seed, the code (a source file edited meanwhile reaches new processes only), the process
+name atop an uncaught traceback. Other commands run as new processes (plain words directly,
+anything else by ``sh -c``), tied to the launcher by Linux's ``PR_SET_PDEATHSIG``, which no
+library offers.
 """
 
 from __future__ import annotations
@@ -18,62 +28,48 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import math
+import multiprocessing
 import os
 import re
+import runpy
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+import psutil
+
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
-from dmg_domainbed.launchers import warm
 from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
 from dmg_domainbed.reporting.divergence import folder_divergence
 
+_JOBS, _PER_GPU = "DMG_LOCAL_PARALLEL_JOBS", "DMG_LOCAL_PARALLEL_JOBS_PER_GPU"
+_HELP = {
+    "jobs": "jobs run at the same time; default: GPUs x jobs_per_gpu, else the CPU cores",
+    "jobs_per_gpu": "jobs sharing one GPU when jobs is not set",
+    "workers": "data-loader worker processes per job, split over its training domains; default: "
+    "the job's share of the CPU cores",
+    "warm": "fork DomainBed's train jobs from a process that has imported them, not new processes",
+}
 OPTIONS = (
-    Option(
-        "jobs",
-        "DMG_LOCAL_PARALLEL_JOBS",
-        int,
-        None,
-        minimum=1,
-        help="jobs run at the same time; default: GPUs x jobs_per_gpu, else the CPU cores",
-    ),
-    Option(
-        "jobs_per_gpu",
-        "DMG_LOCAL_PARALLEL_JOBS_PER_GPU",
-        int,
-        1,
-        minimum=1,
-        help="jobs sharing one GPU when jobs is not set",
-    ),
-    Option(
-        "loader_workers",
-        LOADER_WORKERS_VARIABLE,
-        int,
-        None,
-        minimum=0,
-        help="data-loader worker processes per job, split over its training domains; "
-        "default: the job's share of the CPU cores",
-    ),
-    Option(
-        "warm",
-        "DMG_LOCAL_PARALLEL_WARM",
-        bool,
-        True,
-        help="fork DomainBed's train jobs from a process that has imported them, not new processes",
-    ),
+    Option("jobs", _JOBS, int, None, _HELP["jobs"], minimum=1),
+    Option("jobs_per_gpu", _PER_GPU, int, 1, _HELP["jobs_per_gpu"], minimum=1),
+    Option("loader_workers", LOADER_WORKERS_VARIABLE, int, None, _HELP["workers"], minimum=0),
+    Option("warm", "DMG_LOCAL_PARALLEL_WARM", bool, True, _HELP["warm"]),
 )
+TRAIN_MODULE = "domainbed.scripts.train"
 LOG_NAME = "launcher.log"
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1  # how soon the end of a job started as a new process is noticed
@@ -86,6 +82,7 @@ GPU_OUT_OF_MEMORY = re.compile(
 WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: Killed")
 # Looked up here: a new process calls it between fork and exec, where loading is unsafe.
 _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+_SERVER = multiprocessing.get_context("forkserver")
 
 
 def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -102,14 +99,13 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How the commands run: N at a time, the GPU of each slot, each job's share of the cores
-    (threads and data-loader workers), warm or as new processes."""
+    """How the commands run: N at a time, the GPU of each slot, each job's share of the cores,
+    warm or as new processes."""
 
     jobs: int
     gpus: tuple[str, ...]
@@ -131,8 +127,8 @@ class Plan:
     def jobs_per_gpu(self) -> int:
         return math.ceil(self.jobs / len(self.gpus)) if self.gpus else 0
 
-    def job_environment(self, slot: int, environ: Mapping[str, str]) -> dict[str, str]:
-        env = dict(environ)
+    def job_environment(self, slot: int) -> dict[str, str]:
+        env = dict(os.environ)
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
         for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -151,16 +147,14 @@ class Plan:
                     "(hparam batch_size) or use a GPU with more memory"
                 )
             if self.jobs_set:
-                now = f"jobs (DMG_LOCAL_PARALLEL_JOBS, now {self.jobs} on {len(self.gpus)} GPU(s))"
-            else:
-                now = f"jobs_per_gpu (DMG_LOCAL_PARALLEL_JOBS_PER_GPU, now {self.jobs_per_gpu})"
-            return f"out of GPU memory: lower {now}"
+                now = f"{self.jobs} on {len(self.gpus)} GPU(s)"
+                return f"out of GPU memory: lower jobs ({_JOBS}, now {now})"
+            return f"out of GPU memory: lower jobs_per_gpu ({_PER_GPU}, now {self.jobs_per_gpu})"
         if code in (-signal.SIGKILL, 128 + signal.SIGKILL) or WORKER_KILLED.search(output):
             return (
                 "killed by SIGKILL, which is what the kernel's out-of-memory killer sends (see "
-                f"dmesg); if the machine ran out of memory, lower jobs (DMG_LOCAL_PARALLEL_JOBS, "
-                f"now {self.jobs}) or loader_workers ({LOADER_WORKERS_VARIABLE}, now "
-                f"{self.loader_workers})"
+                f"dmesg); if the machine ran out of memory, lower jobs ({_JOBS}, now {self.jobs}) "
+                f"or loader_workers ({LOADER_WORKERS_VARIABLE}, now {self.loader_workers})"
             )
         return None
 
@@ -175,29 +169,91 @@ class Plan:
         )
 
 
-def read_tail(path: Path | None, size: int = 64 * 1024) -> str:
-    """The last ``size`` bytes of a log, as text ('' when there is none)."""
+def plain_words(command: str) -> list[str] | None:
+    """The words of ``command`` if a shell would read it as plain words and nothing else."""
+    with contextlib.suppress(ValueError):
+        words = shlex.split(command)
+        return words if words and shlex.join(words) == command else None
+    return None
+
+
+def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | None:
+    """The arguments if ``command`` is ``python -m MODULE ARGUMENTS`` in plain words and
+    nothing else, as DomainBed's sweep writes its train commands; else None."""
+    words = plain_words(command) or []
+    return words[3:] if words[:3] == ["python", "-m", module] else None
+
+
+def warm_refusal(environ: Mapping[str, str]) -> str | None:
+    """None if jobs may run warm, in this interpreter and environment: the ``python`` on
+    ``environ``'s PATH is the same file in the same folder (a virtual environment's ``python``
+    links to its base interpreter, but is another environment); else why not."""
+    if not sys.platform.startswith("linux"):
+        return "warm jobs are forked, which this package supports on Linux only"
+    found, here = shutil.which("python", path=environ.get("PATH")), sys.executable
+    if found and Path(found).parent == Path(here).parent and os.path.samefile(found, here):
+        return None
+    return (
+        f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; put "
+        f"{os.path.dirname(here)} first on PATH to start jobs warm"
+    )
+
+
+def start_warm(
+    module: str, arguments: Sequence[str], environ: Mapping[str, str], log: Path | None
+) -> multiprocessing.Process:
+    """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server."""
+    # read when the server starts; the last one waits for threads the others started
+    _SERVER.set_forkserver_preload(["__main__", module, "dmg_domainbed.launchers.fork_server"])
+    job = _SERVER.Process(target=_run_warm, args=(module, list(arguments), dict(environ), log))
+    job.start()
+    return job
+
+
+def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: Path | None) -> None:
+    def end_with_launcher() -> None:
+        wait([multiprocessing.parent_process().sentinel])  # closes when the launcher is gone
+        os.killpg(0, signal.SIGTERM)
+
+    gc.freeze()  # the server's objects stay out of the job's collections, and their pages shared
+    os.setsid()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as a new interpreter has it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=end_with_launcher, name="launcher-watch", daemon=True).start()
+    if log is not None:
+        with open(log, "a") as output:
+            for stream in (1, 2):
+                os.dup2(output.fileno(), stream)
+    os.environ.clear()
+    os.environ.update(environ)
+    threads = environ.get("OMP_NUM_THREADS", "").strip()
+    torch = sys.modules.get("torch")
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        physical = psutil.cpu_count(logical=False) if torch.backends.mkl.is_available() else None
+        torch.set_num_threads(min(int(threads), physical or int(threads)))
+    if "domainbed.datasets" in sys.modules:
+        from dmg_domainbed.integration import cap_loader_workers
+
+        cap_loader_workers(sys.modules["domainbed.datasets"])
+    sys.argv = [module, *arguments]  # runpy puts the module's file name first
+    sys.modules.pop(module, None)  # imported by the server: run afresh as __main__
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def read_tail(path: Path | None) -> str:
+    """The last 64 kB of a log, as text ('' when there is none)."""
     try:
         with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - size))
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
             return log.read().decode(errors="replace")
     except (OSError, TypeError):
         return ""
 
 
-def describe_exit(code: int) -> str:
-    """``exit N``, or ``killed by SIGNAME`` for a negative status (as Popen reports it)."""
-    if code >= 0:
-        return f"exit {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"killed by signal {-code}"
-
-
 @dataclass
 class Outcome:
-    """A job; ``returncode`` is None while it runs."""
+    """A job; ``returncode`` is None while it runs, ``hint`` says what to lower if it ran out
+    of memory."""
 
     index: int
     command: str
@@ -207,12 +263,19 @@ class Outcome:
     started: float = field(default_factory=time.monotonic)
     returncode: int | None = None
     seconds: float = 0.0
+    hint: str | None = None
 
     @property
     def warm(self) -> bool:
         return isinstance(self.process, BaseProcess)
 
-    def ended(self) -> bool:
+    @property
+    def exit(self) -> str:
+        """``exit N``, or ``killed by SIGNAME`` for a negative status."""
+        code, names = self.returncode, {int(s): s.name for s in signal.Signals}
+        return f"exit {code}" if code >= 0 else f"killed by {names.get(-code, f'signal {-code}')}"
+
+    def ended(self, plan: Plan) -> bool:
         """Whether the job has ended (then what it left running in its group is killed)."""
         if self.returncode is None:
             self.returncode = self.process.exitcode if self.warm else self.process.poll()
@@ -220,6 +283,7 @@ class Outcome:
                 return False
             self.seconds = time.monotonic() - self.started
             _signal_group(self.process.pid, signal.SIGKILL)
+            self.hint = plan.memory_hint(self.returncode, self.log) if self.returncode else None
         return True
 
 
@@ -228,15 +292,12 @@ def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | N
     log = Path(output_dir) / LOG_NAME if output_dir else None
     if log:
         log.parent.mkdir(parents=True, exist_ok=True)
-    env = plan.job_environment(slot, os.environ)
-    arguments = warm.module_arguments(command, warm_module) if warm_module else None
+    env = plan.job_environment(slot)
+    arguments = module_arguments(command, warm_module) if warm_module else None
     if arguments is not None:
-        return Outcome(index, command, log, slot, warm.start(warm_module, arguments, env, log))
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = []
-    plain = words and shlex.join(words) == command and shutil.which(words[0], path=env.get("PATH"))
+        return Outcome(index, command, log, slot, start_warm(warm_module, arguments, env, log))
+    words = plain_words(command)
+    plain = words and shutil.which(words[0], path=env.get("PATH"))
     with open(log, "a") if log else contextlib.nullcontext() as stream:
         process = subprocess.Popen(
             words if plain else command,
@@ -252,9 +313,8 @@ def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | N
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Have the kernel send SIGTERM to this new process when the launcher dies, however it dies
-    (a job has a session of its own, which nothing else ties to the launcher); end at once if
-    it is already gone. ``prctl(PR_SET_PDEATHSIG)`` is Linux's, and no library offers it."""
+    """SIGTERM for this new process when the launcher dies, however it dies; at once if the
+    launcher is already gone."""
     if _prctl is not None:
         _prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
         if os.getppid() != parent_pid:
@@ -266,16 +326,16 @@ def _signal_group(leader_pid: int, signal_number: int) -> None:
         os.killpg(leader_pid, signal_number)
 
 
-def _wait(running: list[Outcome], seconds: float) -> None:
-    """Return when a warm job has ended (its sentinel is ready), or after ``seconds``."""
-    wait([job.process.sentinel for job in running if job.warm], seconds)
+def _wait(running: list[Outcome]) -> None:
+    """Until a warm job has ended (its sentinel is ready), or for ``POLL_SECONDS``."""
+    wait([job.process.sentinel for job in running if job.warm], POLL_SECONDS)
 
 
 def run_commands(
     commands: list[str],
     plan: Plan,
     say: Callable[[str], None] = print,
-    warm_module: str = warm.TRAIN_MODULE,
+    warm_module: str = TRAIN_MODULE,
 ) -> list[Outcome]:
     """Run ``commands`` as ``plan`` says and wait for all of them; their outcomes in order.
 
@@ -284,7 +344,7 @@ def run_commands(
     (Ctrl-C included) stops the running jobs before it propagates.
     """
     module = warm_module if plan.warm else None
-    if module and (refusal := warm.refusal(os.environ)):
+    if module and (refusal := warm_refusal(os.environ)):
         say(f"local_parallel: {module} jobs start as new processes: {refusal}")
         module = None
     pending, free_slots = deque(enumerate(commands)), deque(range(plan.jobs))
@@ -295,18 +355,18 @@ def run_commands(
             while pending and free_slots:
                 index, command = pending.popleft()
                 running.append(_start(index, command, free_slots.popleft(), plan, module))
-            _wait(running, POLL_SECONDS)
-            for job in [job for job in running if job.ended()]:
+            _wait(running)
+            for job in [job for job in running if job.ended(plan)]:
                 running.remove(job)
                 free_slots.append(job.slot)
                 finished.append(job)
-                say(_progress_line(job, len(finished), len(commands), plan))
+                say(_progress_line(job, len(finished), len(commands)))
     except BaseException:
         for job in running:
             _signal_group(job.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while time.monotonic() < deadline and not all(job.ended() for job in running):
-            _wait(running, POLL_SECONDS)
+        while time.monotonic() < deadline and not all(job.ended(plan) for job in running):
+            _wait(running)
         for job in running:
             _signal_group(job.process.pid, signal.SIGKILL)
             (job.process.join if job.warm else job.process.wait)()
@@ -314,31 +374,26 @@ def run_commands(
     return sorted(finished, key=lambda job: job.index)
 
 
-def _progress_line(outcome: Outcome, finished: int, total: int, plan: Plan) -> str:
-    how = f"{'warm' if outcome.warm else 'new process'}, {outcome.seconds:.1f} s"
-    status = f"ok ({how})"
-    if outcome.returncode == 0 and outcome.log and (loss := folder_divergence(outcome.log.parent)):
+def _progress_line(job: Outcome, finished: int, total: int) -> str:
+    how = f"{'warm' if job.warm else 'new process'}, {job.seconds:.1f} s"
+    status = f"FAILED ({job.exit}, {how})" if job.returncode else f"ok ({how})"
+    if not job.returncode and job.log and (loss := folder_divergence(job.log.parent)):
         status = f"DIVERGED ({loss}; {how})"
-    if outcome.returncode != 0:
-        status = f"FAILED ({describe_exit(outcome.returncode)}, {how})"
-        hint = plan.memory_hint(outcome.returncode, outcome.log)
-        status += f": {hint}" if hint else ""
-    where = outcome.log.parent if outcome.log else outcome.command
+    status += f": {job.hint}" if job.hint else ""
+    where = job.log.parent if job.log else job.command
     return f"local_parallel: [{finished}/{total}] {status}: {where}"
 
 
-def failure_report(outcomes: list[Outcome], plan: Plan) -> str | None:
+def failure_report(outcomes: list[Outcome]) -> str | None:
     """The message for the jobs that failed, or None if none did."""
-    failed = [outcome for outcome in outcomes if outcome.returncode != 0]
-    details = ""
-    for outcome in failed:
-        details += f"\n  {describe_exit(outcome.returncode)}: {outcome.command}"
-        hint = plan.memory_hint(outcome.returncode, outcome.log)
-        details += f"\n    {hint}" if hint else ""
-        if outcome.log:
-            tail = read_tail(outcome.log).splitlines()[-5:]
-            details += f"\n    log: {outcome.log}" + "".join(f"\n      {line}" for line in tail)
-    return f"{len(failed)} of {len(outcomes)} job(s) failed:{details}" if failed else None
+    failed = [job for job in outcomes if job.returncode != 0]
+    lines = [f"{len(failed)} of {len(outcomes)} job(s) failed:"]
+    for job in failed:
+        lines += [f"  {job.exit}: {job.command}", *[f"    {job.hint}"] * bool(job.hint)]
+        if job.log:
+            tail = read_tail(job.log).splitlines()[-5:]
+            lines += [f"    log: {job.log}", *(f"      {line}" for line in tail)]
+    return "\n".join(lines) if failed else None
 
 
 def local_parallel_launcher(commands: list[str]) -> None:
@@ -346,9 +401,7 @@ def local_parallel_launcher(commands: list[str]) -> None:
     raise :class:`UserError` naming every command that failed, after all finished."""
     plan = Plan.from_environment()
     print(f"local_parallel: {len(commands)} job(s), {plan.describe()}", flush=True)
-    report = failure_report(
-        run_commands(commands, plan, lambda line: print(line, flush=True)), plan
-    )
+    report = failure_report(run_commands(commands, plan, functools.partial(print, flush=True)))
     if report:
         raise UserError(report)
 

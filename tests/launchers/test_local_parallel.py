@@ -178,12 +178,11 @@ def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(clean_env, tmp_path)
     assert outcomes[0].warm and outcomes[0].returncode == 1
     hint = "out of GPU memory: lower jobs_per_gpu (DMG_LOCAL_PARALLEL_JOBS_PER_GPU, now 2)"
     assert hint in printed[-1]
-    report = local_parallel.failure_report(outcomes, plan)
+    report = local_parallel.failure_report(outcomes)
     assert hint in report and "torch.OutOfMemoryError: CUDA out of memory" in report
     alone = local_parallel.Plan(jobs=2, gpus=("0", "1"), threads=1, loader_workers=1, warm=True)
-    assert "with a GPU to itself: lower the batch size" in local_parallel.failure_report(
-        outcomes, alone
-    )
+    hint_alone = alone.memory_hint(outcomes[0].returncode, outcomes[0].log)
+    assert "with a GPU to itself: lower the batch size" in hint_alone
 
 
 def test_a_job_killed_by_sigkill_is_reported_with_the_memory_settings(clean_env, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dmg_domainbed.launchers import warm
+from dmg_domainbed.launchers import local_parallel as lp
 
 PROBE = "tests.launchers.probe_job"
 
@@ -29,7 +29,7 @@ def test_domainbed_train_commands_start_warm_with_their_arguments():
         },
         "/tmp/sweep output",
     ).command_str
-    arguments = warm.module_arguments(command)
+    arguments = lp.module_arguments(command)
     assert arguments[arguments.index("--hparams") + 1] == '{"lambda_overlap": 0.5}'
     start = arguments.index("--test_envs") + 1
     assert arguments[start : start + 2] == ["0", "1"]
@@ -50,17 +50,17 @@ def test_domainbed_train_commands_start_warm_with_their_arguments():
     ],
 )
 def test_anything_else_runs_as_a_new_process(command):
-    assert warm.module_arguments(command) is None
+    assert lp.module_arguments(command) is None
 
 
 def test_only_this_interpreter_runs_warm(tmp_path):
-    assert warm.refusal({"PATH": os.path.dirname(sys.executable)}) is None
+    assert lp.warm_refusal({"PATH": os.path.dirname(sys.executable)}) is None
     other = tmp_path / "bin"
     other.mkdir()
     (other / "python").symlink_to(sys.executable)  # as a virtual environment's python is
-    refusal = warm.refusal({"PATH": str(other)})
+    refusal = lp.warm_refusal({"PATH": str(other)})
     assert "is not this process's interpreter" in refusal and sys.executable in refusal
-    assert "`python` on PATH (none)" in warm.refusal({"PATH": str(tmp_path)})
+    assert "`python` on PATH (none)" in lp.warm_refusal({"PATH": str(tmp_path)})
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def job_environ():
 
 def run_warm(tmp_path, args, environ) -> tuple[int, str]:
     log = tmp_path / "job.log"
-    job = warm.start(PROBE, args, environ, log)
+    job = lp.start_warm(PROBE, args, environ, log)
     job.join()
     return job.exitcode, log.read_text()
 
@@ -147,9 +147,9 @@ def test_no_job_is_forked_while_a_thread_that_the_imports_started_runs(tmp_path)
     from ..helpers import domainbed_env, run_python
 
     start_one = (
-        "import os; from dmg_domainbed.launchers import warm; "
-        "job = warm.start('tests.launchers.thread_at_import', [], os.environ, None); job.join(); "
-        "raise SystemExit(job.exitcode)"
+        "import os; from dmg_domainbed.launchers import local_parallel as lp; "
+        "job = lp.start_warm('tests.launchers.thread_at_import', [], os.environ, None); "
+        "job.join(); raise SystemExit(job.exitcode)"
     )
     env = domainbed_env(THREAD_MARKER=str(tmp_path / "thread_ended"))
     run_python("-c", start_one, env=env, cwd=Path(__file__).parents[2])

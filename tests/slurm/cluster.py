@@ -392,10 +392,16 @@ def preempt(cluster: SlurmCluster, job_id: str) -> None:
     then submitit's USR2, to the job's steps; then let the requeued job start at once
     (Slurm holds a requeued job for two minutes)."""
     cluster.run("scancel", "--signal=TERM", job_id)
+    # scancel may retry its TERM 5 s later ("Job can not be altered now"): let it land before
+    # the USR2, or it kills the `scontrol requeue` that submitit's USR2 handler runs.
+    time.sleep(1)
     cluster.run("scancel", "--signal=USR2", job_id)
     deadline = time.monotonic() + 30
     while cluster.run("squeue", "-h", "-j", job_id, "-o", "%T").strip() != "PENDING":
         if time.monotonic() > deadline:
             raise RuntimeError(f"job {job_id} was not requeued within 30 s")
         time.sleep(0.2)
+    # slurmd refuses a job whose credential dates from the second its old one was revoked in
+    # ("Job credential revoked"): the requeued job starts a second later at the earliest.
+    time.sleep(1.1)
     cluster.run("scontrol", "update", f"jobid={job_id}", "StartTime=now")

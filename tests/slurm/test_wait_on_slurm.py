@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dmg_domainbed.launchers import slurm_wait
+from dmg_domainbed.launchers import submitit_launcher
 from dmg_domainbed.launchers.submitit_launcher import running_jobs
 
 from .cluster import array_tasks, preempt
@@ -113,7 +113,9 @@ def preempted_run(slurm_cluster, tmp_path_factory):
     that fails, which run on the CPUs the others leave. Sharing the run keeps a CPU busy while
     the pre-empted job waits to run again."""
     sweep = tmp_path_factory.mktemp("preempted") / "sweep"
-    short, long = domainbed_job(sweep, 0, steps=5), domainbed_job(sweep, 1, steps=200)
+    # The long one trains for seconds after its first record: Slurm may take 5 s to accept the
+    # pre-emption ("Job can not be altered now"), and the job must still run then.
+    short, long = domainbed_job(sweep, 0, steps=5), domainbed_job(sweep, 1, steps=500)
     bad_hparam = domainbed_job(sweep, 2, steps=5, hparams='{"lambda_overlap": -1}')
     no_output_dir = "echo cannot reach the data server at $((6000 + 66)) >&2; exit 3"
     logs = str(sweep.parent / "logs")  # the plain command names no --output_dir
@@ -162,7 +164,7 @@ def test_a_preempted_job_runs_again_and_finished_work_is_kept(preempted_run, slu
     assert f"job {run.long_job}" not in run.output  # not among the failed ones
     assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", run.long_job)
     # The rerun logged every checkpoint once; the interrupted attempt is kept aside.
-    assert logged_steps(run.long_dir / "results.jsonl") == [0, 100, 199]
+    assert logged_steps(run.long_dir / "results.jsonl") == [0, 100, 200, 300, 400, 499]
     assert (run.long_dir / "done").exists()
     first_attempt = run.long_dir / "interrupted_attempt_1"
     assert logged_steps(first_attempt / "results.jsonl")[0] == 0
@@ -196,7 +198,7 @@ def test_the_wait_ends_soon_after_a_job_is_cancelled(which, request, start_launc
     waited = time.monotonic() - cancelled
     assert launcher.returncode != 0
     assert "2 of 2 job(s) failed" in output and output.count("cancelled (Slurm state") == 2
-    assert waited < slurm_wait.POLL_MAX_S + 15  # Slurm's kill (KillWait 5 s), then one poll
+    assert waited < submitit_launcher.POLL_MAX_S + 15  # Slurm's kill (KillWait 5 s), then one poll
 
 
 def test_the_wait_ends_when_slurm_no_longer_knows_a_job(
@@ -205,9 +207,9 @@ def test_the_wait_ends_when_slurm_no_longer_knows_a_job(
     import submitit
 
     use_cluster(cluster_without_accounting)
-    monkeypatch.setattr(slurm_wait, "GRACE_S", 1.0)
+    monkeypatch.setattr(submitit_launcher, "GRACE_S", 1.0)
     never = submitit.SlurmJob(folder=tmp_path, job_id="999999_0")
     started = time.monotonic()
-    verdicts = slurm_wait.wait_for([never], say=lambda _: None)
+    verdicts = submitit_launcher.wait_for([never], say=lambda _: None)
     assert time.monotonic() - started < 10
     assert verdicts["999999_0"].startswith("Slurm no longer knows the job")
