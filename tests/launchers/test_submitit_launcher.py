@@ -16,6 +16,8 @@ import pytest
 import submitit
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.launchers import array_task, slurm_wait
+from dmg_domainbed.launchers import slurm_partition as partition
 from dmg_domainbed.launchers import submitit_launcher as launcher
 
 GPU_SINFO = """#!/bin/sh
@@ -95,7 +97,7 @@ def test_a_job_whose_done_file_exists_is_not_run_again(tmp_path):
     job.mkdir()
     (job / "done").write_text("done")
     (job / "results.jsonl").write_text('{"step": 0}\n')
-    launcher.run_command(f"touch {tmp_path / 'ran'} && false --output_dir {job}")
+    array_task.run_command(f"touch {tmp_path / 'ran'} && false --output_dir {job}")
     assert not (tmp_path / "ran").exists()
     assert (job / "results.jsonl").read_text() == '{"step": 0}\n'
 
@@ -106,12 +108,12 @@ def test_a_job_that_runs_again_sets_its_interrupted_attempt_aside(tmp_path):
     (job / "results.jsonl").write_text('{"step": 0}\n')
     (job / "submitit.out").symlink_to(tmp_path / "log.out")
     command = f"echo '{{\"step\": 9}}' >> {job}/results.jsonl # --output_dir {job}"
-    launcher.run_command(command)
+    array_task.run_command(command)
     assert (job / "results.jsonl").read_text() == '{"step": 9}\n'
     assert (job / "interrupted_attempt_1" / "results.jsonl").read_text() == '{"step": 0}\n'
     assert (job / "submitit.out").is_symlink()
-    with pytest.raises(launcher.CommandFailed, match="exited with status 3"):
-        launcher.run_command(f"exit 3 # --output_dir {job}")
+    with pytest.raises(array_task.CommandFailed, match="exited with status 3"):
+        array_task.run_command(f"exit 3 # --output_dir {job}")
     assert (job / "interrupted_attempt_2" / "results.jsonl").exists()
 
 
@@ -178,18 +180,18 @@ if not any(all(n >= w for n, w in zip(node, need)) for node in nodes):
     ],
 )
 def test_slurm_time_limits_in_minutes(text, minutes):
-    assert launcher.parse_minutes(text) == minutes
+    assert partition.parse_minutes(text) == minutes
 
 
 def test_sinfo_lines_become_partitions_of_node_configurations():
-    partitions = launcher.parse_sinfo(SINFO)
+    partitions = partition.parse_sinfo(SINFO)
     assert list(partitions) == ["gpu", "cpu", "tiny", "mix"]
     gpu, cpu, tiny = partitions["gpu"], partitions["cpu"], partitions["tiny"]
     assert [(n.cpus, n.gpus) for n in gpu.nodes] == [(32, 4), (64, 8)]
     assert gpu.max_time_min == 2880 and not gpu.default
     assert cpu.default and cpu.max_time_min is None
     assert cpu.nodes == [
-        launcher.Node(48, 1005.8, 0)
+        partition.Node(48, 1005.8, 0)
     ]  # MaxCPUsPerNode under 128; MB to 0.1 GB down
     assert tiny.max_time_min == 30
 
@@ -203,25 +205,25 @@ def request(gpus, cpus, mem_gb, time_min):
 
 
 def test_defaults_fit_each_partition():
-    partitions = launcher.parse_sinfo(SINFO)
+    partitions = partition.parse_sinfo(SINFO)
     gpu, cpu, tiny = partitions["gpu"], partitions["cpu"], partitions["tiny"]
-    assert launcher.default_request(gpu, unset()) == request(1, 8, 32.0, 1440)
-    assert launcher.default_request(cpu, unset()) == request(0, 8, 32.0, 1440)
+    assert partition.default_request(gpu, unset()) == request(1, 8, 32.0, 1440)
+    assert partition.default_request(cpu, unset()) == request(0, 8, 32.0, 1440)
     # 4 CPUs: all of them, all the memory; the partition's 30 minutes.
-    assert launcher.default_request(tiny, unset()) == request(0, 4, 7.8, 30)
-    assert launcher.default_request(tiny, unset(cpus=1))["mem_gb"] == 1.9  # a quarter of the node
+    assert partition.default_request(tiny, unset()) == request(0, 4, 7.8, 30)
+    assert partition.default_request(tiny, unset(cpus=1))["mem_gb"] == 1.9  # a quarter of the node
     # 2 GPUs: sized for the node that has them (8 CPUs, 400 GB), not the 64-CPU one.
-    assert launcher.default_request(partitions["mix"], unset(gpus=2)) == request(2, 8, 32.0, 1440)
-    assert launcher.default_request(partitions["mix"], unset(cpus=64))["mem_gb"] == 32.0
+    assert partition.default_request(partitions["mix"], unset(gpus=2)) == request(2, 8, 32.0, 1440)
+    assert partition.default_request(partitions["mix"], unset(cpus=64))["mem_gb"] == 32.0
 
 
 def test_unknown_and_missing_default_partitions():
-    partitions = launcher.parse_sinfo(SINFO)
-    assert launcher.choose(partitions, None).name == "cpu"
+    partitions = partition.parse_sinfo(SINFO)
+    assert partition.choose(partitions, None).name == "cpu"
     with pytest.raises(UserError, match=r"partition = 'gpus' .* gpu, cpu\*, tiny, mix"):
-        launcher.choose(partitions, "gpus")
+        partition.choose(partitions, "gpus")
     with pytest.raises(UserError, match="no default partition"):
-        launcher.choose(launcher.parse_sinfo(SINFO.replace("cpu*", "cpu")), None)
+        partition.choose(partition.parse_sinfo(SINFO.replace("cpu*", "cpu")), None)
 
 
 @pytest.fixture
@@ -233,10 +235,10 @@ def test_only_env(tmp_path):
 
 
 def test_slurm_s_refusal_is_traced_to_each_setting_at_fault(test_only_env):
-    partitions = launcher.parse_sinfo(SINFO)
+    partitions = partition.parse_sinfo(SINFO)
     gpu, tiny, mix = partitions["gpu"], partitions["tiny"], partitions["mix"]
-    assert launcher.misfits(request(8, 64, 500, 2880), gpu, test_only_env) == ([], None)
-    problems, said = launcher.misfits(request(1, 5, 9, 60), tiny, test_only_env)
+    assert partition.misfits(request(8, 64, 500, 2880), gpu, test_only_env) == ([], None)
+    problems, said = partition.misfits(request(1, 5, 9, 60), tiny, test_only_env)
     assert said == "allocation failure: Requested node configuration is not available"
     fixes = dict(problems)
     assert list(fixes) == ["time_min", "gpus", "cpus", "mem_gb"]
@@ -244,17 +246,17 @@ def test_slurm_s_refusal_is_traced_to_each_setting_at_fault(test_only_env):
     assert "at most 4" in fixes["cpus"] and "at most 7.8" in fixes["mem_gb"]
     assert (
         "at most 8 GPUs a node"
-        in dict(launcher.misfits(request(9, 1, 1, 1), gpu, test_only_env)[0])["gpus"]
+        in dict(partition.misfits(request(9, 1, 1, 1), gpu, test_only_env)[0])["gpus"]
     )
     # Each alone fits some node, together none.
-    assert launcher.misfits(request(2, 8, 300, 10), mix, test_only_env)[0] == []
-    ((name, fix),) = launcher.misfits(request(2, 32, 50, 10), mix, test_only_env)[0]
+    assert partition.misfits(request(2, 8, 300, 10), mix, test_only_env)[0] == []
+    ((name, fix),) = partition.misfits(request(2, 32, 50, 10), mix, test_only_env)[0]
     assert name == "cpus" and "no single node has 2 GPU, 32 CPUs and 50 GB together" in fix
 
 
 def test_a_partition_slurm_refuses_whatever_the_request_is_named(test_only_env):
-    closed = launcher.Partition("closed", False, None, [launcher.Node(4, 8.0, 0)])
-    ((name, fix),) = launcher.misfits(request(0, 1, 1, 10), closed, test_only_env)[0]
+    closed = partition.Partition("closed", False, None, [partition.Node(4, 8.0, 0)])
+    ((name, fix),) = partition.misfits(request(0, 1, 1, 10), closed, test_only_env)[0]
     assert name == "partition" and "Slurm refuses any job there" in fix
 
 
@@ -280,11 +282,11 @@ def test_the_wait_reads_the_queue_and_knows_which_states_end_a_job(tmp_path, mon
     (tmp_path / "squeue").write_text(SQUEUE)
     (tmp_path / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(launcher, "GRACE_S", 0.0)
-    monkeypatch.setattr(launcher, "POLL_FIRST_S", 0.01)
+    monkeypatch.setattr(slurm_wait, "GRACE_S", 0.0)
+    monkeypatch.setattr(slurm_wait, "POLL_FIRST_S", 0.01)
     ids = ["1_0", "1_1", "1_2", "1_3", "1_4", "9"]
     said = []
-    verdicts = launcher.wait_for(
+    verdicts = slurm_wait.wait_for(
         [submitit.SlurmJob(tmp_path, job_id) for job_id in ids], said.append
     )
     # Pre-empted (its requeue follows) and a node still booting are not ended.
@@ -299,30 +301,30 @@ def test_a_failed_job_s_verdict_is_its_exception(tmp_path):
     for cluster in ("local", "debug"):
         executor = submitit.AutoExecutor(folder=tmp_path / cluster, cluster=cluster)
         failing, passing = executor.map_array(
-            launcher.run_command, ["echo oops >&2; exit 3", "true"]
+            array_task.run_command, ["echo oops >&2; exit 3", "true"]
         )
         assert (
-            launcher.failure(failing.exception())
+            slurm_wait.failure(failing.exception())
             == "CommandFailed: the command exited with status 3"
         )
-        assert launcher.failure(passing.exception()) is None
+        assert slurm_wait.failure(passing.exception()) is None
 
 
 def test_an_error_stream_ending_in_a_traceback_shows_its_exception():
     exception = ["ValueError: bad value", "  hint line of the message"]
-    assert launcher.error_tail(TRACEBACK) == exception
-    assert launcher.error_tail(TRACEBACK[:1]) == TRACEBACK[:1]
+    assert slurm_wait.error_tail(TRACEBACK) == exception
+    assert slurm_wait.error_tail(TRACEBACK[:1]) == TRACEBACK[:1]
 
 
 def test_a_slurm_log_shows_what_the_command_printed():
     launcher_s_own = [
         "submitit ERROR (2026-01-01 00:00:01,000) - Submitted job triggered an exception",
         "Traceback (most recent call last):",
-        '  File "submitit_launcher.py", line 1, in run_command',
-        "dmg_domainbed.launchers.submitit_launcher.CommandFailed: the command exited with status 3",
+        '  File "array_task.py", line 1, in run_command',
+        "dmg_domainbed.launchers.array_task.CommandFailed: the command exited with status 3",
         "srun: error: node1: task 0: Exited with exit code 1",
     ]
     log = ["submitit INFO (2026-01-01 00:00:00,000) - Starting", "no data on node 7"]
-    assert launcher.error_tail(log + launcher_s_own) == ["no data on node 7"]
+    assert slurm_wait.error_tail(log + launcher_s_own) == ["no data on node 7"]
     # A traceback of the command's own is the cause.
-    assert launcher.error_tail(TRACEBACK + launcher_s_own) == TRACEBACK[-2:]
+    assert slurm_wait.error_tail(TRACEBACK + launcher_s_own) == TRACEBACK[-2:]
