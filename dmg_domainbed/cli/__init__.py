@@ -43,6 +43,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def add_output_dir(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+    parser.add_argument("--output_dir", default=default, help=f"{what} (default: %(default)s)")
+
+
+def print_written(written) -> None:
+    """The tables an evaluation of runs wrote, its notes and its files."""
+    for title, table in written.sections:
+        print(title + "\n")
+        print(table.to_string())
+    for note in written.notes():
+        print(f"\n{note}")
+    print(f"Wrote {', '.join(str(p) for p in written.files)}")
+
+
 def whole_number(text: str) -> int:
     """An argparse ``type``: an integer >= 1."""
     if not text.isdigit() or int(text) < 1:

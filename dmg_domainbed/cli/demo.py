@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dmg_domainbed.cli import whole_number
+from dmg_domainbed.cli import add_output_dir, whole_number
 from dmg_domainbed.demo import ALGORITHMS
 
 
@@ -21,11 +21,7 @@ def add_parser(subparsers) -> None:
             "resumes: finished jobs (DomainBed's 'done' files) are kept, unfinished ones redone."
         ),
     )
-    parser.add_argument(
-        "--output_dir",
-        default="dmg_demo",
-        help="folder of the sweep, its log and the report (default: %(default)s)",
-    )
+    add_output_dir(parser, "dmg_demo", "folder of the sweep, its log and the report")
     parser.add_argument(
         "--steps", type=whole_number, help="training steps per job (default: RotatedDigits.N_STEPS)"
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dmg_domainbed.cli import add_output_dir, print_written
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -25,11 +27,9 @@ def add_parser(subparsers) -> None:
         metavar="RUN",
         help="folder(s) of finished training runs (each holds model.pkl)",
     )
+    add_output_dir(parser, "dmg_evaluate", "where the tables go")
     parser.add_argument(
-        "--output_dir", default="dmg_evaluate", help="where the tables go (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--data_dir", default=None, help="dataset folder, if not the one the runs were trained with"
+        "--data_dir", help="dataset folder, if not the one the runs were trained with"
     )
     parser.set_defaults(func=run)
 
@@ -43,11 +43,5 @@ def run(args: argparse.Namespace) -> int:
     for run_ in runs:
         require_model(run_)
     output = check_output_dir(Path(args.output_dir), *(run_.path for run_ in runs))
-    written = write_in_domain([runs], output, args.data_dir)
-    for title, table in written.sections:
-        print(title + "\n")
-        print(table.to_string())
-    for note in written.notes():
-        print(f"\n{note}")
-    print(f"Wrote {', '.join(str(p) for p in written.files)}")
+    print_written(write_in_domain([runs], output, args.data_dir))
     return 0

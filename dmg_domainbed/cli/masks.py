@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dmg_domainbed.cli import add_output_dir
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -22,11 +24,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--run_dir", required=True, metavar="RUN", help="folder of a finished run (holds model.pkl)"
     )
-    parser.add_argument(
-        "--output_dir",
-        default="dmg_masks",
-        help="where the pictures and tables go (default: %(default)s)",
-    )
+    add_output_dir(parser, "dmg_masks", "where the pictures and tables go")
     parser.set_defaults(func=run)
 
 

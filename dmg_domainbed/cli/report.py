@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dmg_domainbed.cli import add_output_dir
 from dmg_domainbed.reporting.runs import require_sweep
 
 
@@ -29,18 +30,14 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--input_dir", required=True, help="the --output_dir of domainbed.scripts.sweep"
     )
-    parser.add_argument(
-        "--output_dir", default="dmg_report", help="where the report goes (default: %(default)s)"
-    )
+    add_output_dir(parser, "dmg_report", "where the report goes")
     parser.add_argument(
         "--reference",
-        default=None,
         help="the algorithm every other one is compared with (default: ERM, when in the sweep)",
     )
     parser.add_argument(
         "--tensorboard",
         metavar="DIR",
-        default=None,
         help=(
             "also write every run's logged scalars and its hparams, with the test accuracy "
             "each selection method takes from it, as TensorBoard logs into DIR (a new or "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dmg_domainbed.cli import add_output_dir, print_written
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -24,11 +26,9 @@ def add_parser(subparsers) -> None:
         ),
     )
     parser.add_argument("--input_dir", required=True, help="the sweep folder (DomainBed's)")
+    add_output_dir(parser, "dmg_select", "where the tables go")
     parser.add_argument(
-        "--output_dir", default="dmg_select", help="where the tables go (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--data_dir", default=None, help="dataset folder, if not the one the runs were trained with"
+        "--data_dir", help="dataset folder, if not the one the runs were trained with"
     )
     parser.set_defaults(func=run)
 
@@ -40,11 +40,5 @@ def run(args: argparse.Namespace) -> int:
 
     sweep = require_sweep(args.input_dir)
     output = check_output_dir(Path(args.output_dir), sweep)
-    written = write_selection(sweep, output, args.data_dir)
-    for title, table in written.sections:
-        print(title + "\n")
-        print(table.to_string())
-    for note in written.notes():
-        print(f"\n{note}")
-    print(f"Wrote {', '.join(str(p) for p in written.files)}")
+    print_written(write_selection(sweep, output, args.data_dir))
     return 0
