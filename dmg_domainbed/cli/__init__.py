@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import sys
+from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_output_dir(parser: argparse.ArgumentParser, default: str, what: str) -> None:
-    parser.add_argument("--output_dir", default=default, help=f"{what} (default: %(default)s)")
+    help = f"{what} (default: %(default)s)"
+    parser.add_argument("--output_dir", type=Path, default=default, help=help)
 
 
 def print_written(written) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from dmg_domainbed.cli import add_output_dir, whole_number
 from dmg_domainbed.demo import ALGORITHMS
@@ -62,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
     config = demo_config(args.algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
     try:
-        return run_demo(Path(args.output_dir), config, lambda line: print(line, flush=True))
+        return run_demo(args.output_dir, config, lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print(
             f"Interrupted. Run the same command again to resume: finished jobs are kept "
-            f"in {Path(args.output_dir) / SWEEP}.",
+            f"in {args.output_dir / SWEEP}.",
             file=sys.stderr,
         )
         return 130

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from dmg_domainbed.cli import add_output_dir, print_written
 
@@ -42,6 +41,6 @@ def run(args: argparse.Namespace) -> int:
     runs = [read_run(path) for path in args.run_dir]
     for run_ in runs:
         require_model(run_)
-    output = check_output_dir(Path(args.output_dir), *(run_.path for run_ in runs))
+    output = check_output_dir(args.output_dir, *(run_.path for run_ in runs))
     print_written(write_in_domain([runs], output, args.data_dir))
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from dmg_domainbed.cli import add_output_dir
 
@@ -37,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     run_ = read_run(args.run_dir)
     require_drawing(run_, "masks")
     require_model(run_)
-    output = check_output_dir(Path(args.output_dir), run_.path)
+    output = check_output_dir(args.output_dir, run_.path)
     drawn = draw_learned(run_, output, "masks")
     print(f"What {run_.describe()} learned:")
     print(drawn.summary.round(3).to_string())

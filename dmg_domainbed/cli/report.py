@@ -37,6 +37,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument(
         "--tensorboard",
+        type=Path,
         metavar="DIR",
         help=(
             "also write every run's logged scalars and its hparams, with the test accuracy "
@@ -54,10 +55,8 @@ def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.reporting.report import write_report
     from dmg_domainbed.reporting.tables import results_markdown
 
-    log_dir = None
-    if args.tensorboard is not None:
-        log_dir = tensorboard.check_log_dir(Path(args.tensorboard), sweep)
-    written = write_report(sweep, Path(args.output_dir), args.reference)
+    log_dir = tensorboard.check_log_dir(args.tensorboard, sweep) if args.tensorboard else None
+    written = write_report(sweep, args.output_dir, args.reference)
     print(results_markdown(written.results, written.averages))
     print(written.summary())
     print(f"\nWrote {', '.join(str(p) for p in written.files)}")

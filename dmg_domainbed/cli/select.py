@@ -4,7 +4,6 @@ the source domains' validation splits (the DMG authors' selection), next to Doma
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from dmg_domainbed.cli import add_output_dir, print_written
 
@@ -39,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
     from dmg_domainbed.reporting.runs import require_sweep
 
     sweep = require_sweep(args.input_dir)
-    output = check_output_dir(Path(args.output_dir), sweep)
+    output = check_output_dir(args.output_dir, sweep)
     print_written(write_selection(sweep, output, args.data_dir))
     return 0

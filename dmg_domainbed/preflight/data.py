@@ -22,7 +22,6 @@ NOT_NEEDED, NOT_CHECKED = "no files needed", "not checked"
 class DataStatus:
     """Whether a dataset's files are there and usable; ``problems``: errors, each with its fix."""
 
-    dataset: str
     state: str
     detail: str
     problems: tuple[str, ...] = ()
@@ -38,24 +37,22 @@ def dataset_status(dataset: str, module: str, n_envs: int, data_dir: str | None)
     manifests = registered_manifests()
     if dataset not in manifests:
         if dataset in NO_FILES or module.startswith("dmg_domainbed.datasets"):
-            return DataStatus(dataset, NOT_NEEDED, "built in memory; --data_dir is not read")
+            return DataStatus(NOT_NEEDED, "built in memory; --data_dir is not read")
         if dataset not in FILE_DATASETS:
-            return DataStatus(dataset, NOT_CHECKED, f"layout of {module}.{dataset} is not known")
+            return DataStatus(NOT_CHECKED, f"layout of {module}.{dataset} is not known")
         known = len(IMAGE_LAYOUTS[dataset].domains) if dataset in IMAGE_LAYOUTS else n_envs
         if known != n_envs:
-            return DataStatus(
-                dataset, NOT_CHECKED, f"{module}.{dataset} has {n_envs} domains, not {known}"
-            )
+            return DataStatus(NOT_CHECKED, f"{module}.{dataset} has {n_envs} domains, not {known}")
     report = check_dataset(dataset, data_dir, quick=True, manifests=manifests)
     problems = tuple(str(finding) for finding in report.errors)
     if not report.present:
-        return DataStatus(dataset, MISSING, problems[0], problems)
+        return DataStatus(MISSING, problems[0], problems)
     if problems:
         more = f"; dmg-domainbed data check --data_dir {data_dir} --datasets {dataset} says more"
-        return DataStatus(dataset, INVALID, "; ".join(problems) + more, problems)
+        return DataStatus(INVALID, "; ".join(problems) + more, problems)
     notes = [f.found for f in report.findings if f.severity == INFO][:1]
     if report.warnings:
         notes.append(f"{len(report.warnings)} warning(s): see dmg-domainbed data check")
     images = sum(count.images for count in report.counts)
     found = f"{Path(report.location)} ({len(report.counts)} domains; {images:,} images)"
-    return DataStatus(dataset, PRESENT, "; ".join([found, *notes]))
+    return DataStatus(PRESENT, "; ".join([found, *notes]))

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup
+from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup, register
 from dmg_domainbed.datacheck.downloads import domainbed_checkout
 from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.errors import UserError
@@ -61,13 +61,12 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
     if probe.error:
         return Check(FAIL, "plugins", (f"{where}: {probe.error}", *disabled, *probe.warnings))
     lines = [f"{where} runs {probe.executable}, DomainBed from {probe.domainbed}"]
-    expected = {
-        "algorithms": (integration.ALGORITHM_GROUP, probe.algorithms, algorithm),
-        "datasets": (integration.DATASET_GROUP, probe.datasets, dataset),
-        "launchers": (integration.LAUNCHER_GROUP, probe.launchers, None),
-    }
     missing, failed = [], False
-    for kind, (group, registered, needed) in expected.items():
+    for kind, group, registered, needed in [
+        ("algorithms", integration.ALGORITHM_GROUP, probe.algorithms, algorithm),
+        ("datasets", integration.DATASET_GROUP, probe.datasets, dataset),
+        ("launchers", integration.LAUNCHER_GROUP, probe.launchers, None),
+    ]:
         declared = list(integration.entry_points(group))
         lines.append(f"{kind} registered: {', '.join(n for n in declared if n in registered)}")
         missing += [name for name in declared if name not in registered]
@@ -80,14 +79,12 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
     return Check(status, "plugins", (*lines, *probe.warnings))
 
 
-def _weights_check(
-    algorithm: str, dataset: str | None, overrides: Mapping[str, Any] | None
-) -> Check:
+def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, Any] | None) -> Check:
     """The weights the sweep preflight and smoke ask for (:mod:`.requirements`), file by file."""
     target = dataset or IMAGE_DATASET_FOR_WEIGHTS
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
     missing_status = FAIL if dataset else WARN
-    own = requirements.own_weights(algorithm, target, overrides)
+    own = requirements.own_weights(algorithm, target, hparams)
     if own is not None:
         lines = [f"{scope} loads its own weights; looked in, in order:"]
         for f in own.locations:
@@ -95,12 +92,12 @@ def _weights_check(
             lines.append(f"{state}  {f.what}: {f.filename} in {f.folder}")
         status = OK if own.ready else missing_status
         return Check(status, "pretrained weights", (*lines, *own.details))
-    files, problems = requirements.weight_files(algorithm, target, overrides)
+    files, problems = requirements.weight_files(algorithm, target, hparams)
     if not files and not problems:
         detail = f"none: {dataset} inputs {input_shape(target)} use no pretrained featurizer"
         return Check(OK, "pretrained weights", (detail,))
-    hparams = effective_hparams(algorithm, target, overrides)
-    backbone = ", ".join(f"{k}={hparams[k]}" for k in BACKBONE_HPARAMS if k in hparams)
+    effective = effective_hparams(algorithm, target, hparams)
+    backbone = ", ".join(f"{k}={effective[k]}" for k in BACKBONE_HPARAMS if k in effective)
     lines = [f"{scope} ({backbone}) loads:"]
     for f in files:
         if f.present:
@@ -150,10 +147,7 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
 
 
 def diagnose(
-    algorithm: str = "DMG",
-    dataset: str | None = None,
-    data_dir: str | None = None,
-    hparams: Mapping[str, Any] | None = None,
+    algorithm: str, dataset: str | None, data_dir: str | None, hparams: Mapping[str, Any] | None
 ) -> list[Check]:
     """Every check, in order. Raises :class:`UserError` for an unknown name or hparam."""
     checks = [_domainbed_check()]
@@ -162,9 +156,7 @@ def diagnose(
     try:
         from domainbed import algorithms, datasets
 
-        import dmg_domainbed
-
-        dmg_domainbed.register()
+        register()
     except Exception as error:  # any failure of DomainBed's own imports stops every run
         return checks + [Check(FAIL, "DomainBed import", (f"{type(error).__name__}: {error}",))]
     named = [

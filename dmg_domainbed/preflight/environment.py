@@ -23,10 +23,8 @@ try:
 except Exception as error:
     facts["error"] = f"{{type(error).__name__}}: {{error}}"
 else:
-    facts["domainbed"] = list(domainbed.__path__)[0]
-    facts["algorithms"] = list(algorithms.ALGORITHMS)
-    facts["datasets"] = list(datasets.DATASETS)
-    facts["launchers"] = sorted(command_launchers.REGISTRY)
+    facts.update(domainbed=list(domainbed.__path__)[0], algorithms=list(algorithms.ALGORITHMS),
+                 datasets=list(datasets.DATASETS), launchers=sorted(command_launchers.REGISTRY))
 print({_PROBE_MARK!r} + json.dumps(facts))
 """
 
@@ -71,15 +69,9 @@ def probe_fresh_process() -> ProbeResult:
     python = shutil.which("python", path=env["PATH"])
     if python is None:
         return ProbeResult(python=None, error="no `python` on PATH")
+    command = [python, "-c", _PROBE]
     try:
-        done = subprocess.run(
-            [python, "-c", _PROBE],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as error:
         return ProbeResult(python=python, error=f"{type(error).__name__}: {error}")
     warnings = [line for line in done.stderr.splitlines() if line.startswith("dmg-domainbed:")]

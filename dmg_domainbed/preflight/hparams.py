@@ -44,11 +44,9 @@ def effective_hparams(
         if declared:
             declared[-1].check(value, algorithm)
         else:
-            rule_like(hparams[name]).check(
-                value,
-                f"{algorithm} hparam '{name}' on {dataset}",
-                f"Give a value of the type of its default, {hparams[name]!r}.",
-            )
+            what = f"{algorithm} hparam '{name}' on {dataset}"
+            fix = f"Give a value of the type of its default, {hparams[name]!r}."
+            rule_like(hparams[name]).check(value, what, fix)
     hparams.update(overrides)
     check_trainable(hparams, algorithm)
     return hparams

@@ -6,9 +6,7 @@ a ResNet it first builds torchvision's ``resnet18``/``resnet50(pretrained=True)`
 ``IMAGENET1K_V1`` weights) and then, if ``resnet50_augmix`` is on (DomainBed's default), replaces
 it by timm's ``resnet50.ram_in1k``: with the default hparams *both* are downloaded. With ``vit``
 and ``dinov2`` it loads DINOv2 ViT-B/14 through ``torch.hub``. Smaller inputs (MNIST's CNN,
-the Wide ResNet, the MLP) use no pretrained weights.
-
-Caches are only looked at here; nothing is downloaded. Each missing file comes with the command
+the Wide ResNet, the MLP) use no pretrained weights. Each missing file comes with the command
 that puts it where the loader looks.
 """
 
@@ -35,15 +33,13 @@ def _torchvision_file(name: str, weights: str, caches: Caches) -> WeightFile:
     url = models.get_model_weights(name)[weights].url
     folder = caches.torch_hub / "checkpoints"
     filename = os.path.basename(urlparse(url).path)
+    load = f"torch.hub.load_state_dict_from_url('{url}')"
     return WeightFile(
         what=f"torchvision {name} ImageNet weights ({weights})",
         folder=folder,
         filename=filename,
         present=(folder / filename).is_file(),
-        fetch=(
-            f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; '
-            f"torch.hub.load_state_dict_from_url('{url}')\""
-        ),
+        fetch=f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; {load}"',
         model=f"torchvision:{name}",
     )
 
@@ -71,11 +67,8 @@ def _timm_file(name: str, caches: Caches) -> WeightFile:
 
 
 def _dinov2(caches: Caches) -> list[WeightFile]:
-    hub = caches.torch_hub
-    fetch = (
-        f'TORCH_HOME={hub.parent} python -c "import torch; '
-        f"torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')\""
-    )
+    hub, load = caches.torch_hub, f"torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')"
+    fetch = f'TORCH_HOME={hub.parent} python -c "import torch; {load}"'
     return [
         WeightFile(
             f"torch.hub code of {DINOV2_REPO}",
