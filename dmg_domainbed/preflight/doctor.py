@@ -159,11 +159,10 @@ def diagnose(
         register()
     except Exception as error:  # any failure of DomainBed's own imports stops every run
         return checks + [Check(FAIL, "DomainBed import", (f"{type(error).__name__}: {error}",))]
-    named = [
+    for kind, given, valid in [
         ("algorithm", algorithm, algorithms.ALGORITHMS),
         ("dataset", dataset, datasets.DATASETS),
-    ]
-    for kind, given, valid in named:
+    ]:
         if given is not None and given not in valid:
             raise UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
     effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)  # raises first

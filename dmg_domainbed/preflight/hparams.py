@@ -20,10 +20,8 @@ def effective_hparams(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The hparams of a run with ``hparams_seed`` 0: the defaults updated with ``overrides``.
-
-    Raises :class:`UserError` for an unknown name, a value of the wrong type or one that
-    cannot train.
-    """
+    Raises :class:`UserError` for an unknown name, a value of the wrong type or one that cannot
+    train."""
     from domainbed import algorithms, datasets, hparams_registry
 
     from dmg_domainbed.hparams import HParamSpace

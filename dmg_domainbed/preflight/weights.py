@@ -118,5 +118,4 @@ def needed_weights(
 
 def missing_weights_message(files: Sequence[WeightFile]) -> str:
     """What is missing, where it was looked for, and the command that fetches each file."""
-    lines = [f"{f.what}: not found at {f.path}; to get it: {f.fetch}" for f in files]
-    return "; ".join(lines)
+    return "; ".join(f"{f.what}: not found at {f.path}; to get it: {f.fetch}" for f in files)
