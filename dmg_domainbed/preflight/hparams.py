@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams.trainable import check_trainable
-from dmg_domainbed.rules import rule_like
 
 
 def effective_hparams(
@@ -22,9 +20,12 @@ def effective_hparams(
     """The hparams of a run with ``hparams_seed`` 0: the defaults updated with ``overrides``.
     Raises :class:`UserError` for an unknown name, a value of the wrong type or one that cannot
     train."""
+    # Imported here: every command of the CLI imports this module, few of them need these.
     from domainbed import algorithms, datasets, hparams_registry
 
     from dmg_domainbed.hparams import HParamSpace
+    from dmg_domainbed.hparams.trainable import check_trainable
+    from dmg_domainbed.rules import rule_like
 
     hparams = hparams_registry.default_hparams(algorithm, dataset)
     overrides = dict(overrides or {})
