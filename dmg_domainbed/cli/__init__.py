@@ -1,19 +1,21 @@
-"""``dmg-domainbed`` command line: one module per subcommand, each thin over library code,
-whose ``add_parser(subparsers)`` registers its parser and sets ``func`` to a ``run(args) ->
-int``. A :class:`~dmg_domainbed.errors.UserError` is printed as one message, exit status 2;
-every other exception keeps its traceback.
+"""``dmg-domainbed`` command line: subcommands thin over library code, grouped in modules by
+when they are used (sweeps, checks before them, their results). A module's
+``add_parsers(subparsers)`` registers its parsers, each setting ``func`` to the subcommand's
+``(args) -> int``. A :class:`~dmg_domainbed.errors.UserError` is printed as one message, exit
+status 2; every other exception keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
+from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 
-SUBCOMMANDS = ("demo", "report", "evaluate", "select", "masks", "sweep", "doctor", "smoke", "data")
+# The modules whose add_parsers(subparsers) register the subcommands, in the order of --help.
+MODULES = ("sweeps", "checks", "results")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        importlib.import_module(f"dmg_domainbed.cli.{name}").add_parser(subparsers)
+    for name in MODULES:
+        importlib.import_module(f"dmg_domainbed.cli.{name}").add_parsers(subparsers)
     return parser
 
 
@@ -43,23 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def add_output_dir(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+    help = f"{what} (default: %(default)s)"
+    parser.add_argument("--output_dir", type=Path, default=default, help=help)
+
+
 def whole_number(text: str) -> int:
     """An argparse ``type``: an integer >= 1."""
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
     return int(text)
-
-
-def parse_hparams(text: str | None) -> dict:
-    """A command line's ``--hparams`` JSON object (``{}`` when not given)."""
-    if text is None:
-        return {}
-    try:
-        hparams = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"--hparams is not valid JSON ({error}): {text!r}") from None
-    if not isinstance(hparams, dict):
-        raise UserError(
-            f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; got {text!r}"
-        )
-    return hparams

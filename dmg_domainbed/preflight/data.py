@@ -1,11 +1,8 @@
-"""Will a dataset's data be what DomainBed reads under ``--data_dir``? The short answer that
-``doctor``, the sweep preflight and ``smoke`` give before any job folder exists.
-
-It is the quick data check (:mod:`.data_check`: names, counts and file headers, no decoding)
-summed up as one state: ``present``, ``missing``, or ``not usable`` when something would stop a
-job or make it train on other data than the download's (with each problem, what DomainBed
-expects and the fix). ``dmg-domainbed data check`` gives the whole report and decodes every
-image.
+"""Will a dataset's data be what DomainBed reads under ``--data_dir``? The quick data check
+(:mod:`dmg_domainbed.datacheck.data_check`: names, counts and file headers, no decoding) summed up
+as one state for ``doctor``, the sweep preflight and ``smoke``: ``present``, ``missing``, or
+``not usable`` when something would stop a job or make it train on other data than the
+download's. ``dmg-domainbed data check`` gives the whole report and decodes every image.
 """
 
 from __future__ import annotations
@@ -17,19 +14,14 @@ from dmg_domainbed.datacheck.data_check import FILE_DATASETS, check_dataset, reg
 from dmg_domainbed.datacheck.findings import INFO
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, NO_FILES
 
-# Datasets this package ships are built from data bundled with installed packages.
-EMBEDDED_MODULE_PREFIX = "dmg_domainbed.datasets"
-
 PRESENT, MISSING, INVALID = "present", "missing", "not usable"
 NOT_NEEDED, NOT_CHECKED = "no files needed", "not checked"
 
 
 @dataclass(frozen=True)
 class DataStatus:
-    """Where a dataset's files must be, whether they are there and usable; ``problems`` are
-    the quick check's errors, each with its fix."""
+    """Whether a dataset's files are there and usable; ``problems``: errors, each with its fix."""
 
-    dataset: str
     state: str
     detail: str
     problems: tuple[str, ...] = ()
@@ -44,30 +36,23 @@ def dataset_status(dataset: str, module: str, n_envs: int, data_dir: str | None)
     under ``data_dir`` as its download leaves it."""
     manifests = registered_manifests()
     if dataset not in manifests:
-        if dataset in NO_FILES or module.startswith(EMBEDDED_MODULE_PREFIX):
-            return DataStatus(dataset, NOT_NEEDED, "built in memory; --data_dir is not read")
+        if dataset in NO_FILES or module.startswith("dmg_domainbed.datasets"):
+            return DataStatus(NOT_NEEDED, "built in memory; --data_dir is not read")
         if dataset not in FILE_DATASETS:
-            return DataStatus(dataset, NOT_CHECKED, f"layout of {module}.{dataset} is not known")
+            return DataStatus(NOT_CHECKED, f"layout of {module}.{dataset} is not known")
         known = len(IMAGE_LAYOUTS[dataset].domains) if dataset in IMAGE_LAYOUTS else n_envs
         if known != n_envs:
-            return DataStatus(
-                dataset, NOT_CHECKED, f"{module}.{dataset} has {n_envs} domains, not {known}"
-            )
+            return DataStatus(NOT_CHECKED, f"{module}.{dataset} has {n_envs} domains, not {known}")
     report = check_dataset(dataset, data_dir, quick=True, manifests=manifests)
     problems = tuple(str(finding) for finding in report.errors)
     if not report.present:
-        return DataStatus(dataset, MISSING, problems[0], problems)
+        return DataStatus(MISSING, problems[0], problems)
     if problems:
         more = f"; dmg-domainbed data check --data_dir {data_dir} --datasets {dataset} says more"
-        return DataStatus(dataset, INVALID, "; ".join(problems) + more, problems)
+        return DataStatus(INVALID, "; ".join(problems) + more, problems)
     notes = [f.found for f in report.findings if f.severity == INFO][:1]
     if report.warnings:
         notes.append(f"{len(report.warnings)} warning(s): see dmg-domainbed data check")
     images = sum(count.images for count in report.counts)
-    where = Path(report.location)
-    return DataStatus(
-        dataset,
-        PRESENT,
-        f"{where} ({len(report.counts)} domains; {images:,} images)"
-        + "".join(f"; {note}" for note in notes),
-    )
+    found = f"{Path(report.location)} ({len(report.counts)} domains; {images:,} images)"
+    return DataStatus(PRESENT, "; ".join([found, *notes]))

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup
+from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup, register
 from dmg_domainbed.datacheck.downloads import domainbed_checkout
 from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight import data, environment, requirements, weights
+from dmg_domainbed.preflight import data, environment, requirements
 from dmg_domainbed.preflight.hparams import effective_hparams
 
 OK, FAIL, WARN, INFO = "ok", "FAIL", "warn", "info"
@@ -30,22 +30,18 @@ BACKBONE_HPARAMS = ("alexnet", "resnet18", "resnet50_augmix", "vit", "dinov2")
 class Check:
     status: str
     title: str
-    details: tuple[str, ...] = ()
+    details: Sequence[str] = ()
 
 
 def _domainbed_check() -> Check:
-    checkout = domainbed_checkout()
-    tested = TESTED_DOMAINBED_COMMIT
+    checkout, tested = domainbed_checkout(), TESTED_DOMAINBED_COMMIT
     if checkout is None:
-        return Check(
-            FAIL,
-            "DomainBed",
-            (
-                f"not importable by {sys.executable}. Clone facebookresearch/DomainBed, check out "
-                f"{tested[:7]} and put the checkout on this Python's path (e.g. a .pth file in "
-                "site-packages holding its folder)",
-            ),
+        fix = (
+            f"not importable by {sys.executable}. Clone facebookresearch/DomainBed, check out "
+            f"{tested[:7]} and put the checkout on this Python's path (e.g. a .pth file in "
+            "site-packages holding its folder)"
         )
+        return Check(FAIL, "DomainBed", (fix,))
     commit = environment.git_commit(checkout)
     if commit is None:
         detail = f"{checkout}; commit unknown (git cannot tell); tested against {tested[:7]}"
@@ -65,13 +61,12 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
     if probe.error:
         return Check(FAIL, "plugins", (f"{where}: {probe.error}", *disabled, *probe.warnings))
     lines = [f"{where} runs {probe.executable}, DomainBed from {probe.domainbed}"]
-    expected = {
-        "algorithms": (integration.ALGORITHM_GROUP, probe.algorithms, algorithm),
-        "datasets": (integration.DATASET_GROUP, probe.datasets, dataset),
-        "launchers": (integration.LAUNCHER_GROUP, probe.launchers, None),
-    }
     missing, failed = [], False
-    for kind, (group, registered, needed) in expected.items():
+    for kind, group, registered, needed in [
+        ("algorithms", integration.ALGORITHM_GROUP, probe.algorithms, algorithm),
+        ("datasets", integration.DATASET_GROUP, probe.datasets, dataset),
+        ("launchers", integration.LAUNCHER_GROUP, probe.launchers, None),
+    ]:
         declared = list(integration.entry_points(group))
         lines.append(f"{kind} registered: {', '.join(n for n in declared if n in registered)}")
         missing += [name for name in declared if name not in registered]
@@ -84,30 +79,25 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
     return Check(status, "plugins", (*lines, *probe.warnings))
 
 
-def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, Any]) -> Check:
-    from domainbed import algorithms
-
+def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, Any] | None) -> Check:
+    """The weights the sweep preflight and smoke ask for (:mod:`.requirements`), file by file."""
+    target = dataset or IMAGE_DATASET_FOR_WEIGHTS
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
     missing_status = FAIL if dataset else WARN
-    own = weights.algorithm_weights(algorithms.get_algorithm_class(algorithm), hparams)
+    own = requirements.own_weights(algorithm, target, hparams)
     if own is not None:
         lines = [f"{scope} loads its own weights; looked in, in order:"]
         for f in own.locations:
-            lines.append(
-                f"{'found ' if f.present else 'absent'}  {f.what}: {f.filename} in {f.folder}"
-            )
-        return Check(
-            OK if own.ready else missing_status, "pretrained weights", (*lines, *own.details)
-        )
-    shape = input_shape(dataset) if dataset else (3, 224, 224)
-    if not weights.uses_pretrained_backbone(shape):
-        return Check(
-            OK,
-            "pretrained weights",
-            (f"none: {dataset} inputs {shape} use no pretrained featurizer",),
-        )
-    files, problems = weights.needed_weights(hparams, shape)
-    backbone = ", ".join(f"{k}={hparams.get(k)}" for k in BACKBONE_HPARAMS if k in hparams)
+            state = "found " if f.present else "absent"
+            lines.append(f"{state}  {f.what}: {f.filename} in {f.folder}")
+        status = OK if own.ready else missing_status
+        return Check(status, "pretrained weights", (*lines, *own.details))
+    files, problems = requirements.weight_files(algorithm, target, hparams)
+    if not files and not problems:
+        detail = f"none: {dataset} inputs {input_shape(target)} use no pretrained featurizer"
+        return Check(OK, "pretrained weights", (detail,))
+    effective = effective_hparams(algorithm, target, hparams)
+    backbone = ", ".join(f"{k}={effective[k]}" for k in BACKBONE_HPARAMS if k in effective)
     lines = [f"{scope} ({backbone}) loads:"]
     for f in files:
         if f.present:
@@ -115,20 +105,20 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
         else:
             lines += [f"MISSING {f.what}: not found at {f.path}", f"        to get it: {f.fetch}"]
     if not problems and all(f.present for f in files):
-        return Check(OK, "pretrained weights", tuple(lines))
+        return Check(OK, "pretrained weights", lines)
     lines += problems
     lines.append(
         "DomainBed downloads missing weights when it builds the model; offline, the job fails there"
     )
-    return Check(missing_status, "pretrained weights", tuple(lines))
+    return Check(missing_status, "pretrained weights", lines)
 
 
-def _input_check(algorithm: str, dataset: str) -> list[Check]:
+def _input_check(algorithm: str, dataset: str | None) -> list[Check]:
     """An algorithm that takes some input shapes only offers ``check_input_shape(shape)``."""
     from domainbed import algorithms
 
     check = getattr(algorithms.get_algorithm_class(algorithm), "check_input_shape", None)
-    shape = input_shape(dataset)
+    shape = input_shape(dataset) if dataset else None
     if check is None or shape is None:
         return []
     try:
@@ -143,10 +133,9 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
 
     if dataset is not None:
         found = requirements.data_status(dataset, data_dir)
-        if found.problems:
+        if not found.ok:
             return Check(FAIL, "data", (f"{dataset}: {found.state}:", *found.problems))
-        detail = f"{dataset}: {found.state}: {found.detail}"
-        return Check(OK if found.ok else FAIL, "data", (detail,))
+        return Check(OK, "data", (f"{dataset}: {found.state}: {found.detail}",))
     if data_dir is None:
         return Check(INFO, "data", ("give --data_dir DIR to see which datasets are there",))
     lines = [f"under {os.path.abspath(data_dir)}:"]
@@ -154,19 +143,11 @@ def _data_check(dataset: str | None, data_dir: str | None) -> Check:
         found = requirements.data_status(name, data_dir)
         if found.state in (data.PRESENT, data.MISSING, data.INVALID):
             lines.append(f"{found.state:8} {name}: {found.detail}")
-    return Check(INFO, "data", tuple(lines))
-
-
-def _known(kind: str, given: str, valid: Sequence[str]) -> None:
-    if given not in valid:
-        raise UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
+    return Check(INFO, "data", lines)
 
 
 def diagnose(
-    algorithm: str = "DMG",
-    dataset: str | None = None,
-    data_dir: str | None = None,
-    hparams: Mapping[str, Any] | None = None,
+    algorithm: str, dataset: str | None, data_dir: str | None, hparams: Mapping[str, Any] | None
 ) -> list[Check]:
     """Every check, in order. Raises :class:`UserError` for an unknown name or hparam."""
     checks = [_domainbed_check()]
@@ -175,21 +156,21 @@ def diagnose(
     try:
         from domainbed import algorithms, datasets
 
-        import dmg_domainbed
-
-        dmg_domainbed.register()
+        register()
     except Exception as error:  # any failure of DomainBed's own imports stops every run
         return checks + [Check(FAIL, "DomainBed import", (f"{type(error).__name__}: {error}",))]
-    _known("algorithm", algorithm, algorithms.ALGORITHMS)
-    if dataset is not None:
-        _known("dataset", dataset, datasets.DATASETS)
-    effective = effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)
-    importable, torch_lines = environment.torch_summary()
+    for kind, given, valid in [
+        ("algorithm", algorithm, algorithms.ALGORITHMS),
+        ("dataset", dataset, datasets.DATASETS),
+    ]:
+        if given is not None and given not in valid:
+            raise UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
+    effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)  # raises first
     checks += [
         _plugin_check(algorithm, dataset),
-        Check(INFO if importable else FAIL, "torch", tuple(torch_lines)),
-        *(_input_check(algorithm, dataset) if dataset is not None else []),
-        _weights_check(algorithm, dataset, effective),
+        Check(INFO, "torch", environment.torch_summary()),
+        *_input_check(algorithm, dataset),
+        _weights_check(algorithm, dataset, hparams),
         _data_check(dataset, data_dir),
     ]
     return checks

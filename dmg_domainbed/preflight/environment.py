@@ -8,8 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 _PROBE_MARK = "dmg-domainbed-probe:"
@@ -23,27 +23,20 @@ try:
 except Exception as error:
     facts["error"] = f"{{type(error).__name__}}: {{error}}"
 else:
-    facts["domainbed"] = list(domainbed.__path__)[0]
-    facts["algorithms"] = list(algorithms.ALGORITHMS)
-    facts["datasets"] = list(datasets.DATASETS)
-    facts["launchers"] = sorted(command_launchers.REGISTRY)
+    facts.update(domainbed=list(domainbed.__path__)[0], algorithms=list(algorithms.ALGORITHMS),
+                 datasets=list(datasets.DATASETS), launchers=sorted(command_launchers.REGISTRY))
 print({_PROBE_MARK!r} + json.dumps(facts))
 """
 
 
 def git_commit(checkout: Path) -> str | None:
     """The commit checked out in ``checkout`` (``None`` where git cannot tell)."""
+    command = ["git", "-C", str(checkout), "rev-parse", "--verify", "HEAD"]
     try:
-        answer = subprocess.run(
-            ["git", "-C", str(checkout), "rev-parse", "--verify", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        answer = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    commit = answer.stdout.strip()
-    return commit if answer.returncode == 0 and commit else None
+    return answer.stdout.strip() if answer.returncode == 0 else None
 
 
 def job_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -63,28 +56,22 @@ class ProbeResult:
     executable: str | None = None
     error: str | None = None
     domainbed: str | None = None
-    algorithms: list[str] = field(default_factory=list)
-    datasets: list[str] = field(default_factory=list)
-    launchers: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    algorithms: Sequence[str] = ()
+    datasets: Sequence[str] = ()
+    launchers: Sequence[str] = ()
+    warnings: Sequence[str] = ()
 
 
-def probe_fresh_process(timeout: float = 300) -> ProbeResult:
+def probe_fresh_process() -> ProbeResult:
     """Start the ``python`` the jobs will run (:func:`job_environment`), import DomainBed there
     and list what is registered."""
     env = job_environment()
     python = shutil.which("python", path=env["PATH"])
     if python is None:
         return ProbeResult(python=None, error="no `python` on PATH")
+    command = [python, "-c", _PROBE]
     try:
-        done = subprocess.run(
-            [python, "-c", _PROBE],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as error:
         return ProbeResult(python=python, error=f"{type(error).__name__}: {error}")
     warnings = [line for line in done.stderr.splitlines() if line.startswith("dmg-domainbed:")]
@@ -96,13 +83,12 @@ def probe_fresh_process(timeout: float = 300) -> ProbeResult:
     return ProbeResult(python=python, error=f"exit {done.returncode}: {tail}", warnings=warnings)
 
 
-def torch_summary() -> tuple[bool, list[str]]:
-    """(importable, lines): torch and torchvision versions, CUDA build, the GPUs torch sees."""
-    try:
-        import torch
-        import torchvision
-    except Exception as error:  # a broken install raises more than ImportError
-        return False, [f"torch/torchvision cannot be imported: {type(error).__name__}: {error}"]
+def torch_summary() -> list[str]:
+    """torch and torchvision versions, CUDA build, the GPUs torch sees (DomainBed, which imports
+    both, is importable)."""
+    import torch
+    import torchvision
+
     lines = [
         f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
         f"CUDA build {torch.version.cuda or 'none (CPU only)'}, Python {sys.version.split()[0]}"
@@ -113,4 +99,4 @@ def torch_summary() -> tuple[bool, list[str]]:
             lines.append(f"GPU {i}: {props.name}, {props.total_memory / 2**30:.0f} GiB")
     else:
         lines.append("no GPU visible to torch: jobs run on the CPU")
-    return True, lines
+    return lines

@@ -3,7 +3,7 @@
 DomainBed's ``train.py`` updates the hparams with whatever ``--hparams`` holds: a misspelt name
 is silently ignored and a value of the wrong type fails hours later, inside a job. Here a name
 must be one the algorithm has on that dataset, and a value must have the type of the default
-(or pass the check that this package's algorithms and datasets declare).
+(or pass the check that this package's algorithms and datasets declare in their ``HPARAMS``).
 """
 
 from __future__ import annotations
@@ -12,30 +12,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams.trainable import check_trainable
-from dmg_domainbed.rules import rule_like
-
-
-def _declared_spaces(algorithm: str, dataset: str) -> list[Any]:
-    """The ``HPARAMS`` spaces of the algorithm's and the dataset's classes, where declared."""
-    from domainbed import algorithms, datasets
-
-    from dmg_domainbed.hparams import HParamSpace
-
-    owners = [algorithms.get_algorithm_class(algorithm), datasets.get_dataset_class(dataset)]
-    spaces = [getattr(owner, "HPARAMS", None) for owner in owners]
-    return [space for space in spaces if isinstance(space, HParamSpace)]
 
 
 def effective_hparams(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The hparams of a run with ``hparams_seed`` 0: the defaults updated with ``overrides``.
+    Raises :class:`UserError` for an unknown name, a value of the wrong type or one that cannot
+    train."""
+    # Imported here: every command of the CLI imports this module, few of them need these.
+    from domainbed import algorithms, datasets, hparams_registry
 
-    Raises :class:`UserError` for an unknown name, a value of the wrong type or one that
-    cannot train.
-    """
-    from domainbed import hparams_registry
+    from dmg_domainbed.hparams import HParamSpace
+    from dmg_domainbed.hparams.trainable import check_trainable
+    from dmg_domainbed.rules import rule_like
 
     hparams = hparams_registry.default_hparams(algorithm, dataset)
     overrides = dict(overrides or {})
@@ -46,17 +36,16 @@ def effective_hparams(
             f"{', '.join(map(repr, unknown))} {verb} of {algorithm} on {dataset}; "
             f"its hparams are: {', '.join(sorted(hparams))}"
         )
-    spaces = _declared_spaces(algorithm, dataset)
+    owners = [algorithms.get_algorithm_class(algorithm), datasets.get_dataset_class(dataset)]
+    spaces = [getattr(owner, "HPARAMS", None) for owner in owners]
     for name, value in overrides.items():
-        declared = [space[name] for space in spaces if name in space]
+        declared = [s[name] for s in spaces if isinstance(s, HParamSpace) and name in s]
         if declared:
             declared[-1].check(value, algorithm)
         else:
-            rule_like(hparams[name]).check(
-                value,
-                f"{algorithm} hparam '{name}' on {dataset}",
-                f"Give a value of the type of its default, {hparams[name]!r}.",
-            )
+            what = f"{algorithm} hparam '{name}' on {dataset}"
+            fix = f"Give a value of the type of its default, {hparams[name]!r}."
+            rule_like(hparams[name]).check(value, what, fix)
     hparams.update(overrides)
     check_trainable(hparams, algorithm)
     return hparams

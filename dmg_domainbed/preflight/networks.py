@@ -21,8 +21,7 @@ TORCHVISION_BUILDERS = ("resnet18", "resnet50", "alexnet")
 
 @contextlib.contextmanager
 def without_pretrained_weights() -> Iterator[None]:
-    """Within the block, torchvision's ResNet/AlexNet builders and ``timm.create_model`` build
-    random networks whatever their ``pretrained``/``weights`` argument: nothing is loaded."""
+    """Within the block, torchvision's and timm's builders build networks without weights."""
     import timm
     import torchvision
 

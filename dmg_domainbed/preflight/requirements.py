@@ -1,8 +1,6 @@
 """What a DomainBed run needs on disk before its first step: its dataset's files and the
-pretrained weights its model loads.
-
-One answer for ``dmg-domainbed doctor``, the sweep preflight and ``dmg-domainbed smoke``, so
-that they agree: each names the same path and the same command that fixes it.
+pretrained weights its model loads. ``doctor``, the sweep preflight and ``smoke`` all ask here,
+so that they name the same path and the same command that fixes it.
 """
 
 from __future__ import annotations
@@ -10,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.preflight import data, weights
+from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.weight_files import Caches, WeightFile, WeightsCheck
 
 
@@ -28,12 +28,9 @@ def weight_files(
     overrides: Mapping[str, Any] | None = None,
     caches: Caches | None = None,
 ) -> tuple[list[WeightFile], list[str]]:
-    """The weight files a run of ``algorithm`` on ``dataset`` with the fixed hparams
-    ``overrides`` loads, looked up in ``caches`` (default: this process's), and problems that
-    stop its model from being built. Raises ``UserError`` for a bad hparam."""
-    from dmg_domainbed.datasets import input_shape
-    from dmg_domainbed.preflight.hparams import effective_hparams
-
+    """The weight files a run with the fixed hparams ``overrides`` loads, looked up in ``caches``
+    (default: this process's), and problems that stop its model from being built. Raises
+    ``UserError`` for a bad hparam."""
     hparams = effective_hparams(algorithm, dataset, overrides)
     return weights.needed_weights(hparams, input_shape(dataset), caches)
 
@@ -41,14 +38,12 @@ def weight_files(
 def own_weights(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
 ) -> WeightsCheck | None:
-    """The algorithm's own check of the weights it loads instead of DomainBed's featurizer's
-    (:func:`~dmg_domainbed.preflight.weights.algorithm_weights`), or ``None``."""
+    """The algorithm's ``check_weights`` of the weights it loads instead of DomainBed's
+    featurizer's, or ``None`` when it has none."""
     from domainbed import algorithms
 
-    from dmg_domainbed.preflight.hparams import effective_hparams
-
-    hparams = effective_hparams(algorithm, dataset, overrides)
-    return weights.algorithm_weights(algorithms.get_algorithm_class(algorithm), hparams)
+    check = getattr(algorithms.get_algorithm_class(algorithm), "check_weights", None)
+    return check(effective_hparams(algorithm, dataset, overrides)) if check else None
 
 
 def missing(
@@ -70,7 +65,6 @@ def missing(
         return problems
     files, model_problems = weight_files(algorithm, dataset, overrides)
     problems += model_problems
-    absent = [f for f in files if not f.present]
-    if absent:
+    if absent := [f for f in files if not f.present]:
         problems.append(f"pretrained weights missing: {weights.missing_weights_message(absent)}")
     return problems

@@ -6,9 +6,7 @@ a ResNet it first builds torchvision's ``resnet18``/``resnet50(pretrained=True)`
 ``IMAGENET1K_V1`` weights) and then, if ``resnet50_augmix`` is on (DomainBed's default), replaces
 it by timm's ``resnet50.ram_in1k``: with the default hparams *both* are downloaded. With ``vit``
 and ``dinov2`` it loads DINOv2 ViT-B/14 through ``torch.hub``. Smaller inputs (MNIST's CNN,
-the Wide ResNet, the MLP) use no pretrained weights.
-
-Caches are only looked at here; nothing is downloaded. Each missing file comes with the command
+the Wide ResNet, the MLP) use no pretrained weights. Each missing file comes with the command
 that puts it where the loader looks.
 """
 
@@ -18,14 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlparse
 
-from dmg_domainbed.weight_files import (
-    HF_SNAPSHOT,
-    TORCH_HUB_FILE,
-    TORCH_HUB_REPO,
-    Caches,
-    WeightFile,
-    WeightsCheck,
-)
+from dmg_domainbed.weight_files import HF_SNAPSHOT, TORCH_HUB_REPO, Caches, WeightFile
 
 TIMM_MODEL = "resnet50.ram_in1k"
 DINOV2_REPO, DINOV2_MODEL = "facebookresearch/dinov2", "dinov2_vitb14"
@@ -34,98 +25,50 @@ DINOV2_REPO_FOLDER = "facebookresearch_dinov2_main"
 DINOV2_CHECKPOINT = "dinov2_vitb14_pretrain.pth"
 
 
-def _torchvision_checkpoint(name: str, caches: Caches) -> WeightFile:
+def _torchvision_file(name: str, weights: str, caches: Caches) -> WeightFile:
+    """The file torchvision's ``name`` builder loads for ``weights`` (``pretrained=True`` is
+    torchvision's legacy name for ``IMAGENET1K_V1``), in torch hub's checkpoint folder."""
     from torchvision import models
 
-    # ``pretrained=True`` is torchvision's legacy name for IMAGENET1K_V1.
-    url = models.get_model_weights(name).IMAGENET1K_V1.url
-    return _torch_hub_file(
-        url, f"torchvision {name} ImageNet weights (IMAGENET1K_V1)", name, caches
-    )
-
-
-def _torchvision_alexnet(caches: Caches) -> WeightFile:
-    """The file of this package's AlexNet featurizer (``alexnet = true``; see
-    :mod:`dmg_domainbed.alexnet`), which replaces DomainBed's ResNet entirely."""
-    import torchvision.models as models
-
-    from dmg_domainbed.alexnet import WEIGHTS
-
-    url = getattr(models.AlexNet_Weights, WEIGHTS).url
-    what = f"torchvision alexnet ImageNet weights ({WEIGHTS})"
-    return _torch_hub_file(url, what, "alexnet", caches)
-
-
-def _torch_hub_file(url: str, what: str, name: str, caches: Caches) -> WeightFile:
-    """The file torchvision's loader keeps ``url`` in, in torch hub's checkpoint folder."""
+    url = models.get_model_weights(name)[weights].url
     folder = caches.torch_hub / "checkpoints"
     filename = os.path.basename(urlparse(url).path)
+    load = f"torch.hub.load_state_dict_from_url('{url}')"
     return WeightFile(
-        what=what,
+        what=f"torchvision {name} ImageNet weights ({weights})",
         folder=folder,
         filename=filename,
         present=(folder / filename).is_file(),
-        fetch=(
-            f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; '
-            f"torch.hub.load_state_dict_from_url('{url}')\""
-        ),
+        fetch=f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; {load}"',
         model=f"torchvision:{name}",
-        layout=TORCH_HUB_FILE,
     )
 
 
-def _hf_weights_name() -> str:
-    try:
-        import safetensors  # noqa: F401  (timm prefers model.safetensors when it can read it)
-    except ImportError:
-        return "pytorch_model.bin"
-    return "model.safetensors"
-
-
-def _timm_checkpoint(name: str, caches: Caches) -> WeightFile:
+def _timm_file(name: str, caches: Caches) -> WeightFile:
+    """timm (which requires huggingface_hub and safetensors) loads ``model.safetensors`` from
+    the model's Hugging Face hub snapshot."""
+    from huggingface_hub import try_to_load_from_cache
     from timm.models import get_pretrained_cfg
 
-    cfg = get_pretrained_cfg(name)
+    repo = get_pretrained_cfg(name).hf_hub_id
+    filename = "model.safetensors"
+    cached = try_to_load_from_cache(repo, filename, cache_dir=caches.hf_hub)
     create = f"import timm; timm.create_model('{name}', pretrained=True)"
-    try:
-        import huggingface_hub
-    except ImportError:
-        huggingface_hub = None
-    if cfg.hf_hub_id and huggingface_hub is not None:
-        filename = _hf_weights_name()
-        repo_folder = caches.hf_hub / f"models--{cfg.hf_hub_id.replace('/', '--')}"
-        cached = huggingface_hub.try_to_load_from_cache(
-            cfg.hf_hub_id, filename, cache_dir=caches.hf_hub
-        )
-        return WeightFile(
-            what=f"timm {name} weights (Hugging Face hub {cfg.hf_hub_id})",
-            folder=repo_folder,
-            filename=f"snapshots/<revision>/{filename}",
-            present=isinstance(cached, str),
-            fetch=f'HF_HUB_CACHE={caches.hf_hub} python -c "{create}"; set HF_HUB_OFFLINE=1 '
-            "on nodes without internet",
-            model=f"timm:{name}",
-            layout=HF_SNAPSHOT,
-        )
-    folder = caches.torch_hub / "checkpoints"
-    filename = os.path.basename(urlparse(cfg.url).path)
     return WeightFile(
-        what=f"timm {name} weights",
-        folder=folder,
-        filename=filename,
-        present=(folder / filename).is_file(),
-        fetch=f'TORCH_HOME={caches.torch_hub.parent} python -c "{create}"',
+        what=f"timm {name} weights (Hugging Face hub {repo})",
+        folder=caches.hf_hub / f"models--{repo.replace('/', '--')}",
+        filename=f"snapshots/<revision>/{filename}",
+        present=isinstance(cached, str),
+        fetch=f'HF_HUB_CACHE={caches.hf_hub} python -c "{create}"; set HF_HUB_OFFLINE=1 '
+        "on nodes without internet",
         model=f"timm:{name}",
-        layout=TORCH_HUB_FILE,
+        layout=HF_SNAPSHOT,
     )
 
 
 def _dinov2(caches: Caches) -> list[WeightFile]:
-    hub = caches.torch_hub
-    fetch = (
-        f'TORCH_HOME={hub.parent} python -c "import torch; '
-        f"torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')\""
-    )
+    hub, load = caches.torch_hub, f"torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')"
+    fetch = f'TORCH_HOME={hub.parent} python -c "import torch; {load}"'
     return [
         WeightFile(
             f"torch.hub code of {DINOV2_REPO}",
@@ -143,14 +86,8 @@ def _dinov2(caches: Caches) -> list[WeightFile]:
             (hub / "checkpoints" / DINOV2_CHECKPOINT).is_file(),
             fetch,
             model=f"torch.hub:{DINOV2_REPO}:{DINOV2_MODEL}",
-            layout=TORCH_HUB_FILE,
         ),
     ]
-
-
-def uses_pretrained_backbone(input_shape: Sequence[int] | None) -> bool:
-    """DomainBed builds a pretrained featurizer for 224x224 inputs only."""
-    return input_shape is not None and tuple(input_shape[1:3]) == (224, 224)
 
 
 def needed_weights(
@@ -160,29 +97,25 @@ def needed_weights(
 ) -> tuple[list[WeightFile], list[str]]:
     """The weight files a run with ``hparams`` on inputs of ``input_shape`` loads (looked up in
     ``caches``, by default this process's), and problems that would stop the model from being
-    built at all."""
-    if not uses_pretrained_backbone(input_shape):
+    built at all; both empty for inputs other than 224x224."""
+    if input_shape is None or tuple(input_shape[1:3]) != (224, 224):
         return [], []
     caches = caches or Caches.current()
-    if hparams.get("alexnet"):
-        return [_torchvision_alexnet(caches)], []
+    if hparams.get("alexnet"):  # this package's AlexNet featurizer (dmg_domainbed.alexnet)
+        from dmg_domainbed.alexnet import WEIGHTS
+
+        return [_torchvision_file("alexnet", WEIGHTS, caches)], []
     if hparams.get("vit"):
         if not hparams.get("dinov2"):
             return [], ["DomainBed builds no ViT but DINOv2: with vit=true set dinov2=true"]
         return _dinov2(caches), []
-    files = [_torchvision_checkpoint("resnet18" if hparams.get("resnet18") else "resnet50", caches)]
+    resnet = "resnet18" if hparams.get("resnet18") else "resnet50"
+    files = [_torchvision_file(resnet, "IMAGENET1K_V1", caches)]
     if hparams.get("resnet50_augmix"):
-        files.append(_timm_checkpoint(TIMM_MODEL, caches))
+        files.append(_timm_file(TIMM_MODEL, caches))
     return files, []
 
 
 def missing_weights_message(files: Sequence[WeightFile]) -> str:
     """What is missing, where it was looked for, and the command that fetches each file."""
-    lines = [f"{f.what}: not found at {f.path}; to get it: {f.fetch}" for f in files]
-    return "; ".join(lines)
-
-
-def algorithm_weights(algorithm_class: type, hparams: Mapping[str, object]) -> WeightsCheck | None:
-    """``algorithm_class``'s check of its own weights, or ``None`` when it loads DomainBed's."""
-    check = getattr(algorithm_class, "check_weights", None)
-    return check(hparams) if check is not None else None
+    return "; ".join(f"{f.what}: not found at {f.path}; to get it: {f.fetch}" for f in files)

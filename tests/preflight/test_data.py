@@ -145,7 +145,7 @@ def test_the_sweep_preflight_and_the_doctor_name_a_broken_copy_before_any_job(
         launchers=["local"],
     )
     monkeypatch.setattr(environment, "probe_fresh_process", lambda: registered)
-    checks = doctor.diagnose("ERM", "PACS", str(tmp_path / "data"))
+    checks = doctor.diagnose("ERM", "PACS", str(tmp_path / "data"), {})
     (data,) = [check for check in checks if check.title == "data"]
     assert data.status == doctor.FAIL and data.details[0] == "PACS: not usable:"
     assert any(line.startswith(expected) for line in data.details[1:])

@@ -1,0 +1,213 @@
+"""Before a sweep, will its jobs run? ``doctor`` (would a run start on this machine), ``smoke``
+(each algorithm and dataset a few steps through DomainBed's train) and ``data check`` (is each
+dataset on disk what DomainBed will read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from dmg_domainbed.cli import whole_number
+from dmg_domainbed.errors import UserError
+
+
+def add_parsers(subparsers) -> None:
+    doctor = subparsers.add_parser(
+        "doctor",
+        help="check that a DomainBed run would start here",
+        description=(
+            "Report DomainBed's location and commit, whether a fresh `python` process registers "
+            "the plugins, torch/CUDA/GPUs, whether the pretrained weights the run loads are "
+            "cached (nothing is downloaded) and which datasets are under --data_dir. "
+            "Exit status 0 only when the run would start."
+        ),
+    )
+    doctor.add_argument("--algorithm", default="DMG", help="algorithm of the run (default: DMG)")
+    doctor.add_argument("--dataset", help="dataset of the run; checks its data and weights")
+    doctor.add_argument("--data_dir", help="DomainBed's --data_dir")
+    doctor.add_argument("--hparams", help="DomainBed's --hparams JSON, e.g. '{\"resnet18\": true}'")
+    doctor.set_defaults(func=doctor_command)
+
+    smoke = subparsers.add_parser(
+        "smoke",
+        help="run each algorithm x dataset of a sweep a few steps before launching it",
+        description=(
+            "For every algorithm and dataset of a sweep file (its job with the largest batch) "
+            "or of the command line, run DomainBed's own train for a few steps in a fresh "
+            "process on this machine's device, on a small sample of the real data with the "
+            "real pretrained weights, and print a table: ok or the error, seconds per step, "
+            "peak memory, and the sweep's estimated cost. Run it on a node like the sweep's. "
+            "Writes only into a temporary folder (and --synthetic_dir). Exit status 0 when "
+            "every job ran."
+        ),
+    )
+    smoke.add_argument("file", nargs="?", help="a sweep file, e.g. sweeps/pacs_resnet50.toml")
+    for names in ("algorithms", "datasets"):
+        smoke.add_argument(
+            f"--{names}", nargs="+", metavar="NAME", help=f"{names} (of the file, if one is given)"
+        )
+    smoke.add_argument(
+        "--hparams", help="without a file: fixed hparams as JSON, e.g. '{\"resnet18\": true}'"
+    )
+    smoke.add_argument("--data_dir", help="DomainBed's --data_dir (wins over the file's)")
+    smoke.add_argument(
+        "--steps",
+        type=int,
+        default=5,
+        help="steps per job (default: %(default)s; the first one is warm-up)",
+    )
+    smoke.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="where a dataset or pretrained weights are missing, use synthetic ones: random "
+        "images laid out like the dataset, random weights in a cache of the check's own",
+    )
+    smoke.add_argument(
+        "--synthetic_dir",
+        type=Path,
+        help="keep the synthetic datasets in this folder (implies --synthetic; default: a "
+        "temporary folder)",
+    )
+    smoke.add_argument(
+        "--timeout", type=float, default=1800, help="seconds a job may take (default: %(default)s)"
+    )
+    smoke.set_defaults(func=smoke_command)
+
+    data = subparsers.add_parser("data", help="check datasets before a sweep trains on them")
+    actions = data.add_subparsers(dest="action", required=True, metavar="ACTION")
+    check = actions.add_parser(
+        "check",
+        help="check datasets on disk against what DomainBed reads",
+        description=(
+            "For each dataset (default: every DomainBed dataset found under --data_dir and every "
+            "registered manifest dataset): its domain and class folders against the names "
+            "DomainBed reads, its image count per domain against the published releases, and, "
+            "unless --quick, every image decoded (files that do not decode, modes DomainBed's "
+            "loader changes, files of the same content in several domains or classes). Each "
+            "finding says what was found, what DomainBed expects and the fix. Nothing is "
+            "written. Exit status 1 when something would stop a job or change what it trains on."
+        ),
+    )
+    check.add_argument("--data_dir", help="DomainBed's --data_dir")
+    check.add_argument("--datasets", nargs="+", metavar="DATASET", help="datasets to check")
+    check.add_argument(
+        "--quick", action="store_true", help="names, counts and file headers only: no decoding"
+    )
+    check.add_argument(
+        "--workers",
+        type=whole_number,
+        help="processes decoding images (default: this machine's cores)",
+    )
+    check.add_argument(
+        "--manifest",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="also check the datasets of these manifest files (see DMG_DOMAINBED_DATASETS)",
+    )
+    check.set_defaults(func=data_check_command)
+
+
+def _parse_hparams(text: str | None) -> dict:
+    """A command line's ``--hparams`` JSON object (``{}`` when not given)."""
+    if text is None:
+        return {}
+    try:
+        hparams = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(f"--hparams is not valid JSON ({error}): {text!r}") from None
+    if not isinstance(hparams, dict):
+        raise UserError(
+            f"--hparams must be a JSON object like '{{\"resnet18\": true}}'; got {text!r}"
+        )
+    return hparams
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed.preflight import doctor
+
+    hparams = _parse_hparams(args.hparams)
+    checks = doctor.diagnose(args.algorithm, args.dataset, args.data_dir, hparams)
+    print(doctor.render(checks, args.algorithm, args.dataset))
+    return 0 if doctor.is_ready(checks) else 1
+
+
+def smoke_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed.smoke import jobs
+    from dmg_domainbed.smoke.run import smoke_check
+    from dmg_domainbed.sweep.config import load_sweep
+
+    if args.steps < 1:
+        raise UserError(f"--steps must be at least 1; got {args.steps}")
+    if args.timeout <= 0:
+        raise UserError(f"--timeout must be a positive number of seconds; got {args.timeout}")
+    if args.file is not None and args.hparams is not None:
+        raise UserError(
+            "--hparams is for checks without a sweep file: the file's [sweep.hparams] and "
+            "[sweep.algorithm_hparams.NAME] tables fix the hparams"
+        )
+    data_dir = args.data_dir
+    if args.file is not None:
+        config = load_sweep(args.file)
+        data_dir = data_dir or config.data_dir
+        smoke_jobs = jobs.from_sweep(config, args.algorithms, args.datasets)
+    elif args.algorithms and args.datasets:
+        hparams = _parse_hparams(args.hparams)
+        smoke_jobs = jobs.from_command_line(args.algorithms, args.datasets, hparams)
+    else:
+        raise UserError(
+            "name a sweep file (e.g. dmg-domainbed smoke sweeps/pacs_resnet50.toml) or both "
+            "--algorithms and --datasets"
+        )
+    synthetic = args.synthetic or args.synthetic_dir is not None
+    ok = smoke_check(smoke_jobs, data_dir, args.steps, args.timeout, synthetic, args.synthetic_dir)
+    return 0 if ok else 1
+
+
+def data_check_command(args: argparse.Namespace) -> int:
+    from domainbed import datasets
+
+    from dmg_domainbed import integration
+    from dmg_domainbed.datacheck import data_check
+    from dmg_domainbed.datacheck.decoding import available_cores
+    from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
+
+    integration.register_into(datasets)  # the datasets only: no algorithm is needed here
+    if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
+        raise UserError(f"--data_dir {args.data_dir}: no such folder; give DomainBed's --data_dir")
+    manifests = data_check.registered_manifests()  # and those of --manifest, checked first
+    for file in args.manifest:
+        manifest = load_manifest(file)
+        if refusal := integration.manifest_refusal(datasets, manifest):
+            raise UserError(refusal)
+        manifests[manifest.name] = manifest
+    # Why a manifest that DMG_DOMAINBED_DATASETS names is not registered.
+    named, unusable = read_manifests(os.environ)
+    problems = [f"{problem}. It is not registered." for problem in unusable]
+    problems += [r for m in named if (r := integration.manifest_refusal(datasets, m))]
+    found = [*manifests, *(data_check.found_under(args.data_dir) if args.data_dir else [])]
+    chosen = args.datasets or found
+    valid = [*manifests, *data_check.FILE_DATASETS]
+    if unknown := [name for name in chosen if name not in valid]:
+        raise UserError(
+            f"no check for dataset(s) {', '.join(unknown)}; datasets with files: "
+            f"{', '.join(valid)} (a dataset of your own: give its --manifest)"
+        )
+    if not chosen and not problems:
+        raise UserError(
+            f"no DomainBed dataset under --data_dir {args.data_dir} and no manifest dataset; "
+            "give the folder that holds them (e.g. PACS/, office_home/, MNIST/raw/)"
+        )
+    workers = args.workers or available_cores()
+    for problem in problems:
+        print(f"[ERROR] {problem}")
+    failed = bool(problems)
+    for name in chosen:
+        report = data_check.check_dataset(name, args.data_dir, args.quick, workers, manifests)
+        print("\n".join(data_check.render(report)))
+        failed = failed or not report.ok
+    print("NOT READY: fix the errors above" if failed else "READY: every dataset checked is ok")
+    return 1 if failed else 0

@@ -1,0 +1,181 @@
+"""After a sweep: ``report`` (its results, comparisons and ranks), ``evaluate`` (in-domain
+accuracy, paper Table 3), ``select`` (checkpoints selected as the DMG authors select them) and
+``masks`` (what a run learned, drawn by its algorithm). The sweep and its runs are only read.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dmg_domainbed.cli import add_output_dir
+from dmg_domainbed.reporting.runs import read_run, require_model, require_sweep
+
+RUNS_DATA_DIR = "dataset folder, if not the one the runs were trained with"
+
+
+def add_parsers(subparsers) -> None:
+    report = subparsers.add_parser(
+        "report",
+        help="tables (CSV, Markdown), comparisons and pictures of a DomainBed sweep",
+        description=(
+            "Reads a DomainBed sweep folder and writes the numbers of collect_results for "
+            "every model-selection method (results.csv, averages.csv, results.md), the run, "
+            "hparams and step each method selected (selected_hparams.csv), every algorithm "
+            "paired with a reference on the same data splits, with 95% confidence intervals "
+            "(comparisons.csv, comparisons.md), average ranks across tasks with a Friedman "
+            "test and a critical-difference diagram when there are enough tasks (ranks.csv, "
+            "ranks.md, ranks.png), test accuracy per test domain by algorithm "
+            "(accuracy_<dataset>.png) and, for algorithms that log diagnostics (DMG's masks), "
+            "their curves over training (<algorithm>_diagnostics_<dataset>.png). The sweep "
+            "folder is only read."
+        ),
+    )
+    report.add_argument(
+        "--input_dir", required=True, help="the --output_dir of domainbed.scripts.sweep"
+    )
+    add_output_dir(report, "dmg_report", "where the report goes")
+    report.add_argument(
+        "--reference",
+        help="the algorithm every other one is compared with (default: ERM, when in the sweep)",
+    )
+    report.add_argument(
+        "--tensorboard",
+        type=Path,
+        metavar="DIR",
+        help=(
+            "also write every run's logged scalars and its hparams, with the test accuracy "
+            "each selection method takes from it, as TensorBoard logs into DIR (a new or "
+            "empty folder; needs pip install 'dmg-domainbed[tensorboard]'); view them with "
+            "tensorboard --logdir DIR"
+        ),
+    )
+    report.set_defaults(func=report_command)
+
+    evaluate = subparsers.add_parser(
+        "evaluate",
+        help="in-domain accuracy of finished runs, predict vs known-domain (paper Table 3)",
+        description=(
+            "Rebuilds the held-out split of every source domain exactly as train.py made it "
+            "and classifies it with predict (DMG: averaged masks; MultiHead: averaged heads) "
+            "and, where the algorithm has one, known-domain prediction (DMG soft and hard "
+            "masks, MultiHead's own head). Several runs of one sweep with the same test "
+            "domains make one table. Writes in_domain.csv and in_domain.md."
+        ),
+    )
+    evaluate.add_argument(
+        "--run_dir",
+        required=True,
+        nargs="+",
+        metavar="RUN",
+        help="folder(s) of finished training runs (each holds model.pkl)",
+    )
+    add_output_dir(evaluate, "dmg_evaluate", "where the tables go")
+    evaluate.add_argument("--data_dir", help=RUNS_DATA_DIR)
+    evaluate.set_defaults(func=evaluate_command)
+
+    select = subparsers.add_parser(
+        "select",
+        help="select checkpoints by known-domain source validation accuracy (the paper's way)",
+        description=(
+            "Evaluates every model a sweep's runs saved at their checkpoints (train.py's "
+            "--save_model_every_checkpoint) on the source domains' validation splits, rebuilt "
+            "exactly as train.py made them, with every prediction the algorithm has (DMG: "
+            "predict, known-domain soft and hard masks; MultiHead: predict, own head), and "
+            "reports the test-domain accuracy that each prediction's validation accuracy "
+            "selects with DomainBed's training-domain validation method (best checkpoint, "
+            "then best hparams; mean over trials). Selecting by predict gives collect_results' "
+            "numbers; DMG selected by its hard masks is the paper's protocol. Writes "
+            "checkpoints.csv, selection.csv and selection.md."
+        ),
+    )
+    select.add_argument("--input_dir", required=True, help="the sweep folder (DomainBed's)")
+    add_output_dir(select, "dmg_select", "where the tables go")
+    select.add_argument("--data_dir", help=RUNS_DATA_DIR)
+    select.set_defaults(func=select_command)
+
+    masks = subparsers.add_parser(
+        "masks",
+        help="pictures of what a finished run learned (DMG's masks, ImportanceMask's weights)",
+        description=(
+            "Loads a finished run and asks its algorithm to draw what it learned into "
+            "OUTPUT_DIR: for DMG, masks.png (per layer: the mask probability sigmoid(logit) of "
+            "every unit for every source domain, and the hard IoU matrix between domains), "
+            "masks_probabilities.csv and masks_iou.csv (soft and hard IoU); for ImportanceMask, "
+            "masks.png (per tracked parameter, the importance of every weight and the "
+            "important-weight mask) and masks_importance.csv."
+        ),
+    )
+    masks.add_argument(
+        "--run_dir", required=True, metavar="RUN", help="folder of a finished run (holds model.pkl)"
+    )
+    add_output_dir(masks, "dmg_masks", "where the pictures and tables go")
+    masks.set_defaults(func=masks_command)
+
+
+def _print_written(written) -> None:
+    """The tables an evaluation of runs wrote, its notes and its files."""
+    for title, table in written.sections:
+        print(title + "\n")
+        print(table.to_string())
+    for note in written.notes():
+        print(f"\n{note}")
+    print(f"Wrote {', '.join(str(p) for p in written.files)}")
+
+
+def report_command(args: argparse.Namespace) -> int:
+    sweep = require_sweep(args.input_dir)
+    from dmg_domainbed.reporting import tensorboard
+    from dmg_domainbed.reporting.report import write_report
+    from dmg_domainbed.reporting.tables import results_markdown
+
+    log_dir = tensorboard.check_log_dir(args.tensorboard, sweep) if args.tensorboard else None
+    written = write_report(sweep, args.output_dir, args.reference)
+    print(results_markdown(written.results, written.averages))
+    print(written.summary())
+    print(f"\nWrote {', '.join(str(p) for p in written.files)}")
+    if log_dir is not None:
+        names = tensorboard.export(sweep, written.ranked, log_dir)
+        print(f"TensorBoard: {len(names)} runs in {log_dir}; view them with:")
+        print(f"  tensorboard --logdir {log_dir}")
+    return 0
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed.reporting.files import check_output_dir
+    from dmg_domainbed.reporting.in_domain import write_in_domain
+
+    runs = [read_run(path) for path in args.run_dir]
+    for run in runs:
+        require_model(run)
+    output = check_output_dir(args.output_dir, *(run.path for run in runs))
+    _print_written(write_in_domain([runs], output, args.data_dir))
+    return 0
+
+
+def select_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed.reporting.checkpoint_selection import write_selection
+    from dmg_domainbed.reporting.files import check_output_dir
+
+    sweep = require_sweep(args.input_dir)
+    output = check_output_dir(args.output_dir, sweep)
+    _print_written(write_selection(sweep, output, args.data_dir))
+    return 0
+
+
+def masks_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed.reporting.divergence import warnings
+    from dmg_domainbed.reporting.files import check_output_dir
+    from dmg_domainbed.reporting.learned import draw_learned, require_drawing
+
+    run = read_run(args.run_dir)
+    require_drawing(run, "masks")
+    require_model(run)
+    output = check_output_dir(args.output_dir, run.path)
+    drawn = draw_learned(run, output, "masks")
+    print(f"What {run.describe()} learned:")
+    print(drawn.summary.round(3).to_string())
+    for line in warnings([run]):
+        print(line)
+    print(f"Wrote {', '.join(str(p) for p in drawn.files)}")
+    return 0

@@ -1,0 +1,143 @@
+"""DomainBed sweeps, run by DomainBed's own sweep code: ``demo`` (a real sweep on the embedded
+RotatedDigits, and its report) and ``sweep`` (a sweep file's jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from dmg_domainbed.cli import add_output_dir, whole_number
+from dmg_domainbed.demo import ALGORITHMS
+from dmg_domainbed.errors import UserError
+
+
+def add_parsers(subparsers) -> None:
+    demo = subparsers.add_parser(
+        "demo",
+        help="run a real DomainBed sweep on the embedded RotatedDigits dataset and report it",
+        description=(
+            "Runs DomainBed's own sweep (train.py per job) of the given algorithms on "
+            "RotatedDigits, one job per test domain, then prints collect_results' table and "
+            "writes a report (CSV, Markdown, PNG) to OUTPUT_DIR/report. Running it again "
+            "resumes: finished jobs (DomainBed's 'done' files) are kept, unfinished ones redone."
+        ),
+    )
+    add_output_dir(demo, "dmg_demo", "folder of the sweep, its log and the report")
+    demo.add_argument(
+        "--steps", type=whole_number, help="training steps per job (default: RotatedDigits.N_STEPS)"
+    )
+    demo.add_argument(
+        "--algorithms",
+        nargs="+",
+        default=list(ALGORITHMS),
+        metavar="NAME",
+        help="DomainBed algorithms to compare (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--jobs",
+        type=whole_number,
+        help="jobs run at the same time by the local_parallel launcher (default: one per CPU "
+        "core, GPUs or not)",
+    )
+    demo.add_argument(
+        "--trials",
+        type=whole_number,
+        default=3,
+        help="trials per hparam setting: new data splits and seeds, which give the tables "
+        "their standard errors (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--hparams_samples",
+        type=whole_number,
+        default=1,
+        metavar="N",
+        help="hparam settings per algorithm and test domain, as DomainBed's sweep draws them: "
+        "its defaults, then N-1 random draws from the search space, among which model "
+        "selection chooses (default: %(default)s)",
+    )
+    demo.set_defaults(func=demo_command)
+
+    sweep = subparsers.add_parser(
+        "sweep",
+        help="run a sweep file (sweeps/*.toml) with DomainBed's sweep code",
+        description=(
+            "Check a sweep file, show its jobs, and launch them with DomainBed's own sweep code "
+            "(its job list, Job.launch and the command launcher: job folders, hashes and "
+            "`done` files stay DomainBed's; finished jobs are skipped)."
+        ),
+    )
+    sweep.add_argument("file", help="a sweep file, e.g. sweeps/demo.toml")
+    sweep.add_argument("--launcher", help="DomainBed command launcher (wins over the file's)")
+    sweep.add_argument(
+        "--dry-run", action="store_true", help="show the jobs and commands; create and run nothing"
+    )
+    sweep.add_argument("--data_dir", help="DomainBed's --data_dir (wins over the file's)")
+    sweep.add_argument("--output_dir", help="the sweep's output folder (wins over the file's)")
+    sweep.add_argument(
+        "--delete-incomplete",
+        action="store_true",
+        help="first delete the folders of incomplete jobs (DomainBed's delete_incomplete) so "
+        "they are launched again; only when none of them is still running",
+    )
+    sweep.set_defaults(func=sweep_command)
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed.demo import SWEEP, demo_config, run_demo
+
+    config = demo_config(args.algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
+    try:
+        return run_demo(args.output_dir, config, lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print(
+            f"Interrupted. Run the same command again to resume: finished jobs are kept "
+            f"in {args.output_dir / SWEEP}.",
+            file=sys.stderr,
+        )
+        return 130
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    from domainbed.scripts.sweep import Job
+
+    from dmg_domainbed.sweep import config as sweep_config
+    from dmg_domainbed.sweep import plan
+    from dmg_domainbed.sweep import run as sweep_run
+
+    config = sweep_config.load_sweep(args.file)
+    build_notes = sweep_config.check_against_domainbed(config)
+    launcher, env, notes = args.launcher or config.launcher, os.environ, []
+    if launcher is not None:
+        sweep_config.check_launcher(config, launcher)
+        env, notes = sweep_run.launcher_environment(config, launcher, os.environ)
+    elif not args.dry_run:
+        raise UserError(
+            f'{config.path} names no launcher: add [launcher] name = "..." to it or pass '
+            "--launcher NAME (e.g. local_parallel, submitit, local)"
+        )
+    sweep = plan.resolve(config, args.data_dir, args.output_dir)
+    groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
+    print(plan.summary(sweep, groups))
+    for note in build_notes + notes:
+        print(f"  note: {note}")
+    all_jobs = [job for _, jobs in groups for job in jobs]
+    if args.dry_run:
+        print(f"Launcher: {launcher or 'LAUNCHER'} (DomainBed's Job.launch, one launch per group)")
+        new = [f"  {job.command_str}" for job in all_jobs if job.state == Job.NOT_LAUNCHED]
+        print("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
+        if launcher is not None:
+            try:
+                sweep_run.check_ready(sweep, launcher, env)
+            except UserError as error:
+                print(f"Launching it now would stop before any job: {error}")
+        return 0
+    print(f"  launcher: {sweep_run.check_ready(sweep, launcher, env)}")
+    incomplete = sum(job.state == Job.INCOMPLETE for job in all_jobs)
+    if incomplete and not args.delete_incomplete:
+        print(
+            f"  {incomplete} incomplete job(s) are left as they are (they may still be running)"
+            "; once they have stopped, rerun with --delete-incomplete to launch them again"
+        )
+    return sweep_run.execute(sweep, launcher, env, args.delete_incomplete)
