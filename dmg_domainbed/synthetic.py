@@ -1,40 +1,32 @@
 """Synthetic stand-ins for DomainBed's image datasets and for the pretrained weights its
-featurizers load, so that DomainBed's real image path runs offline.
+featurizers load, so that DomainBed's real image path (``MultipleEnvironmentImageFolder``
+feeding the ResNet that ``networks.ResNet`` builds with ``pretrained=True``) runs offline.
 
-The image path is DomainBed's ``MultipleEnvironmentImageFolder`` (torchvision's ``ImageFolder``
-per domain, resized to 224x224, augmented for training domains) feeding the ResNet featurizer
-that ``networks.ResNet`` builds with ``pretrained=True``. :func:`write_image_dataset` writes a
-folder laid out exactly like DomainBed's download of PACS, VLCS, OfficeHome, TerraIncognita or
-DomainNet (domain folders, class folders, JPEG files of several sizes and aspect ratios, some
+:func:`write_image_dataset` writes a folder laid out exactly like DomainBed's download of PACS,
+VLCS, OfficeHome, TerraIncognita or DomainNet (JPEGs of several sizes and aspect ratios, some
 grayscale); :func:`write_random_weights` writes a random initialisation of a backbone into the
-very cache file that torchvision or timm reads (see :mod:`dmg_domainbed.preflight.weights`).
-The tests, ``dmg-domainbed smoke --synthetic`` and the benchmarks use them, e.g.::
+very cache file that torchvision or timm reads (:mod:`dmg_domainbed.preflight.weights` says
+which). The tests, ``dmg-domainbed smoke --synthetic`` and the benchmarks use them, with caches
+of their own (``Caches.under``), never the user's.
 
-    caches = Caches.under(root / "cache")            # a cache of its own, never the user's
-    files, _ = needed_weights({"resnet18": False, "resnet50_augmix": True}, IMAGE_SHAPE, caches)
-    write_random_weights(files)
-    data_dir = write_image_dataset("PACS", root / "data").parent
-    # run DomainBed with the environment caches.environment() and --data_dir data_dir
-
-Nothing here is data: the images are random colour fields and the weights a fresh random
-initialisation. Every dataset folder holds ``SYNTHETIC.txt``, file names start with
+Nothing here is data: every dataset folder holds ``SYNTHETIC.txt``, file names start with
 ``synthetic_``, and no existing file or folder is ever overwritten.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
+import itertools
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, SYNTHETIC_MARKER, ImageDatasetLayout
+from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, SYNTHETIC_MARKER
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.weight_files import HF_SNAPSHOT, TORCH_HUB_FILE, WeightFile
 
@@ -61,15 +53,6 @@ def images_needed(batch_size: int, holdout_fraction: float, classes: int = 1) ->
     return n
 
 
-def _choose_layout(dataset: str) -> ImageDatasetLayout:
-    if dataset not in LAYOUTS:
-        raise UserError(
-            f"no synthetic layout for dataset {dataset!r}; synthetic folders can be written for "
-            f"{', '.join(LAYOUTS)}"
-        )
-    return LAYOUTS[dataset]
-
-
 def _random_image(rng: np.random.Generator, index: int):
     from PIL import Image
 
@@ -94,7 +77,12 @@ def write_image_dataset(
     grayscale. A folder this function already wrote with the same arguments is returned as it
     is; any other existing folder is an error, never overwritten.
     """
-    layout = _choose_layout(dataset)
+    if dataset not in LAYOUTS:
+        raise UserError(
+            f"no synthetic layout for dataset {dataset!r}; synthetic folders can be written for "
+            f"{', '.join(LAYOUTS)}"
+        )
+    layout = LAYOUTS[dataset]
     n_classes = len(layout.classes) if classes is None else classes
     if not 1 <= n_classes <= len(layout.classes):
         raise UserError(f"{dataset} has {len(layout.classes)} classes; asked for {classes}")
@@ -105,8 +93,7 @@ def write_image_dataset(
             "ImageFolder refuses an empty class folder; ask for at least one image per class"
         )
     target = Path(data_dir) / layout.folder
-    recipe = {"dataset": dataset, "classes": n_classes, "images_per_domain": per_domain}
-    recipe["seed"] = seed
+    recipe = dict(dataset=dataset, classes=n_classes, images_per_domain=per_domain, seed=seed)
     if target.exists():
         if _recipe(target) == recipe:
             return target
@@ -119,13 +106,10 @@ def write_image_dataset(
     partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
         rng = np.random.default_rng(seed)
-        index = 0
-        for domain in layout.domains:
-            for i in range(per_domain):
-                folder = partial / domain / layout.classes[i % n_classes]
-                folder.mkdir(parents=True, exist_ok=True)
-                _random_image(rng, index).save(folder / f"synthetic_{i:05d}.jpg", quality=85)
-                index += 1
+        for index, (domain, i) in enumerate(itertools.product(layout.domains, range(per_domain))):
+            folder = partial / domain / layout.classes[i % n_classes]
+            folder.mkdir(parents=True, exist_ok=True)
+            _random_image(rng, index).save(folder / f"synthetic_{i:05d}.jpg", quality=85)
         (partial / SYNTHETIC_MARKER).write_text(
             "Random images written by dmg_domainbed.synthetic in the layout of DomainBed's "
             f"{dataset} download, to exercise the image path offline. Not the dataset: "
@@ -150,36 +134,24 @@ def is_synthetic(folder: str | Path) -> bool:
     return (Path(folder) / SYNTHETIC_MARKER).is_file()
 
 
-def _torchvision_model(name: str):
-    from torchvision import models
-
-    return models.get_model(name, weights=None)
-
-
-def _timm_model(name: str):
-    import timm
-
-    return timm.create_model(name, pretrained=False)
-
-
-# Model family (the prefix of WeightFile.model) -> builds an architecture with random weights.
-ARCHITECTURES: dict[str, Callable[[str], object]] = {
-    "torchvision": _torchvision_model,
-    "timm": _timm_model,
-}
-
-
 def _random_state_dict(model: str, seed: int) -> dict:
+    """A fresh initialisation of ``model`` (``torchvision:NAME`` or ``timm:NAME``)."""
     import torch
 
     family, _, name = model.partition(":")
-    if family not in ARCHITECTURES:
-        raise UserError(
-            f"cannot write random weights for {model}: only for models of "
-            f"{', '.join(ARCHITECTURES)}"
-        )
     torch.manual_seed(seed)
-    network = ARCHITECTURES[family](name)
+    if family == "torchvision":
+        from torchvision import models
+
+        network = models.get_model(name, weights=None)
+    elif family == "timm":
+        import timm
+
+        network = timm.create_model(name, pretrained=False)
+    else:
+        raise UserError(
+            f"cannot write random weights for {model}: only for models of torchvision, timm"
+        )
     return {key: value.detach().contiguous() for key, value in network.state_dict().items()}
 
 
@@ -187,12 +159,11 @@ def _hf_revision(file: WeightFile, seed: int) -> str:
     """A made-up revision that ``refs/main`` of the file's repository folder points at."""
     revision = hashlib.sha1(f"synthetic {file.model} {seed}".encode()).hexdigest()
     ref = file.folder / "refs" / "main"
-    if ref.exists():
-        if ref.read_text().strip() != revision:
-            raise UserError(f"{ref} points at another revision; random weights never replace it")
-        return revision
-    ref.parent.mkdir(parents=True, exist_ok=True)
-    ref.write_text(revision)
+    if not ref.exists():
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(revision)
+    elif ref.read_text().strip() != revision:
+        raise UserError(f"{ref} points at another revision; random weights never replace it")
     return revision
 
 
@@ -215,34 +186,28 @@ def write_random_weights(files: Sequence[WeightFile], seed: int = 0) -> list[Pat
         path = file.path
         if file.layout == HF_SNAPSHOT:
             path = file.folder / "snapshots" / _hf_revision(file, seed) / Path(file.filename).name
-        _write_new(path, _serialised(_random_state_dict(file.model, seed), path.name))
+        _write_new(path, _random_state_dict(file.model, seed))
         written.append(path)
     return written
 
 
-def _serialised(state: dict, filename: str) -> bytes:
-    if filename.endswith(".safetensors"):
-        from safetensors.torch import save
-
-        return save(state)
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def _write_new(path: Path, payload: bytes) -> None:
-    """Write ``path`` only if it does not exist, through a temporary file renamed at the end
-    (a failure leaves no half-written file where a loader would read it)."""
+def _write_new(path: Path, state: dict) -> None:
+    """Save ``state`` as ``path`` only if it does not exist, through a temporary file renamed at
+    the end (a failure leaves no half-written file where a loader would read it)."""
     if path.exists():
         raise UserError(f"{path} exists; random weights never replace a file")
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(payload)
+        if path.suffix == ".safetensors":
+            from safetensors.torch import save_file
+
+            save_file(state, temporary)
+        else:
+            import torch
+
+            torch.save(state, temporary)
         os.rename(temporary, path)
     except BaseException:
-        os.unlink(temporary)
+        temporary.unlink(missing_ok=True)
         raise

@@ -110,15 +110,6 @@ def jobs(sweep: Sweep, group: Group) -> list[Any]:
     return [domainbed_sweep.Job(train_args, sweep.output_dir) for train_args in args_list]
 
 
-def state_counts(all_jobs: Sequence[Any]) -> Counter:
-    from domainbed.scripts.sweep import Job
-
-    counts = Counter(job.state for job in all_jobs)
-    return Counter(
-        {state: counts.get(state, 0) for state in (Job.DONE, Job.INCOMPLETE, Job.NOT_LAUNCHED)}
-    )
-
-
 def describe_job(job) -> str:
     """``<algorithm>, test domain <names> of <dataset>, hparams <i>, trial <j>``."""
     from domainbed import datasets
@@ -138,7 +129,7 @@ def summary(sweep: Sweep, jobs_by_group: Sequence[tuple[Group, Sequence[Any]]]) 
 
     config = sweep.config
     all_jobs = [job for _, group_jobs in jobs_by_group for job in group_jobs]
-    counts = state_counts(all_jobs)
+    counts = Counter(job.state for job in all_jobs)
     lines = [
         f"Sweep {config.path}: {len(all_jobs)} job(s): {counts[Job.NOT_LAUNCHED]} to launch, "
         f"{counts[Job.DONE]} done, {counts[Job.INCOMPLETE]} incomplete",

@@ -1,15 +1,12 @@
 """Running a planned sweep with DomainBed's own sweep code, after checking it can run.
 
-The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check
-everything that can be checked before ``Job.launch`` creates job folders, lock the output
-folder (:mod:`dmg_domainbed.locks`), delete incomplete job folders when asked unless the
-launcher says one still runs, launch each group of :mod:`.plan` with DomainBed's ``Job.launch``
-in this process (which has imported DomainBed already), report jobs as they finish, and stop
-cleanly on Ctrl-C. The sweep file's launcher settings become the launcher's environment
-variables; one already set in the environment wins. A launcher is asked about its jobs through
-attributes of the launcher function, never imported here: ``check(environ)`` first, and
-``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
-delete-incomplete.
+The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check what
+can be checked before ``Job.launch`` creates job folders, lock the output folder, launch each
+group of :mod:`.plan` with ``Job.launch`` in this process, report jobs as they finish, and stop
+cleanly on Ctrl-C. The file's launcher settings become the launcher's environment variables
+(one already set wins). A launcher is asked about its jobs through attributes of its function,
+never imported here: ``check(environ)`` first, and ``running_jobs(output_dirs, environ)``
+(folder -> state of those still running) before delete-incomplete.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
+from unittest import mock
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
@@ -120,18 +118,19 @@ def execute(
             stack.enter_context(FolderLock(sweep.output_dir))
             # job states are read under the lock: no other command changes them meanwhile
             jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+            incomplete = [job for job in jobs if job.state == Job.INCOMPLETE]
             if delete_incomplete:
-                refuse_deleting_running_jobs(jobs, launch, env)
-            stack.enter_context(_environment(env))  # DomainBed gives a launcher nothing else
+                refuse_deleting_running_jobs(incomplete, launch, env)
+            # the environment is all DomainBed gives a launcher besides its commands
+            stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
             stack.enter_context(watch_done(jobs, echo, plan.describe_job))
             if log is not None:
                 output = stack.enter_context(open(log, "a"))
                 stack.enter_context(contextlib.redirect_stdout(_ThisThread(output, sys.stdout)))
                 stack.enter_context(contextlib.redirect_stderr(_ThisThread(output, sys.stderr)))
+            if delete_incomplete and incomplete:
+                Job.delete(incomplete)
             for group in sweep.groups:
-                incomplete = [j for j in plan.jobs(sweep, group) if j.state == Job.INCOMPLETE]
-                if delete_incomplete and incomplete:
-                    Job.delete(incomplete)
                 group_jobs = plan.jobs(sweep, group)
                 new = [job for job in group_jobs if job.state == Job.NOT_LAUNCHED]
                 names = ", ".join(group.algorithms)
@@ -141,8 +140,7 @@ def execute(
                         Job.launch(new, launch)
                 except UserError as error:
                     print(f"dmg-domainbed: error: {error}", file=sys.stderr, flush=True)
-                    see = f"; see {log}" if log else ""
-                    echo(f"launch of {names} failed{see}")
+                    echo(f"launch of {names} failed" + (f"; see {log}" if log else ""))
                     return 1
     except KeyboardInterrupt:
         done = sum(map(is_done, jobs))
@@ -157,16 +155,14 @@ def execute(
 
 
 def refuse_deleting_running_jobs(
-    jobs: Sequence, launcher: Callable, env: Mapping[str, str]
+    incomplete: Sequence, launcher: Callable, env: Mapping[str, str]
 ) -> None:
     """Stop before delete-incomplete removes the folder of a job that still runs, as the
     launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
     not wait for it); a launcher without it runs nothing beyond the command that started it."""
-    from domainbed.scripts.sweep import Job
-
     running_jobs = getattr(launcher, "running_jobs", None)
-    incomplete = [Path(job.output_dir) for job in jobs if job.state == Job.INCOMPLETE]
-    running = running_jobs(incomplete, env) if running_jobs and incomplete else {}
+    folders = [Path(job.output_dir) for job in incomplete]
+    running = running_jobs(folders, env) if running_jobs and folders else {}
     if running:
         listed = "\n  ".join(f"{folder} ({state})" for folder, state in sorted(running.items()))
         raise UserError(
@@ -174,18 +170,6 @@ def refuse_deleting_running_jobs(
             f"folders would lose what they write:\n  {listed}\nWait until they end, or cancel "
             "them, then run the same command again; nothing was deleted or launched."
         )
-
-
-@contextlib.contextmanager
-def _environment(env: Mapping[str, str]):
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 class _ThisThread(io.TextIOBase):
