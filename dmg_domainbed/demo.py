@@ -19,7 +19,6 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
-from dmg_domainbed.sweep.progress import is_done
 
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
@@ -34,10 +33,8 @@ def demo_config(
     algorithms: Sequence[str], steps: int | None, jobs: int | None, trials: int, samples: int
 ) -> SweepConfig:
     """The demo's sweep: ``algorithms`` on every test domain of RotatedDigits, ``steps`` steps
-    (default: the dataset's ``N_STEPS``), ``jobs`` at once; as DomainBed's sweep does, each with
-    ``samples`` hparam settings (its defaults, then random draws from the search space: model
-    selection chooses among them), each repeated ``trials`` times with new data splits and
-    seeds (which give collect_results' tables their standard errors)."""
+    (default: the dataset's ``N_STEPS``), ``jobs`` at once, ``samples`` hparam settings (as
+    DomainBed's sweep draws them) each repeated ``trials`` times with new data splits and seeds."""
     from domainbed import datasets
 
     from dmg_domainbed.launchers.local_parallel import usable_cores
@@ -144,8 +141,7 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     check_no_conflicting_runs(sweep_dir, jobs)
     env, _ = run.launcher_environment(config, LAUNCHER, os.environ)
     launcher = run.check_ready(sweep, LAUNCHER, env)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    done = sum(is_done(job) for job in jobs)
+    done = sum(run.is_done(job) for job in jobs)
     echo(
         f"DomainBed sweep of {', '.join(config.algorithms)} on {DATASET}, every test domain, "
         f"{config.n_hparams} hparam setting(s) x {config.n_trials} trial(s): "
@@ -159,13 +155,13 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
                 f"--hparams '{group.hparams_json}'"
             )
     code = run.execute(sweep, LAUNCHER, env, delete_incomplete=True, echo=echo, log=log_path)
-    failed = [job for job in jobs if not is_done(job)]
+    failed = [job for job in jobs if not run.is_done(job)]
     for job in failed:
         echo(f"FAILED: {plan.describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")
     if code != 0 and not failed:
         echo(f"The sweep exited with code {code}; see {log_path}")
     echo(collect_results_text(sweep_dir))
-    files = write_report_files(sweep_dir, report_dir, [j for j in jobs if is_done(j)], echo)
+    files = write_report_files(sweep_dir, report_dir, [j for j in jobs if run.is_done(j)], echo)
     shown = [p.name for p in files if p.suffix in (".md", ".png")]
     echo(f"Report in {report_dir} (CSV tables next to each): " + ", ".join(shown))
     echo(f"Wall time: {time.monotonic() - start:.0f} s")

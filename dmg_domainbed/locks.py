@@ -106,6 +106,11 @@ class FolderLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`UserError` naming the run that holds it."""
+        if self.path.is_dir():
+            raise UserError(
+                f"{self.path} is the lock of an earlier version of this package: once no run of "
+                f"that version works in {self.folder}, delete it (rm -r {self.path})"
+            )
         deadline = time.monotonic() + CONTENTION_WAIT_S
         while not self._try():
             holder, late = self.holder(), time.monotonic() > deadline
@@ -150,11 +155,6 @@ class FolderLock:
     def _try(self) -> bool:
         """One attempt of flufl.lock's: a timeout already past makes it neither wait nor break
         a lock itself (that is :meth:`_take_over`'s)."""
-        if self.path.is_dir():
-            raise UserError(
-                f"{self.path} is the lock of an earlier version of this package: once no run of "
-                f"that version works in {self.folder}, delete it (rm -r {self.path})"
-            )
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.lock.lock(timeout=-1)

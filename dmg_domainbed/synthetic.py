@@ -70,13 +70,10 @@ def write_image_dataset(
     seed: int = 0,
 ) -> Path:
     """Write a synthetic ``dataset`` as ``<data_dir>/<folder>/<domain>/<class>/synthetic_*.jpg``
-    with DomainBed's folder names, and return ``<data_dir>/<folder>``.
-
-    ``classes`` keeps the first classes only (default: all); ``images_per_domain`` (default: one
-    per class) are spread over the classes in turn, cycling through :data:`IMAGE_SIZES` and
-    grayscale. A folder this function already wrote with the same arguments is returned as it
-    is; any other existing folder is an error, never overwritten.
-    """
+    with DomainBed's folder names, and return ``<data_dir>/<folder>``: the first ``classes``
+    classes (default: all), ``images_per_domain`` images (default: one per class) spread over
+    them in turn. A folder this function already wrote with the same arguments is returned as
+    it is; any other existing folder is an error, never overwritten."""
     if dataset not in LAYOUTS:
         raise UserError(
             f"no synthetic layout for dataset {dataset!r}; synthetic folders can be written for "
@@ -129,11 +126,6 @@ def _recipe(folder: Path) -> dict | None:
         return None
 
 
-def is_synthetic(folder: str | Path) -> bool:
-    """Whether ``folder`` is a dataset folder written by :func:`write_image_dataset`."""
-    return (Path(folder) / SYNTHETIC_MARKER).is_file()
-
-
 def _random_state_dict(model: str, seed: int) -> dict:
     """A fresh initialisation of ``model`` (``torchvision:NAME`` or ``timm:NAME``)."""
     import torch
@@ -168,15 +160,11 @@ def _hf_revision(file: WeightFile, seed: int) -> str:
 
 
 def write_random_weights(files: Sequence[WeightFile], seed: int = 0) -> list[Path]:
-    """Write a random initialisation of each file's architecture exactly where its loader reads
-    it (``files`` from :func:`~dmg_domainbed.preflight.weights.needed_weights`, looked up in a
-    cache made for the purpose), and return the paths written.
-
-    torch.hub files are ``torch.save``'d state dicts (torchvision checks their hash only when it
-    downloads); Hugging Face hub files are snapshots with a ``refs/main`` pointing at them, the
-    layout ``huggingface_hub`` reads with ``HF_HUB_OFFLINE=1``. An existing file is never
-    replaced: present files are skipped.
-    """
+    """Write a random initialisation of the architecture of each missing file of ``files``
+    (from :func:`~dmg_domainbed.preflight.weights.needed_weights`) where its loader reads it;
+    return the paths written. torch.hub files are ``torch.save``'d state dicts (torchvision
+    checks their hash only when it downloads); Hugging Face hub files are snapshots that
+    ``refs/main`` points at, as ``huggingface_hub`` reads them with ``HF_HUB_OFFLINE=1``."""
     written = []
     for file in files:
         if file.present:

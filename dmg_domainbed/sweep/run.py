@@ -2,11 +2,12 @@
 
 The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check what
 can be checked before ``Job.launch`` creates job folders, lock the output folder, launch each
-group of :mod:`.plan` with ``Job.launch`` in this process, report jobs as they finish, and stop
-cleanly on Ctrl-C. The file's launcher settings become the launcher's environment variables
-(one already set wins). A launcher is asked about its jobs through attributes of its function,
-never imported here: ``check(environ)`` first, and ``running_jobs(output_dirs, environ)``
-(folder -> state of those still running) before delete-incomplete.
+group of :mod:`.plan` with ``Job.launch`` in this process, report jobs as they finish (from
+DomainBed's ``done`` files, which every train.py run writes last, whatever the launcher), and
+stop cleanly on Ctrl-C. The file's launcher settings become the launcher's environment
+variables (one already set wins). A launcher is asked about its jobs through attributes of its
+function, never imported here: ``check(environ)`` first, and ``running_jobs(output_dirs,
+environ)`` (folder -> state of those still running) before delete-incomplete.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 from unittest import mock
@@ -26,21 +28,52 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.preflight import requirements
+from dmg_domainbed.reporting.runs import DONE_FILE
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
-from dmg_domainbed.sweep.progress import is_done, watch_done
 
-Echo = Callable[[str], None]
+
+def is_done(job) -> bool:
+    """Whether a DomainBed ``Job`` has finished (its ``done`` file exists)."""
+    return (Path(job.output_dir) / DONE_FILE).exists()
+
+
+@contextlib.contextmanager
+def watch_done(
+    jobs: Sequence, report: Callable[[str], None], describe: Callable, interval: float = 1.0
+) -> Iterator[None]:
+    """While inside, a daemon thread calls ``report(line)`` each time one of ``jobs`` (DomainBed
+    ``Job`` objects, named by ``describe(job)``) finishes, and once more on leaving. Jobs done
+    before are counted but not reported."""
+    pending = [job for job in jobs if not is_done(job)]
+    start, stop = time.monotonic(), threading.Event()
+
+    def check() -> None:
+        for job in [job for job in pending if is_done(job)]:
+            pending.remove(job)
+            finished = f"{len(jobs) - len(pending)}/{len(jobs)}"
+            report(f"[{finished}] done: {describe(job)} ({time.monotonic() - start:.0f} s)")
+
+    def watch() -> None:
+        while not stop.wait(interval):
+            check()
+
+    thread = threading.Thread(target=watch, name="done-watcher", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        check()
 
 
 def launcher_environment(
     config: SweepConfig, launcher: str, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
     """The environment of the sweep's launcher, and notes on variables that win over the file.
-
-    This interpreter's folder goes first on PATH: DomainBed starts every job as
-    ``python -m domainbed.scripts.train`` with the ``python`` found there.
-    """
+    This interpreter's folder goes first on PATH: DomainBed starts every job as ``python -m
+    domainbed.scripts.train`` with the ``python`` found there."""
     env = dict(environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     if launcher != config.launcher:
@@ -97,18 +130,15 @@ def execute(
     launcher: str,
     env: Mapping[str, str],
     delete_incomplete: bool,
-    echo: Echo = print,
+    echo: Callable[[str], None] = print,
     log: Path | None = None,
 ) -> int:
     """Launch every group's jobs not launched yet (after deleting the incomplete ones when
     ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line as each
     finishes; a failed launch stops with status 1. What the launches print goes to ``log``
-    (appended) when given, else to the terminal.
-
-    The folder is locked meanwhile: a second command on it stops, naming this one, before it
-    deletes or launches anything. On Ctrl-C the launcher stops its jobs, the lock is released,
-    one line says what was stopped and how to resume, and the process exits with status 130.
-    """
+    (appended) when given. The folder is locked meanwhile: a second command on it stops before
+    it deletes or launches anything. Ctrl-C stops the jobs and exits with status 130, saying
+    how to resume."""
     from domainbed import command_launchers
     from domainbed.scripts.sweep import Job
 
