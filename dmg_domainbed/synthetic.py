@@ -1,20 +1,17 @@
 """Synthetic stand-ins for DomainBed's image datasets and for the pretrained weights its
-featurizers load, so that DomainBed's real image path (``MultipleEnvironmentImageFolder``
-feeding the ResNet that ``networks.ResNet`` builds with ``pretrained=True``) runs offline.
+featurizers load, so that DomainBed's real image path runs offline (in the tests,
+``dmg-domainbed smoke --synthetic`` and the benchmarks, with caches of their own).
 
 :func:`write_image_dataset` writes a folder laid out exactly like DomainBed's download of PACS,
-VLCS, OfficeHome, TerraIncognita or DomainNet (JPEGs of several sizes and aspect ratios, some
-grayscale); :func:`write_random_weights` writes a random initialisation of a backbone into the
-very cache file that torchvision or timm reads (:mod:`dmg_domainbed.preflight.weights` says
-which). The tests, ``dmg-domainbed smoke --synthetic`` and the benchmarks use them, with caches
-of their own (``Caches.under``), never the user's.
-
-Nothing here is data: every dataset folder holds ``SYNTHETIC.txt``, file names start with
+VLCS, OfficeHome, TerraIncognita or DomainNet; :func:`write_random_weights` writes a random
+initialisation of a backbone into the very cache file that torchvision or timm reads. Nothing
+here is data: every dataset folder holds ``SYNTHETIC.txt``, file names start with
 ``synthetic_``, and no existing file or folder is ever overwritten.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -92,8 +89,9 @@ def write_image_dataset(
     target = Path(data_dir) / layout.folder
     recipe = dict(dataset=dataset, classes=n_classes, images_per_domain=per_domain, seed=seed)
     if target.exists():
-        if _recipe(target) == recipe:
-            return target
+        with contextlib.suppress(OSError, ValueError, IndexError):  # unreadable: not ours
+            if json.loads((target / SYNTHETIC_MARKER).read_text().splitlines()[-1]) == recipe:
+                return target
         raise UserError(
             f"{target} already exists and is not a synthetic {dataset} folder written with these "
             "settings; it is left untouched: choose another folder for the synthetic data"
@@ -117,13 +115,6 @@ def write_image_dataset(
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return target
-
-
-def _recipe(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / SYNTHETIC_MARKER).read_text().splitlines()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _random_state_dict(model: str, seed: int) -> dict:

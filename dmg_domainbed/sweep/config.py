@@ -1,11 +1,10 @@
 """Sweep files (``sweeps/*.toml``): a DomainBed sweep written down once, checked before it runs.
 
 ``[sweep]`` holds what ``python -m domainbed.scripts.sweep`` takes (:data:`SWEEP_KEYS`, with
-DomainBed's defaults; docs/sweeps.md lists them), its fixed hparams for every job
-(``[sweep.hparams]``) and per algorithm (``[sweep.algorithm_hparams.NAME]``); ``[launcher]``
-names a DomainBed command launcher (``name``) and its own settings (its ``OPTIONS``).
-:func:`load_sweep` checks the file's structure; :func:`check_against_domainbed` checks names
-and hparams against DomainBed's registries, with this package's plugins registered.
+DomainBed's defaults) and the fixed hparams of every job (``[sweep.hparams]``) or algorithm
+(``[sweep.algorithm_hparams.NAME]``); ``[launcher]`` names a DomainBed command launcher and its
+settings (its ``OPTIONS``). :func:`load_sweep` checks the structure, and
+:func:`check_against_domainbed` the names and hparams, with this package's plugins registered.
 """
 
 from __future__ import annotations
@@ -76,8 +75,6 @@ class SweepConfig:
 
 SWEEP_KEYS = {key.name: key.metadata["rule"] for key in fields(SweepConfig) if key.metadata}
 REQUIRED = ("algorithms", "datasets")
-TABLES = ("sweep", "launcher")
-_FIX = "Fix it in the sweep file."
 
 
 def refuse_unknown_keys(path: Path, where: str, given: Iterable[str], valid: Iterable[str]) -> None:
@@ -105,7 +102,7 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
     def fail(message: str) -> UserError:
         return UserError(f"{path}: {message}")
 
-    refuse_unknown_keys(path, "the file (top-level tables)", document, TABLES)
+    refuse_unknown_keys(path, "the file (top-level tables)", document, ("sweep", "launcher"))
     sweep = document.get("sweep")
     if not isinstance(sweep, dict):
         raise fail("a [sweep] table is required, with at least algorithms and datasets")
@@ -114,7 +111,7 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
         if key not in sweep:
             raise fail(f"[sweep] needs {key} = [...] ({SWEEP_KEYS[key].allowed()} of names)")
     for key, value in sweep.items():
-        SWEEP_KEYS[key].check(value, f"{path}: [sweep] {key}", _FIX)
+        SWEEP_KEYS[key].check(value, f"{path}: [sweep] {key}", "Fix it in the sweep file.")
     if not isinstance(document.get("launcher", {}), dict):
         raise fail('[launcher] must be a table with name = "LAUNCHER" and its settings')
     launcher = dict(document.get("launcher", {}))
@@ -161,11 +158,12 @@ def load_sweep(path: str | Path) -> SweepConfig:
     return parse_sweep(document, path)
 
 
-def launcher_options(name: str) -> tuple[Any, ...]:
-    """The settings a registered DomainBed command launcher declares (none for DomainBed's own)."""
+def launcher_options(name: str) -> dict[str, Any]:
+    """The settings a registered command launcher declares, by ``[launcher]`` key."""
     from domainbed import command_launchers
 
-    return tuple(getattr(command_launchers.REGISTRY[name], "OPTIONS", ()))
+    declared = getattr(command_launchers.REGISTRY[name], "OPTIONS", ())
+    return {option.name: option for option in declared}
 
 
 def check_launcher(config: SweepConfig, name: str) -> None:
@@ -179,7 +177,7 @@ def check_launcher(config: SweepConfig, name: str) -> None:
         )
     if name != config.launcher:
         return
-    options = {option.name: option for option in launcher_options(name)}
+    options = launcher_options(name)
     refuse_unknown_keys(config.path, f"[launcher] of {name}", config.launcher_options, options)
     for key, value in config.launcher_options.items():
         options[key].check(value, f"{config.path}: [launcher] {key}")
@@ -187,12 +185,9 @@ def check_launcher(config: SweepConfig, name: str) -> None:
 
 def check_against_domainbed(config: SweepConfig) -> list[str]:
     """Names and hparams that DomainBed (with this package's plugins) knows, or an error.
-
-    Each of this package's algorithms is also built for each dataset with the file's fixed
-    hparams (cheaply: no weights, no data; see :mod:`dmg_domainbed.preflight.networks`), so
-    that a value only its network can refute stops the sweep here. Returns notes on builds
-    that could not be made.
-    """
+    Each of this package's algorithms is also built for each dataset with the fixed hparams
+    (cheaply: :mod:`dmg_domainbed.preflight.networks`), so that a value only its network can
+    refute stops the sweep here. Returns notes on builds that could not be made."""
     import dmg_domainbed
     from dmg_domainbed.algorithms.base import PluginAlgorithm
     from dmg_domainbed.preflight.hparams import effective_hparams

@@ -2,12 +2,11 @@
 
 The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check what
 can be checked before ``Job.launch`` creates job folders, lock the output folder, launch each
-group of :mod:`.plan` with ``Job.launch`` in this process, report jobs as they finish (from
-DomainBed's ``done`` files, which every train.py run writes last, whatever the launcher), and
-stop cleanly on Ctrl-C. The file's launcher settings become the launcher's environment
-variables (one already set wins). A launcher is asked about its jobs through attributes of its
-function, never imported here: ``check(environ)`` first, and ``running_jobs(output_dirs,
-environ)`` (folder -> state of those still running) before delete-incomplete.
+group of :mod:`.plan` with ``Job.launch`` in this process, report jobs as they write DomainBed's
+``done`` file (whatever the launcher), and stop cleanly on Ctrl-C. A launcher is asked about
+its jobs through attributes of its function, never imported here: ``check(environ)`` first,
+and ``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
+delete-incomplete.
 """
 
 from __future__ import annotations
@@ -79,19 +78,17 @@ def launcher_environment(
     if launcher != config.launcher:
         unused = f"the file's [launcher] settings are for {config.launcher}: not used"
         return env, [unused] if config.launcher_options else []
-    notes = []
-    for option in launcher_options(launcher):
-        if option.name not in config.launcher_options:
-            continue
-        value = config.launcher_options[option.name]
-        value = str(value).lower() if isinstance(value, bool) else str(value)
-        if env.get(option.env, "").strip():
+    notes, options = [], launcher_options(launcher)
+    for key, value in config.launcher_options.items():
+        variable = options[key].env
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if env.get(variable, "").strip():
             notes.append(
-                f"{option.env}={env[option.env]} from the environment wins over "
-                f"{option.name} = {value} in the file"
+                f"{variable}={env[variable]} from the environment wins over {key} = {text} in "
+                "the file"
             )
         else:
-            env[option.env] = value
+            env[variable] = text
     return env, notes
 
 
