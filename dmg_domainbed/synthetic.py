@@ -16,7 +16,6 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,9 +97,10 @@ def write_image_dataset(
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     # Written next to its place and renamed at the end: a failure leaves no half dataset.
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
-        rng = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory(
+        prefix=f".{target.name}.partial-", dir=target.parent, ignore_cleanup_errors=True
+    ) as name:
+        partial, rng = Path(name), np.random.default_rng(seed)
         for index, (domain, i) in enumerate(itertools.product(layout.domains, range(per_domain))):
             folder = partial / domain / layout.classes[i % n_classes]
             folder.mkdir(parents=True, exist_ok=True)
@@ -111,9 +111,6 @@ def write_image_dataset(
             "accuracies on it mean nothing.\n" + json.dumps(recipe, sort_keys=True) + "\n"
         )
         os.rename(partial, target)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return target
 
 
@@ -176,8 +173,8 @@ def _write_new(path: Path, state: dict) -> None:
     if path.exists():
         raise UserError(f"{path} exists; random weights never replace a file")
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as folder:
+        temporary = Path(folder) / path.name
         if path.suffix == ".safetensors":
             from safetensors.torch import save_file
 
@@ -187,6 +184,3 @@ def _write_new(path: Path, state: dict) -> None:
 
             torch.save(state, temporary)
         os.rename(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise

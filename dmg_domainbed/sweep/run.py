@@ -39,19 +39,19 @@ def is_done(job) -> bool:
 
 @contextlib.contextmanager
 def watch_done(
-    jobs: Sequence, report: Callable[[str], None], describe: Callable, interval: float = 1.0
+    jobs: Sequence, report: Callable[[str], None], interval: float = 1.0
 ) -> Iterator[None]:
     """While inside, a daemon thread calls ``report(line)`` each time one of ``jobs`` (DomainBed
-    ``Job`` objects, named by ``describe(job)``) finishes, and once more on leaving. Jobs done
-    before are counted but not reported."""
+    ``Job`` objects) finishes, and once more on leaving. Jobs done before are counted but not
+    reported."""
     pending = [job for job in jobs if not is_done(job)]
     start, stop = time.monotonic(), threading.Event()
 
     def check() -> None:
         for job in [job for job in pending if is_done(job)]:
             pending.remove(job)
-            finished = f"{len(jobs) - len(pending)}/{len(jobs)}"
-            report(f"[{finished}] done: {describe(job)} ({time.monotonic() - start:.0f} s)")
+            finished, seconds = f"{len(jobs) - len(pending)}/{len(jobs)}", time.monotonic() - start
+            report(f"[{finished}] done: {plan.describe_job(job)} ({seconds:.0f} s)")
 
     def watch() -> None:
         while not stop.wait(interval):
@@ -150,7 +150,7 @@ def execute(
                 refuse_deleting_running_jobs(incomplete, launch, env)
             # the environment is all DomainBed gives a launcher besides its commands
             stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
-            stack.enter_context(watch_done(jobs, echo, plan.describe_job))
+            stack.enter_context(watch_done(jobs, echo))
             if log is not None:
                 output = stack.enter_context(open(log, "a"))
                 stack.enter_context(contextlib.redirect_stdout(_ThisThread(output, sys.stdout)))

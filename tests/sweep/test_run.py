@@ -207,10 +207,12 @@ def test_delete_incomplete_stops_at_a_job_the_launcher_still_runs(tmp_path, monk
     assert snapshot(tmp_path / "sweep") == before and calls["commands"] == []
 
 
-def fake_job(tmp_path, name, test_env):
-    folder = tmp_path / f"{name}_{test_env}"
+def fake_job(tmp_path, algorithm, test_env):
+    """What the watcher reads of a DomainBed ``Job``: its folder and its train.py arguments."""
+    folder = tmp_path / f"{algorithm}_{test_env}"
     folder.mkdir()
-    return SimpleNamespace(output_dir=str(folder), name=f"{name}, test domain {test_env * 30}")
+    args = dict(algorithm=algorithm, dataset="RotatedDigits", test_envs=[test_env], trial_seed=1)
+    return SimpleNamespace(output_dir=str(folder), train_args=dict(args, hparams_seed=0))
 
 
 def test_reports_each_job_once_when_its_done_file_appears(tmp_path):
@@ -219,13 +221,13 @@ def test_reports_each_job_once_when_its_done_file_appears(tmp_path):
     first, second = fake_job(tmp_path, "DMG", 1), fake_job(tmp_path, "DMG", 2)
     lines = []
     jobs = [finished_before, first, second]
-    with watch_done(jobs, lines.append, lambda j: j.name, interval=0.01):
+    with watch_done(jobs, lines.append, interval=0.01):
         (tmp_path / "DMG_2" / "done").write_text("done")
         deadline = time.monotonic() + 10
         while not lines and time.monotonic() < deadline:
             time.sleep(0.01)
         (tmp_path / "DMG_1" / "done").write_text("done")
     assert [line.split(" (")[0] for line in lines] == [
-        "[2/3] done: DMG, test domain 60",
-        "[3/3] done: DMG, test domain 30",
+        "[2/3] done: DMG, test domain 60 of RotatedDigits, hparams 0, trial 1",
+        "[3/3] done: DMG, test domain 30 of RotatedDigits, hparams 0, trial 1",
     ]
