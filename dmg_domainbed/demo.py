@@ -55,9 +55,8 @@ def demo_config(
 
 
 def check_no_conflicting_runs(sweep_dir: Path, jobs: list) -> None:
-    """Refuse a folder that already holds a run of a planned (algorithm, test domain) that this
-    demo does not plan (other --steps, --trials or --hparams_samples): collect_results would
-    select among both configurations' runs."""
+    """Refuse a folder holding an unplanned run of a planned (algorithm, test domain):
+    collect_results would select among the runs of both configurations."""
     planned = {Path(job.output_dir) for job in jobs}
     wanted = {(job.train_args["algorithm"], job.train_args["test_envs"][0]) for job in jobs}
     for folder in runs.run_folders(sweep_dir):
@@ -97,10 +96,9 @@ def collect_results_text(sweep_dir: Path) -> str:
 
 
 def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) -> list[Path]:
-    """The sweep report (its summary echoed), the pictures of what each run learned
-    (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw) and the in-domain Table 3
-    per test domain, of the first trial of DomainBed's default hparams: the runs that share one
-    data split per test domain, as the sweep report's diagnostics do."""
+    """The sweep report (its summary echoed), then the pictures of what each run learned
+    (``masks_<algorithm>_test_env<i>.*``) and the in-domain Table 3 per test domain, of the
+    runs of the first trial with DomainBed's default hparams (one data split per test domain)."""
     from dmg_domainbed.algorithms.base import learned_pictures
     from dmg_domainbed.reporting import in_domain
     from dmg_domainbed.reporting.learned import draw_learned

@@ -32,8 +32,6 @@ IMAGE_SHAPE = (3, 224, 224)
 IMAGE_SIZES = ((227, 227), (320, 240), (240, 320), (500, 140), (48, 64))
 # Every GRAYSCALE_EVERY-th image is single-channel, as in TerraIncognita's night shots.
 GRAYSCALE_EVERY = 3
-
-
 # DomainBed's image datasets whose class folders are known: those a synthetic copy can stand in for.
 LAYOUTS = {name: layout for name, layout in IMAGE_LAYOUTS.items() if layout.classes is not None}
 
@@ -114,27 +112,6 @@ def write_image_dataset(
     return target
 
 
-def _random_state_dict(model: str, seed: int) -> dict:
-    """A fresh initialisation of ``model`` (``torchvision:NAME`` or ``timm:NAME``)."""
-    import torch
-
-    family, _, name = model.partition(":")
-    torch.manual_seed(seed)
-    if family == "torchvision":
-        from torchvision import models
-
-        network = models.get_model(name, weights=None)
-    elif family == "timm":
-        import timm
-
-        network = timm.create_model(name, pretrained=False)
-    else:
-        raise UserError(
-            f"cannot write random weights for {model}: only for models of torchvision, timm"
-        )
-    return {key: value.detach().contiguous() for key, value in network.state_dict().items()}
-
-
 def _hf_revision(file: WeightFile, seed: int) -> str:
     """A made-up revision that ``refs/main`` of the file's repository folder points at."""
     revision = hashlib.sha1(f"synthetic {file.model} {seed}".encode()).hexdigest()
@@ -162,16 +139,34 @@ def write_random_weights(files: Sequence[WeightFile], seed: int = 0) -> list[Pat
         path = file.path
         if file.layout == HF_SNAPSHOT:
             path = file.folder / "snapshots" / _hf_revision(file, seed) / Path(file.filename).name
-        _write_new(path, _random_state_dict(file.model, seed))
+        _save_random_weights(path, file.model, seed)
         written.append(path)
     return written
 
 
-def _write_new(path: Path, state: dict) -> None:
-    """Save ``state`` as ``path`` only if it does not exist, through a temporary file renamed at
-    the end (a failure leaves no half-written file where a loader would read it)."""
+def _save_random_weights(path: Path, model: str, seed: int) -> None:
+    """Save a fresh initialisation of ``model`` (``torchvision:NAME`` or ``timm:NAME``) as
+    ``path`` if it does not exist, through a temporary file renamed at the end (a failure leaves
+    no half-written file where a loader would read it)."""
+    import torch
+
     if path.exists():
         raise UserError(f"{path} exists; random weights never replace a file")
+    family, _, name = model.partition(":")
+    torch.manual_seed(seed)
+    if family == "torchvision":
+        from torchvision import models
+
+        network = models.get_model(name, weights=None)
+    elif family == "timm":
+        import timm
+
+        network = timm.create_model(name, pretrained=False)
+    else:
+        raise UserError(
+            f"cannot write random weights for {model}: only for models of torchvision, timm"
+        )
+    state = {key: value.detach().contiguous() for key, value in network.state_dict().items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as folder:
         temporary = Path(folder) / path.name
@@ -180,7 +175,5 @@ def _write_new(path: Path, state: dict) -> None:
 
             save_file(state, temporary)
         else:
-            import torch
-
             torch.save(state, temporary)
         os.rename(temporary, path)

@@ -9,6 +9,7 @@ settings (its ``OPTIONS``). :func:`load_sweep` checks the structure, and
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -44,8 +45,7 @@ def _key(rule: Rule, **default: Any) -> Any:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """The content of a sweep file, with DomainBed's sweep defaults filled in; the fields made
-    by :func:`_key` are the ``[sweep]`` keys."""
+    """A sweep file's content, DomainBed's defaults filled in; :func:`_key` makes its keys."""
 
     path: Path
     algorithms: tuple[str, ...] = _key(Rule((list,), validate=_distinct_names))
@@ -207,24 +207,23 @@ def check_against_domainbed(config: SweepConfig) -> list[str]:
                 f"{', '.join(valid)}"
             )
     notes: list[str | None] = []
-    for algorithm in config.algorithms:
-        for dataset in config.datasets:
-            try:
-                effective_hparams(algorithm, dataset, config.hparams)
-            except UserError as error:
-                raise UserError(
-                    f"{config.path}: [sweep.hparams]: {error}. [sweep.hparams] applies to every "
-                    "algorithm: move an hparam that only some algorithms have to "
-                    "[sweep.algorithm_hparams.NAME] of those algorithms"
-                ) from None
-            where = f"[sweep.algorithm_hparams.{algorithm}]"
-            try:
-                hparams = effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
-                if issubclass(algorithms.get_algorithm_class(algorithm), PluginAlgorithm):
-                    where = f"{algorithm}'s network on {dataset}"
-                    notes.append(check_network(algorithm, dataset, hparams))
-            except UserError as error:
-                raise UserError(f"{config.path}: {where}: {error}") from None
+    for algorithm, dataset in itertools.product(config.algorithms, config.datasets):
+        try:
+            effective_hparams(algorithm, dataset, config.hparams)
+        except UserError as error:
+            raise UserError(
+                f"{config.path}: [sweep.hparams]: {error}. [sweep.hparams] applies to every "
+                "algorithm: move an hparam that only some algorithms have to "
+                "[sweep.algorithm_hparams.NAME] of those algorithms"
+            ) from None
+        where = f"[sweep.algorithm_hparams.{algorithm}]"
+        try:
+            hparams = effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
+            if issubclass(algorithms.get_algorithm_class(algorithm), PluginAlgorithm):
+                where = f"{algorithm}'s network on {dataset}"
+                notes.append(check_network(algorithm, dataset, hparams))
+        except UserError as error:
+            raise UserError(f"{config.path}: {where}: {error}") from None
     if config.launcher is not None:
         check_launcher(config, config.launcher)
     return [note for note in notes if note]

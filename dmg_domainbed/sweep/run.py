@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import shutil
 import sys
@@ -105,11 +106,10 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
         )
     # The doctor and the smoke check give the same answer: requirements.missing.
     missing: dict[str, None] = {}
-    for algorithm in sweep.config.algorithms:
+    for algorithm, dataset in itertools.product(sweep.config.algorithms, sweep.config.datasets):
         overrides = sweep.config.hparams_of(algorithm)
-        for dataset in sweep.config.datasets:
-            found = requirements.missing(algorithm, dataset, sweep.data_dir, overrides)
-            missing.update(dict.fromkeys(found))
+        found = requirements.missing(algorithm, dataset, sweep.data_dir, overrides)
+        missing.update(dict.fromkeys(found))
     if missing:
         raise UserError(
             "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\nFix "
@@ -147,7 +147,7 @@ def execute(
             jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
             incomplete = [job for job in jobs if job.state == Job.INCOMPLETE]
             if delete_incomplete:
-                refuse_deleting_running_jobs(incomplete, launch, env)
+                refuse_deleting_running(incomplete, launch, env)
             # the environment is all DomainBed gives a launcher besides its commands
             stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
             stack.enter_context(watch_done(jobs, echo))
@@ -181,9 +181,7 @@ def execute(
     return 0
 
 
-def refuse_deleting_running_jobs(
-    incomplete: Sequence, launcher: Callable, env: Mapping[str, str]
-) -> None:
+def refuse_deleting_running(incomplete: Sequence, launcher: Callable, env: Mapping) -> None:
     """Stop before delete-incomplete removes the folder of a job that still runs, as the
     launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
     not wait for it); a launcher without it runs nothing beyond the command that started it."""
