@@ -71,9 +71,9 @@ def watch_done(
 def launcher_environment(
     config: SweepConfig, launcher: str, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
-    """The environment of the sweep's launcher, and notes on variables that win over the file.
-    This interpreter's folder goes first on PATH: DomainBed starts every job as ``python -m
-    domainbed.scripts.train`` with the ``python`` found there."""
+    """The launcher's environment: the file's settings as its variables (one already set wins,
+    as the notes say), and this interpreter's folder first on PATH (DomainBed starts every job
+    as ``python -m domainbed.scripts.train`` with the ``python`` found there)."""
     env = dict(environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     if launcher != config.launcher:
