@@ -19,7 +19,6 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
-from dmg_domainbed.sweep.progress import is_done
 
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
@@ -34,10 +33,8 @@ def demo_config(
     algorithms: Sequence[str], steps: int | None, jobs: int | None, trials: int, samples: int
 ) -> SweepConfig:
     """The demo's sweep: ``algorithms`` on every test domain of RotatedDigits, ``steps`` steps
-    (default: the dataset's ``N_STEPS``), ``jobs`` at once; as DomainBed's sweep does, each with
-    ``samples`` hparam settings (its defaults, then random draws from the search space: model
-    selection chooses among them), each repeated ``trials`` times with new data splits and
-    seeds (which give collect_results' tables their standard errors)."""
+    (default: the dataset's ``N_STEPS``), ``jobs`` at once, ``samples`` hparam settings (as
+    DomainBed's sweep draws them) each repeated ``trials`` times with new data splits and seeds."""
     from domainbed import datasets
 
     from dmg_domainbed.launchers.local_parallel import usable_cores
@@ -58,9 +55,8 @@ def demo_config(
 
 
 def check_no_conflicting_runs(sweep_dir: Path, jobs: list) -> None:
-    """Refuse a folder that already holds a run of a planned (algorithm, test domain) that this
-    demo does not plan (other --steps, --trials or --hparams_samples): collect_results would
-    select among both configurations' runs."""
+    """Refuse a folder holding an unplanned run of a planned (algorithm, test domain):
+    collect_results would select among the runs of both configurations."""
     planned = {Path(job.output_dir) for job in jobs}
     wanted = {(job.train_args["algorithm"], job.train_args["test_envs"][0]) for job in jobs}
     for folder in runs.run_folders(sweep_dir):
@@ -100,10 +96,9 @@ def collect_results_text(sweep_dir: Path) -> str:
 
 
 def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) -> list[Path]:
-    """The sweep report (its summary echoed), the pictures of what each run learned
-    (``masks_<algorithm>_test_env<i>.*``, for algorithms that draw) and the in-domain Table 3
-    per test domain, of the first trial of DomainBed's default hparams: the runs that share one
-    data split per test domain, as the sweep report's diagnostics do."""
+    """The sweep report (its summary echoed), then the pictures of what each run learned
+    (``masks_<algorithm>_test_env<i>.*``) and the in-domain Table 3 per test domain, of the
+    runs of the first trial with DomainBed's default hparams (one data split per test domain)."""
     from dmg_domainbed.algorithms.base import learned_pictures
     from dmg_domainbed.reporting import in_domain
     from dmg_domainbed.reporting.learned import draw_learned
@@ -144,8 +139,7 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     check_no_conflicting_runs(sweep_dir, jobs)
     env, _ = run.launcher_environment(config, LAUNCHER, os.environ)
     launcher = run.check_ready(sweep, LAUNCHER, env)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    done = sum(is_done(job) for job in jobs)
+    done = sum(run.is_done(job) for job in jobs)
     echo(
         f"DomainBed sweep of {', '.join(config.algorithms)} on {DATASET}, every test domain, "
         f"{config.n_hparams} hparam setting(s) x {config.n_trials} trial(s): "
@@ -159,13 +153,13 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
                 f"--hparams '{group.hparams_json}'"
             )
     code = run.execute(sweep, LAUNCHER, env, delete_incomplete=True, echo=echo, log=log_path)
-    failed = [job for job in jobs if not is_done(job)]
+    failed = [job for job in jobs if not run.is_done(job)]
     for job in failed:
         echo(f"FAILED: {plan.describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")
     if code != 0 and not failed:
         echo(f"The sweep exited with code {code}; see {log_path}")
     echo(collect_results_text(sweep_dir))
-    files = write_report_files(sweep_dir, report_dir, [j for j in jobs if is_done(j)], echo)
+    files = write_report_files(sweep_dir, report_dir, [j for j in jobs if run.is_done(j)], echo)
     shown = [p.name for p in files if p.suffix in (".md", ".png")]
     echo(f"Report in {report_dir} (CSV tables next to each): " + ", ".join(shown))
     echo(f"Wall time: {time.monotonic() - start:.0f} s")

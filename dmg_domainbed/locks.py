@@ -106,8 +106,25 @@ class FolderLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`UserError` naming the run that holds it."""
+        if self.path.is_dir():
+            raise UserError(
+                f"{self.path} is the lock of an earlier version of this package: once no run of "
+                f"that version works in {self.folder}, delete it (rm -r {self.path})"
+            )
         deadline = time.monotonic() + CONTENTION_WAIT_S
-        while not self._try():
+        while True:
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                # a timeout already past: flufl.lock neither waits nor breaks a lock itself
+                self.lock.lock(timeout=-1)
+                break
+            except TimeOutError:
+                pass
+            except OSError as error:
+                raise UserError(
+                    f"cannot write into {self.folder}: {error.strerror} ({error.filename}); "
+                    "choose another output folder"
+                ) from None
             holder, late = self.holder(), time.monotonic() > deadline
             if holder and holder.stale():
                 self._take_over(holder)
@@ -146,26 +163,6 @@ class FolderLock:
             return Holder(claim, expires, **record)
         except (OSError, ValueError, TypeError):
             return Holder(claim, expires)
-
-    def _try(self) -> bool:
-        """One attempt of flufl.lock's: a timeout already past makes it neither wait nor break
-        a lock itself (that is :meth:`_take_over`'s)."""
-        if self.path.is_dir():
-            raise UserError(
-                f"{self.path} is the lock of an earlier version of this package: once no run of "
-                f"that version works in {self.folder}, delete it (rm -r {self.path})"
-            )
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self.lock.lock(timeout=-1)
-        except TimeOutError:
-            return False
-        except OSError as error:
-            raise UserError(
-                f"cannot write into {self.folder}: {error.strerror} ({error.filename}); "
-                "choose another output folder"
-            ) from None
-        return True
 
     def _take_over(self, stale: Holder) -> None:
         """Remove the stale lock, its claim and record, if it still is the one judged."""

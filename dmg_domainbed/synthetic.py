@@ -1,40 +1,28 @@
 """Synthetic stand-ins for DomainBed's image datasets and for the pretrained weights its
-featurizers load, so that DomainBed's real image path runs offline.
+featurizers load, so that DomainBed's real image path runs offline (in the tests,
+``dmg-domainbed smoke --synthetic`` and the benchmarks, with caches of their own).
 
-The image path is DomainBed's ``MultipleEnvironmentImageFolder`` (torchvision's ``ImageFolder``
-per domain, resized to 224x224, augmented for training domains) feeding the ResNet featurizer
-that ``networks.ResNet`` builds with ``pretrained=True``. :func:`write_image_dataset` writes a
-folder laid out exactly like DomainBed's download of PACS, VLCS, OfficeHome, TerraIncognita or
-DomainNet (domain folders, class folders, JPEG files of several sizes and aspect ratios, some
-grayscale); :func:`write_random_weights` writes a random initialisation of a backbone into the
-very cache file that torchvision or timm reads (see :mod:`dmg_domainbed.preflight.weights`).
-The tests, ``dmg-domainbed smoke --synthetic`` and the benchmarks use them, e.g.::
-
-    caches = Caches.under(root / "cache")            # a cache of its own, never the user's
-    files, _ = needed_weights({"resnet18": False, "resnet50_augmix": True}, IMAGE_SHAPE, caches)
-    write_random_weights(files)
-    data_dir = write_image_dataset("PACS", root / "data").parent
-    # run DomainBed with the environment caches.environment() and --data_dir data_dir
-
-Nothing here is data: the images are random colour fields and the weights a fresh random
-initialisation. Every dataset folder holds ``SYNTHETIC.txt``, file names start with
+:func:`write_image_dataset` writes a folder laid out exactly like DomainBed's download of PACS,
+VLCS, OfficeHome, TerraIncognita or DomainNet; :func:`write_random_weights` writes a random
+initialisation of a backbone into the very cache file that torchvision or timm reads. Nothing
+here is data: every dataset folder holds ``SYNTHETIC.txt``, file names start with
 ``synthetic_``, and no existing file or folder is ever overwritten.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import io
+import itertools
 import json
 import os
-import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, SYNTHETIC_MARKER, ImageDatasetLayout
+from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, SYNTHETIC_MARKER
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.weight_files import HF_SNAPSHOT, TORCH_HUB_FILE, WeightFile
 
@@ -44,8 +32,6 @@ IMAGE_SHAPE = (3, 224, 224)
 IMAGE_SIZES = ((227, 227), (320, 240), (240, 320), (500, 140), (48, 64))
 # Every GRAYSCALE_EVERY-th image is single-channel, as in TerraIncognita's night shots.
 GRAYSCALE_EVERY = 3
-
-
 # DomainBed's image datasets whose class folders are known: those a synthetic copy can stand in for.
 LAYOUTS = {name: layout for name, layout in IMAGE_LAYOUTS.items() if layout.classes is not None}
 
@@ -59,15 +45,6 @@ def images_needed(batch_size: int, holdout_fraction: float, classes: int = 1) ->
     while int(n * holdout_fraction) < 1 or n - int(n * holdout_fraction) < batch_size:
         n += 1
     return n
-
-
-def _choose_layout(dataset: str) -> ImageDatasetLayout:
-    if dataset not in LAYOUTS:
-        raise UserError(
-            f"no synthetic layout for dataset {dataset!r}; synthetic folders can be written for "
-            f"{', '.join(LAYOUTS)}"
-        )
-    return LAYOUTS[dataset]
 
 
 def _random_image(rng: np.random.Generator, index: int):
@@ -87,14 +64,16 @@ def write_image_dataset(
     seed: int = 0,
 ) -> Path:
     """Write a synthetic ``dataset`` as ``<data_dir>/<folder>/<domain>/<class>/synthetic_*.jpg``
-    with DomainBed's folder names, and return ``<data_dir>/<folder>``.
-
-    ``classes`` keeps the first classes only (default: all); ``images_per_domain`` (default: one
-    per class) are spread over the classes in turn, cycling through :data:`IMAGE_SIZES` and
-    grayscale. A folder this function already wrote with the same arguments is returned as it
-    is; any other existing folder is an error, never overwritten.
-    """
-    layout = _choose_layout(dataset)
+    with DomainBed's folder names, and return ``<data_dir>/<folder>``: the first ``classes``
+    classes (default: all), ``images_per_domain`` images (default: one per class) spread over
+    them in turn. A folder this function already wrote with the same arguments is returned as
+    it is; any other existing folder is an error, never overwritten."""
+    if dataset not in LAYOUTS:
+        raise UserError(
+            f"no synthetic layout for dataset {dataset!r}; synthetic folders can be written for "
+            f"{', '.join(LAYOUTS)}"
+        )
+    layout = LAYOUTS[dataset]
     n_classes = len(layout.classes) if classes is None else classes
     if not 1 <= n_classes <= len(layout.classes):
         raise UserError(f"{dataset} has {len(layout.classes)} classes; asked for {classes}")
@@ -105,107 +84,52 @@ def write_image_dataset(
             "ImageFolder refuses an empty class folder; ask for at least one image per class"
         )
     target = Path(data_dir) / layout.folder
-    recipe = {"dataset": dataset, "classes": n_classes, "images_per_domain": per_domain}
-    recipe["seed"] = seed
+    recipe = dict(dataset=dataset, classes=n_classes, images_per_domain=per_domain, seed=seed)
     if target.exists():
-        if _recipe(target) == recipe:
-            return target
+        with contextlib.suppress(OSError, ValueError, IndexError):  # unreadable: not ours
+            if json.loads((target / SYNTHETIC_MARKER).read_text().splitlines()[-1]) == recipe:
+                return target
         raise UserError(
             f"{target} already exists and is not a synthetic {dataset} folder written with these "
             "settings; it is left untouched: choose another folder for the synthetic data"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     # Written next to its place and renamed at the end: a failure leaves no half dataset.
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
-        rng = np.random.default_rng(seed)
-        index = 0
-        for domain in layout.domains:
-            for i in range(per_domain):
-                folder = partial / domain / layout.classes[i % n_classes]
-                folder.mkdir(parents=True, exist_ok=True)
-                _random_image(rng, index).save(folder / f"synthetic_{i:05d}.jpg", quality=85)
-                index += 1
+    with tempfile.TemporaryDirectory(
+        prefix=f".{target.name}.partial-", dir=target.parent, ignore_cleanup_errors=True
+    ) as name:
+        partial, rng = Path(name), np.random.default_rng(seed)
+        for index, (domain, i) in enumerate(itertools.product(layout.domains, range(per_domain))):
+            folder = partial / domain / layout.classes[i % n_classes]
+            folder.mkdir(parents=True, exist_ok=True)
+            _random_image(rng, index).save(folder / f"synthetic_{i:05d}.jpg", quality=85)
         (partial / SYNTHETIC_MARKER).write_text(
             "Random images written by dmg_domainbed.synthetic in the layout of DomainBed's "
             f"{dataset} download, to exercise the image path offline. Not the dataset: "
             "accuracies on it mean nothing.\n" + json.dumps(recipe, sort_keys=True) + "\n"
         )
         os.rename(partial, target)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return target
-
-
-def _recipe(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / SYNTHETIC_MARKER).read_text().splitlines()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def is_synthetic(folder: str | Path) -> bool:
-    """Whether ``folder`` is a dataset folder written by :func:`write_image_dataset`."""
-    return (Path(folder) / SYNTHETIC_MARKER).is_file()
-
-
-def _torchvision_model(name: str):
-    from torchvision import models
-
-    return models.get_model(name, weights=None)
-
-
-def _timm_model(name: str):
-    import timm
-
-    return timm.create_model(name, pretrained=False)
-
-
-# Model family (the prefix of WeightFile.model) -> builds an architecture with random weights.
-ARCHITECTURES: dict[str, Callable[[str], object]] = {
-    "torchvision": _torchvision_model,
-    "timm": _timm_model,
-}
-
-
-def _random_state_dict(model: str, seed: int) -> dict:
-    import torch
-
-    family, _, name = model.partition(":")
-    if family not in ARCHITECTURES:
-        raise UserError(
-            f"cannot write random weights for {model}: only for models of "
-            f"{', '.join(ARCHITECTURES)}"
-        )
-    torch.manual_seed(seed)
-    network = ARCHITECTURES[family](name)
-    return {key: value.detach().contiguous() for key, value in network.state_dict().items()}
 
 
 def _hf_revision(file: WeightFile, seed: int) -> str:
     """A made-up revision that ``refs/main`` of the file's repository folder points at."""
     revision = hashlib.sha1(f"synthetic {file.model} {seed}".encode()).hexdigest()
     ref = file.folder / "refs" / "main"
-    if ref.exists():
-        if ref.read_text().strip() != revision:
-            raise UserError(f"{ref} points at another revision; random weights never replace it")
-        return revision
-    ref.parent.mkdir(parents=True, exist_ok=True)
-    ref.write_text(revision)
+    if not ref.exists():
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(revision)
+    elif ref.read_text().strip() != revision:
+        raise UserError(f"{ref} points at another revision; random weights never replace it")
     return revision
 
 
 def write_random_weights(files: Sequence[WeightFile], seed: int = 0) -> list[Path]:
-    """Write a random initialisation of each file's architecture exactly where its loader reads
-    it (``files`` from :func:`~dmg_domainbed.preflight.weights.needed_weights`, looked up in a
-    cache made for the purpose), and return the paths written.
-
-    torch.hub files are ``torch.save``'d state dicts (torchvision checks their hash only when it
-    downloads); Hugging Face hub files are snapshots with a ``refs/main`` pointing at them, the
-    layout ``huggingface_hub`` reads with ``HF_HUB_OFFLINE=1``. An existing file is never
-    replaced: present files are skipped.
-    """
+    """Write a random initialisation of the architecture of each missing file of ``files``
+    (from :func:`~dmg_domainbed.preflight.weights.needed_weights`) where its loader reads it;
+    return the paths written. torch.hub files are ``torch.save``'d state dicts (torchvision
+    checks their hash only when it downloads); Hugging Face hub files are snapshots that
+    ``refs/main`` points at, as ``huggingface_hub`` reads them with ``HF_HUB_OFFLINE=1``."""
     written = []
     for file in files:
         if file.present:
@@ -215,34 +139,41 @@ def write_random_weights(files: Sequence[WeightFile], seed: int = 0) -> list[Pat
         path = file.path
         if file.layout == HF_SNAPSHOT:
             path = file.folder / "snapshots" / _hf_revision(file, seed) / Path(file.filename).name
-        _write_new(path, _serialised(_random_state_dict(file.model, seed), path.name))
+        _save_random_weights(path, file.model, seed)
         written.append(path)
     return written
 
 
-def _serialised(state: dict, filename: str) -> bytes:
-    if filename.endswith(".safetensors"):
-        from safetensors.torch import save
-
-        return save(state)
+def _save_random_weights(path: Path, model: str, seed: int) -> None:
+    """Save a fresh initialisation of ``model`` (``torchvision:NAME`` or ``timm:NAME``) as
+    ``path`` if it does not exist, through a temporary file renamed at the end (a failure leaves
+    no half-written file where a loader would read it)."""
     import torch
 
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def _write_new(path: Path, payload: bytes) -> None:
-    """Write ``path`` only if it does not exist, through a temporary file renamed at the end
-    (a failure leaves no half-written file where a loader would read it)."""
     if path.exists():
         raise UserError(f"{path} exists; random weights never replace a file")
+    family, _, name = model.partition(":")
+    torch.manual_seed(seed)
+    if family == "torchvision":
+        from torchvision import models
+
+        network = models.get_model(name, weights=None)
+    elif family == "timm":
+        import timm
+
+        network = timm.create_model(name, pretrained=False)
+    else:
+        raise UserError(
+            f"cannot write random weights for {model}: only for models of torchvision, timm"
+        )
+    state = {key: value.detach().contiguous() for key, value in network.state_dict().items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(payload)
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as folder:
+        temporary = Path(folder) / path.name
+        if path.suffix == ".safetensors":
+            from safetensors.torch import save_file
+
+            save_file(state, temporary)
+        else:
+            torch.save(state, temporary)
         os.rename(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise

@@ -39,7 +39,7 @@ def test_class_counts_are_the_datasets():
 
 def test_a_synthetic_pacs_loads_through_domainbed_s_image_folders(tmp_path):
     root = synthetic.write_image_dataset("PACS", tmp_path, images_per_domain=8)
-    assert root == tmp_path / "PACS" and synthetic.is_synthetic(root)
+    assert root == tmp_path / "PACS" and (root / synthetic.SYNTHETIC_MARKER).is_file()
     files = sorted(root.glob("*/*/*.jpg"))
     assert len(files) == 4 * 8 and all(f.name.startswith("synthetic_") for f in files)
     images = [Image.open(f) for f in files]

@@ -1,17 +1,17 @@
 """Sweep files (``sweeps/*.toml``): a DomainBed sweep written down once, checked before it runs.
 
 ``[sweep]`` holds what ``python -m domainbed.scripts.sweep`` takes (:data:`SWEEP_KEYS`, with
-DomainBed's defaults; docs/sweeps.md lists them), its fixed hparams for every job
-(``[sweep.hparams]``) and per algorithm (``[sweep.algorithm_hparams.NAME]``); ``[launcher]``
-names a DomainBed command launcher (``name``) and its own settings (its ``OPTIONS``).
-:func:`load_sweep` checks the file's structure; :func:`check_against_domainbed` checks names
-and hparams against DomainBed's registries, with this package's plugins registered.
+DomainBed's defaults) and the fixed hparams of every job (``[sweep.hparams]``) or algorithm
+(``[sweep.algorithm_hparams.NAME]``); ``[launcher]`` names a DomainBed command launcher and its
+settings (its ``OPTIONS``). :func:`load_sweep` checks the structure, and
+:func:`check_against_domainbed` the names and hparams, with this package's plugins registered.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -26,34 +26,6 @@ except ModuleNotFoundError:  # Python 3.10
 TASKS = ("domain_generalization", "domain_adaptation")
 
 
-@dataclass(frozen=True)
-class SweepConfig:
-    """The content of a sweep file, with DomainBed's sweep defaults filled in."""
-
-    path: Path
-    algorithms: tuple[str, ...]
-    datasets: tuple[str, ...]
-    n_hparams: int = 20
-    n_hparams_from: int = 0
-    n_trials: int = 3
-    steps: int | None = None
-    checkpoint_freq: int | None = None
-    save_model_every_checkpoint: bool = False
-    single_test_envs: bool = False
-    holdout_fraction: float = 0.2
-    task: str = "domain_generalization"
-    data_dir: str | None = None
-    output_dir: str | None = None
-    hparams: Mapping[str, Any] = field(default_factory=dict)
-    algorithm_hparams: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    launcher: str | None = None
-    launcher_options: Mapping[str, Any] = field(default_factory=dict)
-
-    def hparams_of(self, algorithm: str) -> dict[str, Any]:
-        """The fixed hparams of ``algorithm``'s jobs: common ones, then its own."""
-        return {**self.hparams, **self.algorithm_hparams.get(algorithm, {})}
-
-
 def _distinct_names(names: list) -> None:
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError("it must be a non-empty list of names")
@@ -66,35 +38,52 @@ def _hparam_tables(tables: dict) -> None:
         raise ValueError("it must hold tables [sweep.algorithm_hparams.NAME] of hparam = value")
 
 
-# key -> what its value may be
-SWEEP_KEYS = {
-    "algorithms": Rule((list,), validate=_distinct_names),
-    "datasets": Rule((list,), validate=_distinct_names),
-    "n_hparams": Rule((int,), minimum=1),
-    "n_hparams_from": Rule((int,), minimum=0),
-    "n_trials": Rule((int,), minimum=1),
-    "steps": Rule((int,), minimum=1),
-    "checkpoint_freq": Rule((int,), minimum=1),
-    "save_model_every_checkpoint": Rule((bool,)),
-    "single_test_envs": Rule((bool,)),
-    "holdout_fraction": Rule((float,), minimum=0.01, maximum=0.99),
-    "task": Rule((str,), choices=TASKS),
-    "data_dir": Rule((str,), validate=not_blank),
-    "output_dir": Rule((str,), validate=not_blank),
-    "hparams": Rule((dict,)),
-    "algorithm_hparams": Rule((dict,), validate=_hparam_tables),
-}
+def _key(rule: Rule, **default: Any) -> Any:
+    """A ``[sweep]`` key: what its value may be, and its default (DomainBed's)."""
+    return field(metadata={"rule": rule}, **default)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A sweep file's content, DomainBed's defaults filled in; :func:`_key` makes its keys."""
+
+    path: Path
+    algorithms: tuple[str, ...] = _key(Rule((list,), validate=_distinct_names))
+    datasets: tuple[str, ...] = _key(Rule((list,), validate=_distinct_names))
+    n_hparams: int = _key(Rule((int,), minimum=1), default=20)
+    n_hparams_from: int = _key(Rule((int,), minimum=0), default=0)
+    n_trials: int = _key(Rule((int,), minimum=1), default=3)
+    steps: int | None = _key(Rule((int,), minimum=1), default=None)
+    checkpoint_freq: int | None = _key(Rule((int,), minimum=1), default=None)
+    save_model_every_checkpoint: bool = _key(Rule((bool,)), default=False)
+    single_test_envs: bool = _key(Rule((bool,)), default=False)
+    holdout_fraction: float = _key(Rule((float,), minimum=0.01, maximum=0.99), default=0.2)
+    task: str = _key(Rule((str,), choices=TASKS), default="domain_generalization")
+    data_dir: str | None = _key(Rule((str,), validate=not_blank), default=None)
+    output_dir: str | None = _key(Rule((str,), validate=not_blank), default=None)
+    hparams: Mapping[str, Any] = _key(Rule((dict,)), default_factory=dict)
+    algorithm_hparams: Mapping[str, Mapping[str, Any]] = _key(
+        Rule((dict,), validate=_hparam_tables), default_factory=dict
+    )
+    launcher: str | None = None
+    launcher_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def hparams_of(self, algorithm: str) -> dict[str, Any]:
+        """The fixed hparams of ``algorithm``'s jobs: common ones, then its own."""
+        return {**self.hparams, **self.algorithm_hparams.get(algorithm, {})}
+
+
+SWEEP_KEYS = {key.name: key.metadata["rule"] for key in fields(SweepConfig) if key.metadata}
 REQUIRED = ("algorithms", "datasets")
-TABLES = ("sweep", "launcher")
-_FIX = "Fix it in the sweep file."
 
 
-def unknown_keys(where: str, given: Iterable[str], valid: Iterable[str]) -> str | None:
-    """The message for keys of ``given`` that are not ``valid``; ``None`` when all are."""
-    unknown = sorted(set(given) - set(valid))
-    if not unknown:
-        return None
-    return f"unknown key(s) {', '.join(unknown)} in {where}; valid keys: {', '.join(valid)}"
+def refuse_unknown_keys(path: Path, where: str, given: Iterable[str], valid: Iterable[str]) -> None:
+    """Refuse the keys of ``given`` that are not ``valid``, naming the valid ones."""
+    unknown = ", ".join(sorted(set(given) - set(valid)))
+    if unknown:
+        raise UserError(
+            f"{path}: unknown key(s) {unknown} in {where}; valid keys: {', '.join(valid)}"
+        )
 
 
 def _check_json_values(table: Mapping[str, Any], where: str) -> None:
@@ -113,33 +102,16 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
     def fail(message: str) -> UserError:
         return UserError(f"{path}: {message}")
 
-    problem = unknown_keys("the file (top-level tables)", document, TABLES)
-    if problem:
-        raise fail(problem)
+    refuse_unknown_keys(path, "the file (top-level tables)", document, ("sweep", "launcher"))
     sweep = document.get("sweep")
     if not isinstance(sweep, dict):
         raise fail("a [sweep] table is required, with at least algorithms and datasets")
-    problem = unknown_keys("[sweep]", sweep, SWEEP_KEYS)
-    if problem:
-        raise fail(problem)
+    refuse_unknown_keys(path, "[sweep]", sweep, SWEEP_KEYS)
     for key in REQUIRED:
         if key not in sweep:
             raise fail(f"[sweep] needs {key} = [...] ({SWEEP_KEYS[key].allowed()} of names)")
     for key, value in sweep.items():
-        SWEEP_KEYS[key].check(value, f"{path}: [sweep] {key}", _FIX)
-    n_from, n_hparams = sweep.get("n_hparams_from", 0), sweep.get("n_hparams", 20)
-    if n_from >= n_hparams:
-        raise fail(f"[sweep] n_hparams_from = {n_from} must be below n_hparams = {n_hparams}")
-    hparams = sweep.get("hparams", {})
-    _check_json_values(hparams, f"{path}: [sweep.hparams]")
-    per_algorithm = sweep.get("algorithm_hparams", {})
-    for algorithm, table in per_algorithm.items():
-        if algorithm not in sweep["algorithms"]:
-            raise fail(
-                f"[sweep.algorithm_hparams.{algorithm}]: {algorithm} is not one of the sweep's "
-                f"algorithms ({', '.join(sweep['algorithms'])})"
-            )
-        _check_json_values(table, f"{path}: [sweep.algorithm_hparams.{algorithm}]")
+        SWEEP_KEYS[key].check(value, f"{path}: [sweep] {key}", "Fix it in the sweep file.")
     if not isinstance(document.get("launcher", {}), dict):
         raise fail('[launcher] must be a table with name = "LAUNCHER" and its settings')
     launcher = dict(document.get("launcher", {}))
@@ -150,17 +122,20 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
         )
     if launcher and name is None:
         raise fail(f'[launcher] has settings ({", ".join(launcher)}) but no name = "..."')
-    fields = {k: v for k, v in sweep.items() if k not in ("hparams", "algorithm_hparams")}
-    fields["algorithms"] = tuple(fields["algorithms"])
-    fields["datasets"] = tuple(fields["datasets"])
-    return SweepConfig(
-        path=path,
-        hparams=hparams,
-        algorithm_hparams=per_algorithm,
-        launcher=name,
-        launcher_options=launcher,
-        **fields,
-    )
+    names = {key: tuple(sweep[key]) for key in REQUIRED}
+    config = SweepConfig(path, launcher=name, launcher_options=launcher, **{**sweep, **names})
+    n_from, n_hparams = config.n_hparams_from, config.n_hparams
+    if n_from >= n_hparams:
+        raise fail(f"[sweep] n_hparams_from = {n_from} must be below n_hparams = {n_hparams}")
+    _check_json_values(config.hparams, f"{path}: [sweep.hparams]")
+    for algorithm, table in config.algorithm_hparams.items():
+        if algorithm not in config.algorithms:
+            raise fail(
+                f"[sweep.algorithm_hparams.{algorithm}]: {algorithm} is not one of the sweep's "
+                f"algorithms ({', '.join(config.algorithms)})"
+            )
+        _check_json_values(table, f"{path}: [sweep.algorithm_hparams.{algorithm}]")
+    return config
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
@@ -183,11 +158,12 @@ def load_sweep(path: str | Path) -> SweepConfig:
     return parse_sweep(document, path)
 
 
-def launcher_options(name: str) -> tuple[Any, ...]:
-    """The settings a registered DomainBed command launcher declares (none for DomainBed's own)."""
+def launcher_options(name: str) -> dict[str, Any]:
+    """The settings a registered command launcher declares, by ``[launcher]`` key."""
     from domainbed import command_launchers
 
-    return tuple(getattr(command_launchers.REGISTRY[name], "OPTIONS", ()))
+    declared = getattr(command_launchers.REGISTRY[name], "OPTIONS", ())
+    return {option.name: option for option in declared}
 
 
 def check_launcher(config: SweepConfig, name: str) -> None:
@@ -201,22 +177,17 @@ def check_launcher(config: SweepConfig, name: str) -> None:
         )
     if name != config.launcher:
         return
-    options = {option.name: option for option in launcher_options(name)}
-    problem = unknown_keys(f"[launcher] of {name}", config.launcher_options, options)
-    if problem:
-        raise UserError(f"{config.path}: {problem}")
+    options = launcher_options(name)
+    refuse_unknown_keys(config.path, f"[launcher] of {name}", config.launcher_options, options)
     for key, value in config.launcher_options.items():
         options[key].check(value, f"{config.path}: [launcher] {key}")
 
 
 def check_against_domainbed(config: SweepConfig) -> list[str]:
     """Names and hparams that DomainBed (with this package's plugins) knows, or an error.
-
-    Each of this package's algorithms is also built for each dataset with the file's fixed
-    hparams (cheaply: no weights, no data; see :mod:`dmg_domainbed.preflight.networks`), so
-    that a value only its network can refute stops the sweep here. Returns notes on builds
-    that could not be made.
-    """
+    Each of this package's algorithms is also built for each dataset with the fixed hparams
+    (cheaply: :mod:`dmg_domainbed.preflight.networks`), so that a value only its network can
+    refute stops the sweep here. Returns notes on builds that could not be made."""
     import dmg_domainbed
     from dmg_domainbed.algorithms.base import PluginAlgorithm
     from dmg_domainbed.preflight.hparams import effective_hparams
@@ -236,24 +207,23 @@ def check_against_domainbed(config: SweepConfig) -> list[str]:
                 f"{', '.join(valid)}"
             )
     notes: list[str | None] = []
-    for algorithm in config.algorithms:
-        for dataset in config.datasets:
-            try:
-                effective_hparams(algorithm, dataset, config.hparams)
-            except UserError as error:
-                raise UserError(
-                    f"{config.path}: [sweep.hparams]: {error}. [sweep.hparams] applies to every "
-                    "algorithm: move an hparam that only some algorithms have to "
-                    "[sweep.algorithm_hparams.NAME] of those algorithms"
-                ) from None
-            where = f"[sweep.algorithm_hparams.{algorithm}]"
-            try:
-                hparams = effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
-                if issubclass(algorithms.get_algorithm_class(algorithm), PluginAlgorithm):
-                    where = f"{algorithm}'s network on {dataset}"
-                    notes.append(check_network(algorithm, dataset, hparams))
-            except UserError as error:
-                raise UserError(f"{config.path}: {where}: {error}") from None
+    for algorithm, dataset in itertools.product(config.algorithms, config.datasets):
+        try:
+            effective_hparams(algorithm, dataset, config.hparams)
+        except UserError as error:
+            raise UserError(
+                f"{config.path}: [sweep.hparams]: {error}. [sweep.hparams] applies to every "
+                "algorithm: move an hparam that only some algorithms have to "
+                "[sweep.algorithm_hparams.NAME] of those algorithms"
+            ) from None
+        where = f"[sweep.algorithm_hparams.{algorithm}]"
+        try:
+            hparams = effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
+            if issubclass(algorithms.get_algorithm_class(algorithm), PluginAlgorithm):
+                where = f"{algorithm}'s network on {dataset}"
+                notes.append(check_network(algorithm, dataset, hparams))
+        except UserError as error:
+            raise UserError(f"{config.path}: {where}: {error}") from None
     if config.launcher is not None:
         check_launcher(config, config.launcher)
     return [note for note in notes if note]

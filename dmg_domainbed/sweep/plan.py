@@ -1,12 +1,11 @@
 """From a checked sweep file to DomainBed's own job list.
 
-DomainBed passes one ``--hparams`` to every job of a sweep, so the algorithms of a sweep file are
-grouped by their fixed hparams and each group is launched on its own, into the same output
-folder. The jobs are DomainBed's: its ``make_args_list`` and ``Job`` (which only look at the file
-system) make them, so job folders, their hashes and ``done`` files are exactly those of
-``python -m domainbed.scripts.sweep``. Where the sweep file asks for ``train.py`` arguments that
-DomainBed's sweep script cannot pass (``checkpoint_freq``, ``save_model_every_checkpoint``),
-they are added to every job's arguments, and so to its hash.
+DomainBed passes one ``--hparams`` to every job of a sweep, so the algorithms of a sweep file
+are grouped by their fixed hparams and each group is launched on its own, into the same output
+folder. DomainBed's ``make_args_list`` and ``Job`` make the jobs, so job folders, their hashes
+and ``done`` files are exactly those of ``python -m domainbed.scripts.sweep``; the ``train.py``
+arguments its sweep script cannot pass (``checkpoint_freq``, ``save_model_every_checkpoint``)
+are added to every job's arguments, and so to its hash.
 """
 
 from __future__ import annotations
@@ -45,41 +44,35 @@ class Sweep:
     data_dir: str
     output_dir: str
 
-    def fixed_hparams(self, algorithm: str) -> dict[str, Any]:
-        """The fixed hparams of ``algorithm``'s jobs: with a fixed number of steps, those the
+    @property
+    def groups(self) -> list[Group]:
+        """The algorithms grouped by their fixed hparams: with a fixed number of steps, those an
         algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then the
         file's common hparams, then its own; later ones win."""
         from domainbed import algorithms
 
         from dmg_domainbed.algorithms.base import run_length_hparams
 
-        sized = {}
-        if self.config.steps is not None and algorithm in algorithms.ALGORITHMS:
-            cls = algorithms.get_algorithm_class(algorithm)
-            sized = run_length_hparams(cls, self.config.steps)
-        return {**sized, **self.config.hparams_of(algorithm)}
-
-    @property
-    def groups(self) -> list[Group]:
         by_hparams: dict[str, list[str]] = {}
         for algorithm in self.config.algorithms:
-            key = json.dumps(self.fixed_hparams(algorithm), sort_keys=True)
-            by_hparams.setdefault(key, []).append(algorithm)
+            sized = {}
+            if self.config.steps is not None and algorithm in algorithms.ALGORITHMS:
+                cls = algorithms.get_algorithm_class(algorithm)
+                sized = run_length_hparams(cls, self.config.steps)
+            fixed = {**sized, **self.config.hparams_of(algorithm)}
+            by_hparams.setdefault(json.dumps(fixed, sort_keys=True), []).append(algorithm)
         return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
 
 
 def resolve(config: SweepConfig, data_dir: str | None, output_dir: str | None) -> Sweep:
     """Command-line folders win over the file's; both are made absolute."""
-    chosen = {
-        "data_dir": data_dir or config.data_dir,
-        "output_dir": output_dir or config.output_dir,
-    }
-    for key, value in chosen.items():
+    dirs = {"data_dir": data_dir or config.data_dir, "output_dir": output_dir or config.output_dir}
+    for key, value in dirs.items():
         if value is None:
             raise UserError(
                 f'{config.path}: no {key}: set {key} = "..." in [sweep] or pass --{key} DIR'
             )
-    return Sweep(config, **{k: os.path.abspath(os.path.expanduser(v)) for k, v in chosen.items()})
+    return Sweep(config, **{k: os.path.abspath(os.path.expanduser(v)) for k, v in dirs.items()})
 
 
 def jobs(sweep: Sweep, group: Group) -> list[Any]:
@@ -110,15 +103,6 @@ def jobs(sweep: Sweep, group: Group) -> list[Any]:
     return [domainbed_sweep.Job(train_args, sweep.output_dir) for train_args in args_list]
 
 
-def state_counts(all_jobs: Sequence[Any]) -> Counter:
-    from domainbed.scripts.sweep import Job
-
-    counts = Counter(job.state for job in all_jobs)
-    return Counter(
-        {state: counts.get(state, 0) for state in (Job.DONE, Job.INCOMPLETE, Job.NOT_LAUNCHED)}
-    )
-
-
 def describe_job(job) -> str:
     """``<algorithm>, test domain <names> of <dataset>, hparams <i>, trial <j>``."""
     from domainbed import datasets
@@ -138,7 +122,7 @@ def summary(sweep: Sweep, jobs_by_group: Sequence[tuple[Group, Sequence[Any]]]) 
 
     config = sweep.config
     all_jobs = [job for _, group_jobs in jobs_by_group for job in group_jobs]
-    counts = state_counts(all_jobs)
+    counts = Counter(job.state for job in all_jobs)
     lines = [
         f"Sweep {config.path}: {len(all_jobs)} job(s): {counts[Job.NOT_LAUNCHED]} to launch, "
         f"{counts[Job.DONE]} done, {counts[Job.INCOMPLETE]} incomplete",

@@ -1,14 +1,11 @@
 """Running a planned sweep with DomainBed's own sweep code, after checking it can run.
 
-The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check
-everything that can be checked before ``Job.launch`` creates job folders, lock the output
-folder (:mod:`dmg_domainbed.locks`), delete incomplete job folders when asked unless the
-launcher says one still runs, launch each group of :mod:`.plan` with DomainBed's ``Job.launch``
-in this process (which has imported DomainBed already), report jobs as they finish, and stop
-cleanly on Ctrl-C. The sweep file's launcher settings become the launcher's environment
-variables; one already set in the environment wins. A launcher is asked about its jobs through
-attributes of the launcher function, never imported here: ``check(environ)`` first, and
-``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
+The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check what
+can be checked before ``Job.launch`` creates job folders, lock the output folder, launch each
+group of :mod:`.plan` with ``Job.launch`` in this process, report jobs as they write DomainBed's
+``done`` file (whatever the launcher), and stop cleanly on Ctrl-C. A launcher is asked about
+its jobs through attributes of its function, never imported here: ``check(environ)`` first,
+and ``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
 delete-incomplete.
 """
 
@@ -16,51 +13,83 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
+from unittest import mock
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.preflight import requirements
+from dmg_domainbed.reporting.runs import DONE_FILE
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
-from dmg_domainbed.sweep.progress import is_done, watch_done
 
-Echo = Callable[[str], None]
+
+def is_done(job) -> bool:
+    """Whether a DomainBed ``Job`` has finished (its ``done`` file exists)."""
+    return (Path(job.output_dir) / DONE_FILE).exists()
+
+
+@contextlib.contextmanager
+def watch_done(
+    jobs: Sequence, report: Callable[[str], None], interval: float = 1.0
+) -> Iterator[None]:
+    """While inside, a daemon thread calls ``report(line)`` each time one of ``jobs`` (DomainBed
+    ``Job`` objects) finishes, and once more on leaving. Jobs done before are counted but not
+    reported."""
+    pending = [job for job in jobs if not is_done(job)]
+    start, stop = time.monotonic(), threading.Event()
+
+    def check() -> None:
+        for job in [job for job in pending if is_done(job)]:
+            pending.remove(job)
+            finished, seconds = f"{len(jobs) - len(pending)}/{len(jobs)}", time.monotonic() - start
+            report(f"[{finished}] done: {plan.describe_job(job)} ({seconds:.0f} s)")
+
+    def watch() -> None:
+        while not stop.wait(interval):
+            check()
+
+    thread = threading.Thread(target=watch, name="done-watcher", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        check()
 
 
 def launcher_environment(
     config: SweepConfig, launcher: str, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
-    """The environment of the sweep's launcher, and notes on variables that win over the file.
-
-    This interpreter's folder goes first on PATH: DomainBed starts every job as
-    ``python -m domainbed.scripts.train`` with the ``python`` found there.
-    """
+    """The launcher's environment: the file's settings as its variables (one already set wins,
+    as the notes say), and this interpreter's folder first on PATH (DomainBed starts every job
+    as ``python -m domainbed.scripts.train`` with the ``python`` found there)."""
     env = dict(environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     if launcher != config.launcher:
         unused = f"the file's [launcher] settings are for {config.launcher}: not used"
         return env, [unused] if config.launcher_options else []
-    notes = []
-    for option in launcher_options(launcher):
-        if option.name not in config.launcher_options:
-            continue
-        value = config.launcher_options[option.name]
-        value = str(value).lower() if isinstance(value, bool) else str(value)
-        if env.get(option.env, "").strip():
+    notes, options = [], launcher_options(launcher)
+    for key, value in config.launcher_options.items():
+        variable = options[key].env
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if env.get(variable, "").strip():
             notes.append(
-                f"{option.env}={env[option.env]} from the environment wins over "
-                f"{option.name} = {value} in the file"
+                f"{variable}={env[variable]} from the environment wins over {key} = {text} in "
+                "the file"
             )
         else:
-            env[option.env] = value
+            env[variable] = text
     return env, notes
 
 
@@ -77,11 +106,10 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
         )
     # The doctor and the smoke check give the same answer: requirements.missing.
     missing: dict[str, None] = {}
-    for algorithm in sweep.config.algorithms:
+    for algorithm, dataset in itertools.product(sweep.config.algorithms, sweep.config.datasets):
         overrides = sweep.config.hparams_of(algorithm)
-        for dataset in sweep.config.datasets:
-            found = requirements.missing(algorithm, dataset, sweep.data_dir, overrides)
-            missing.update(dict.fromkeys(found))
+        found = requirements.missing(algorithm, dataset, sweep.data_dir, overrides)
+        missing.update(dict.fromkeys(found))
     if missing:
         raise UserError(
             "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\nFix "
@@ -99,18 +127,15 @@ def execute(
     launcher: str,
     env: Mapping[str, str],
     delete_incomplete: bool,
-    echo: Echo = print,
+    echo: Callable[[str], None] = print,
     log: Path | None = None,
 ) -> int:
     """Launch every group's jobs not launched yet (after deleting the incomplete ones when
     ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line as each
     finishes; a failed launch stops with status 1. What the launches print goes to ``log``
-    (appended) when given, else to the terminal.
-
-    The folder is locked meanwhile: a second command on it stops, naming this one, before it
-    deletes or launches anything. On Ctrl-C the launcher stops its jobs, the lock is released,
-    one line says what was stopped and how to resume, and the process exits with status 130.
-    """
+    (appended) when given. The folder is locked meanwhile: a second command on it stops before
+    it deletes or launches anything. Ctrl-C stops the jobs and exits with status 130, saying
+    how to resume."""
     from domainbed import command_launchers
     from domainbed.scripts.sweep import Job
 
@@ -120,18 +145,19 @@ def execute(
             stack.enter_context(FolderLock(sweep.output_dir))
             # job states are read under the lock: no other command changes them meanwhile
             jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+            incomplete = [job for job in jobs if job.state == Job.INCOMPLETE]
             if delete_incomplete:
-                refuse_deleting_running_jobs(jobs, launch, env)
-            stack.enter_context(_environment(env))  # DomainBed gives a launcher nothing else
-            stack.enter_context(watch_done(jobs, echo, plan.describe_job))
+                refuse_deleting_running(incomplete, launch, env)
+            # the environment is all DomainBed gives a launcher besides its commands
+            stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
+            stack.enter_context(watch_done(jobs, echo))
             if log is not None:
                 output = stack.enter_context(open(log, "a"))
                 stack.enter_context(contextlib.redirect_stdout(_ThisThread(output, sys.stdout)))
                 stack.enter_context(contextlib.redirect_stderr(_ThisThread(output, sys.stderr)))
+            if delete_incomplete and incomplete:
+                Job.delete(incomplete)
             for group in sweep.groups:
-                incomplete = [j for j in plan.jobs(sweep, group) if j.state == Job.INCOMPLETE]
-                if delete_incomplete and incomplete:
-                    Job.delete(incomplete)
                 group_jobs = plan.jobs(sweep, group)
                 new = [job for job in group_jobs if job.state == Job.NOT_LAUNCHED]
                 names = ", ".join(group.algorithms)
@@ -141,8 +167,7 @@ def execute(
                         Job.launch(new, launch)
                 except UserError as error:
                     print(f"dmg-domainbed: error: {error}", file=sys.stderr, flush=True)
-                    see = f"; see {log}" if log else ""
-                    echo(f"launch of {names} failed{see}")
+                    echo(f"launch of {names} failed" + (f"; see {log}" if log else ""))
                     return 1
     except KeyboardInterrupt:
         done = sum(map(is_done, jobs))
@@ -156,17 +181,13 @@ def execute(
     return 0
 
 
-def refuse_deleting_running_jobs(
-    jobs: Sequence, launcher: Callable, env: Mapping[str, str]
-) -> None:
+def refuse_deleting_running(incomplete: Sequence, launcher: Callable, env: Mapping) -> None:
     """Stop before delete-incomplete removes the folder of a job that still runs, as the
     launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
     not wait for it); a launcher without it runs nothing beyond the command that started it."""
-    from domainbed.scripts.sweep import Job
-
     running_jobs = getattr(launcher, "running_jobs", None)
-    incomplete = [Path(job.output_dir) for job in jobs if job.state == Job.INCOMPLETE]
-    running = running_jobs(incomplete, env) if running_jobs and incomplete else {}
+    folders = [Path(job.output_dir) for job in incomplete]
+    running = running_jobs(folders, env) if running_jobs and folders else {}
     if running:
         listed = "\n  ".join(f"{folder} ({state})" for folder, state in sorted(running.items()))
         raise UserError(
@@ -174,18 +195,6 @@ def refuse_deleting_running_jobs(
             f"folders would lose what they write:\n  {listed}\nWait until they end, or cancel "
             "them, then run the same command again; nothing was deleted or launched."
         )
-
-
-@contextlib.contextmanager
-def _environment(env: Mapping[str, str]):
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 class _ThisThread(io.TextIOBase):

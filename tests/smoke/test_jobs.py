@@ -67,7 +67,7 @@ def test_stand_ins_go_to_the_check_s_own_cache_and_the_chosen_folder(user_caches
     assert staged.problems == [] and staged.stand_ins == [SYNTHETIC_DATA, RANDOM_WEIGHTS]
     assert staged.data_dir == str(tmp_path / "synthetic")
     written = tmp_path / "synthetic" / "PACS"
-    assert synthetic.is_synthetic(written)
+    assert (written / synthetic.SYNTHETIC_MARKER).is_file()
     per_domain = synthetic.images_needed(32, 0.2, 7)  # DomainBed's batch 32, holdout 0.2
     assert len(list((written / "photo").glob("*/*.jpg"))) == per_domain
 

@@ -1,4 +1,5 @@
-"""The sweep runner: one command per folder at a time, and nothing left running when it dies."""
+"""The sweep runner: one command per folder at a time, progress from DomainBed's ``done`` files,
+and nothing left running when it dies."""
 
 import re
 import signal
@@ -6,8 +7,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from dmg_domainbed.launchers.common import output_dir_of
+from dmg_domainbed.sweep.run import watch_done
 from tests.helpers import alive, cli, descendants, domainbed_env, snapshot
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
@@ -202,3 +205,29 @@ def test_delete_incomplete_stops_at_a_job_the_launcher_still_runs(tmp_path, monk
     assert "1 incomplete job(s) are still queued or running" in message
     assert f"{incomplete[0]} (RUNNING)" in message and "nothing was deleted or launched" in message
     assert snapshot(tmp_path / "sweep") == before and calls["commands"] == []
+
+
+def fake_job(tmp_path, algorithm, test_env):
+    """What the watcher reads of a DomainBed ``Job``: its folder and its train.py arguments."""
+    folder = tmp_path / f"{algorithm}_{test_env}"
+    folder.mkdir()
+    args = dict(algorithm=algorithm, dataset="RotatedDigits", test_envs=[test_env], trial_seed=1)
+    return SimpleNamespace(output_dir=str(folder), train_args=dict(args, hparams_seed=0))
+
+
+def test_reports_each_job_once_when_its_done_file_appears(tmp_path):
+    finished_before = fake_job(tmp_path, "ERM", 0)
+    (tmp_path / "ERM_0" / "done").write_text("done")
+    first, second = fake_job(tmp_path, "DMG", 1), fake_job(tmp_path, "DMG", 2)
+    lines = []
+    jobs = [finished_before, first, second]
+    with watch_done(jobs, lines.append, interval=0.01):
+        (tmp_path / "DMG_2" / "done").write_text("done")
+        deadline = time.monotonic() + 10
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (tmp_path / "DMG_1" / "done").write_text("done")
+    assert [line.split(" (")[0] for line in lines] == [
+        "[2/3] done: DMG, test domain 60 of RotatedDigits, hparams 0, trial 1",
+        "[3/3] done: DMG, test domain 30 of RotatedDigits, hparams 0, trial 1",
+    ]
