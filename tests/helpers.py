@@ -6,8 +6,10 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -139,3 +141,36 @@ def descendants(pid: int) -> set[int]:
     except psutil.NoSuchProcess:
         return set()
     return {process.pid for process in below if alive(process.pid)}
+
+
+def interrupt_once_jobs_run(args: list[str], sweep_dir: Path, jobs: int = 2) -> tuple[int, str]:
+    """Run ``dmg-domainbed ARGS``, press Ctrl-C once ``jobs`` of its jobs have started in
+    ``sweep_dir``, and return its exit status and stderr, after checking that the processes it
+    had started are gone and its folder lock is freed."""
+    command = subprocess.Popen(
+        [sys.executable, "-m", "dmg_domainbed", *args],
+        env=domainbed_env(DMG_LOCAL_PARALLEL_JOBS=str(jobs)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C reaches a program in the foreground even where these tests run as a background
+        # job of a shell, which ignores SIGINT.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and len(list(sweep_dir.glob("*/out.txt"))) < jobs:
+            time.sleep(0.5)
+        below = descendants(command.pid)
+        assert len(list(sweep_dir.glob("*/out.txt"))) == jobs, "the jobs did not start"
+        command.send_signal(signal.SIGINT)
+        _, err = command.communicate(timeout=120)
+    finally:
+        command.kill()
+        command.wait()
+    deadline = time.monotonic() + 10  # the fork server of warm jobs ends a moment later
+    while any(alive(pid) for pid in below) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert {pid for pid in below if alive(pid)} == set()
+    assert [p.name for p in sweep_dir.iterdir() if p.name.startswith(".")] == []  # lock freed
+    return command.returncode, err

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from dmg_domainbed.launchers.common import output_dir_of
 from dmg_domainbed.sweep.run import watch_done
-from tests.helpers import alive, cli, descendants, domainbed_env, snapshot
+from tests.helpers import alive, cli, descendants, domainbed_env, interrupt_once_jobs_run, snapshot
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 HOLD = """
@@ -100,39 +100,13 @@ def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path)
 
 
 def test_ctrl_c_stops_the_jobs_frees_the_folder_and_says_how_to_resume(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    command = subprocess.Popen(
-        [sys.executable, "-m", "dmg_domainbed", "sweep", str(small_sweep(tmp_path, 100_000))],
-        env=domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # Ctrl-C reaches a program in the foreground even where these tests run as a background
-        # job of a shell, which ignores SIGINT.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and len(list(sweep_dir.glob("*/out.txt"))) < 2:
-            time.sleep(0.5)
-        below = descendants(command.pid)
-        assert len(list(sweep_dir.glob("*/out.txt"))) == 2, "the jobs did not start"
-        command.send_signal(signal.SIGINT)
-        _, err = command.communicate(timeout=120)
-    finally:
-        command.kill()
-        command.wait()
-    assert command.returncode == 130 and "Traceback" not in err, err
+    sweep_file = small_sweep(tmp_path, 100_000)
+    returncode, err = interrupt_once_jobs_run(["sweep", str(sweep_file)], tmp_path / "sweep")
+    assert returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == (
         f"Interrupted: the sweep's running jobs were stopped; 0 of 4 jobs are done and kept in "
-        f"{sweep_dir}. Run the same command with --delete-incomplete to resume."
+        f"{tmp_path / 'sweep'}. Run the same command with --delete-incomplete to resume."
     )
-    # The fork server of warm jobs notices its launcher's end a moment later.
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in below) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert {pid for pid in below if alive(pid)} == set()
-    assert [p.name for p in sweep_dir.iterdir() if p.name.startswith(".")] == []  # lock freed
 
 
 def recording_launcher(tmp_path, running=None):
