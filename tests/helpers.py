@@ -174,3 +174,17 @@ def interrupt_once_jobs_run(args: list[str], sweep_dir: Path, jobs: int = 2) -> 
     assert {pid for pid in below if alive(pid)} == set()
     assert [p.name for p in sweep_dir.iterdir() if p.name.startswith(".")] == []  # lock freed
     return command.returncode, err
+
+
+def fresh_process_that_registers_erm_and_pacs():
+    """What the doctor's probe of a new ``python`` finds where DomainBed and the plugins load."""
+    from dmg_domainbed.preflight.environment import ProbeResult
+
+    return ProbeResult(
+        python="python",
+        executable=sys.executable,
+        domainbed="/opt/DomainBed/domainbed",
+        algorithms=["ERM"],
+        datasets=["PACS"],
+        launchers=["local"],
+    )

@@ -11,7 +11,7 @@ from huggingface_hub import constants
 from dmg_domainbed.cli import main
 from dmg_domainbed.preflight import environment
 
-from ..helpers import domainbed_env
+from ..helpers import domainbed_env, fresh_process_that_registers_erm_and_pacs
 
 
 @pytest.fixture
@@ -70,14 +70,7 @@ def test_not_ready_without_data_and_weights(env, capsys, tmp_path):
 
 @pytest.mark.parametrize("disable, blamed", [("1", True), ("0", False), ("false", False)])
 def test_not_ready_when_a_fresh_process_does_not_register_the_plugins(env, capsys, disable, blamed):
-    unregistered = environment.ProbeResult(
-        python="python",
-        executable=sys.executable,
-        domainbed="/opt/DomainBed/domainbed",
-        algorithms=["ERM"],
-        datasets=["PACS"],
-        launchers=["local"],
-    )
+    unregistered = fresh_process_that_registers_erm_and_pacs()
     env.setattr(environment, "probe_fresh_process", lambda: unregistered)
     env.setenv("DMG_DOMAINBED_DISABLE", disable)
     code, out, _ = doctor(capsys)

@@ -4,7 +4,6 @@ sweep name them; nothing written into the sweep's folder or the user's caches.""
 
 import os
 import re
-import sys
 
 import pytest
 from huggingface_hub import constants
@@ -15,6 +14,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import doctor, environment
 from dmg_domainbed.sweep import config, plan
 from dmg_domainbed.sweep.run import check_ready
+from tests.helpers import fresh_process_that_registers_erm_and_pacs
 
 SWEEP = """
 [sweep]
@@ -108,14 +108,7 @@ def test_missing_data_and_weights_are_named_alike_by_smoke_doctor_and_sweep(
         check_ready(sweep, "local", os.environ)
     assert all(text in str(refused.value) for text in expected), refused.value
 
-    registered = environment.ProbeResult(
-        python="python",
-        executable=sys.executable,
-        domainbed="/opt/DomainBed/domainbed",
-        algorithms=["ERM"],
-        datasets=["PACS"],
-        launchers=["local"],
-    )
+    registered = fresh_process_that_registers_erm_and_pacs()
     monkeypatch.setattr(environment, "probe_fresh_process", lambda: registered)
     checks = doctor.diagnose("ERM", "PACS", str(data), sweep_config.hparams_of("ERM"))
     report = doctor.render(checks, "ERM", "PACS")

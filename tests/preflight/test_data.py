@@ -4,7 +4,6 @@ fixes it."""
 
 import os
 import struct
-import sys
 
 import pytest
 
@@ -22,6 +21,7 @@ from dmg_domainbed.preflight.data import (
 )
 from dmg_domainbed.sweep import config, plan
 from dmg_domainbed.sweep.run import check_ready
+from tests.helpers import fresh_process_that_registers_erm_and_pacs
 
 
 def make_domains(root, domains, classes=("dog",)):
@@ -136,14 +136,7 @@ def test_the_sweep_preflight_and_the_doctor_name_a_broken_copy_before_any_job(
         check_ready(sweep, "local", os.environ)
     assert expected in str(refused.value) and not output.exists()
 
-    registered = environment.ProbeResult(
-        python="python",
-        executable=sys.executable,
-        domainbed="/opt/DomainBed/domainbed",
-        algorithms=["ERM"],
-        datasets=["PACS"],
-        launchers=["local"],
-    )
+    registered = fresh_process_that_registers_erm_and_pacs()
     monkeypatch.setattr(environment, "probe_fresh_process", lambda: registered)
     checks = doctor.diagnose("ERM", "PACS", str(tmp_path / "data"), {})
     (data,) = [check for check in checks if check.title == "data"]
