@@ -10,6 +10,7 @@ are added to every job's arguments, and so to its hash.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import Counter
@@ -44,7 +45,7 @@ class Sweep:
     data_dir: str
     output_dir: str
 
-    @property
+    @functools.cached_property
     def groups(self) -> list[Group]:
         """The algorithms grouped by their fixed hparams: with a fixed number of steps, those an
         algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then the
