@@ -41,7 +41,7 @@ from dmg_domainbed.weight_files import (
 MODEL = "deit_small_distilled_patch16_224"
 ARCHITECTURE = f"timm:{MODEL}"  # what a weight file holds (WeightFile.model)
 PRETRAINED_TAG = "fb_in1k"
-DEPTH, WIDTH, HIDDEN = 12, 384, 1536
+DEPTH = 12  # DeiT-S blocks
 INPUT_SHAPE = (3, 224, 224)
 CHANNELS = (3, 1)  # RGB, or grayscale repeated to RGB
 GRID = 14  # patches per side
