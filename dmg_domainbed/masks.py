@@ -33,6 +33,8 @@ from dmg_domainbed import named_layers
 EPS = 1e-6  # the authors' smoothing of the soft IoU
 INITS = ("random_uniform", "scalar")
 MODES = ("soft", "hard")
+#: Attribute of a masked layer holding ``(its DomainMasks, its position among them)``.
+MASK_ATTRIBUTE = "domain_masks_of_input"
 
 
 def soft_iou(a: torch.Tensor, b: torch.Tensor, eps: float = EPS) -> torch.Tensor:
@@ -97,6 +99,13 @@ def initial_logits(num_domains: int, units: int, init: str, scalar: float) -> to
 class DomainMasks(nn.Module):
     """Per-domain masks on the inputs of named layers of ``network``, applied by pre-hooks.
 
+    Each masked layer carries its masks and its position among them (attribute
+    :data:`MASK_ATTRIBUTE`), and the hook, :func:`mask_input`, finds them through the layer it is
+    called with: a ``copy.deepcopy`` of the network (or of the algorithm holding both) is
+    self-contained, its layers masked by the copy's masks (SWAD, moving averages).
+    The input shapes of the layers are probed with one forward pass on the meta device, which
+    allocates nothing.
+
     The masks act only inside one of the routing contexts below, so an unmasked call of the
     network is impossible by accident:
 
@@ -114,7 +123,7 @@ class DomainMasks(nn.Module):
         network: nn.Module,
         layer_names: Sequence[str],
         num_domains: int,
-        example_input: torch.Tensor,
+        input_shape: Sequence[int],
         init: str = "random_uniform",
         init_scalar: float = 1.0,
         fold: bool = False,
@@ -123,7 +132,7 @@ class DomainMasks(nn.Module):
         layers = named_layers.modules_named(network, layer_names, "mask")
         self.num_domains = num_domains
         self.fold = fold
-        input_shapes = _probe_input_shapes(network, layers, example_input)
+        input_shapes = _probe_input_shapes(network, layers, input_shape)
         # Keep the order in which the forward pass reaches the layers: the first one expands.
         order = sorted(range(len(layer_names)), key=lambda i: input_shapes[i][0])
         self.layer_names = [layer_names[i] for i in order]
@@ -132,10 +141,11 @@ class DomainMasks(nn.Module):
             for i in order
         )
         self._route: tuple | None = None
-        self._handles = [
-            layers[i].register_forward_pre_hook(self._hook(position))
-            for position, i in enumerate(order)
-        ]
+        self._handles = []
+        for position, i in enumerate(order):
+            # a plain attribute (not a sub-module): the network's state_dict stays as it is
+            setattr(layers[i], MASK_ATTRIBUTE, (self, position))
+            self._handles.append(layers[i].register_forward_pre_hook(mask_input))
 
     def probabilities(self) -> list[torch.Tensor]:
         """``m_d = sigmoid(m~_d)`` of every masked layer, ``[D, k]`` each, in forward order."""
@@ -169,12 +179,6 @@ class DomainMasks(nn.Module):
         finally:
             self._route = previous
 
-    def _hook(self, position: int):
-        def apply_mask(module: nn.Module, args: tuple) -> tuple:
-            return (self._masked(position, args[0]),) + tuple(args[1:])
-
-        return apply_mask
-
     def _masked(self, position: int, x: torch.Tensor) -> torch.Tensor:
         if self._route is None:
             raise RuntimeError(
@@ -203,10 +207,18 @@ class DomainMasks(nn.Module):
         return masked.reshape(-1, *masked.shape[2:])
 
 
+def mask_input(layer: nn.Module, args: tuple) -> tuple:
+    """Forward pre-hook of a masked layer: its masks and position are found on ``layer``."""
+    domain_masks, position = getattr(layer, MASK_ATTRIBUTE)
+    return (domain_masks._masked(position, args[0]),) + tuple(args[1:])
+
+
 def _probe_input_shapes(
-    network: nn.Module, layers: Sequence[nn.Module], example_input: torch.Tensor
+    network: nn.Module, layers: Sequence[nn.Module], input_shape: Sequence[int]
 ) -> list[tuple[int, torch.Size]]:
-    """(call order, input shape) of each layer in one no-grad forward pass."""
+    """(call order, input shape) of each layer in one forward pass of a batch of two examples of
+    ``input_shape``, run on the meta device: parameters, buffers and input are meta tensors
+    (shapes without storage), swapped in for the pass by ``torch.func.functional_call``."""
     seen: dict[int, tuple[int, torch.Size]] = {}
 
     def recorder(index: int):
@@ -215,12 +227,18 @@ def _probe_input_shapes(
 
         return record
 
+    meta = {
+        name: torch.empty_like(tensor, device="meta")
+        for name, tensor in (*network.named_parameters(), *network.named_buffers())
+    }
     handles = [layer.register_forward_pre_hook(recorder(i)) for i, layer in enumerate(layers)]
     was_training = network.training
     try:
         network.eval()
         with torch.no_grad():
-            network(example_input)
+            torch.func.functional_call(
+                network, meta, (torch.empty(2, *input_shape, device="meta"),)
+            )
     finally:
         network.train(was_training)
         for handle in handles:

@@ -95,7 +95,7 @@ class TwoLayer(nn.Module):
 
 
 def make_masks(network, layers=("first", "second"), num_domains=3, **kwargs):
-    return masks.DomainMasks(network, list(layers), num_domains, torch.zeros(2, 3), **kwargs)
+    return masks.DomainMasks(network, list(layers), num_domains, (3,), **kwargs)
 
 
 def set_probabilities(domain_masks, per_layer):
@@ -148,7 +148,7 @@ def test_sampling_is_per_example_and_per_domain():
 def test_conv_inputs_get_one_mask_value_per_channel():
     torch.manual_seed(0)
     network = nn.Sequential(nn.Conv2d(3, 5, 3, padding=1), nn.ReLU(), nn.Conv2d(5, 2, 1))
-    domain_masks = masks.DomainMasks(network, ["2"], 2, torch.zeros(2, 3, 6, 6))
+    domain_masks = masks.DomainMasks(network, ["2"], 2, (3, 6, 6))
     assert domain_masks.logits[0].shape == (2, 5)
     set_probabilities(domain_masks, [[[0.5] * 5, [0.5] * 5]])
     seen = []

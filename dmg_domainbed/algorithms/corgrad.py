@@ -26,27 +26,57 @@ class ChunkLayout:
 
     The vector is the concatenation of the flattened tensors; every tensor is cut along dim 0
     (output channels / output features) as ``torch.chunk(tensor, n_parts)`` cuts it, so every
-    chunk is a contiguous run of the vector.
+    chunk is a contiguous run of the vector and the layout needs one entry per chunk, not per
+    element:
 
-    * ``element_chunk`` ``[P]``: chunk index of every element;
-    * ``chunk_tensor`` ``[C]``: tensor index of every chunk;
-    * ``element_tensor`` ``[P]``: tensor index of every element;
-    * ``num_tensors``: ``T``.
+    * ``chunk_sizes`` ``[C]``: elements of every chunk, in vector order;
+    * ``tensor_chunks`` ``[T]``: chunks of every tensor (0 for an empty tensor);
+    * ``tensor_sizes`` ``[T]``: elements of every tensor;
+    * ``num_elements``: ``P``, the length of the vector.
+
+    Sums over chunks and tensors are segmented reductions (``torch.segment_reduce``: a fixed
+    reduction order, so repeatable on a GPU, unlike scatter-adds with float atomics); values
+    per chunk or tensor are spread over their elements with ``repeat_interleave``.
     """
 
-    element_chunk: torch.Tensor
-    chunk_tensor: torch.Tensor
-    element_tensor: torch.Tensor
-    num_tensors: int
+    chunk_sizes: torch.Tensor
+    tensor_chunks: torch.Tensor
+    tensor_sizes: torch.Tensor
+    num_elements: int
 
     @property
     def num_chunks(self) -> int:
-        return len(self.chunk_tensor)
+        return len(self.chunk_sizes)
+
+    @property
+    def num_tensors(self) -> int:
+        return len(self.tensor_sizes)
 
     def chunk_sums(self, values: torch.Tensor) -> torch.Tensor:
         """Sum of ``values [..., P]`` over the elements of each chunk: ``[..., C]``."""
-        out = values.new_zeros((*values.shape[:-1], self.num_chunks))
-        return out.index_add_(-1, self.element_chunk, values)
+        return _segment_sums(values, self.chunk_sizes)
+
+    def tensor_sums(self, per_chunk: torch.Tensor) -> torch.Tensor:
+        """Sum of ``per_chunk [..., C]`` over the chunks of each tensor: ``[..., T]``."""
+        return _segment_sums(per_chunk, self.tensor_chunks)
+
+    def per_element(self, per_chunk: torch.Tensor) -> torch.Tensor:
+        """``per_chunk [C]`` repeated over the elements of each chunk: ``[P]``."""
+        return per_chunk.repeat_interleave(self.chunk_sizes, output_size=self.num_elements)
+
+    def per_tensor_element(self, per_tensor: torch.Tensor) -> torch.Tensor:
+        """``per_tensor [T]`` repeated over the elements of each tensor: ``[P]``."""
+        return per_tensor.repeat_interleave(self.tensor_sizes, output_size=self.num_elements)
+
+
+def _segment_sums(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Sums of consecutive runs of ``lengths`` elements along the last dim of ``values``."""
+    leading = values.shape[:-1]
+    rows = math.prod(leading)
+    sums = torch.segment_reduce(
+        values.reshape(-1), "sum", lengths=lengths.repeat(rows), unsafe=True
+    )  # unsafe: no check that reads the lengths back; chunk_layout makes them sum to P
+    return sums.view(*leading, len(lengths))
 
 
 def chunk_layout(
@@ -61,20 +91,29 @@ def chunk_layout(
     if n_parts < 1:
         raise ValueError(f"n_parts must be >= 1; got {n_parts}")
     chunk_sizes: list[int] = []
-    chunk_tensor: list[int] = []
-    for index, shape in enumerate(shapes):
+    tensor_chunks: list[int] = []
+    tensor_sizes: list[int] = []
+    for shape in shapes:
         numel = math.prod(shape)
+        tensor_sizes.append(numel)
+        tensor_chunks.append(0)
         if numel == 0:
             continue
         rows = shape[0] if len(shape) else 1
         rows_per_chunk = math.ceil(rows / n_parts)
         for start in range(0, rows, rows_per_chunk):
             chunk_sizes.append(min(rows_per_chunk, rows - start) * (numel // rows))
-            chunk_tensor.append(index)
-    sizes = torch.tensor(chunk_sizes, dtype=torch.long, device=device)
-    chunks = torch.tensor(chunk_tensor, dtype=torch.long, device=device)
-    element_chunk = torch.repeat_interleave(torch.arange(len(sizes), device=device), sizes)
-    return ChunkLayout(element_chunk, chunks, chunks[element_chunk], len(shapes))
+            tensor_chunks[-1] += 1
+
+    def as_tensor(values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
+    return ChunkLayout(
+        as_tensor(chunk_sizes),
+        as_tensor(tensor_chunks),
+        as_tensor(tensor_sizes),
+        sum(tensor_sizes),
+    )
 
 
 def project_conflicting_chunks(
@@ -93,11 +132,11 @@ def project_conflicting_chunks(
     Returns the corrected gradients (a new tensor), the fraction of conflicting (i, p, j)
     triples among all ``D (D-1) C`` and the mean projection ratio
     ``||projected component|| / ||g_i^j||`` (= ``|cos(g_i^j, g_p^j)|``) over the conflicts
-    (0 when there is none).
+    (0 when there is none). Temporaries are one gradient long, never ``[D, P]``.
     """
     grads = grads.clone()
     num_domains = grads.shape[0]
-    squares = layout.chunk_sums(grads * grads)
+    squares = torch.stack([layout.chunk_sums(g * g) for g in grads])
     conflicts = grads.new_zeros(())
     ratio_sum = grads.new_zeros(())
     tiny = torch.finfo(grads.dtype).tiny
@@ -112,7 +151,7 @@ def project_conflicting_chunks(
             ratio = -dots / (squares[p].sqrt() * squares[i].sqrt()).clamp_min(tiny)
             ratio_sum += torch.where(conflict, ratio, 0.0).sum()
             conflicts += conflict.sum()
-            grads[i] -= coefficient[layout.element_chunk] * grads[p]
+            grads[i] -= layout.per_element(coefficient) * grads[p]
             squares[i] = layout.chunk_sums(grads[i] * grads[i])
     pairs = num_domains * (num_domains - 1) * layout.num_chunks
     fraction = conflicts / pairs if pairs else conflicts
@@ -127,24 +166,25 @@ def blend_outliers(
     Per parameter tensor, with ``n_d = ||g_d||``, ``mu`` their mean and ``sigma`` their
     population standard deviation, domain ``d`` is an outlier when ``|n_d - mu| > sigma``; then
     ``g_d <- alpha g_d + (1 - alpha) mean_{d' not outlier} g_d'`` (the mean taken before any
-    blending). Returns the blended gradients and the fraction of (domain, tensor) outliers.
+    blending). Returns the blended gradients (a new tensor) and the fraction of (domain, tensor)
+    outliers.
 
     A domain exactly one sigma away is not an outlier, and "exactly" allows for rounding: with
     two domains both always lie exactly one sigma from the mean, so rounding alone would
     otherwise decide, step by step, whether one of them is blended.
     """
-    squares = grads.new_zeros(grads.shape[0], layout.num_tensors)
-    squares.index_add_(1, layout.chunk_tensor, layout.chunk_sums(grads * grads))
+    squares = torch.stack([layout.tensor_sums(layout.chunk_sums(g * g)) for g in grads])
     norms = squares.double().sqrt()
     deviation = (norms - norms.mean(0)).abs()
     slack = 16 * torch.finfo(norms.dtype).eps * norms.amax(0)
     outlier = deviation > norms.std(0, correction=0) + slack
     inlier = (~outlier).to(grads.dtype)
-    weights = (inlier / inlier.sum(0))[:, layout.element_tensor]
-    inlier_mean = (weights * grads).sum(0)
-    blended = torch.where(
-        outlier[:, layout.element_tensor], alpha * grads + (1 - alpha) * inlier_mean, grads
-    )
+    weights = inlier / inlier.sum(0)
+    inlier_mean = sum(layout.per_tensor_element(w) * g for w, g in zip(weights, grads))
+    blended = torch.empty_like(grads)
+    for d, g in enumerate(grads):
+        chosen = layout.per_tensor_element(outlier[d])
+        torch.where(chosen, alpha * g + (1 - alpha) * inlier_mean, g, out=blended[d])
     return blended, outlier.to(grads.dtype).mean()
 
 
@@ -279,18 +319,21 @@ class CorGrad(PluginAlgorithm):
         self._plain = [i for i, p in enumerate(self._params) if id(p) not in corrected]
         layout = chunk_layout([self._params[i].shape for i in self._corrected], hparams["n_parts"])
         # Derived from the network and hparams: moved by .to(), kept out of the state_dict.
-        for name in ("element_chunk", "chunk_tensor", "element_tensor"):
+        for name in ("chunk_sizes", "tensor_chunks", "tensor_sizes"):
             self.register_buffer(f"_{name}", getattr(layout, name), persistent=False)
+        self._num_elements = layout.num_elements
 
     def _layout(self) -> ChunkLayout:
         return ChunkLayout(
-            self._element_chunk, self._chunk_tensor, self._element_tensor, len(self._corrected)
+            self._chunk_sizes,
+            self._tensor_chunks,
+            self._tensor_sizes,
+            self._num_elements,
         )
 
     def update(self, minibatches, unlabeled=None):
-        size = len(self._element_chunk)
         first = self._params[0]
-        grads = first.new_empty(len(minibatches), size)
+        grads = first.new_empty(len(minibatches), self._num_elements)
         plain_sum = [torch.zeros_like(self._params[i]) for i in self._plain]
         losses = []
         for d, (x, y) in enumerate(minibatches):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -39,28 +40,44 @@ def normalise(importance: torch.Tensor) -> torch.Tensor:
     return (importance - low) / (high - low)
 
 
+#: Largest input ``torch.quantile`` accepts (it refuses tensors of more elements).
+QUANTILE_MAX_ELEMENTS = 2**24
+
+
 def top_fraction(scores: torch.Tensor, fraction: float) -> torch.Tensor:
     """Boolean mask of the scores at or above their ``1 - fraction`` quantile: the original's
     ``score >= torch.quantile(score, 1 - fraction)``, ties at the threshold included.
 
-    The quantile interpolates linearly between the order statistics around rank
-    ``(1 - fraction) (N - 1)``, so ``floor(fraction (N - 1)) + 1`` distinct scores are kept
-    (``ceil(fraction N)`` would keep one more for many ``N``, e.g. 5 of 7 at 0.6 where the
-    original keeps 4); where that rank is a whole number, rounding may make it one fewer, in
-    the original as here. The arithmetic is ``torch.quantile``'s (``1 - fraction`` rounded to the
-    scores' dtype, the rank in double precision, the threshold by ``torch.lerp``), so the same
-    weights are kept to the last one; the two order statistics come from ``kthvalue``, because
-    some torch versions' ``quantile`` refuses tensors of more than 2^24 elements.
+    ``torch.quantile`` itself decides wherever it accepts the scores, so the kept weights are the
+    original's on every torch version; above :data:`QUANTILE_MAX_ELEMENTS` elements
+    :func:`linear_quantile` computes the same threshold.
     """
     flat = scores.reshape(-1)
     if flat.numel() == 0:
         return torch.zeros_like(scores, dtype=torch.bool)
-    rank = torch.tensor(1 - fraction, dtype=flat.dtype).item() * (flat.numel() - 1)
-    below = int(rank)
-    low = flat.kthvalue(below + 1).values
-    high = flat.kthvalue(min(below + 2, flat.numel())).values
-    weight = torch.tensor(rank - below, dtype=flat.dtype)
-    return scores >= torch.lerp(low, high, weight)
+    if flat.numel() <= QUANTILE_MAX_ELEMENTS:
+        threshold = torch.quantile(flat, 1 - fraction)
+    else:
+        threshold = linear_quantile(flat, 1 - fraction)
+    return scores >= threshold
+
+
+def linear_quantile(values: torch.Tensor, q: float) -> torch.Tensor:
+    """``torch.quantile(values, q)`` (linear interpolation) for a 1-d tensor of any size.
+
+    With the sorted values ``v_(0) <= ... <= v_(N-1)`` and the rank ``r = q (N - 1)``, the
+    quantile is ``lerp(v_(floor r), v_(ceil r), r - floor r)``. The arithmetic is
+    ``torch.quantile``'s: ``q`` rounded to the values' dtype, ``r`` in double precision, the
+    weight ``r - floor r`` in the values' dtype; the two order statistics come from
+    ``kthvalue``, so no sorted copy is made. Every operand lives on the values' device.
+    """
+    size = values.numel()
+    rank = torch.tensor(q, dtype=values.dtype).item() * (size - 1)
+    below, above = math.floor(rank), math.ceil(rank)
+    low = values.kthvalue(below + 1).values
+    high = values.kthvalue(above + 1).values
+    weight = torch.tensor(rank - below, dtype=values.dtype, device=values.device)
+    return torch.lerp(low, high, weight)
 
 
 def unimportant_rate(
@@ -129,12 +146,14 @@ class ImportanceMask(PluginAlgorithm):
     and not at all from update ``freeze_step`` on (:func:`unimportant_rate`).
 
     Step counting: DomainBed calls ``update`` once per step but never says how many steps the
-    run has, so the schedule is in global update counts (``update_count``, a buffer): the
-    defaults fit DomainBed's default run of 5,001 steps (``N_STEPS`` of every dataset). The
-    original trains 10 epochs per phase, halves the unimportant rate every epoch and freezes
-    after 7 of the 10 phase-2 epochs; here ``phase1_steps = 2500`` (half the run), a half-life
-    of 250 steps (a tenth of phase 2) and ``freeze_step = 4250`` (70% into phase 2). **Scale all
-    three with ``--steps``**; with fewer steps than ``phase1_steps`` the run ends in phase 1.
+    run has, so the schedule is in global update counts. The count is the buffer
+    ``update_count`` (saved in ``model.pkl``) and a host-side copy of it, restored with the
+    state dict, from which the phase is decided, so no step reads the GPU back for it. The
+    defaults keep the original's proportions (10 epochs per phase, the unimportant rate halved
+    every epoch, frozen after 7 of the 10 phase-2 epochs) within DomainBed's default run: phase 1
+    half the run, a half-life of a tenth of phase 2, the freeze 70% into phase 2
+    (:meth:`run_length_hparams` scales them to another run length; docs/algorithms.md gives the
+    values). With fewer steps than ``phase1_steps`` the run ends in phase 1.
 
     ``predict``: in phase 1, the mean of the copies' raw logits; in phase 2, the phase-2
     network. ``update`` logs ``loss``, ``phase`` (1 or 2) and ``unimportant_rate`` (the current
@@ -226,6 +245,7 @@ class ImportanceMask(PluginAlgorithm):
         )
         initial_weights = self._flat(initial).detach().clone()
         self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self._steps = 0  # = update_count, kept on the host
         self.register_buffer("initial_weights", initial_weights)
         self.register_buffer("importance", torch.zeros_like(initial_weights))
         self.register_buffer("important", torch.zeros_like(initial_weights, dtype=torch.bool))
@@ -242,7 +262,7 @@ class ImportanceMask(PluginAlgorithm):
         return len(self.domain_networks) > 0
 
     def update(self, minibatches, unlabeled=None):
-        step = int(self.update_count)
+        step = self._steps
         if self.in_phase1:
             result = self._phase1_update(minibatches)
             if step + 1 >= self.hparams["phase1_steps"]:
@@ -250,6 +270,7 @@ class ImportanceMask(PluginAlgorithm):
         else:
             result = self._phase2_update(minibatches, step)
         self.update_count += 1
+        self._steps += 1
         return result
 
     def _phase1_update(self, minibatches) -> dict[str, float]:
@@ -340,3 +361,6 @@ class ImportanceMask(PluginAlgorithm):
         if self.in_phase1 and not any(key.startswith(copies) for key in state_dict):
             self._drop_copies()
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        count = state_dict.get(f"{prefix}update_count")
+        if count is not None:
+            self._steps = int(count)

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 
 import pytest
 import torch
@@ -64,8 +65,9 @@ def test_chunks_are_torch_chunk_along_dim_0(shape, n_parts):
     layout = chunk_layout([(7, 2), shape], n_parts)
     first = [c.numel() for c in torch.chunk(torch.zeros(7, 2), n_parts)]
     second = [c.numel() for c in torch.chunk(torch.zeros(shape).reshape(shape or (1,)), n_parts)]
-    assert torch.bincount(layout.element_chunk).tolist() == first + second
-    assert layout.chunk_tensor.tolist() == [0] * len(first) + [1] * len(second)
+    assert layout.chunk_sizes.tolist() == first + second
+    assert layout.tensor_chunks.tolist() == [len(first), len(second)]
+    assert layout.tensor_sizes.tolist() == [14, math.prod(shape)]
 
 
 def test_projection_only_on_conflicting_chunks():
@@ -114,6 +116,14 @@ def test_vectorised_rule_matches_the_rule_written_out_per_tensor_and_chunk():
     grads = torch.randn(4, sum(torch.Size(s).numel() for s in shapes))
     update, _ = corrected_update(grads, chunk_layout(shapes, 5), alpha=0.3)
     assert torch.allclose(update, reference_update(grads, shapes, 5, 0.3), atol=1e-5)
+
+
+def test_the_layout_costs_one_entry_per_chunk_and_tensor_not_one_per_weight():
+    corgrad = build("CorGrad", n_parts=4)
+    layout = [b for name, b in corgrad.named_buffers() if not name.startswith("network.")]
+    tensors = len(list(corgrad.network.parameters()))
+    weights = sum(p.numel() for p in corgrad.network.parameters())
+    assert sum(b.numel() for b in layout) <= 4 * tensors + 2 * tensors < weights / 100
 
 
 def test_conv_linear_set_leaves_out_normalisation_layers_and_all_takes_everything():

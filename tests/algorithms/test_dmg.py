@@ -1,5 +1,7 @@
 """DMG as DomainBed constructs and trains it (paper Sec. 2, Eq. 2-3)."""
 
+import copy
+
 import pytest
 import torch
 import torchvision
@@ -10,6 +12,7 @@ from dmg_domainbed.algorithms.dmg import DMG
 from dmg_domainbed.errors import UserError
 
 from .conftest import build, minibatches
+from .torch_calls import TorchCalls
 
 
 def set_constant_probabilities(dmg, per_domain):
@@ -139,6 +142,40 @@ def test_known_domain_prediction_rejects_bad_mode_and_domain():
         dmg.predict_known_domain(x, 0, "greedy")
     with pytest.raises(ValueError, match=r"must lie in 0..2.*got \[3\]"):
         dmg.predict_known_domain(x, 3)
+
+
+def test_a_deep_copy_is_masked_by_its_own_masks_and_leaves_the_original_alone():
+    # the SWAD / moving-average pattern: copy.deepcopy of the trained algorithm
+    dmg = build("DMG").eval()
+    twin = copy.deepcopy(dmg)
+    x = torch.randn(3, 3, 28, 28)
+    before = dmg.predict(x)
+    assert torch.equal(twin.predict(x), before)
+    set_constant_probabilities(twin, [0.99, 0.98, 0.97])
+    changed = twin.predict(x)
+    assert not torch.allclose(changed, before)
+    assert torch.equal(dmg.predict(x), before)
+    set_constant_probabilities(dmg, [0.01, 0.02, 0.03])
+    assert not torch.allclose(dmg.predict(x), before)
+    assert torch.equal(twin.predict(x), changed)
+
+
+@pytest.mark.parametrize("input_shape", [(3, 28, 28), (10,)])
+def test_layer_shapes_are_probed_on_the_meta_device_and_give_the_masks_of_a_real_pass(
+    input_shape,
+):
+    with TorchCalls() as calls:
+        dmg = build("DMG", input_shape=input_shape)
+    layer_calls = [args for name, args in calls.calls if name in ("conv2d", "linear")]
+    assert layer_calls and all(a.device.type == "meta" for args in layer_calls for a in args)
+    assert all(p.device.type == "cpu" for p in dmg.parameters())
+    network = build("Aggregate", input_shape=input_shape).network
+    widths = []
+    for name in dmg.masks.layer_names:
+        layer = network.get_submodule(name)
+        layer.register_forward_pre_hook(lambda m, args: widths.append(args[0].shape[1]))
+    network.eval()(torch.zeros(2, *input_shape))
+    assert [tuple(p.shape) for p in dmg.masks.logits] == [(3, w) for w in widths]
 
 
 def test_state_dict_round_trip_gives_identical_predictions():

@@ -9,9 +9,11 @@ import torch
 import torch.nn.functional as F
 from domainbed import algorithms
 
+from dmg_domainbed.algorithms import importance_mask
 from dmg_domainbed.algorithms.importance_mask import (
     ImportanceMask,
     apply_rates,
+    linear_quantile,
     normalise,
     top_fraction,
     unimportant_rate,
@@ -21,6 +23,7 @@ from dmg_domainbed.errors import UserError
 from tests.helpers import run_domainbed
 
 from .conftest import build, minibatches
+from .torch_calls import TorchCalls
 
 SHORT = {"phase1_steps": 2, "freeze_step": 4}
 
@@ -66,6 +69,58 @@ def test_threshold_is_the_authors_quantile_rule(fraction):
         assert torch.equal(top_fraction(tied, fraction), tied >= torch.quantile(tied, 1 - fraction))
     # e.g. 7 weights at 0.6: the quantile keeps 4, ceil(0.6 * 7) would be 5
     assert int(top_fraction(torch.arange(7.0), 0.6).sum()) == 4
+
+
+def test_threshold_is_whatever_torch_quantile_gives_on_this_torch(monkeypatch):
+    # another torch version's arithmetic, imitated: the kept weights must follow torch.quantile
+    quantile = torch.quantile
+    monkeypatch.setattr(torch, "quantile", lambda t, q: quantile(t, q, interpolation="lower"))
+    scores = torch.rand(10, generator=torch.Generator().manual_seed(0))
+    threshold = quantile(scores, 0.4, interpolation="lower")
+    assert torch.equal(top_fraction(scores, 0.6), scores >= threshold)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_quantile_of_tensors_too_large_for_torch_quantile_is_torch_quantile(dtype, monkeypatch):
+    generator = torch.Generator().manual_seed(1)
+    for n in range(1, 120):
+        scores = torch.rand(n, generator=generator, dtype=dtype)
+        for values in (scores, scores.mul(4).round()):
+            for q in (0.0, 0.25, 0.33, 0.4, 0.6, 0.67, 1.0):
+                assert torch.equal(linear_quantile(values, q), torch.quantile(values, q)), (n, q)
+    monkeypatch.setattr(importance_mask, "QUANTILE_MAX_ELEMENTS", 0)  # every tensor "too large"
+    scores = torch.rand(7, 9, generator=generator, dtype=dtype)
+    for fraction in (0.4, 0.6, 0.75):
+        expected = scores >= torch.quantile(scores.reshape(-1), 1 - fraction)
+        assert torch.equal(top_fraction(scores, fraction), expected)
+
+
+def test_quantile_interpolates_on_the_device_of_the_scores():
+    # the meta device stands in for a GPU: every operand of the interpolation must live there
+    with TorchCalls() as calls:
+        linear_quantile(torch.empty(50, device="meta"), 0.4)
+    lerps = calls.named("lerp")
+    assert lerps and all(arg.device.type == "meta" for _, args in lerps for arg in args)
+
+
+def test_the_phase_is_decided_without_reading_the_step_count_back_from_its_device():
+    model = build("ImportanceMask", **SHORT)
+    with TorchCalls() as calls:
+        for _ in range(SHORT["freeze_step"] + 1):
+            model.update(minibatches())
+    reads = calls.host_reads()
+    assert not [name for name, args in reads if any(a is model.update_count for a in args)]
+    assert int(model.update_count) == SHORT["freeze_step"] + 1
+
+
+def test_a_reloaded_model_resumes_its_schedule_at_the_saved_step():
+    model = build("ImportanceMask", **SHORT)
+    model.update(minibatches())
+    fresh = build("ImportanceMask", **SHORT)
+    fresh.load_state_dict(model.state_dict())
+    assert fresh.in_phase1
+    fresh.update(minibatches())  # the saved step 1 is phase 1's last (phase1_steps = 2)
+    assert not fresh.in_phase1
 
 
 def test_unimportant_rate_decays_exponentially_then_is_zero_from_the_freeze_step():
