@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from types import ModuleType
 
 import psutil
 
@@ -258,13 +257,14 @@ def start_warm(
     return job
 
 
-def check_cuda_untouched(torch: ModuleType | None) -> None:
-    """Raise :class:`UserError` if the fork server had initialised CUDA before forking this job.
+def check_cuda_untouched(server_initialised_cuda: bool) -> None:
+    """Raise :class:`UserError` if the fork server had initialised CUDA before forking this job
+    (as :mod:`.fork_server` recorded it).
 
     A warm job takes its GPU by setting ``CUDA_VISIBLE_DEVICES`` after the fork, which CUDA
     reads once, when it initialises; a CUDA initialised in the server would also be unusable in
     its forked children."""
-    if torch is not None and torch.cuda.is_initialized():
+    if server_initialised_cuda:
         raise UserError(
             "local_parallel's fork server initialised CUDA before forking a warm job: the "
             "job's GPU (CUDA_VISIBLE_DEVICES, set after the fork) would be ignored. Something "
@@ -279,7 +279,8 @@ def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: P
         wait([multiprocessing.parent_process().sentinel])  # closes when the launcher is gone
         os.killpg(0, signal.SIGTERM)
 
-    check_cuda_untouched(sys.modules.get("torch"))
+    server = sys.modules.get("dmg_domainbed.launchers.fork_server")
+    check_cuda_untouched(getattr(server, "cuda_initialised", False))
     gc.freeze()  # the server's objects stay out of the job's collections, and their pages shared
     os.setsid()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as a new interpreter has it
