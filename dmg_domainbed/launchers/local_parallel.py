@@ -94,6 +94,12 @@ WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: 
 # Looked up here: a new process calls it between fork and exec, where loading is unsafe.
 _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 _SERVER = multiprocessing.get_context("forkserver")
+_server_environ: dict[str, str] | None = None  # the fork server's, once it is started
+# What a warm job sets after the fork, or reads only when it runs: the job's own values count.
+APPLIED_AFTER_FORK = frozenset(
+    {"PATH", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+    | {option.env for option in OPTIONS}
+)
 
 
 # nvidia-smi -L: a line per GPU, then one per MIG instance of it, e.g.
@@ -232,24 +238,44 @@ def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | No
 
 
 def warm_refusal(environ: Mapping[str, str]) -> str | None:
-    """None if jobs may run warm, in this interpreter and environment: the ``python`` on
-    ``environ``'s PATH is the same file in the same folder (a virtual environment's ``python``
-    links to its base interpreter, but is another environment); else why not."""
+    """None if jobs may run warm, in this interpreter and environment; else why not.
+
+    The ``python`` on ``environ``'s PATH must be this process's interpreter, the same file in
+    the same folder (a virtual environment's ``python`` links to its base interpreter, but is
+    another environment). And ``environ`` must be the fork server's environment but for the
+    variables a warm job applies after the fork (:data:`APPLIED_AFTER_FORK`): the server's
+    imports read theirs once, at import (``huggingface_hub`` its cache and offline mode from
+    ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``, torch its threads), and a forked job
+    keeps what they read."""
     if not sys.platform.startswith("linux"):
         return "warm jobs are forked, which this package supports on Linux only"
     found, here = shutil.which("python", path=environ.get("PATH")), sys.executable
-    if found and Path(found).parent == Path(here).parent and os.path.samefile(found, here):
-        return None
-    return (
-        f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; put "
-        f"{os.path.dirname(here)} first on PATH to start jobs warm"
-    )
+    if not (found and Path(found).parent == Path(here).parent and os.path.samefile(found, here)):
+        return (
+            f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; "
+            f"put {os.path.dirname(here)} first on PATH to start jobs warm"
+        )
+    server = os.environ if _server_environ is None else _server_environ
+    names = (set(environ) | set(server)) - APPLIED_AFTER_FORK
+    differ = sorted(name for name in names if environ.get(name) != server.get(name))
+    if differ:
+        more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
+        return (
+            f"the jobs' environment differs from the fork server's in {', '.join(differ[:5])}"
+            f"{more}, which the modules the server imports may have read at import; run the "
+            "launcher in the jobs' environment to start them warm"
+        )
+    return None
 
 
 def start_warm(
     module: str, arguments: Sequence[str], environ: Mapping[str, str], log: Path | None
 ) -> multiprocessing.Process:
-    """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server."""
+    """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server (started now, with
+    this process's environment, if it is not running yet)."""
+    global _server_environ
+    if _server_environ is None:
+        _server_environ = dict(os.environ)
     # read when the server starts; the last one waits for threads the others started
     _SERVER.set_forkserver_preload(["__main__", module, "dmg_domainbed.launchers.fork_server"])
     job = _SERVER.Process(target=_run_warm, args=(module, list(arguments), dict(environ), log))

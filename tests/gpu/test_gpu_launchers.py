@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import subprocess
 import sys
@@ -76,6 +77,18 @@ def pacs(tmp_path_factory):
     return root, env
 
 
+@pytest.fixture
+def in_job_environment(pacs, monkeypatch):
+    """This process (and so the fork server it starts) has the jobs' environment: warm jobs
+    keep what the server's imports read of it (huggingface_hub its cache and offline mode)."""
+    root, env = pacs
+    for name in set(os.environ) - set(env):
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return root, env
+
+
 def train_command(data_dir, output_dir, algorithm, steps=STEPS, seed=0, **overrides) -> str:
     """DomainBed's train command, in the plain words its sweep writes."""
     hparams = {**BACKBONE, "batch_size": BATCH_SIZE, **ALGORITHM_HPARAMS.get(algorithm, {})}
@@ -129,8 +142,8 @@ def run_all(root: Path, env: dict, name: str, warm: bool) -> dict[str, list[dict
     return {a: records(root / name / a) for a in ALGORITHMS}
 
 
-def test_warm_jobs_write_what_new_processes_write_on_cuda(pacs):
-    root, env = pacs
+def test_warm_jobs_write_what_new_processes_write_on_cuda(in_job_environment):
+    root, env = in_job_environment
     fresh = run_all(root, env, "fresh", warm=False)
     again = run_all(root, env, "again", warm=False)
     warm = run_all(root, env, "warm", warm=True)
@@ -162,8 +175,8 @@ def compute_pids() -> set[str]:
     return {line.strip() for line in answer.stdout.splitlines() if line.strip().isdigit()}
 
 
-def test_two_jobs_per_gpu_run_on_one_gpu_at_once(pacs):
-    root, env = pacs
+def test_two_jobs_per_gpu_run_on_one_gpu_at_once(in_job_environment):
+    root, env = in_job_environment
     gpu = visible_gpus(env)[0]
     env = {**env, "CUDA_VISIBLE_DEVICES": gpu, "DMG_LOCAL_PARALLEL_JOBS_PER_GPU": "2"}
     plan = Plan.from_environment(env)
@@ -193,8 +206,8 @@ def test_two_jobs_per_gpu_run_on_one_gpu_at_once(pacs):
     assert len(most) == 2, f"nvidia-smi listed at most {len(most)} of the jobs at once: {most}"
 
 
-def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(pacs, tmp_path):
-    root, env = pacs
+def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(in_job_environment, tmp_path):
+    root, env = in_job_environment
     batch = 1024  # x 3 source domains of 224x224 images through ResNet-50: hundreds of GB
     per_domain = synthetic.images_needed(batch, 0.1, CLASSES)
     synthetic.write_image_dataset("PACS", tmp_path / "data", per_domain, CLASSES)

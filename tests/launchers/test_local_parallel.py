@@ -273,3 +273,14 @@ def test_a_warm_job_refuses_a_fork_server_that_initialised_cuda():
     message = str(refused.value)
     assert "initialised CUDA before forking" in message and "CUDA_VISIBLE_DEVICES" in message
     assert "DMG_LOCAL_PARALLEL_WARM=false" in message
+
+
+def test_jobs_whose_environment_the_fork_server_lacks_start_as_new_processes(clean_env):
+    """What the server's imports read at import (huggingface_hub: HF_HOME, HF_HUB_OFFLINE) a
+    forked job would keep: such jobs start as new processes, saying why."""
+    env = domainbed_env()
+    clean_env.setenv("PATH", env["PATH"])
+    same = {**os.environ, "CUDA_VISIBLE_DEVICES": "1", "DMG_LOCAL_PARALLEL_JOBS": "2"}
+    assert local_parallel.warm_refusal(same) is None
+    refusal = local_parallel.warm_refusal({**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert "differs from the fork server's in HF_HUB_OFFLINE" in refusal
