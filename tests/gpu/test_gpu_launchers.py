@@ -132,7 +132,7 @@ def largest_difference(a: list[dict], b: list[dict]) -> float:
 
 def run_all(root: Path, env: dict, name: str, warm: bool) -> dict[str, list[dict]]:
     gpu = visible_gpus(env)[0]
-    plan = Plan(len(ALGORITHMS), (gpu,), 2, 2, warm, environ=env)
+    plan = Plan(len(ALGORITHMS), (gpu,), 2, 2, warm, environ=dict(os.environ))
     commands = [train_command(root / "data", root / name / a, a) for a in ALGORITHMS]
     outcomes = run_commands(commands, plan, say=lambda line: None)
     assert [o.returncode for o in outcomes] == [0] * len(ALGORITHMS), failure_report(
@@ -178,7 +178,7 @@ def compute_pids() -> set[str]:
 def test_two_jobs_per_gpu_run_on_one_gpu_at_once(in_job_environment):
     root, env = in_job_environment
     gpu = visible_gpus(env)[0]
-    env = {**env, "CUDA_VISIBLE_DEVICES": gpu, "DMG_LOCAL_PARALLEL_JOBS_PER_GPU": "2"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "DMG_LOCAL_PARALLEL_JOBS_PER_GPU": "2"}
     plan = Plan.from_environment(env)
     assert (plan.jobs, plan.gpus, plan.jobs_per_gpu) == (2, (gpu,), 2)
     before = compute_pids()
@@ -213,7 +213,7 @@ def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(in_job_environment, 
     synthetic.write_image_dataset("PACS", tmp_path / "data", per_domain, CLASSES)
     command = train_command(tmp_path / "data", tmp_path / "job", "ERM", steps=2, batch_size=batch)
     command = command.replace(f"--holdout_fraction {HOLDOUT_FRACTION}", "--holdout_fraction 0.1")
-    env = {**env, "CUDA_VISIBLE_DEVICES": visible_gpus(env)[0]}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_gpus(env)[0]}
     with pytest.raises(UserError) as failed:
         local_parallel_launcher.launch([command], env)
     message = str(failed.value)
@@ -223,36 +223,32 @@ def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(in_job_environment, 
     assert "OutOfMemoryError" in message
 
 
-LAUNCHER_USING_CUDA_AT_IMPORT = """
+# A launcher whose warm module (preloaded by its new fork server) initialises CUDA at import.
+LAUNCH_WARM_MODULE = """
 import sys
-import torch
+from dmg_domainbed.launchers.common import failure_report
+from dmg_domainbed.launchers.local_parallel import Plan, failures, run_commands
 
-torch.cuda.init()  # at import: the fork server imports this __main__ too
-
-if __name__ == "__main__":
-    from dmg_domainbed.launchers.common import failure_report
-    from dmg_domainbed.launchers.local_parallel import Plan, failures, run_commands
-
-    plan = Plan(1, (sys.argv[2],), 1, 0, True)
-    outcomes = run_commands([sys.argv[1]], plan)
-    print("started", "warm" if outcomes[0].warm else "as a new process")
-    print(failure_report(failures(outcomes), 1))
+module = "tests.gpu.cuda_at_import"
+plan = Plan(1, (sys.argv[2],), 1, 0, True)
+command = f"python -m {module} --output_dir {sys.argv[1]}"
+outcomes = run_commands([command], plan, warm_module=module)
+print("started", "warm" if outcomes[0].warm else "as a new process")
+print(failure_report(failures(outcomes), 1))
 """
 
 
-def test_warm_jobs_refuse_a_fork_server_that_initialised_cuda(pacs, tmp_path):
-    root, env = pacs
-    script = tmp_path / "launch.py"
-    script.write_text(LAUNCHER_USING_CUDA_AT_IMPORT)
-    command = train_command(root / "data", tmp_path / "job", "ERM", steps=1)
+def test_warm_jobs_refuse_a_fork_server_that_initialised_cuda(in_job_environment, tmp_path):
+    root, env = in_job_environment
     ran = subprocess.run(
-        [sys.executable, str(script), command, visible_gpus(env)[0]],
+        [sys.executable, "-c", LAUNCH_WARM_MODULE, str(tmp_path / "job"), visible_gpus(env)[0]],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=Path(__file__).parents[2],
     )
-    log = (tmp_path / "job" / "launcher.log").read_text()
     assert "started warm" in ran.stdout, ran.stdout + ran.stderr
+    log = (tmp_path / "job" / "launcher.log").read_text()
     assert "initialised CUDA before forking a warm job" in log, log[-3000:]
-    assert not (tmp_path / "job" / "done").exists()
+    assert "ran on" not in log
