@@ -96,8 +96,9 @@ _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 _SERVER = multiprocessing.get_context("forkserver")
 _server_environ: dict[str, str] | None = None  # the fork server's, once it is started
 # What a warm job sets after the fork, or reads only when it runs: the job's own values count.
+# (PYTEST_CURRENT_TEST: pytest rewrites it at every test phase; nothing reads it at import.)
 APPLIED_AFTER_FORK = frozenset(
-    {"PATH", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+    {"PATH", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTEST_CURRENT_TEST"}
     | {option.env for option in OPTIONS}
 )
 
