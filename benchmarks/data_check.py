@@ -32,8 +32,8 @@ import domainbed.datasets  # noqa: F401  (imported once, before anything is time
 import numpy as np
 from PIL import Image
 
+from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.datacheck.data_check import check_dataset
-from dmg_domainbed.datacheck.decoding import available_cores
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS
 
 SIDE = 227
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
             written = write_copy(data_dir, args.dataset, args.scale, args.empty)
             what = "empty files" if args.empty else f"{SIDE}x{SIDE} JPEGs"
             print(f"wrote {written:,} {what} in {time.perf_counter() - start:.1f} s")
-        cores = available_cores()
+        cores = usable_cores()
         kinds = [("quick", True, 1)]
         if not args.empty:
             kinds += [(f"full, {n} worker(s)", False, n) for n in sorted({1, cores})]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
@@ -37,8 +38,6 @@ def demo_config(
     DomainBed's sweep draws them) each repeated ``trials`` times with new data splits and seeds."""
     from domainbed import datasets
 
-    from dmg_domainbed.launchers.local_parallel import usable_cores
-
     return SweepConfig(
         path=Path("dmg-domainbed demo"),
         algorithms=tuple(dict.fromkeys(algorithms)),
@@ -48,9 +47,10 @@ def demo_config(
         steps=steps or datasets.get_dataset_class(DATASET).N_STEPS,
         single_test_envs=True,
         launcher=LAUNCHER,
-        # One job per CPU core even where GPUs are visible: local_parallel's own default
-        # there is one job per GPU, which would run these small jobs one at a time.
-        launcher_options={"jobs": jobs or usable_cores()},
+        # One job per CPU core, on the cores even where GPUs are visible: these small MLP jobs
+        # run faster there than queued on a GPU, and local_parallel's own default with GPUs is
+        # one job per GPU (its image jobs keep it).
+        launcher_options={"jobs": jobs or usable_cores(), "gpus": False},
     )
 
 

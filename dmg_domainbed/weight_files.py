@@ -9,6 +9,7 @@ these types; the module imports nothing of the package.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,16 @@ class Caches:
         """Both caches inside ``root``, for a process started with :meth:`environment`."""
         root = Path(root).absolute()
         return cls(root / "torch" / "hub", root / "huggingface" / "hub")
+
+    def holding(self, file: WeightFile, source: Caches) -> WeightFile | None:
+        """Where ``file``, a place in the ``source`` caches, is in these caches (not present
+        there yet: :mod:`dmg_domainbed.synthetic` may write it); None for a file outside both
+        of ``source``'s caches (e.g. one an hparam names)."""
+        for theirs, ours in ((source.hf_hub, self.hf_hub), (source.torch_hub, self.torch_hub)):
+            if file.folder.is_relative_to(theirs):
+                folder = ours / file.folder.relative_to(theirs)
+                return dataclasses.replace(file, folder=folder, present=False)
+        return None
 
     def environment(self) -> dict[str, str]:
         """Environment variables that make torch.hub, torchvision and timm read these caches."""

@@ -143,6 +143,8 @@ def launcher_table(name: str) -> str:
     """A launcher's settings: sweep-file key, environment variable, default, allowed, meaning."""
     from domainbed import command_launchers
 
+    from dmg_domainbed.launchers.common import as_launcher
+
     rows = [
         [
             f"`{option.name}`",
@@ -151,7 +153,7 @@ def launcher_table(name: str) -> str:
             option.rule.allowed(),
             option.help,
         ]
-        for option in command_launchers.REGISTRY[name].OPTIONS
+        for option in as_launcher(command_launchers.REGISTRY[name]).options
     ]
     headers = ["[launcher] key", "variable", "default", "allowed", "meaning"]
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from dmg_domainbed import deit_weights
 from dmg_domainbed.algorithms import sfmoe_network
 from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
 from dmg_domainbed.errors import UserError
@@ -212,7 +213,7 @@ class SFMOE(PluginAlgorithm):
     def check_weights(cls, hparams: Mapping[str, Any]) -> WeightsCheck:
         """Where the pretrained weights are, whether they load and fit (``dmg-domainbed
         doctor``)."""
-        return sfmoe_network.check_weights(hparams)
+        return deit_weights.check_weights(hparams)
 
     @property
     def moe_layers(self) -> list[SparseMoE]:

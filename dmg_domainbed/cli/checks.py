@@ -171,8 +171,8 @@ def data_check_command(args: argparse.Namespace) -> int:
     from domainbed import datasets
 
     from dmg_domainbed import integration
+    from dmg_domainbed.cores import usable_cores
     from dmg_domainbed.datacheck import data_check
-    from dmg_domainbed.datacheck.decoding import available_cores
     from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
 
     integration.register_into(datasets)  # the datasets only: no algorithm is needed here
@@ -201,7 +201,7 @@ def data_check_command(args: argparse.Namespace) -> int:
             f"no DomainBed dataset under --data_dir {args.data_dir} and no manifest dataset; "
             "give the folder that holds them (e.g. PACS/, office_home/, MNIST/raw/)"
         )
-    workers = args.workers or available_cores()
+    workers = args.workers or usable_cores()
     for problem in problems:
         print(f"[ERROR] {problem}")
     failed = bool(problems)

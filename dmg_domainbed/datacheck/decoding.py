@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import io
 import multiprocessing
-import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -93,14 +92,6 @@ def decode(path: str) -> Decoded:
 
 def _decode_chunk(paths: Sequence[str]) -> list[Decoded]:
     return [decode(path) for path in paths]
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def decode_all(paths: Sequence[str], workers: int, description: str) -> list[Decoded]:

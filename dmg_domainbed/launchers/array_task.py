@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from dmg_domainbed.launchers.common import output_dir_of
@@ -25,9 +26,10 @@ class CommandFailed(RuntimeError):
     """A job's command failed (what it printed is in the job's error log)."""
 
 
-def run_command(command: str) -> None:
-    """What each array task runs: one DomainBed command, as DomainBed's ``local`` launcher does,
-    unless its job is done; :class:`CommandFailed` if it fails. DomainBed appends to a job's
+def run_command(command: str, environ: Mapping[str, str] | None = None) -> None:
+    """What each array task runs: one DomainBed command, as DomainBed's ``local`` launcher does
+    (with the variables of ``environ`` set on top of the node's environment), unless its job
+    is done; :class:`CommandFailed` if it fails. DomainBed appends to a job's
     ``results.jsonl``: what an interrupted attempt left in the folder (but the log links) moves
     into ``interrupted_attempt_N`` first. The command runs in a process group of its own,
     ignoring submitit's pre-emption signal (which is for this process); when Slurm stops it,
@@ -49,6 +51,7 @@ def run_command(command: str) -> None:
     process = subprocess.Popen(
         command,
         shell=True,
+        env={**os.environ, **(environ or {})},
         start_new_session=True,
         preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN),
     )

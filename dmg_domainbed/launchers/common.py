@@ -1,18 +1,22 @@
-"""What the launchers share: settings read from environment variables, and job folders.
+"""What the launchers share: the :class:`Launcher` contract, settings read from environment
+variables, job folders and the report of failed jobs.
 
 DomainBed calls a launcher as ``launcher(commands)`` with nothing else, so its settings travel
-through environment variables, declared as :class:`Option` s in a tuple ``OPTIONS`` on the
-launcher function; ``dmg-domainbed sweep`` validates a sweep file's ``[launcher]`` table with
-the same declarations and turns it into variables. Stdlib only: launchers run inside
-DomainBed's sweep script and on cluster nodes.
+through environment variables, declared as :class:`Option` s in its ``options``;
+``dmg-domainbed sweep`` validates a sweep file's ``[launcher]`` table with the same
+declarations and turns it into variables. Stdlib only: launchers run inside DomainBed's sweep
+script and on cluster nodes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.rules import Rule, not_blank
@@ -64,3 +68,102 @@ def output_dir_of(command: str) -> str | None:
             if word == "--output_dir" and following is not None:
                 return following
     return None
+
+
+class Launcher:
+    """A DomainBed command launcher and what the sweep runner asks it about its own jobs.
+
+    DomainBed's ``command_launchers.REGISTRY`` holds callables and calls ``launcher(commands)``
+    (shell strings), returning once the launcher is done with them; a registry entry may be an
+    instance of a subclass (this package's launchers) or a plain function, which
+    :func:`as_launcher` gives the defaults below. A subclass overrides what it knows:
+
+    * :meth:`launch`: run the commands with a given environment (the launcher's settings and
+      its jobs' variables), which the sweep runner passes; DomainBed's call passes this
+      process's environment;
+    * ``options``: its settings (the sweep file's ``[launcher]`` table, environment variables);
+    * :meth:`check`: a :class:`~dmg_domainbed.errors.UserError` before any job folder exists;
+    * :meth:`running_jobs`: which incomplete job folders still have a job queued or running.
+    """
+
+    name = "launcher"
+    options: tuple[Option, ...] = ()
+
+    def __call__(self, commands: list[str]) -> None:
+        self.launch(commands, os.environ)
+
+    def launch(self, commands: list[str], environ: Mapping[str, str]) -> None:
+        """Run ``commands`` with ``environ`` as the environment of the launcher and its jobs;
+        return when the launcher is done with them."""
+        raise NotImplementedError
+
+    def check(self, environ: Mapping[str, str]) -> str | None:
+        """Validate the settings in ``environ`` before any job exists (``UserError`` if they
+        are wrong); one line on how the jobs will run, or None."""
+        return None
+
+    def running_jobs(self, output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dict:
+        """Folder -> state of each of ``output_dirs`` whose job is still queued or running;
+        empty for a launcher whose jobs end with the command that started them."""
+        return {}
+
+
+class FunctionLauncher(Launcher):
+    """A plain ``launcher(commands)`` function (DomainBed's own launchers, another package's):
+    no settings, no check, no job outliving its command. It starts its jobs with this
+    process's environment, so what ``environ`` sets differently is put on each command line
+    (``env NAME=VALUE ... COMMAND``)."""
+
+    def __init__(self, function: Callable[[list[str]], None]) -> None:
+        self.function = function
+        self.name = getattr(function, "__name__", repr(function))
+
+    def launch(self, commands: list[str], environ: Mapping[str, str]) -> None:
+        changed = environment_changes(environ)
+        prefix = shlex.join(["env", *(f"{k}={v}" for k, v in changed.items())]) + " "
+        self.function([prefix + command for command in commands] if changed else commands)
+
+
+def environment_changes(
+    environ: Mapping[str, str], base: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """The variables ``environ`` sets that ``base`` lacks or sets otherwise."""
+    return {name: value for name, value in environ.items() if base.get(name) != value}
+
+
+def as_launcher(entry: Callable[[list[str]], None]) -> Launcher:
+    """A registry entry as a :class:`Launcher`: itself if it is one."""
+    return entry if isinstance(entry, Launcher) else FunctionLauncher(entry)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed job as a failure report shows it: why it ended (``exit 3``, a Slurm state, an
+    exception), its command, what to lower if it ran out of memory, its log and the end of its
+    output; ``job`` names it where the launcher has a name for it (a Slurm job id)."""
+
+    reason: str
+    command: str
+    job: str = ""
+    hint: str | None = None
+    log: Path | None = None
+    tail: tuple[str, ...] = ()
+
+
+def failure_report(failures: Sequence[Failure], total: int, detailed: int = 10) -> str | None:
+    """The report of ``failures`` among ``total`` jobs, or None if none failed: each of the
+    first ``detailed`` with its command, hint, log and output tail, the rest counted by
+    reason."""
+    if not failures:
+        return None
+    lines = [f"{len(failures)} of {total} job(s) failed:"]
+    for failure in failures[:detailed]:
+        named = f"{failure.job}: " if failure.job else ""
+        lines += [f"  {named}{failure.reason}", f"    {failure.command}"]
+        lines += [f"    {failure.hint}"] * bool(failure.hint)
+        lines += [f"    log: {failure.log}"] * bool(failure.log)
+        lines += ["    its output ends with:"] * bool(failure.tail)
+        lines += [f"      {line}" for line in failure.tail]
+    rest = Counter(failure.reason for failure in failures[detailed:])
+    lines += [f"  and {n} more: {reason}" for reason, n in rest.most_common()]
+    return "\n".join(lines)

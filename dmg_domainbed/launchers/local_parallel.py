@@ -50,15 +50,25 @@ from pathlib import Path
 
 import psutil
 
+from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
-from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
+from dmg_domainbed.launchers.common import (
+    Failure,
+    Launcher,
+    Option,
+    failure_report,
+    output_dir_of,
+    read_options,
+)
 from dmg_domainbed.reporting.divergence import folder_divergence
 
 _JOBS, _PER_GPU = "DMG_LOCAL_PARALLEL_JOBS", "DMG_LOCAL_PARALLEL_JOBS_PER_GPU"
 _HELP = {
     "jobs": "jobs run at the same time; default: GPUs x jobs_per_gpu, else the CPU cores",
     "jobs_per_gpu": "jobs sharing one GPU when jobs is not set",
+    "gpus": "run the jobs on this machine's GPUs; false: on CPU cores only, every GPU hidden "
+    "from them (small models, like the demo's, run faster on cores than queued on a GPU)",
     "workers": "data-loader worker processes per job, split over its training domains; default: "
     "the job's share of the CPU cores",
     "warm": "fork DomainBed's train jobs from a process that has imported them, not new processes",
@@ -66,6 +76,7 @@ _HELP = {
 OPTIONS = (
     Option("jobs", _JOBS, int, None, _HELP["jobs"], minimum=1),
     Option("jobs_per_gpu", _PER_GPU, int, 1, _HELP["jobs_per_gpu"], minimum=1),
+    Option("gpus", "DMG_LOCAL_PARALLEL_GPUS", bool, True, _HELP["gpus"]),
     Option("loader_workers", LOADER_WORKERS_VARIABLE, int, None, _HELP["workers"], minimum=0),
     Option("warm", "DMG_LOCAL_PARALLEL_WARM", bool, True, _HELP["warm"]),
 )
@@ -83,10 +94,24 @@ WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: 
 # Looked up here: a new process calls it between fork and exec, where loading is unsafe.
 _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 _SERVER = multiprocessing.get_context("forkserver")
+_server_environ: dict[str, str] | None = None  # the fork server's, once it is started
+# What a warm job sets after the fork, or reads only when it runs: the job's own values count.
+# (PYTEST_CURRENT_TEST: pytest rewrites it at every test phase; nothing reads it at import.)
+APPLIED_AFTER_FORK = frozenset(
+    {"PATH", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTEST_CURRENT_TEST"}
+    | {option.env for option in OPTIONS}
+)
+
+
+# nvidia-smi -L: a line per GPU, then one per MIG instance of it, e.g.
+# "  MIG 3g.40gb     Device  0: (UUID: MIG-5f1b4a6e-...)" (drivers before 470: MIG-GPU-.../1/0).
+_GPU_LINE = re.compile(r"^GPU (\d+):")
+_MIG_LINE = re.compile(r"^\s+MIG\s.*Device\s+\d+:\s+\(UUID:\s*(MIG-[^)\s]+)\)")
 
 
 def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """GPU ids jobs may use: ``CUDA_VISIBLE_DEVICES`` when set, else those nvidia-smi lists."""
+    """GPU ids jobs may use: ``CUDA_VISIBLE_DEVICES`` when set, else those nvidia-smi lists
+    (:func:`listed_devices`)."""
     if "CUDA_VISIBLE_DEVICES" in environ:
         return [g.strip() for g in environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
     try:
@@ -95,11 +120,24 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(listing.splitlines()) if line.startswith("GPU ")]
+    return listed_devices(listing)
 
 
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+def listed_devices(listing: str) -> list[str]:
+    """The CUDA devices in ``nvidia-smi -L``'s ``listing``, as ``CUDA_VISIBLE_DEVICES`` names
+    them: a GPU's index, or, for a GPU split into MIG instances, each instance's UUID (a CUDA
+    process uses one MIG instance, the first it is shown: each instance is a device of its
+    own)."""
+    devices: list[str] = []
+    migs: dict[str, list[str]] = {}
+    gpu = None
+    for line in listing.splitlines():
+        if found := _GPU_LINE.match(line):
+            gpu = found.group(1)
+            devices.append(gpu)
+        elif (found := _MIG_LINE.match(line)) and gpu is not None:
+            migs.setdefault(gpu, []).append(found.group(1))
+    return [instance for device in devices for instance in migs.get(device, [device])]
 
 
 @dataclass(frozen=True)
@@ -113,24 +151,40 @@ class Plan:
     loader_workers: int
     warm: bool
     jobs_set: bool = False  # jobs given explicitly, rather than from jobs_per_gpu
+    gpus_hidden: bool = False  # the jobs run on CPU cores even where GPUs are visible
+    # the environment the jobs start from (the launcher's own by default)
+    environ: Mapping[str, str] = field(
+        default_factory=lambda: dict(os.environ), repr=False, compare=False
+    )
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Plan:
         values = read_options(OPTIONS, environ)
-        gpus = tuple(visible_gpus(environ))
+        gpus = tuple(visible_gpus(environ)) if values["gpus"] else ()
         jobs = values["jobs"] or len(gpus) * values["jobs_per_gpu"] or usable_cores()
         threads = max(1, usable_cores() // jobs)
         workers = threads if values["loader_workers"] is None else values["loader_workers"]
-        return cls(jobs, gpus, threads, workers, values["warm"], values["jobs"] is not None)
+        return cls(
+            jobs,
+            gpus,
+            threads,
+            workers,
+            values["warm"],
+            jobs_set=values["jobs"] is not None,
+            gpus_hidden=not values["gpus"],
+            environ=dict(environ),
+        )
 
     @property
     def jobs_per_gpu(self) -> int:
         return math.ceil(self.jobs / len(self.gpus)) if self.gpus else 0
 
     def job_environment(self, slot: int) -> dict[str, str]:
-        env = dict(os.environ)
+        env = dict(self.environ)
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
+        elif self.gpus_hidden:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # CUDA then sees no device
         for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(variable, str(self.threads))
         env.setdefault(LOADER_WORKERS_VARIABLE, str(self.loader_workers))
@@ -161,7 +215,7 @@ class Plan:
     def describe(self) -> str:
         devices = (
             f"GPUs {','.join(self.gpus)} ({self.jobs_per_gpu} per GPU)" if self.gpus else "CPU"
-        )
+        ) + (" (GPUs hidden from the jobs)" if self.gpus_hidden else "")
         return (
             f"{self.jobs} at a time on {devices}; per job {self.threads} thread(s) and "
             f"{self.loader_workers} data-loader worker(s); DomainBed's train jobs start "
@@ -185,24 +239,44 @@ def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | No
 
 
 def warm_refusal(environ: Mapping[str, str]) -> str | None:
-    """None if jobs may run warm, in this interpreter and environment: the ``python`` on
-    ``environ``'s PATH is the same file in the same folder (a virtual environment's ``python``
-    links to its base interpreter, but is another environment); else why not."""
+    """None if jobs may run warm, in this interpreter and environment; else why not.
+
+    The ``python`` on ``environ``'s PATH must be this process's interpreter, the same file in
+    the same folder (a virtual environment's ``python`` links to its base interpreter, but is
+    another environment). And ``environ`` must be the fork server's environment but for the
+    variables a warm job applies after the fork (:data:`APPLIED_AFTER_FORK`): the server's
+    imports read theirs once, at import (``huggingface_hub`` its cache and offline mode from
+    ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``, torch its threads), and a forked job
+    keeps what they read."""
     if not sys.platform.startswith("linux"):
         return "warm jobs are forked, which this package supports on Linux only"
     found, here = shutil.which("python", path=environ.get("PATH")), sys.executable
-    if found and Path(found).parent == Path(here).parent and os.path.samefile(found, here):
-        return None
-    return (
-        f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; put "
-        f"{os.path.dirname(here)} first on PATH to start jobs warm"
-    )
+    if not (found and Path(found).parent == Path(here).parent and os.path.samefile(found, here)):
+        return (
+            f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; "
+            f"put {os.path.dirname(here)} first on PATH to start jobs warm"
+        )
+    server = os.environ if _server_environ is None else _server_environ
+    names = (set(environ) | set(server)) - APPLIED_AFTER_FORK
+    differ = sorted(name for name in names if environ.get(name) != server.get(name))
+    if differ:
+        more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
+        return (
+            f"the jobs' environment differs from the fork server's in {', '.join(differ[:5])}"
+            f"{more}, which the modules the server imports may have read at import; run the "
+            "launcher in the jobs' environment to start them warm"
+        )
+    return None
 
 
 def start_warm(
     module: str, arguments: Sequence[str], environ: Mapping[str, str], log: Path | None
 ) -> multiprocessing.Process:
-    """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server."""
+    """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server (started now, with
+    this process's environment, if it is not running yet)."""
+    global _server_environ
+    if _server_environ is None:
+        _server_environ = dict(os.environ)
     # read when the server starts; the last one waits for threads the others started
     _SERVER.set_forkserver_preload(["__main__", module, "dmg_domainbed.launchers.fork_server"])
     job = _SERVER.Process(target=_run_warm, args=(module, list(arguments), dict(environ), log))
@@ -210,11 +284,30 @@ def start_warm(
     return job
 
 
+def check_cuda_untouched(server_initialised_cuda: bool) -> None:
+    """Raise :class:`UserError` if the fork server had initialised CUDA before forking this job
+    (as :mod:`.fork_server` recorded it).
+
+    A warm job takes its GPU by setting ``CUDA_VISIBLE_DEVICES`` after the fork, which CUDA
+    reads once, when it initialises; a CUDA initialised in the server would also be unusable in
+    its forked children."""
+    if server_initialised_cuda:
+        raise UserError(
+            "local_parallel's fork server initialised CUDA before forking a warm job: the "
+            "job's GPU (CUDA_VISIBLE_DEVICES, set after the fork) would be ignored. Something "
+            "the server imports (the launcher's __main__ or DomainBed's train module) uses CUDA "
+            'at import; move that use under `if __name__ == "__main__":`, or start the jobs '
+            "as new processes: DMG_LOCAL_PARALLEL_WARM=false (warm = false in [launcher])."
+        )
+
+
 def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: Path | None) -> None:
     def end_with_launcher() -> None:
         wait([multiprocessing.parent_process().sentinel])  # closes when the launcher is gone
         os.killpg(0, signal.SIGTERM)
 
+    server = sys.modules.get("dmg_domainbed.launchers.fork_server")
+    check_cuda_untouched(getattr(server, "cuda_initialised", False))
     gc.freeze()  # the server's objects stay out of the job's collections, and their pages shared
     os.setsid()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as a new interpreter has it
@@ -340,11 +433,11 @@ def run_commands(
     """Run ``commands`` as ``plan`` says and wait for all of them; their outcomes in order.
 
     ``python -m WARM_MODULE ...`` commands start warm when the plan says so and this process's
-    interpreter is the ``python`` on PATH (else ``say`` hears why not). Any exception here
-    (Ctrl-C included) stops the running jobs before it propagates.
+    interpreter is the ``python`` on the PATH of the plan's environment (else ``say`` hears why
+    not). Any exception here (Ctrl-C included) stops the running jobs before it propagates.
     """
     module = warm_module if plan.warm else None
-    if module and (refusal := warm_refusal(os.environ)):
+    if module and (refusal := warm_refusal(plan.environ)):
         say(f"local_parallel: {module} jobs start as new processes: {refusal}")
         module = None
     pending, free_slots = deque(enumerate(commands)), deque(range(plan.jobs))
@@ -384,32 +477,39 @@ def _progress_line(job: Outcome, finished: int, total: int) -> str:
     return f"local_parallel: [{finished}/{total}] {status}: {where}"
 
 
-def failure_report(outcomes: list[Outcome]) -> str | None:
-    """The message for the jobs that failed, or None if none did."""
-    failed = [job for job in outcomes if job.returncode != 0]
-    lines = [f"{len(failed)} of {len(outcomes)} job(s) failed:"]
-    for job in failed:
-        lines += [f"  {job.exit}: {job.command}", *[f"    {job.hint}"] * bool(job.hint)]
-        if job.log:
-            tail = read_tail(job.log).splitlines()[-5:]
-            lines += [f"    log: {job.log}", *(f"      {line}" for line in tail)]
-    return "\n".join(lines) if failed else None
+def failures(outcomes: list[Outcome]) -> list[Failure]:
+    """The jobs of ``outcomes`` that failed, for :func:`.common.failure_report`."""
+    return [
+        Failure(job.exit, job.command, hint=job.hint, log=job.log, tail=_log_tail(job.log))
+        for job in outcomes
+        if job.returncode != 0
+    ]
 
 
-def local_parallel_launcher(commands: list[str]) -> None:
-    """Run ``commands`` (shell strings) N at a time on this machine and wait for all of them;
-    raise :class:`UserError` naming every command that failed, after all finished."""
-    plan = Plan.from_environment()
-    print(f"local_parallel: {len(commands)} job(s), {plan.describe()}", flush=True)
-    report = failure_report(run_commands(commands, plan, functools.partial(print, flush=True)))
-    if report:
-        raise UserError(report)
+def _log_tail(log: Path | None) -> tuple[str, ...]:
+    return tuple(read_tail(log).splitlines()[-5:]) if log else ()
 
 
-def check(environ: Mapping[str, str]) -> str:
-    """Validate the settings in ``environ`` before any job exists; describe how jobs will run."""
-    return Plan.from_environment(environ).describe()
+class LocalParallel(Launcher):
+    """The ``local_parallel`` entry of DomainBed's launcher registry."""
+
+    name = "local_parallel"
+    options = OPTIONS
+
+    def launch(self, commands: list[str], environ: Mapping[str, str]) -> None:
+        """Run ``commands`` (shell strings) N at a time on this machine, as ``environ``'s
+        settings say and with it as the jobs' environment, and wait for all of them; raise
+        :class:`UserError` naming every command that failed, after all finished."""
+        plan = Plan.from_environment(environ)
+        print(f"local_parallel: {len(commands)} job(s), {plan.describe()}", flush=True)
+        outcomes = run_commands(commands, plan, functools.partial(print, flush=True))
+        report = failure_report(failures(outcomes), len(outcomes))
+        if report:
+            raise UserError(report)
+
+    def check(self, environ: Mapping[str, str]) -> str:
+        """Validate the settings in ``environ`` before any job exists; how jobs will run."""
+        return Plan.from_environment(environ).describe()
 
 
-local_parallel_launcher.OPTIONS = OPTIONS
-local_parallel_launcher.check = check
+local_parallel_launcher = LocalParallel()

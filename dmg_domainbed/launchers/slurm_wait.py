@@ -7,7 +7,7 @@ seconds, and a job it no longer lists is GONE), not from submitit's watcher, whi
 job that ended without a result. Such a job fails at once when cancelled, else after ``GRACE_S``
 (a shared file system may show a node's file late; submitit waits that long for each job in
 turn); ``SILENT_LIMIT_S`` without an answer ends the wait. A job's result, exception and logs
-come from submitit's Job API.
+come from submitit's Job API; :func:`failures` feeds :func:`.common.failure_report`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.array_task import CommandFailed
-from dmg_domainbed.launchers.common import output_dir_of
+from dmg_domainbed.launchers.common import Failure, output_dir_of
 from dmg_domainbed.launchers.slurm_partition import slurm
 
 SQUEUE = ["squeue", "--noheader", "--array", "--format=%i|%T"]  # a line per array task
@@ -108,20 +108,21 @@ def error_tail(lines: list[str]) -> list[str]:
     return (after[first:] or lines)[-TAIL_LINES:]
 
 
-def failure_report(
+def failures(
     jobs: Sequence[Any], commands: Sequence[str], verdicts: Mapping[str, str | None]
-) -> str | None:
+) -> list[Failure]:
     """Every failed job: its command, why it ended and the end of its error stream (DomainBed's
-    err.txt, else its Slurm log), in full for the first ``DETAILED_FAILURES``, then counted by
-    reason."""
-    failed = [(job, c) for job, c in zip(jobs, commands) if verdicts[job.job_id] is not None]
-    parts = [f"{len(failed)} of {len(jobs)} job(s) failed:"]
-    for job, command in failed[:DETAILED_FAILURES]:
-        parts += [f"  job {job.job_id}: {verdicts[job.job_id]}", f"    {command}"]
-        err_txt = Path(output_dir_of(command) or "/nonexistent", "err.txt")
-        text = err_txt.read_text(errors="replace") if err_txt.is_file() else ""
-        lines = error_tail((text.strip() or job.stderr() or "").splitlines())
-        parts += ["    its error output ends with:"] * bool(lines) + [f"      {x}" for x in lines]
-    rest = Counter(verdicts[job.job_id] for job, _ in failed[DETAILED_FAILURES:])
-    parts += [f"  and {n} more: {reason}" for reason, n in rest.most_common()]
-    return "\n".join(parts) if failed else None
+    err.txt, else its Slurm log); the end of the stream only for the first
+    ``DETAILED_FAILURES`` (reading a log costs a file-system round trip)."""
+    found = []
+    for job, command in zip(jobs, commands):
+        if verdicts[job.job_id] is None:
+            continue
+        lines: list[str] = []
+        if len(found) < DETAILED_FAILURES:
+            err_txt = Path(output_dir_of(command) or "/nonexistent", "err.txt")
+            text = err_txt.read_text(errors="replace") if err_txt.is_file() else ""
+            lines = error_tail((text.strip() or job.stderr() or "").splitlines())
+        reason = verdicts[job.job_id]
+        found.append(Failure(reason, command, f"job {job.job_id}", tail=tuple(lines)))
+    return found

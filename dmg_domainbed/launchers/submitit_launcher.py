@@ -13,6 +13,7 @@ import: DomainBed's sweep script loads every launcher.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import shutil
@@ -22,12 +23,20 @@ from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.array_task import LINK_NAMES, run_command
-from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
+from dmg_domainbed.launchers.common import (
+    Launcher,
+    Option,
+    environment_changes,
+    failure_report,
+    output_dir_of,
+    read_options,
+)
 from dmg_domainbed.launchers.slurm_partition import DEFAULTS, RESOURCES, fit, slurm
 from dmg_domainbed.launchers.slurm_wait import (
+    DETAILED_FAILURES,
     SQUEUE,
     failure,
-    failure_report,
+    failures,
     parse_states,
     wait_for,
 )
@@ -140,21 +149,24 @@ def _executor(values: Mapping[str, Any], commands: Sequence[str]) -> Any:
     return executor
 
 
-def submitit_launcher(commands: list[str]) -> None:
-    """Submit ``commands`` (DomainBed shell commands) as Slurm array tasks through submitit."""
+def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None:
+    """Submit ``commands`` (DomainBed shell commands) as Slurm array tasks through submitit,
+    with the settings in ``environ``; what it sets otherwise than this process's environment
+    (which sbatch hands the tasks) is set for each command on its node."""
     if not commands:
         print("submitit: nothing to submit", flush=True)
         return
     try:
-        values = resolve(os.environ)
+        values = resolve(environ)
         executor = _executor(values, commands)
     except UserError as error:
         raise _refused(error, commands) from None
     jobs: list[Any] = []
     size = values["max_array_size"]
+    task = functools.partial(run_command, environ=environment_changes(environ))
     for start in range(0, len(commands), size):
         try:
-            jobs += executor.map_array(run_command, commands[start : start + size])
+            jobs += executor.map_array(task, commands[start : start + size])
         except Exception as error:
             done = f"; the first {start} were submitted" if start else ""
             raise _refused(
@@ -180,7 +192,7 @@ def submitit_launcher(commands: list[str]) -> None:
             verdicts = wait_for(jobs)
         else:  # submitit's local executors know their processes: their own wait is bounded
             verdicts = {job.job_id: failure(job.exception()) for job in jobs}
-        report = failure_report(jobs, commands, verdicts)
+        report = failure_report(failures(jobs, commands, verdicts), len(jobs), DETAILED_FAILURES)
         if report is not None:
             raise UserError(report)
         print(f"submitit: all {len(jobs)} job(s) finished", flush=True)
@@ -206,6 +218,20 @@ def running_jobs(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dic
     return {folder: states[job] for folder, job in jobs.items() if job in states}
 
 
-submitit_launcher.OPTIONS = OPTIONS
-submitit_launcher.check = check
-submitit_launcher.running_jobs = running_jobs
+class SubmititLauncher(Launcher):
+    """The ``submitit`` entry of DomainBed's launcher registry."""
+
+    name = "submitit"
+    options = OPTIONS
+
+    def launch(self, commands: list[str], environ: Mapping[str, str]) -> None:
+        submit(commands, environ)
+
+    def check(self, environ: Mapping[str, str]) -> str:
+        return check(environ)
+
+    def running_jobs(self, output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dict:
+        return running_jobs(output_dirs, environ)
+
+
+submitit_launcher = SubmititLauncher()

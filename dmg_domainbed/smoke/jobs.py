@@ -26,7 +26,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
-from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches
+from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches, WeightsCheck
 
 SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"
 
@@ -174,6 +174,7 @@ class Staging:
     def __init__(self, root: Path, data_dir: str | None, synthetic_data_dir: Path | None = None):
         self.root, self.data_dir, self.synthetic_data_dir = root, data_dir, synthetic_data_dir
         self.random_caches = Caches.under(root / "random_weights")
+        self.own_written: set[str] = set()  # architectures of algorithms' own weights written
         self.notes: list[str] = []
 
     def stage(self, jobs: list[SmokeJob]) -> list[Staged]:
@@ -229,8 +230,7 @@ class Staging:
         Stand-ins go to a cache of the check's own, where the files the user has are linked."""
         own = requirements.own_weights(job.algorithm, job.dataset, job.fixed_hparams)
         if own is not None:  # weights the algorithm loads itself, which it alone can find
-            why = f"{job.algorithm}'s pretrained weights: {'; '.join(own.details)}"
-            return {}, [], [] if own.ready else [why]
+            return self._own_weights(job, own)
         files, problems = requirements.weight_files(job.algorithm, job.dataset, job.fixed_hparams)
         absent = [f for f in files if not f.present]
         if not absent:
@@ -260,3 +260,33 @@ class Staging:
                 target.symlink_to(file.folder if snapshot else file.path)
         environment = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
         return environment, [RANDOM_WEIGHTS], problems
+
+    def _own_weights(
+        self, job: SmokeJob, own: WeightsCheck
+    ) -> tuple[dict[str, str], list[str], list[str]]:
+        """Like :meth:`_weights`, for weights an algorithm loads itself (its ``check_weights``):
+        missing ones are stood in for by random weights in the first of the places it looks at
+        that is in a cache (a file an hparam names is never made up), which the job then reads
+        from the check's own cache."""
+        if own.ready:
+            return {}, [], []
+        why = f"{job.algorithm}'s pretrained weights: {'; '.join(own.details)}"
+        if self.synthetic_data_dir is None:
+            return {}, [], [why]
+        current = Caches.current()
+        places = (self.random_caches.holding(file, current) for file in own.locations)
+        place = next(filter(None, places), None)
+        if place is None:
+            return {}, [], [why]
+        if place.model not in self.own_written:  # once per architecture
+            try:
+                (path,) = synthetic.write_random_weights([place])
+            except UserError as error:
+                return {}, [], [f"{why}; {error}"]
+            self.own_written.add(place.model)
+            self.notes.append(
+                f"random weights (not pretrained) in {path} stand in for {job.algorithm}'s missing "
+                f"{place.what}; your caches are untouched"
+            )
+        environment = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
+        return environment, [RANDOM_WEIGHTS], []

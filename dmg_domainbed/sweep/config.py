@@ -3,7 +3,7 @@
 ``[sweep]`` holds what ``python -m domainbed.scripts.sweep`` takes (:data:`SWEEP_KEYS`, with
 DomainBed's defaults) and the fixed hparams of every job (``[sweep.hparams]``) or algorithm
 (``[sweep.algorithm_hparams.NAME]``); ``[launcher]`` names a DomainBed command launcher and its
-settings (its ``OPTIONS``). :func:`load_sweep` checks the structure, and
+settings (its ``options``). :func:`load_sweep` checks the structure, and
 :func:`check_against_domainbed` the names and hparams, with this package's plugins registered.
 """
 
@@ -162,7 +162,9 @@ def launcher_options(name: str) -> dict[str, Any]:
     """The settings a registered command launcher declares, by ``[launcher]`` key."""
     from domainbed import command_launchers
 
-    declared = getattr(command_launchers.REGISTRY[name], "OPTIONS", ())
+    from dmg_domainbed.launchers.common import as_launcher
+
+    declared = as_launcher(command_launchers.REGISTRY[name]).options
     return {option.name: option for option in declared}
 
 

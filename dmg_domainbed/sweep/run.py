@@ -4,14 +4,17 @@ The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alik
 can be checked before ``Job.launch`` creates job folders, lock the output folder, launch each
 group of :mod:`.plan` with ``Job.launch`` in this process, report jobs as they write DomainBed's
 ``done`` file (whatever the launcher), and stop cleanly on Ctrl-C. A launcher is asked about
-its jobs through attributes of its function, never imported here: ``check(environ)`` first,
-and ``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
-delete-incomplete.
+its jobs through :class:`~dmg_domainbed.launchers.common.Launcher` (never a particular
+launcher imported here): ``check(environ)`` first, ``running_jobs(output_dirs, environ)``
+(folder -> state of those still running) before delete-incomplete, and ``launch(commands,
+environ)``: the sweep's environment is passed to what starts the jobs, never swapped into
+this process's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import itertools
 import os
@@ -22,10 +25,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
-from unittest import mock
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.launchers.common import Launcher, as_launcher
 from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.reporting.runs import DONE_FILE
@@ -115,9 +118,9 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
             "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\nFix "
             "it with the commands above, or pass --data_dir with the folder that holds the data."
         )
-    check = getattr(command_launchers.REGISTRY[launcher], "check", None)
     try:
-        return f"{launcher}: {check(env)}" if check else launcher
+        described = as_launcher(command_launchers.REGISTRY[launcher]).check(env)
+        return f"{launcher}: {described}" if described else launcher
     except UserError as error:
         raise UserError(f"launcher {launcher}: {error}") from None
 
@@ -139,7 +142,8 @@ def execute(
     from domainbed import command_launchers
     from domainbed.scripts.sweep import Job
 
-    launch, jobs = command_launchers.REGISTRY[launcher], []
+    chosen, jobs = as_launcher(command_launchers.REGISTRY[launcher]), []
+    launch = functools.partial(chosen.launch, environ=env)  # as DomainBed calls a launcher
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(FolderLock(sweep.output_dir))
@@ -147,9 +151,7 @@ def execute(
             jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
             incomplete = [job for job in jobs if job.state == Job.INCOMPLETE]
             if delete_incomplete:
-                refuse_deleting_running(incomplete, launch, env)
-            # the environment is all DomainBed gives a launcher besides its commands
-            stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
+                refuse_deleting_running(incomplete, chosen, env)
             stack.enter_context(watch_done(jobs, echo))
             if log is not None:
                 output = stack.enter_context(open(log, "a"))
@@ -181,13 +183,12 @@ def execute(
     return 0
 
 
-def refuse_deleting_running(incomplete: Sequence, launcher: Callable, env: Mapping) -> None:
+def refuse_deleting_running(incomplete: Sequence, launcher: Launcher, env: Mapping) -> None:
     """Stop before delete-incomplete removes the folder of a job that still runs, as the
     launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
-    not wait for it); a launcher without it runs nothing beyond the command that started it."""
-    running_jobs = getattr(launcher, "running_jobs", None)
+    not wait for it)."""
     folders = [Path(job.output_dir) for job in incomplete]
-    running = running_jobs(folders, env) if running_jobs and folders else {}
+    running = launcher.running_jobs(folders, env) if folders else {}
     if running:
         listed = "\n  ".join(f"{folder} ({state})" for folder, state in sorted(running.items()))
         raise UserError(

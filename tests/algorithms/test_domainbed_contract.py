@@ -22,8 +22,7 @@ import pytest
 from domainbed import datasets, hparams_registry
 from domainbed.test import helpers, test_hparams_registry, test_models
 
-from dmg_domainbed import integration, synthetic
-from dmg_domainbed.algorithms import sfmoe_network
+from dmg_domainbed import deit_weights, integration, synthetic
 from dmg_domainbed.preflight.weights import needed_weights
 from dmg_domainbed.weight_files import TORCH_HUB_FILE, Caches
 
@@ -69,7 +68,7 @@ def random_weight_cache(root: Path) -> Caches:
         hparams = hparams_registry.default_hparams(algorithm, "Debug224")
         found, _ = needed_weights(hparams, IMAGE_SHAPE, caches)
         files.update((file.path, file) for file in found)
-    deit = sfmoe_network.weight_locations("", caches)
+    deit = deit_weights.weight_locations("", caches)
     files.update((file.path, file) for file in deit if file.layout == TORCH_HUB_FILE)
     synthetic.write_random_weights(list(files.values()))
     return caches

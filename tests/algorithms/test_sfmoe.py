@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from domainbed import algorithms, datasets, hparams_registry
 
+from dmg_domainbed import deit_weights
 from dmg_domainbed.algorithms import sfmoe_network
 from dmg_domainbed.algorithms.sfmoe import SFMOE
 from dmg_domainbed.errors import UserError
@@ -231,19 +232,19 @@ def test_pretrained_weights_load_offline_from_the_sfmoe_weights_file(imagenet_fi
 
 def test_weights_are_looked_up_in_the_hub_cache_then_in_torch_hub(imagenet_file, empty_caches):
     path, _ = imagenet_file
-    assert sfmoe_network.find_weights("") is None
+    assert deit_weights.find_weights("") is None
     checkpoints = empty_caches / "torch" / "hub" / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / path.name).write_bytes(path.read_bytes())
-    assert sfmoe_network.find_weights("") == checkpoints / path.name
+    assert deit_weights.find_weights("") == checkpoints / path.name
     repo = empty_caches / "hf" / "models--timm--deit_small_distilled_patch16_224.fb_in1k"
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text("abc123")
     (repo / "snapshots" / "abc123").mkdir(parents=True)
     (repo / "snapshots" / "abc123" / "model.safetensors").write_bytes(b"")
-    assert sfmoe_network.find_weights("") == repo / "snapshots" / "abc123" / "model.safetensors"
+    assert deit_weights.find_weights("") == repo / "snapshots" / "abc123" / "model.safetensors"
     with pytest.raises(UserError, match="sfmoe_weights.*not a file"):
-        sfmoe_network.find_weights(str(empty_caches / "nowhere.pth"))
+        deit_weights.find_weights(str(empty_caches / "nowhere.pth"))
 
 
 def doctor_weights(capsys, monkeypatch, hparams: dict) -> tuple[int, str]:

@@ -57,3 +57,19 @@ def test_values_from_a_sweep_file_keep_their_type_checks():
 )
 def test_output_dir_is_read_from_domainbed_commands(command, expected):
     assert output_dir_of(command) == expected
+
+
+def test_a_plain_launcher_function_gets_the_defaults_and_the_sweep_s_variables_on_each_command():
+    import os
+
+    from dmg_domainbed.launchers.common import Launcher, as_launcher
+
+    given = []
+    launcher = as_launcher(given.extend)
+    assert isinstance(launcher, Launcher) and as_launcher(launcher) is launcher
+    assert launcher.options == () and launcher.check(os.environ) is None
+    assert launcher.running_jobs([], os.environ) == {}
+    launcher.launch(["python -m x"], os.environ)
+    launcher.launch(["python -m x"], {**os.environ, "DMG_X": "a b"})
+    assert given == ["python -m x", "env 'DMG_X=a b' python -m x"]
+    assert "DMG_X" not in os.environ

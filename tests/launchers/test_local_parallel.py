@@ -11,7 +11,7 @@ import pytest
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import local_parallel
-from dmg_domainbed.launchers.common import output_dir_of
+from dmg_domainbed.launchers.common import failure_report, output_dir_of
 from dmg_domainbed.launchers.local_parallel import LOG_NAME, local_parallel_launcher
 
 from ..helpers import domainbed_env
@@ -37,6 +37,7 @@ def clean_env(monkeypatch):
         "DMG_LOCAL_PARALLEL_JOBS",
         "DMG_LOCAL_PARALLEL_JOBS_PER_GPU",
         "DMG_LOCAL_PARALLEL_WARM",
+        "DMG_LOCAL_PARALLEL_GPUS",
         "DMG_DOMAINBED_LOADER_WORKERS",
         "CUDA_VISIBLE_DEVICES",
         "OMP_NUM_THREADS",
@@ -158,7 +159,7 @@ def test_a_loader_workers_setting_reaches_every_job(clean_env, tmp_path):
 def test_bad_settings_are_rejected_before_anything_runs(clean_env, tmp_path, name, value, allowed):
     clean_env.setenv(name, value)
     with pytest.raises(UserError, match=f"{name} = '?{value}'?.*{allowed}"):
-        local_parallel.check(dict(os.environ))
+        local_parallel_launcher.check(dict(os.environ))
     with pytest.raises(UserError):
         local_parallel_launcher([f"touch {tmp_path / 'x'}"])
     assert not (tmp_path / "x").exists()
@@ -178,7 +179,7 @@ def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(clean_env, tmp_path)
     assert outcomes[0].warm and outcomes[0].returncode == 1
     hint = "out of GPU memory: lower jobs_per_gpu (DMG_LOCAL_PARALLEL_JOBS_PER_GPU, now 2)"
     assert hint in printed[-1]
-    report = local_parallel.failure_report(outcomes)
+    report = failure_report(local_parallel.failures(outcomes), len(outcomes))
     assert hint in report and "torch.OutOfMemoryError: CUDA out of memory" in report
     alone = local_parallel.Plan(jobs=2, gpus=("0", "1"), threads=1, loader_workers=1, warm=True)
     hint_alone = alone.memory_hint(outcomes[0].returncode, outcomes[0].log)
@@ -212,3 +213,74 @@ def test_a_failing_domainbed_job_started_warm_is_reported(clean_env, tmp_path, c
     job_dir = Path(output_dir_of(command))
     assert "NotImplementedError" in (job_dir / LOG_NAME).read_text()
     assert (job_dir / "err.txt").exists() and not (job_dir / "done").exists()
+
+
+# nvidia-smi -L on a machine with GPU 0 split into two MIG instances and GPU 1 whole (driver 535).
+MIG_LISTING = """\
+GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)
+  MIG 3g.40gb     Device  0: (UUID: MIG-c6d4f1ef-42e4-5de4-9ad6-0a3f5d9b2c1f)
+  MIG 3g.40gb     Device  1: (UUID: MIG-0b6f7a1e-8c3d-5e2f-a4b9-7d1c2e3f4a5b)
+GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718)
+"""
+
+
+def test_each_mig_instance_is_a_device_named_by_its_uuid():
+    assert local_parallel.listed_devices(MIG_LISTING) == [
+        "MIG-c6d4f1ef-42e4-5de4-9ad6-0a3f5d9b2c1f",
+        "MIG-0b6f7a1e-8c3d-5e2f-a4b9-7d1c2e3f4a5b",
+        "1",
+    ]
+    old_driver = "GPU 0: A100 (UUID: GPU-a)\n  MIG 1g.5gb Device 0: (UUID: MIG-GPU-a/7/0)\n"
+    assert local_parallel.listed_devices(old_driver) == ["MIG-GPU-a/7/0"]
+    assert local_parallel.listed_devices(
+        "GPU 0: H100 (UUID: GPU-x)\nGPU 1: H100 (UUID: GPU-y)\n"
+    ) == [
+        "0",
+        "1",
+    ]
+
+
+def test_mig_instances_get_one_job_each(clean_env, monkeypatch):
+    monkeypatch.setattr(
+        local_parallel, "visible_gpus", lambda environ: local_parallel.listed_devices(MIG_LISTING)
+    )
+    plan = local_parallel.Plan.from_environment()
+    assert plan.jobs == 3
+    assert [plan.job_environment(slot)["CUDA_VISIBLE_DEVICES"] for slot in range(3)] == [
+        "MIG-c6d4f1ef-42e4-5de4-9ad6-0a3f5d9b2c1f",
+        "MIG-0b6f7a1e-8c3d-5e2f-a4b9-7d1c2e3f4a5b",
+        "1",
+    ]
+
+
+def test_gpus_false_runs_the_jobs_on_cores_with_every_gpu_hidden(clean_env, tmp_path):
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    clean_env.setenv("DMG_LOCAL_PARALLEL_GPUS", "false")
+    clean_env.setattr(local_parallel, "usable_cores", lambda: 4)
+    plan = local_parallel.Plan.from_environment()
+    assert (plan.jobs, plan.gpus, plan.threads) == (4, (), 1)
+    assert "on CPU (GPUs hidden from the jobs)" in plan.describe()
+    out = tmp_path / "env"
+    local_parallel_launcher([f"{PY} -c {shlex.quote(DUMP_ENV)} {out}"])
+    assert out.read_text().split(" ") == ["", "1"]  # CUDA sees no device
+
+
+def test_a_warm_job_refuses_a_fork_server_that_initialised_cuda():
+    """Where CUDA runs, tests/gpu/test_gpu_launchers.py starts such a server for real."""
+    local_parallel.check_cuda_untouched(False)
+    with pytest.raises(UserError) as refused:
+        local_parallel.check_cuda_untouched(True)
+    message = str(refused.value)
+    assert "initialised CUDA before forking" in message and "CUDA_VISIBLE_DEVICES" in message
+    assert "DMG_LOCAL_PARALLEL_WARM=false" in message
+
+
+def test_jobs_whose_environment_the_fork_server_lacks_start_as_new_processes(clean_env):
+    """What the server's imports read at import (huggingface_hub: HF_HOME, HF_HUB_OFFLINE) a
+    forked job would keep: such jobs start as new processes, saying why."""
+    env = domainbed_env()
+    clean_env.setenv("PATH", env["PATH"])
+    same = {**os.environ, "CUDA_VISIBLE_DEVICES": "1", "DMG_LOCAL_PARALLEL_JOBS": "2"}
+    assert local_parallel.warm_refusal(same) is None
+    refusal = local_parallel.warm_refusal({**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert "differs from the fork server's in HF_HUB_OFFLINE" in refusal

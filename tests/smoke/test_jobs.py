@@ -97,14 +97,39 @@ def test_weights_that_cannot_be_made_up_keep_the_job_from_running(user_caches, t
     assert RANDOM_WEIGHTS not in staged.stand_ins and staged.environment == {}
 
 
-def test_an_algorithm_s_own_weights_are_its_own_check_and_never_made_up(user_caches, tmp_path):
-    # SFMOE loads DeiT-S itself (not DomainBed's featurizer): its check names where it looked.
-    (job,) = jobs.from_command_line(["SFMOE"], ["PACS"], {})
+def test_an_algorithm_s_own_weights_get_random_stand_ins_where_it_loads_them(
+    user_caches, tmp_path, monkeypatch
+):
+    """SFMOE loads DeiT-S itself (not DomainBed's featurizer): with --synthetic, random DeiT-S
+    weights go where its own lookup finds them, in the check's cache, once for both jobs."""
+    from dmg_domainbed import deit_weights
+    from dmg_domainbed.algorithms import sfmoe_network
+
+    without = Staging(tmp_path / "plain", None).stage(
+        jobs.from_command_line(["SFMOE"], ["PACS"], {})
+    )
+    assert without[0].problems[-1].startswith("SFMOE's pretrained weights: deit_small_distilled")
+    sfmoe_jobs = jobs.from_command_line(["SFMOE"], ["PACS", "VLCS"], {})
     staging = Staging(tmp_path / "scratch", None, synthetic_data_dir=tmp_path / "synthetic")
-    (staged,) = staging.stage([job])
-    (problem,) = staged.problems
-    assert problem.startswith("SFMOE's pretrained weights: deit_small_distilled_patch16_224")
-    assert "resnet" not in problem
-    assert staged.stand_ins == [SYNTHETIC_DATA] and staged.environment == {}
-    assert not (tmp_path / "scratch" / "random_weights").exists()
+    staged = staging.stage(sfmoe_jobs)
+    assert [s.problems for s in staged] == [[], []]
+    assert all(s.stand_ins == [SYNTHETIC_DATA, RANDOM_WEIGHTS] for s in staged)
+    assert sum("stand in for SFMOE's missing" in note for note in staging.notes) == 1
     assert not (tmp_path / "user_cache").exists()
+    # What the job reads: its environment's cache, offline, holds weights SFMOE's network loads.
+    environment = staged[0].environment
+    assert environment["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", environment["HF_HUB_CACHE"])
+    monkeypatch.setenv("TORCH_HOME", environment["TORCH_HOME"])
+    found = deit_weights.find_weights("")
+    assert found is not None and found.is_relative_to(tmp_path / "scratch" / "random_weights")
+    assert deit_weights.check_weights(
+        {
+            "sfmoe_pretrained": True,
+            "sfmoe_weights": "",
+            "sfmoe_blocks": [5, 11],
+            "sfmoe_expert_init": "random",
+        }
+    ).ready
+    network = sfmoe_network.create_backbone(7, pretrained=True)
+    assert network.head.out_features == 7

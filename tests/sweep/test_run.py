@@ -1,6 +1,7 @@
 """The sweep runner: one command per folder at a time, progress from DomainBed's ``done`` files,
 and nothing left running when it dies."""
 
+import os
 import re
 import signal
 import subprocess
@@ -111,19 +112,23 @@ def test_ctrl_c_stops_the_jobs_frees_the_folder_and_says_how_to_resume(tmp_path)
 
 def recording_launcher(tmp_path, running=None):
     """A launcher of this test's own (DomainBed stays real): it writes down the commands it is
-    given and says that the folders in ``running`` still have a running job."""
-    calls = {"commands": [], "asked": []}
+    given and the environment, and says that the folders in ``running`` still have a running job."""
+    from dmg_domainbed.launchers.common import Launcher
 
-    def launcher(commands):
-        print(f"launching {len(commands)}")
-        calls["commands"] += commands
+    calls = {"commands": [], "asked": [], "environ": []}
 
-    def running_jobs(output_dirs, environ):
-        calls["asked"].append(sorted(output_dirs))
-        return {folder: "RUNNING" for folder in output_dirs if folder in (running or ())}
+    class Recording(Launcher):
+        def launch(self, commands, environ):
+            print(f"launching {len(commands)}")
+            calls["commands"] += commands
+            calls["environ"].append(dict(environ))
+            calls["process environ"] = dict(os.environ)
 
-    launcher.running_jobs = running_jobs
-    return launcher, calls
+        def running_jobs(self, output_dirs, environ):
+            calls["asked"].append(sorted(output_dirs))
+            return {folder: "RUNNING" for folder in output_dirs if folder in (running or ())}
+
+    return Recording(), calls
 
 
 def incomplete_and_done(tmp_path):
@@ -150,7 +155,7 @@ def test_incomplete_jobs_are_deleted_and_launched_again_only_when_asked(tmp_path
     lines = []
 
     assert run.execute(sweep, "recording", {}, False, echo=lines.append) == 0
-    assert calls == {"commands": [], "asked": []}  # left alone; nothing else to launch
+    assert calls == {"commands": [], "asked": [], "environ": []}  # nothing else to launch
     assert all((folder / "out.txt").exists() for folder in incomplete)
 
     log = tmp_path / "sweep.log"
@@ -159,6 +164,8 @@ def test_incomplete_jobs_are_deleted_and_launched_again_only_when_asked(tmp_path
     assert sorted(output_dir_of(c) for c in calls["commands"]) == sorted(map(str, incomplete))
     assert all(not (folder / "out.txt").exists() for folder in incomplete)  # deleted, relaunched
     assert "launching 2" in log.read_text() and lines == []  # the launch's output into the log
+    # the sweep's environment is passed to the launcher; this process's is left as it was
+    assert calls["environ"] == [{"X": "1"}] and calls["process environ"] == dict(os.environ)
 
 
 def test_delete_incomplete_stops_at_a_job_the_launcher_still_runs(tmp_path, monkeypatch):
