@@ -48,9 +48,12 @@ def _starts_like_an_image(head: bytes) -> bool:
 def header_problem(path: str) -> str | None:
     """What is wrong with the file at ``path`` as an image, from its first bytes (``None``:
     it starts like an image)."""
-    try:
-        with open(path, "rb") as stream:
-            head = stream.read(HEAD)
+    try:  # os-level calls: no buffered file object for 12 bytes
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            head = os.read(descriptor, HEAD)
+        finally:
+            os.close(descriptor)
     except OSError as error:
         return f"{UNREADABLE}: {error.strerror or error}"
     if not head:
