@@ -17,7 +17,8 @@ both updated with the fixed ``--hparams``; every domain trains in some job of a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +31,19 @@ HOLDOUT_FRACTION = 0.2
 
 @dataclass(frozen=True)
 class Batch:
-    """The batch a run trains with, ``size`` ``None`` for DomainBed's default on the dataset;
-    ``source`` says where it comes from."""
+    """The batch a run trains with: ``size``, or, when ``None``, what ``draw`` returns (asked
+    only when a dataset's files are there to compare with), else DomainBed's default on the
+    dataset; ``source`` says where it comes from."""
 
     size: int | None = None
     holdout_fraction: float = HOLDOUT_FRACTION
     source: str = "DomainBed's default batch_size"
+    draw: Callable[[], int] | None = None
+
+    def size_on(self, dataset: str) -> int:
+        if self.size is not None:
+            return self.size
+        return self.draw() if self.draw is not None else default_batch_size(dataset)
 
 
 # A run without --hparams and with train.py's default holdout_fraction.
@@ -62,18 +70,10 @@ def default_batch_size(dataset: str) -> int:
     return hparams_registry.default_hparams("ERM", dataset)["batch_size"]
 
 
-def sweep_batch(
-    algorithm: str,
-    dataset: str,
-    fixed: Mapping[str, Any],
-    hparams_seeds: Sequence[int],
-    trials: int,
-    holdout_fraction: float,
-) -> Batch:
-    """The largest batch among a sweep's jobs of ``algorithm`` on ``dataset``, as each job's
-    ``train.py`` draws its hparams."""
-    if "batch_size" in fixed:
-        return Batch(fixed["batch_size"], holdout_fraction, "fixed by the sweep's hparams")
+def largest_drawn_batch(
+    algorithm: str, dataset: str, hparams_seeds: Sequence[int], trials: int
+) -> int:
+    """The largest ``batch_size`` among the hparams that ``train.py`` draws for these seeds."""
     from domainbed import hparams_registry
     from domainbed.lib import misc
 
@@ -85,9 +85,24 @@ def sweep_batch(
     ]
     if 0 in hparams_seeds:
         drawn.append(hparams_registry.default_hparams(algorithm, dataset))
-    largest = max(hparams["batch_size"] for hparams in drawn)
+    return max(hparams["batch_size"] for hparams in drawn)
+
+
+def sweep_batch(
+    algorithm: str,
+    dataset: str,
+    fixed: Mapping[str, Any],
+    hparams_seeds: Sequence[int],
+    trials: int,
+    holdout_fraction: float,
+) -> Batch:
+    """The largest batch among a sweep's jobs of ``algorithm`` on ``dataset``: the one its
+    hparams fix, or the largest that the jobs' ``train.py`` draw (drawn when first needed)."""
+    if "batch_size" in fixed:
+        return Batch(fixed["batch_size"], holdout_fraction, "fixed by the sweep's hparams")
     source = f"the largest that the sweep's jobs of {algorithm} draw"
-    return Batch(largest, holdout_fraction, source)
+    draw = functools.partial(largest_drawn_batch, algorithm, dataset, hparams_seeds, trials)
+    return Batch(None, holdout_fraction, source, draw)
 
 
 def domain_examples(report: DatasetReport, environments: Sequence[str]) -> list[tuple[str, int]]:
@@ -104,8 +119,10 @@ def add_batch_findings(
 ) -> None:
     """An error for each domain of ``examples`` (domain, examples) whose training split cannot
     fill ``batch``."""
-    batch_size = batch.size or default_batch_size(report.dataset)
     holdout_fraction = batch.holdout_fraction
+    if not any(training_examples(n, holdout_fraction) for _, n in examples):
+        return  # no images: other findings say so
+    batch_size = batch.size_on(report.dataset)
     short = [(d, n) for d, n in examples if 0 < training_examples(n, holdout_fraction) < batch_size]
     if not short:
         return
