@@ -127,8 +127,8 @@ def not_utf8(path: Path, error: UnicodeDecodeError) -> str:
     """What to tell of a text file that is not UTF-8."""
     return (
         f"{path} is not UTF-8 text ({error.reason}: byte {error.object[error.start]:#04x} at "
-        f"offset {error.start}); save it as UTF-8, e.g. iconv -f latin1 -t utf-8 '{path}' > new "
-        "file"
+        f"offset {error.start}); save it as UTF-8, e.g. for Latin-1 text: iconv -f latin1 -t "
+        f"utf-8 '{path}' > '{path}.utf8' && mv '{path}.utf8' '{path}'"
     )
 
 
