@@ -4,7 +4,8 @@ One entry point, :func:`check_dataset`, for ``dmg-domainbed data check``, the do
 sweep preflight: DomainBed's image datasets (:mod:`.folder_check`), its MNIST and WILDS datasets
 (:mod:`.mnist_check`, :mod:`.wilds_check`) and manifest datasets. ``quick`` looks at names,
 counts and file headers only; the full check also decodes every image, in parallel over
-``workers`` processes. Nothing is written or downloaded.
+``workers`` processes. Both refuse a dataset whose domains cannot fill a batch
+(:mod:`.batch_fit`). Nothing is written or downloaded.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from dmg_domainbed.datacheck.batch_fit import (
+    DEFAULT_BATCH,
+    Batch,
+    add_batch_findings,
+    domain_examples,
+)
 from dmg_domainbed.datacheck.findings import ERROR, DatasetReport
 from dmg_domainbed.datacheck.folder_check import check_image_dataset, check_manifest_dataset
 from dmg_domainbed.datacheck.mnist_check import check_mnist
@@ -47,13 +54,18 @@ def check_dataset(
     quick: bool,
     workers: int = 1,
     manifests: Mapping[str, Manifest] | None = None,
+    batch: Batch | None = DEFAULT_BATCH,
 ) -> DatasetReport:
     """The findings on ``dataset`` (a DomainBed dataset with files, or one of ``manifests``,
-    default: the registered ones) under ``data_dir``."""
+    default: the registered ones) under ``data_dir``, for runs with ``batch`` (default:
+    DomainBed's default batch; ``None``: batches not looked at)."""
     manifests = registered_manifests() if manifests is None else manifests
     report = DatasetReport(dataset, str(data_dir), quick)
     if dataset in manifests:
         check_manifest_dataset(report, manifests[dataset], workers)
+        if batch is not None:
+            examples = domain_examples(report, manifests[dataset].domains)
+            add_batch_findings(report, examples, batch)
         return report
     if dataset not in FILE_DATASETS:
         raise ValueError(f"no check of the files of {dataset}")
@@ -70,6 +82,8 @@ def check_dataset(
         check_wilds(report, WILDS_LAYOUTS[dataset], domains, base, workers)
     else:
         check_mnist(report, base)
+    if report.present and batch is not None:
+        add_batch_findings(report, domain_examples(report, _environments(dataset)), batch)
     return report
 
 

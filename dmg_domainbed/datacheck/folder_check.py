@@ -10,9 +10,12 @@ What DomainBed reads from such a folder depends on names only (see
 * each domain numbers its own class folders in sorted order: a class missing in one domain
   gives that domain's later classes other labels; an empty class folder stops the job;
 * images outside class folders are not read; the counts are compared with each published
-  release of the dataset.
+  release of the dataset;
+* a folder that cannot be read stops the job or loses its images; a link back to a folder it
+  lies in multiplies a class (:func:`~dmg_domainbed.datasets.image_files.listing_problems`).
 
-The full check also decodes every image (:mod:`.image_findings`).
+The quick check also reads the first bytes of each image file (:mod:`.headers`); the full check
+decodes every image (:mod:`.image_findings`).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from pathlib import Path
 from dmg_domainbed.datacheck.decoding import decode_all
 from dmg_domainbed.datacheck.downloads import download_command
 from dmg_domainbed.datacheck.findings import ERROR, INFO, WARNING, DatasetReport, DomainCount
+from dmg_domainbed.datacheck.headers import add_header_findings
 from dmg_domainbed.datacheck.image_findings import add_image_findings
-from dmg_domainbed.datasets.image_files import DomainFiles, list_image_folders
+from dmg_domainbed.datasets.image_files import DomainFiles, list_image_folders, listing_problems
 from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
 from dmg_domainbed.datasets.manifest import Manifest, file_problems, list_files
+from dmg_domainbed.datasets.shortlist import shortlist
 
 _SHOWN = 8
 
@@ -147,22 +152,30 @@ def _classes(
                 "the download's names"
                 + ("" if same_everywhere else f", the same in every domain: {why}"),
                 "rename them: "
-                + "; ".join(f"mv '{domain.folder / o}' '{domain.folder / n}'" for o, n in renamed),
+                + shortlist(
+                    [f"mv '{domain.folder / o}' '{domain.folder / n}'" for o, n in renamed],
+                    _SHOWN,
+                    "; ",
+                ),
             )
 
 
-def _files(report: DatasetReport, domains: list[DomainFiles], empty_classes: bool = True) -> None:
-    """Files DomainBed passes over, and (``empty_classes``) class folders without images."""
+def _files(report: DatasetReport, domains: list[DomainFiles], manifest: bool = False) -> None:
+    """Files DomainBed passes over, and, unless a manifest's problems name them already, folders
+    it cannot read, loops and class folders without images."""
     for domain in domains:
-        for name, files in domain.classes.items():
-            if empty_classes and not files:
-                report.add(
-                    ERROR,
-                    f"class folder {domain.folder / name} holds no image file",
-                    "an image in every class folder: torchvision's ImageFolder stops the job "
-                    "with 'Found no valid file for the classes' while DomainBed loads the data",
-                    "put its images back, or remove that class from every domain",
-                )
+        if not manifest:
+            for problem in listing_problems(domain):
+                report.add(ERROR, f"domain folder {domain.folder}: {problem}")
+        empty = [] if manifest else [name for name, files in domain.classes.items() if not files]
+        for name in empty:
+            report.add(
+                ERROR,
+                f"class folder {domain.folder / name} holds no image file",
+                "an image in every class folder: torchvision's ImageFolder stops the job "
+                "with 'Found no valid file for the classes' while DomainBed loads the data",
+                "put its images back, or remove that class from every domain",
+            )
         if domain.outside_classes:
             report.add(
                 WARNING,
@@ -248,13 +261,19 @@ def _deleted_by_download(report: DatasetReport, root: Path, listed_in: str) -> N
         )
 
 
-def _decode(report: DatasetReport, domains: list[DomainFiles], workers: int) -> None:
+def _look_at_files(
+    report: DatasetReport, domains: list[DomainFiles], root: Path, workers: int
+) -> None:
+    """Read each image file's header (quick), or decode it."""
     places = {
         path: (domain.name, name)
         for domain in domains
         for name, files in domain.classes.items()
         for path in files
     }
+    if report.quick:
+        add_header_findings(report, list(places), root)
+        return
     results = decode_all(list(places), workers, f"{report.dataset}: decoding")
     add_image_findings(report, results, places)
 
@@ -279,7 +298,16 @@ def check_image_dataset(
             fix=f"download it: {download_command(report.dataset, data_dir)}",
         )
         return
-    domains = list_image_folders(root)
+    try:
+        domains = list_image_folders(root)
+    except OSError as error:
+        report.add(
+            ERROR,
+            f"folder {root} cannot be read ({error.strerror or error})",
+            "a folder this user can list: DomainBed lists it to find the domains",
+            f"let this user read it (e.g. chmod -R u+rX '{root}'), or give another --data_dir",
+        )
+        return
     matched = _domains(report, root, layout, environments, [d.name for d in domains], fix)
     ours = [d for d in domains if d.name in matched]
     synthetic = (root / SYNTHETIC_MARKER).is_file()
@@ -297,8 +325,7 @@ def check_image_dataset(
         _counts(report, layout, {matched[d.name]: d.images for d in ours}, fix)
         if layout.deleted_by_download:
             _deleted_by_download(report, root, layout.deleted_by_download)
-    if not report.quick:
-        _decode(report, domains, workers)
+    _look_at_files(report, domains, root, workers)
 
 
 def check_manifest_dataset(report: DatasetReport, manifest: Manifest, workers: int) -> None:
@@ -308,7 +335,6 @@ def check_manifest_dataset(report: DatasetReport, manifest: Manifest, workers: i
     for problem in file_problems(manifest, domains):
         report.add(ERROR, problem)
     if manifest.csv is None:
-        _files(report, domains, empty_classes=False)  # file_problems names them
+        _files(report, domains, manifest=True)
     report.counts = [DomainCount(d.name, d.images) for d in domains]
-    if not report.quick:
-        _decode(report, domains, workers)
+    _look_at_files(report, domains, manifest.root, workers)

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from dmg_domainbed.datacheck.decoding import Decoded
 from dmg_domainbed.datacheck.findings import ERROR, INFO, WARNING, DatasetReport, Finding
+from dmg_domainbed.datasets.shortlist import SHOWN, shortlist
 
 _CLIPPED = (
     ERROR,
@@ -89,17 +90,16 @@ def _undecodable(report: DatasetReport, results: Sequence[Decoded]) -> None:
 def _modes(report: DatasetReport, results: Sequence[Decoded]) -> None:
     by_mode: dict[str, list[str]] = defaultdict(list)
     for result in results:
-        if result.error is None and result.mode not in EXACT_MODES:
+        if result.error is None and _mode_of(result) not in EXACT_MODES:
             by_mode[_mode_of(result)].append(result.path)
     for mode, paths in sorted(by_mode.items()):
         severity, effect, fix = MODE_EFFECTS.get(
             mode,
             (WARNING, "DomainBed's loader converts it to RGB with Pillow", "check it looks right"),
         )
-        shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
         report.add(
             severity,
-            f"{len(paths)} image(s) in mode {MODE_NAMES.get(mode, mode)}: {shown}",
+            f"{len(paths)} image(s) in mode {MODE_NAMES.get(mode, mode)}: {shortlist(paths)}",
             f"8-bit RGB or grayscale images; {effect}",
             fix,
         )
@@ -119,13 +119,15 @@ def _duplicates(
             continue
         domains = {domain for domain, _ in where}
         across = "domains" if len(domains) > 1 else "classes"
+        copies = f"{len(paths):,} files of " if len(paths) > SHOWN else ""
+        others = shortlist([f"rm '{p}'" for p in paths[1:]], SHOWN - 1, "; ")
         findings.append(
             Finding(
                 WARNING,
-                f"same content in several {across}: {', '.join(paths)}",
+                f"{copies}same content in several {across}: {shortlist(paths)}",
                 "each image in one domain and one class: a copy in a test domain is also "
                 "trained on, a copy in two classes has two labels",
-                "keep one, delete the others: " + "; ".join(f"rm '{p}'" for p in paths[1:]),
+                f"keep one, delete the others: {others}",
             )
         )
     report.listed(WARNING, findings, "groups of files of the same content")

@@ -6,15 +6,22 @@ sorted, and reads each with torchvision's ``ImageFolder``: every sub-folder of a
 class, sorted and numbered within that domain, and a class holds the files anywhere below its
 folder (links followed, sorted) whose names end in one of torchvision's ``IMG_EXTENSIONS``.
 :func:`list_image_folders` lists a root the same way and also keeps what ``ImageFolder`` passes
-over without a word: files of other extensions, and images lying in a domain folder outside any
-class folder. Listing only: nothing is opened.
+over without a word: files of other extensions, images lying in a domain folder outside any
+class folder, folders that cannot be read, and links back to a folder they lie in. Such a link
+makes a loop that ``os.walk`` (and so ``ImageFolder``) follows until the system's limit of 40
+links in a path: the folder's images are read once per level, 41 times. Listing only: no file
+is opened.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dmg_domainbed.datasets.shortlist import shortlist
 
 
 def image_extensions() -> tuple[str, ...]:
@@ -34,7 +41,9 @@ def subfolders(folder: Path) -> list[str]:
 class DomainFiles:
     """One domain: its image files by class, and the files the dataset does not read.
 
-    ``missing`` lists files a CSV names that are not there (always empty for folders).
+    ``missing`` lists files a CSV names that are not there (always empty for folders);
+    ``unreadable`` the folders that cannot be listed, with why; ``loops`` each link that points
+    back to a folder it lies in, with that folder.
     """
 
     name: str
@@ -43,16 +52,32 @@ class DomainFiles:
     outside_classes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    loops: dict[str, str] = field(default_factory=dict)
 
     @property
     def images(self) -> int:
         return sum(len(files) for files in self.classes.values())
 
 
-def _files_below(folder: Path) -> list[str]:
-    found = []
-    for parent, _, names in sorted(os.walk(folder, followlinks=True)):
+def _files_below(folder: Path, domain: DomainFiles) -> list[str]:
+    """The files below ``folder`` as ``ImageFolder`` lists them; records unreadable folders and
+    loops in ``domain``."""
+
+    def unreadable(error: OSError) -> None:
+        if error.errno != errno.ELOOP:  # the end of a loop: named as the loop
+            domain.unreadable.append(f"{error.filename} ({error.strerror})")
+
+    found, loops = [], {}
+    for parent, folders, names in sorted(os.walk(folder, followlinks=True, onerror=unreadable)):
         found += [os.path.join(parent, name) for name in sorted(names)]
+        here = os.path.realpath(parent)
+        for name in folders:
+            link = os.path.join(parent, name)
+            target = os.path.realpath(link)
+            if os.path.islink(link) and (here + os.sep).startswith(target + os.sep):
+                loops.setdefault(os.path.join(here, name), (link, target))  # shallowest first
+    domain.loops.update(dict(loops.values()))
     return found
 
 
@@ -60,16 +85,47 @@ def list_domain(folder: Path, name: str | None = None) -> DomainFiles:
     """The files of one domain folder, by class folder."""
     extensions = image_extensions()
     domain = DomainFiles(name or folder.name, folder)
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as error:
+        domain.unreadable.append(f"{folder} ({error.strerror or error})")
+        return domain
+    for entry in entries:
         if entry.is_dir():
-            files = _files_below(Path(entry.path))
+            files = _files_below(Path(entry.path), domain)
             domain.classes[entry.name] = [f for f in files if f.lower().endswith(extensions)]
-            domain.skipped += [f for f in files if not f.lower().endswith(extensions)]
+            in_loop = tuple(link + os.sep for link in domain.loops)  # named as the loop
+            domain.skipped += [
+                f for f in files if not f.lower().endswith(extensions) and not f.startswith(in_loop)
+            ]
         elif entry.name.lower().endswith(extensions):
             domain.outside_classes.append(entry.path)
         else:
             domain.skipped.append(entry.path)
     return domain
+
+
+def listing_problems(domain: DomainFiles) -> list[str]:
+    """What the listing of ``domain`` found that would stop a job or change what it trains on:
+    folders that cannot be read, links that make a loop. Each says how to fix it."""
+    problems = []
+    if domain.unreadable:
+        problems.append(
+            f"{len(domain.unreadable)} folder(s) of domain {domain.name!r} cannot be read: "
+            f"{shortlist(domain.unreadable)}; DomainBed stops on such a folder or leaves its "
+            "images out. Let this user read them (e.g. chmod -R u+rX on each), or move them out"
+        )
+    for link, target in domain.loops.items():
+        real = (os.path.realpath(f) for files in domain.classes.values() for f in files)
+        copies = Counter(path for path in real if path.startswith(target + os.sep))
+        times = max(copies.values(), default=0)
+        problems.append(
+            f"link {link} points back to {target}, a folder it lies in: DomainBed follows it "
+            f"level after level and reads each of the {len(copies):,} image(s) below it {times} "
+            "times, which multiplies their class. Remove the link: "
+            f"rm '{link}'"
+        )
+    return problems
 
 
 def list_image_folders(root: Path) -> list[DomainFiles]:

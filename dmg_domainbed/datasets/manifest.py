@@ -32,12 +32,19 @@ from __future__ import annotations
 import csv
 import os
 import re
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmg_domainbed.datasets.image_files import DomainFiles, list_domain, subfolders
+from dmg_domainbed.datasets.image_files import (
+    DomainFiles,
+    list_domain,
+    listing_problems,
+    subfolders,
+)
+from dmg_domainbed.datasets.shortlist import shortlist
 from dmg_domainbed.errors import UserError
 
 try:
@@ -56,8 +63,13 @@ def _text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
+def _integer(value: Any) -> bool:
+    """An integer of TOML: not a float (``28.0``), nor a bool (Python's ``True == 1``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _positive(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return _integer(value) and value >= 1
 
 
 def _names(value: Any) -> bool:
@@ -79,12 +91,15 @@ KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "csv": (_text, "a CSV file path"),
     "domains": (_names, "a non-empty list of distinct domain names"),
     "input_size": (
-        lambda v: v in INPUT_SIZES,
-        ", ".join(f"{side} (DomainBed's {net})" for side, net in INPUT_SIZES.items()),
+        lambda v: _integer(v) and v in INPUT_SIZES,
+        "an integer: "
+        + ", ".join(f"{side} (DomainBed's {net})" for side, net in INPUT_SIZES.items()),
     ),
     "steps": (_positive, "an integer >= 1"),
     "checkpoint_freq": (_positive, "an integer >= 1"),
 }
+# Files listed twice that a check names one by one; the rest are counted.
+SHOWN_REPEATS = 5
 # Required key -> an example of it.
 REQUIRED = {"name": 'name = "MyData"', "root": 'root = "/data/mydata"'}
 
@@ -108,9 +123,20 @@ class Manifest:
         return (3, self.input_size, self.input_size)
 
 
-def _csv_rows(path: Path) -> list[dict[str, str]]:
+def not_utf8(path: Path, error: UnicodeDecodeError) -> str:
+    """What to tell of a text file that is not UTF-8."""
+    return (
+        f"{path} is not UTF-8 text ({error.reason}: byte {error.object[error.start]:#04x} at "
+        f"offset {error.start}); save it as UTF-8, e.g. for Latin-1 text: iconv -f latin1 -t "
+        f"utf-8 '{path}' > '{path}.utf8' && mv '{path}.utf8' '{path}'"
+    )
+
+
+def _csv_rows(path: Path) -> list[tuple[int, dict[str, str | None]]]:
+    """The rows of a manifest's CSV, each with the line it ends on (the header is line 1).
+    UTF-8, with or without the byte-order mark spreadsheets write."""
     try:
-        with open(path, newline="") as stream:
+        with open(path, newline="", encoding="utf-8-sig") as stream:
             reader = csv.DictReader(stream)
             absent = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or ())]
             if absent:
@@ -119,11 +145,18 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
                     f"{reader.fieldnames or '(empty file)'}; a manifest's CSV needs a header line "
                     f"with the columns {', '.join(CSV_COLUMNS)} (others are ignored)"
                 )
-            return list(reader)
+            return [(reader.line_num, row) for row in reader]
     except OSError as error:
         raise UserError(f"cannot read the CSV {path}: {error.strerror or error}") from None
-    except (csv.Error, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
+        raise UserError(not_utf8(path, error)) from None
+    except csv.Error as error:
         raise UserError(f"{path} is not a readable CSV file: {error}") from None
+
+
+def _complete(row: Mapping[str, str | None]) -> bool:
+    """Whether a CSV row gives a path, a label and a domain (a short row leaves them None)."""
+    return all((row.get(column) or "").strip() for column in CSV_COLUMNS)
 
 
 def _visible(names: list[str]) -> list[str]:
@@ -133,7 +166,7 @@ def _visible(names: list[str]) -> list[str]:
 def _found_domains(root: Path, table: Path | None) -> list[str]:
     if table is None:
         return _visible(subfolders(root))
-    return sorted({row["domain"] for row in _csv_rows(table) if row["domain"]})
+    return sorted({row["domain"] for _, row in _csv_rows(table) if _complete(row)})
 
 
 def parse_manifest(document: Mapping[str, Any], path: Path) -> Manifest:
@@ -203,12 +236,14 @@ def load_manifest(path: str | Path) -> Manifest:
         raise UserError(f"dataset manifest {path}: cannot read it: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"dataset manifest {path}: not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:  # TOML is UTF-8
+        raise UserError(f"dataset manifest {not_utf8(path, error)}") from None
     return parse_manifest(document, path)
 
 
 def manifest_files(environ: Mapping[str, str]) -> list[Path]:
-    """The manifest files ``DMG_DOMAINBED_DATASETS`` names; :class:`UserError` for a relative
-    path or one that does not exist."""
+    """The manifest files ``DMG_DOMAINBED_DATASETS`` names, each once, in the order first named;
+    :class:`UserError` for a relative path or one that does not exist."""
     files = []
     for entry in environ.get(MANIFESTS_VARIABLE, "").split(os.pathsep):
         if not entry.strip():
@@ -229,7 +264,11 @@ def manifest_files(environ: Mapping[str, str]) -> list[Path]:
                 f"{MANIFESTS_VARIABLE} names {path}, which does not exist: give dataset manifest "
                 "files, or folders of them, separated by ':'"
             )
-    return files
+    # A file named twice (itself and its folder, or through a link) is one manifest.
+    unique: dict[str, Path] = {}
+    for file in files:
+        unique.setdefault(os.path.realpath(file), file)
+    return list(unique.values())
 
 
 def read_manifests(environ: Mapping[str, str]) -> tuple[list[Manifest], list[UserError]]:
@@ -268,9 +307,9 @@ def list_files(manifest: Manifest) -> list[DomainFiles]:
             domain.classes = {name: domain.classes[name] for name in _visible(list(domain.classes))}
         return domains
     domains = {d: DomainFiles(d, manifest.root) for d in manifest.domains}
-    for row in _csv_rows(manifest.csv):
-        domain = domains.get(row["domain"])
-        if domain is None:
+    for _, row in _csv_rows(manifest.csv):
+        domain = domains.get(row["domain"]) if _complete(row) else None
+        if domain is None:  # another domain's, or incomplete (csv_problems names it)
             continue
         path = str(manifest.root / row["path"])
         if os.path.isfile(path):
@@ -288,16 +327,59 @@ def class_names(domains: list[DomainFiles]) -> list[str]:
     return sorted(names)
 
 
-def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
-    """What stops DomainBed from training on the listed files: a domain without images, a
-    class without images in some domain, files the CSV names that are not there. Each says
-    what was found and how to fix it."""
+def csv_problems(manifest: Manifest) -> list[str]:
+    """Rows of a manifest's CSV that DomainBed would misread: a row without a path, a label or a
+    domain (left out), a file listed in several rows (read once per row: one image counted
+    twice, or under two labels). Empty for a manifest without a CSV."""
+    if manifest.csv is None:
+        return []
+    rows = _csv_rows(manifest.csv)
     problems = []
+    incomplete = [line for line, row in rows if not _complete(row)]
+    if incomplete:
+        problems.append(
+            f"{manifest.csv}: {len(incomplete)} row(s) without a path, a label or a domain "
+            f"(line(s) {shortlist(incomplete)}): DomainBed would leave them out; give each "
+            "row every field, or delete it"
+        )
+    rows_of = defaultdict(list)
+    for line, row in rows:
+        if _complete(row):
+            rows_of[os.path.normpath(manifest.root / row["path"])].append((line, row))
+    repeated = [(path, listed) for path, listed in rows_of.items() if len(listed) > 1]
+    for path, listed in repeated[:SHOWN_REPEATS]:
+        labels = {row["label"] for _, row in listed}
+        effect = (
+            f"one image under {len(labels)} labels"
+            if len(labels) > 1
+            else f"the same image {len(listed)} times"
+        )
+        lines = [f"line {n}: label {r['label']}, domain {r['domain']}" for n, r in listed]
+        where = shortlist(lines, separator="; ")
+        problems.append(
+            f"{manifest.csv} lists {path} {len(listed)} times ({where}): DomainBed would read "
+            f"{effect}; keep one row of it"
+        )
+    if len(repeated) > SHOWN_REPEATS:
+        problems.append(
+            f"{manifest.csv}: {len(repeated) - SHOWN_REPEATS:,} more file(s) listed in several "
+            "rows; keep one row of each"
+        )
+    return problems
+
+
+def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
+    """What stops DomainBed from training on the listed files, or makes it train on others: a
+    domain without images, a class without images in some domain, files the CSV names that are
+    not there, CSV rows it would misread, folders it cannot read, links that multiply a class.
+    Each says what was found and how to fix it."""
+    problems = csv_problems(manifest)
     classes = class_names(domains)
     for domain in domains:
         where = f"domain {domain.name!r} of {manifest.name} ({manifest.path})"
+        problems += [f"{where}: {problem}" for problem in listing_problems(domain)]
         if domain.missing:
-            shown = ", ".join(domain.missing[:3]) + (" ..." if len(domain.missing) > 3 else "")
+            shown = shortlist(domain.missing, 3)
             problems.append(
                 f"{where}: {len(domain.missing)} file(s) its CSV names do not exist ({shown}); "
                 f"fix the paths in {manifest.csv} (relative to {manifest.root}) or remove the rows"
@@ -311,7 +393,7 @@ def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
         empty = [name for name in classes if not domain.classes.get(name)]
         if empty:
             problems.append(
-                f"{where}: no images of class(es) {', '.join(empty)}, which other domains have; "
+                f"{where}: no images of class(es) {shortlist(empty)}, which other domains have; "
                 "every domain needs every class (a domain without a class poses another task, "
                 "not the same task in another domain): add them, or remove those classes from "
                 "every domain"

@@ -2,7 +2,8 @@
 (:mod:`dmg_domainbed.datacheck.data_check`: names, counts and file headers, no decoding) summed up
 as one state for ``doctor``, the sweep preflight and ``smoke``: ``present``, ``missing``, or
 ``not usable`` when something would stop a job or make it train on other data than the
-download's. ``dmg-domainbed data check`` gives the whole report and decodes every image.
+download's, a domain that cannot fill the run's batch (the job would hang) included.
+``dmg-domainbed data check`` gives the whole report and decodes every image.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmg_domainbed.datacheck.batch_fit import Batch
 from dmg_domainbed.datacheck.data_check import FILE_DATASETS, check_dataset, registered_manifests
 from dmg_domainbed.datacheck.findings import INFO
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, NO_FILES
@@ -31,9 +33,16 @@ class DataStatus:
         return self.state not in (MISSING, INVALID)
 
 
-def dataset_status(dataset: str, module: str, n_envs: int, data_dir: str | None) -> DataStatus:
+def dataset_status(
+    dataset: str,
+    module: str,
+    n_envs: int,
+    data_dir: str | None,
+    batch: Batch | None = None,
+) -> DataStatus:
     """Whether DomainBed will find ``dataset`` (defined in ``module``, with ``n_envs`` domains)
-    under ``data_dir`` as its download leaves it."""
+    under ``data_dir`` as its download leaves it, and, given the runs' ``batch``, each domain's
+    training split able to fill it."""
     manifests = registered_manifests()
     if dataset not in manifests:
         if dataset in NO_FILES or module.startswith("dmg_domainbed.datasets"):
@@ -43,7 +52,13 @@ def dataset_status(dataset: str, module: str, n_envs: int, data_dir: str | None)
         known = len(IMAGE_LAYOUTS[dataset].domains) if dataset in IMAGE_LAYOUTS else n_envs
         if known != n_envs:
             return DataStatus(NOT_CHECKED, f"{module}.{dataset} has {n_envs} domains, not {known}")
-    report = check_dataset(dataset, data_dir, quick=True, manifests=manifests)
+    report = check_dataset(
+        dataset,
+        data_dir,
+        quick=True,
+        manifests=manifests,
+        batch=batch,
+    )
     problems = tuple(str(finding) for finding in report.errors)
     if not report.present:
         return DataStatus(MISSING, problems[0], problems)

@@ -14,12 +14,15 @@ from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.weight_files import Caches, WeightFile, WeightsCheck
 
 
-def data_status(dataset: str, data_dir: str | None) -> data.DataStatus:
-    """Whether DomainBed will find ``dataset``'s files under ``data_dir``."""
+def data_status(
+    dataset: str, data_dir: str | None, batch: data.Batch | None = None
+) -> data.DataStatus:
+    """Whether DomainBed will find ``dataset``'s files under ``data_dir``, and each domain's
+    training split fill ``batch`` (when given)."""
     from domainbed import datasets
 
     cls = datasets.get_dataset_class(dataset)
-    return data.dataset_status(dataset, cls.__module__, len(cls.ENVIRONMENTS), data_dir)
+    return data.dataset_status(dataset, cls.__module__, len(cls.ENVIRONMENTS), data_dir, batch)
 
 
 def weight_files(
@@ -51,11 +54,12 @@ def missing(
     dataset: str,
     data_dir: str | None,
     overrides: Mapping[str, Any] | None = None,
+    batch: data.Batch | None = None,
 ) -> list[str]:
-    """Everything that would stop the run before its first step, each naming the path looked at
-    and the command that fixes it; empty when nothing does."""
+    """Everything that would stop the run before its first step (or hang it), each naming the
+    path looked at and the command that fixes it; empty when nothing does."""
     problems = []
-    found = data_status(dataset, data_dir)
+    found = data_status(dataset, data_dir, batch)
     if not found.ok:
         problems.append(f"{dataset} data {found.state}: {found.detail}")
     own = own_weights(algorithm, dataset, overrides)

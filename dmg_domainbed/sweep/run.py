@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from dmg_domainbed.datacheck.batch_fit import sweep_batch
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.launchers.common import Launcher, as_launcher
@@ -110,8 +111,10 @@ def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str
     # The doctor and the smoke check give the same answer: requirements.missing.
     missing: dict[str, None] = {}
     for algorithm, dataset in itertools.product(sweep.config.algorithms, sweep.config.datasets):
-        overrides = sweep.config.hparams_of(algorithm)
-        found = requirements.missing(algorithm, dataset, sweep.data_dir, overrides)
+        overrides, config = sweep.config.hparams_of(algorithm), sweep.config
+        seeds, holdout = range(config.n_hparams_from, config.n_hparams), config.holdout_fraction
+        batch = sweep_batch(algorithm, dataset, overrides, seeds, config.n_trials, float(holdout))
+        found = requirements.missing(algorithm, dataset, sweep.data_dir, overrides, batch)
         missing.update(dict.fromkeys(found))
     if missing:
         raise UserError(

@@ -23,7 +23,8 @@ def write_manifest(folder, text, name="mydata.toml"):
 
 @pytest.fixture
 def manifest(tmp_path):
-    write_domains(tmp_path / "images")
+    # 40 images a domain: 32 to train on after DomainBed holds out 20%, one default batch.
+    write_domains(tmp_path / "images", per_class=20)
     return write_manifest(
         tmp_path,
         'name = "MyData"\nroot = "images"\ninput_size = 28\nsteps = 40\ncheckpoint_freq = 20\n',
@@ -46,9 +47,9 @@ def test_a_folder_of_domains_becomes_a_domainbed_image_dataset(manifest, registe
     assert hparams["batch_size"] == 32  # DomainBed's image hparams, not its small-image ones
     dataset = cls(None, [2], hparams)  # DomainBed's train.py passes --data_dir: not read
     assert len(dataset) == 3 and dataset.num_classes == 2 and dataset.input_shape == (3, 28, 28)
-    assert [len(env) for env in dataset] == [6, 6, 6]
-    x, y = dataset[0][4]
-    assert x.shape == (3, 28, 28) and y == 1 and dataset[0].samples[4][0].endswith("dog/1.png")
+    assert [len(env) for env in dataset] == [40, 40, 40]
+    x, y = dataset[0][21]
+    assert x.shape == (3, 28, 28) and y == 1 and dataset[0].samples[21][0].endswith("dog/1.png")
     # Training domains are augmented (random crops), the test domain is not.
     torch.manual_seed(0)
     assert not torch.equal(dataset[0][0][0], dataset[0][0][0])
@@ -82,12 +83,20 @@ def test_a_csv_of_path_label_and_domain(tmp_path, registered):
         ('name = "D"\nroot = "photos"\n', r"root = 'photos': no folder .*photos; give the folder"),
         (
             'name = "D"\nroot = "images"\ninput_size = 64\n',
-            r"must be 28 \(DomainBed's MNIST_CNN\), 32 .*, 224 \(DomainBed's ResNet\)",
+            r"must be an integer: 28 \(DomainBed's MNIST_CNN\), 32 .*, 224 \(DomainBed's ResNet\)",
         ),
         ('name = "D"\nroot = "images"\nsplits = 3\n', "unknown key.* splits; valid keys: name,"),
         ('name = "D"\nroot = "images"\ndomains = ["north", "east"]\n', "domains east are not in"),
         ('name = "D"\nroot = "images"\ndomains = ["north"]\n', "domain generalization needs at"),
         ('name = "D"\nroot = "images\n', "not valid TOML"),
+        (
+            'name = "D"\nroot = "images"\ninput_size = 28.0\n',
+            r"input_size = 28\.0 is not .* integer",
+        ),
+        (
+            'name = "D"\nroot = "images"\ninput_size = true\n',
+            r"input_size = True is not .* integer",
+        ),
     ],
 )
 def test_a_bad_manifest_says_what_was_given_and_how_to_fix_it(manifest, text, message):
@@ -143,7 +152,86 @@ def test_names_that_are_taken_and_paths_that_cannot_be_found_are_refused(
 def test_data_check_of_a_manifest_file_before_it_is_exported(manifest):
     code, out, _ = cli("data", "check", "--manifest", str(manifest))
     assert code == 0, out
-    assert "MyData: " in out and "18 of 18 images decoded" in out
+    assert "MyData: " in out and "120 of 120 images decoded" in out
     clash = write_manifest(manifest.parent, 'name = "VLCS"\nroot = "images"\n', "vlcs.toml")
     code, _, err = cli("data", "check", "--manifest", str(clash))
     assert code == 2 and "name 'VLCS' is taken by DomainBed or a plugin" in err
+
+
+def test_a_manifest_that_is_not_utf8_is_named_and_the_others_still_register(
+    manifest, registered, capsys, monkeypatch
+):
+    latin = manifest.parent / "latin.toml"
+    latin.write_bytes('# caf\xe9 photos\nname = "Cafe"\nroot = "images"\n'.encode("latin-1"))
+    with pytest.raises(UserError, match="is not UTF-8 text") as refused:
+        load_manifest(latin)
+    assert f"dataset manifest {latin} is not UTF-8 text" in str(refused.value)
+    assert "save it as UTF-8" in str(refused.value)
+    # At import: skipped with a message, and the manifest named after it still registers.
+    assert registered(latin, manifest) == ["MyData"]
+    assert f"dataset manifest {latin} is not UTF-8 text" in capsys.readouterr().err
+    monkeypatch.setenv(MANIFESTS_VARIABLE, f"{latin}:{manifest}")
+    code, out, _ = cli("data", "check", "--quick")
+    assert code == 1 and f"[ERROR] dataset manifest {latin} is not UTF-8 text" in out
+    assert "MyData: ok" in out
+    # A CSV that is not UTF-8 either.
+    (manifest.parent / "labels.csv").write_bytes(
+        "path,label,domain\nnorth/caf\xe9.png,cat,north\n".encode("latin-1")
+    )
+    table = write_manifest(
+        manifest.parent, 'name = "T"\nroot = "images"\ncsv = "labels.csv"\n', "t.toml"
+    )
+    with pytest.raises(UserError, match=r"labels\.csv is not UTF-8 text"):
+        load_manifest(table)
+
+
+def test_a_manifest_named_by_its_file_and_by_its_folder_registers_once(
+    manifest, registered, capsys, monkeypatch
+):
+    assert registered(manifest, manifest.parent) == ["MyData"]
+    assert "already taken" not in capsys.readouterr().err
+    monkeypatch.setenv(MANIFESTS_VARIABLE, f"{manifest}:{manifest.parent}")
+    code, out, _ = cli("data", "check", "--quick")
+    assert code == 0, out
+    assert "already taken" not in out and "READY: every dataset checked is ok" in out
+
+
+def write_listed(folder, extra_rows=()):
+    """Two domains of two classes listed in a CSV (40 images a domain), then ``extra_rows``."""
+    write_domains(folder / "images", domains=("a", "b"), classes=("x", "y"), per_class=20)
+    rows = ["path,label,domain"]
+    rows += [f"{d}/{c}/{i}.png,{c},{d}" for d in "ab" for c in "xy" for i in range(20)]
+    (folder / "labels.csv").write_text("\n".join([*rows, *extra_rows]) + "\n")
+    return write_manifest(folder, 'name = "Listed"\nroot = "images"\ncsv = "labels.csv"\n')
+
+
+def test_a_file_listed_twice_in_the_csv_is_refused_naming_its_rows(tmp_path, registered):
+    file = write_listed(tmp_path, ["a/x/0.png,y,a", "b/y/3.png,y,b"])
+    code, out, _ = cli("data", "check", "--manifest", str(file), "--quick")
+    assert code == 1
+    image = tmp_path / "images" / "a" / "x" / "0.png"
+    assert (
+        f"lists {image} 2 times (line 2: label x, domain a; line 82: label y, domain a): "
+        "DomainBed would read one image under 2 labels; keep one row of it"
+    ) in out
+    same = tmp_path / "images" / "b" / "y" / "3.png"
+    assert (
+        f"lists {same} 2 times (line 65: label y, domain b; line 83: label y, domain b): "
+        "DomainBed would read the same image 2 times"
+    ) in out
+    registered(file)
+    with pytest.raises(UserError, match=r"lists .*0\.png 2 times"):
+        datasets.get_dataset_class("Listed")(
+            None, [0], hparams_registry.default_hparams("ERM", "Listed")
+        )
+
+
+def test_a_csv_row_with_missing_fields_is_named(tmp_path):
+    file = write_listed(tmp_path, ["a/x/5.png,x", "b/x/6.png,,b"])
+    code, out, _ = cli("data", "check", "--manifest", str(file), "--quick")
+    assert code == 1
+    csv_file = tmp_path / "labels.csv"
+    assert (
+        f"{csv_file}: 2 row(s) without a path, a label or a domain (line(s) 82, 83): DomainBed "
+        "would leave them out"
+    ) in out

@@ -2,10 +2,12 @@
 counts and headers, nothing decoded) summed up, each problem with the command or rename that
 fixes it."""
 
+import io
 import os
 import struct
 
 import pytest
+from PIL import Image
 
 from dmg_domainbed.datacheck.mnist_check import mnist_files
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_SIDE, SYNTHETIC_MARKER
@@ -24,11 +26,19 @@ from dmg_domainbed.sweep.run import check_ready
 from tests.helpers import fresh_process_that_registers_erm_and_pacs
 
 
-def make_domains(root, domains, classes=("dog",)):
+def tiny_jpeg() -> bytes:
+    encoded = io.BytesIO()
+    Image.new("RGB", (8, 8), (90, 120, 30)).save(encoded, "JPEG")
+    return encoded.getvalue()
+
+
+def make_domains(root, domains, classes=("dog",), per_class=1):
+    image = tiny_jpeg()
     for domain in domains:
         for cls in classes:
             (root / domain / cls).mkdir(parents=True)
-            (root / domain / cls / "0.jpg").write_bytes(b"")
+            for i in range(per_class):
+                (root / domain / cls / f"{i}.jpg").write_bytes(image)
 
 
 def test_missing_or_incomplete_folders_say_what_is_expected_and_how_to_get_it(tmp_path):
@@ -142,3 +152,34 @@ def test_the_sweep_preflight_and_the_doctor_name_a_broken_copy_before_any_job(
     (data,) = [check for check in checks if check.title == "data"]
     assert data.status == doctor.FAIL and data.details[0] == "PACS: not usable:"
     assert any(line.startswith(expected) for line in data.details[1:])
+
+
+def test_the_sweep_preflight_refuses_domains_that_cannot_fill_the_largest_batch(tmp_path):
+    """A synthetic PACS of 35 images a domain trains on 28: fewer than DomainBed's default batch
+    of 32 (hparams seed 0) and the batches its random search draws for the other seeds; each
+    job would hang in DomainBed's drop_last loader. A sweep that fixes batch_size 8 can run."""
+    layout = IMAGE_LAYOUTS["PACS"]
+    data = tmp_path / "data"
+    make_domains(data / "PACS", layout.domains, layout.classes[:5], per_class=7)
+    (data / "PACS" / SYNTHETIC_MARKER).write_text("")
+    sweep_file = tmp_path / "sweep.toml"
+    text = (
+        '[sweep]\nalgorithms = ["ERM"]\ndatasets = ["PACS"]\nn_hparams = 4\nn_trials = 2\n'
+        f'output_dir = "{tmp_path / "sweep"}"\n'
+    )
+    sweep_file.write_text(text)
+    sweep = plan.resolve(config.load_sweep(sweep_file), str(data), None)
+    with pytest.raises(UserError, match="the jobs would fail before their first step") as refused:
+        check_ready(sweep, "local", os.environ)
+    message = str(refused.value)
+    for domain in layout.domains:
+        assert f"domain {domain!r} of PACS trains on 28 images (35 less 7 held out" in message
+    assert "(the largest that the sweep's jobs of ERM draw)" in message
+    assert "lower the hparam batch_size to at most 28" in message
+    sweep_file.write_text(text + "[sweep.hparams]\nbatch_size = 8\n")
+    sweep = plan.resolve(config.load_sweep(sweep_file), str(data), None)
+    try:
+        check_ready(sweep, "local", os.environ)
+    except UserError as error:  # for other reasons only, e.g. no pretrained weights here
+        assert "batch" not in str(error)
+    assert not (tmp_path / "sweep").exists()

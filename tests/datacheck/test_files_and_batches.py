@@ -1,0 +1,158 @@
+"""What the data check finds in a folder of domains beyond names and counts: file headers
+(quick), folders it cannot read, links that multiply a class, palette transparency, domains too
+small for a batch, and long findings told in a line."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dmg_domainbed.datacheck.batch_fit import Batch
+from dmg_domainbed.datacheck.data_check import check_dataset
+from dmg_domainbed.datacheck.findings import ERROR, WARNING
+from dmg_domainbed.datasets.manifest import load_manifest
+
+from ..datasets.conftest import write_domains
+from ..helpers import cli
+
+
+def dataset(folder, per_class=20, classes=("cat", "dog")):
+    """A manifest dataset of three domains (40 images a domain by default: one batch of 32 to
+    train on) and its manifest file."""
+    write_domains(folder / "images", classes=classes, per_class=per_class)
+    manifest = folder / "mine.toml"
+    manifest.write_text('name = "Mine"\nroot = "images"\n')
+    return manifest
+
+
+def check(manifest, quick=True, **batch):
+    loaded = load_manifest(manifest)
+    return check_dataset("Mine", None, quick, manifests={"Mine": loaded}, **batch)
+
+
+def messages(report, severity=ERROR):
+    return [str(f) for f in report.findings if f.severity == severity]
+
+
+def test_a_domain_that_cannot_fill_a_batch_would_hang_the_job(tmp_path):
+    """3 domains x 3 classes x 12 images: 36 a domain, 29 after DomainBed holds out 20%, fewer
+    than DomainBed's default batch of 32; its loader drops the incomplete batch for ever."""
+    manifest = dataset(tmp_path, per_class=12, classes=("cat", "dog", "owl"))
+    report = check(manifest)
+    assert not report.ok
+    for domain in ("north", "south", "west"):
+        (message,) = [m for m in messages(report) if f"domain {domain!r} of Mine trains" in m]
+        assert (
+            "trains on 29 images (36 less 7 held out, holdout_fraction 0.2): fewer than one "
+            "batch of 32 (DomainBed's default batch_size)" in message
+        )
+        assert "lower the hparam batch_size to at most 29" in message
+        assert "or give the domain at least 39 images" in message
+    assert check(manifest, batch=Batch(16)).ok
+    code, out, _ = cli("data", "check", "--manifest", str(manifest), "--quick")
+    assert code == 1 and "fewer than one batch of 32" in out and "NOT READY" in out
+
+
+def test_quick_reads_each_file_s_header(tmp_path):
+    manifest = dataset(tmp_path)
+    assert check(manifest).ok
+    dog = tmp_path / "images" / "south" / "dog"
+    (dog / "empty.png").write_bytes(b"")
+    (dog / "page.jpg").write_text("<html>quota exceeded</html>")
+    (dog / "._0.png").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+    os.replace(dog / "1.png", dog / "1.jpg")  # a PNG named .jpg: Pillow reads it by content
+    report = check(manifest)
+    found = messages(report)
+    assert any(f"1 file(s): {dog / 'empty.png'} are empty (0 bytes)" in m for m in found)
+    (apple,) = [m for m in found if "AppleDouble" in m]
+    assert str(dog / "._0.png") in apple
+    assert f"find '{tmp_path / 'images'}' -name '._*' -type f -delete" in apple
+    (text,) = [m for m in found if "are not images" in m]
+    assert str(dog / "page.jpg") in text and "1.jpg" not in text
+    assert len(found) == 3, found
+    code, out, _ = cli("data", "check", "--manifest", str(manifest), "--quick")
+    assert code == 1 and "NOT READY" in out
+
+
+def make_unreadable(folder, monkeypatch):
+    """``folder`` unreadable: mode 000, or, where this process is root (whom modes do not stop,
+    as in CI), ``os.scandir`` of it raising the PermissionError the system gives others."""
+    if os.geteuid() != 0:
+        folder.chmod(0)
+        return lambda: folder.chmod(0o755)
+    real, target = os.scandir, os.path.realpath(folder)
+
+    def scandir(path="."):
+        if os.path.realpath(path) == target:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return lambda: None
+
+
+@pytest.mark.parametrize("folder", ["images/south", "images/south/dog"])
+def test_an_unreadable_folder_of_a_manifest_dataset_is_named(tmp_path, monkeypatch, folder):
+    manifest = dataset(tmp_path)
+    restore = make_unreadable(tmp_path / folder, monkeypatch)
+    try:
+        code, out, _ = cli("data", "check", "--manifest", str(manifest), "--quick")
+    finally:
+        restore()
+    assert code == 1
+    assert f"{tmp_path / folder} (Permission denied)" in out
+    assert "cannot be read" in out and "chmod -R u+rX" in out
+
+
+def test_an_unreadable_dataset_folder_is_named(tmp_path, monkeypatch):
+    write_domains(tmp_path / "PACS", domains=("art_painting",), per_class=1)
+    restore = make_unreadable(tmp_path / "PACS", monkeypatch)
+    try:
+        code, out, _ = cli("data", "check", "--data_dir", str(tmp_path), "--quick")
+    finally:
+        restore()
+    assert code == 1
+    assert f"folder {tmp_path / 'PACS'} cannot be read (Permission denied)" in out
+
+
+def test_a_link_back_to_its_own_folder_multiplies_a_class(tmp_path):
+    manifest = dataset(tmp_path)
+    link = tmp_path / "images" / "south" / "dog" / "loop"
+    link.symlink_to(".")
+    report = check(manifest)
+    (message,) = [m for m in messages(report) if str(link) in m]
+    assert f"link {link} points back to {link.parent}" in message
+    assert "reads each of the 20 image(s) below it 41 times" in message
+    assert f"rm '{link}'" in message
+    assert not report.ok
+
+
+def test_a_palette_image_with_transparency_is_warned_like_rgba(tmp_path):
+    manifest = dataset(tmp_path)
+    cat = tmp_path / "images" / "north" / "cat"
+    Image.new("RGBA", (8, 8), (9, 9, 9, 0)).save(cat / "rgba.png")
+    palette = Image.new("P", (8, 8))
+    palette.putpalette([0, 0, 0, 255, 0, 0] * 128)
+    palette.save(cat / "palette.png", transparency=0)
+    report = check(manifest, quick=False)
+    (rgba,) = [m for m in messages(report, WARNING) if "mode RGBA" in m]
+    (transparent,) = [m for m in messages(report, WARNING) if "mode P+transparency" in m]
+    assert str(cat / "palette.png") in transparent
+    assert rgba.split("; ", 1)[1] == transparent.split("; ", 1)[1]  # the same effect and fix
+
+
+def test_many_copies_are_one_short_finding_with_a_count(tmp_path):
+    manifest = dataset(tmp_path)
+    pixels = np.random.default_rng(5).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    copies = []
+    for name in ("cat", "dog"):
+        for i in range(15):
+            copies.append(tmp_path / "images" / "west" / name / f"copy{i:02d}.png")
+            Image.fromarray(pixels).save(copies[-1])
+    report = check(manifest, quick=False)
+    (message,) = [m for m in messages(report, WARNING) if "same content" in m]
+    assert message.startswith("30 files of same content in several classes: ")
+    assert "and 25 more" in message and message.count("rm '") == 4
+    assert len(message) < 2_000
