@@ -22,8 +22,7 @@ import pytest
 import torch
 from domainbed import algorithms, hparams_registry
 
-from dmg_domainbed import synthetic
-from dmg_domainbed.algorithms import sfmoe_network
+from dmg_domainbed import deit_weights, synthetic
 from dmg_domainbed.algorithms.corgrad import chunk_layout
 from dmg_domainbed.preflight.weights import needed_weights
 from dmg_domainbed.weight_files import Caches
@@ -57,7 +56,7 @@ def pacs(tmp_path_factory):
     files, problems = needed_weights(resnet_hparams, synthetic.IMAGE_SHAPE, caches)
     assert not problems, problems
     deit = root / "deit_small_distilled.pth"
-    files += sfmoe_network.weight_locations(str(deit), caches)
+    files += deit_weights.weight_locations(str(deit), caches)
     synthetic.write_random_weights(files)
     synthetic.write_image_dataset(
         "PACS", root / "data", images_per_domain=IMAGES_PER_DOMAIN, classes=CLASSES
