@@ -53,7 +53,7 @@ import psutil
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import LOADER_WORKERS_VARIABLE
 from dmg_domainbed.launchers.common import Option, output_dir_of, read_options
-from dmg_domainbed.reporting.divergence import folder_divergence
+from dmg_domainbed.reporting.runs import folder_divergence
 
 _JOBS, _PER_GPU = "DMG_LOCAL_PARALLEL_JOBS", "DMG_LOCAL_PARALLEL_JOBS_PER_GPU"
 _HELP = {

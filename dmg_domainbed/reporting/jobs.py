@@ -26,11 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.divergence import divergence
-from dmg_domainbed.reporting.record_fields import SWEEP
-from dmg_domainbed.reporting.runs import DONE_FILE, RESULTS_FILE, read_records
+from dmg_domainbed.reporting.runs import (
+    DONE_FILE,
+    RESULTS_FILE,
+    SWEEP,
+    check_environments,
+    divergence,
+    read_records,
+)
 
 DONE, RUNNING, FAILED = "done", "running", "failed"
+FP32 = "fp32"
 # What train.py writes into a job folder (out.txt and err.txt as it starts).
 JOB_FILES = (RESULTS_FILE, DONE_FILE, "out.txt", "err.txt")
 NAMED = 3  # jobs named per state in a summary
@@ -75,11 +81,26 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
         if results.is_file():
             records = read_records(results)
             SWEEP.check(records, results)
-            jobs.append(Job(folder, tuple(records)))
+            check_environments(records, results)
+            jobs.append(Job(folder, tuple(map(labelled_precision, records))))
         elif not name.startswith(".") and folder.is_dir():
             if any((folder / file).exists() for file in JOB_FILES) or not any(folder.iterdir()):
                 jobs.append(Job(folder, ()))
     return jobs
+
+
+def precision(record: dict[str, Any]) -> str:
+    """The precision a run trained in: its hparam ``precision``, ``fp32`` where absent."""
+    return record["hparams"].get("precision", FP32)
+
+
+def labelled_precision(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its algorithm named ``<algorithm> (<precision>)`` unless it ran in fp32,
+    so that DomainBed's grouping (by algorithm) never pools runs of two precisions in a cell."""
+    if precision(record) == FP32:
+        return record
+    args = record["args"]
+    return {**record, "args": {**args, "algorithm": f"{args['algorithm']} ({precision(record)})"}}
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,17 @@ class SweepJobs:
             )
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def precisions_note(self) -> str:
+        """What the report says of the runs' precisions: nothing when every run is fp32."""
+        found = sorted({precision(r) for job in self.jobs for r in job.records[-1:]})
+        if found in ([], [FP32]):
+            return ""
+        return (
+            f"Precision: the sweep holds runs in {' and '.join(found)}. Runs of different "
+            "precisions are never pooled: a run not in fp32 is reported as '<algorithm> "
+            "(<precision>)', e.g. 'ERM (bf16)', in its own row."
+        )
 
 
 def _named(jobs: list[Job], describe=Job.name) -> str:
