@@ -129,7 +129,7 @@ def _print_written(written) -> None:
     for title, table in written.sections:
         print(title + "\n")
         print(table.to_string())
-    for note in written.notes():
+    for note in written.notes:
         print(f"\n{note}")
     _print_files(written.files)
 

@@ -182,31 +182,14 @@ def table3_title(runs: Sequence[Run]) -> str:
 
 
 @dataclass
-class InDomainReport:
-    """What :func:`write_in_domain` produced: every row, the Table 3 sections, the files."""
+class Written:
+    """What ``evaluate`` or ``select`` produced: every row, the titled tables, the files, and
+    the notes said after the tables."""
 
     frame: pd.DataFrame
     sections: list[tuple[str, pd.DataFrame]]
     files: list[Path]
-    groups: Sequence[Sequence[Run]] = ()
-
-    def logged_mismatches(self) -> pd.DataFrame:
-        """Rows where ``predict``'s accuracy differs from what train.py logged."""
-        return logged_mismatches(self.frame)
-
-    def notes(self) -> list[str]:
-        """What ``evaluate`` says after the tables: whether the splits are train.py's (predict's
-        accuracy against what train.py logged), and which runs diverged."""
-        rows = self.frame[self.frame["prediction"].str.endswith(f"({PREDICT})")]
-        notes = warnings(run for group in self.groups for run in group)
-        if rows["logged"].isna().any():
-            notes.append(
-                "The held-out images are classified without augmentation. train.py classified "
-                "some of them with its random training augmentation (DomainBed's "
-                "data_augmentation applies to a training domain's held-out split too): its "
-                "logged accuracies for those are not compared."
-            )
-        return notes + logged_notes(self.frame, "at its last step")
+    notes: list[str]
 
 
 def logged_mismatches(frame: pd.DataFrame) -> pd.DataFrame:
@@ -234,7 +217,7 @@ def logged_notes(frame: pd.DataFrame, when: str) -> list[str]:
 
 def write_in_domain(
     groups: Sequence[Sequence[Run]], output_dir: Path, data_dir: str | None = None
-) -> InDomainReport:
+) -> Written:
     """One Table 3 per group of comparable runs (see :func:`check_comparable`), written as
     ``in_domain.csv`` (every row of :func:`evaluate_run`) and ``in_domain.md``."""
     for group in groups:
@@ -246,7 +229,15 @@ def write_in_domain(
         rows = frame[frame["run"].isin([str(run.path) for run in group])]
         sections.append((table3_title(group), table3(rows)))
     files = write_table(frame, sections, output_dir, "in_domain", "Prediction")
-    return InDomainReport(frame, sections, files, groups)
+    notes = warnings(run for group in groups for run in group)
+    if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
+        notes.append(
+            "The held-out images are classified without augmentation. train.py classified "
+            "some of them with its random training augmentation (DomainBed's "
+            "data_augmentation applies to a training domain's held-out split too): its "
+            "logged accuracies for those are not compared."
+        )
+    return Written(frame, sections, files, notes + logged_notes(frame, "at its last step"))
 
 
 def evaluate_checkpoints(run: Run, data_dir: str | None = None) -> pd.DataFrame:
@@ -313,42 +304,9 @@ def selection_frame(records) -> pd.DataFrame:
     return frame
 
 
-@dataclass
-class CheckpointSelection:
-    """What :func:`write_selection` produced."""
-
-    evaluations: pd.DataFrame
-    selection: pd.DataFrame
-    sections: list[tuple[str, pd.DataFrame]]
-    without_checkpoints: list[Run]
-    files: list[Path]
-    runs: Sequence[Run] = ()
-
-    def notes(self) -> list[str]:
-        """What ``select`` says after the tables: the runs left out and diverged, and whether
-        the splits are train.py's (predict's accuracy against what train.py logged)."""
-        notes = [
-            f"note: {run.describe()} saved no checkpoint models; its known-domain rows leave it out"
-            for run in self.without_checkpoints
-        ]
-        notes += warnings(self.runs)
-        if not len(self.evaluations):
-            return notes
-        steps = f"{self.evaluations['step'].nunique()} checkpoint step(s) evaluated"
-        found = logged_notes(self.evaluations, "at each checkpoint")
-        return notes + [
-            f"{steps}. "
-            + (
-                found[0]
-                if found
-                else "None could be compared with train.py's log (it evaluated augmented images)."
-            )
-        ]
-
-
 def write_selection(
     sweep_dir: str | Path, output_dir: Path, data_dir: str | None = None
-) -> CheckpointSelection:
+) -> Written:
     """``checkpoints.csv`` (every checkpoint model's accuracies on the source validation
     splits) and ``selection.csv`` / ``selection.md`` (the test-domain accuracy each prediction
     selects) for the runs of a sweep."""
@@ -380,7 +338,17 @@ def write_selection(
     if len(evaluations):
         files.insert(0, output_dir / "checkpoints.csv")
         evaluations.to_csv(files[0], index=False)
-    return CheckpointSelection(evaluations, selection, sections, without, files, runs)
+    notes = [
+        f"note: {run.describe()} saved no checkpoint models; its known-domain rows leave it out"
+        for run in without
+    ]
+    notes += warnings(runs)
+    if len(evaluations):
+        found = logged_notes(evaluations, "at each checkpoint") or [
+            "None could be compared with train.py's log (it evaluated augmented images)."
+        ]
+        notes.append(f"{evaluations['step'].nunique()} checkpoint step(s) evaluated. {found[0]}")
+    return Written(selection, sections, files, notes)
 
 
 def _has_known_domain(run: Run) -> bool:

@@ -10,11 +10,11 @@ empty) is
   (:mod:`dmg_domainbed.locks`) is held by a live command, or a registered launcher's
   ``running_jobs`` says its job is queued or runs (a Slurm job an earlier command submitted);
 * failed: no ``done``, and nothing runs it;
-* diverged, whatever its state: a loss it logged is NaN or infinite (:mod:`.divergence`).
+* diverged, whatever its state: a loss it logged is NaN or infinite (:func:`.runs.divergence`).
 
-Records are read as DomainBed's ``collect_results`` reads them (every sub-folder's
-``results.jsonl``, in ``os.listdir`` order), each checked for the fields model selection needs
-(:mod:`.record_fields`).
+Records are read as ``collect_results`` reads them (every sub-folder's ``results.jsonl``, in
+``os.listdir`` order), checked (:func:`.runs.check_fields`, :func:`.runs.check_environments`),
+and a run not in fp32 is named ``<algorithm> (<precision>)`` (:func:`labelled_precision`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dmg_domainbed.reporting.runs import (
     RESULTS_FILE,
     SWEEP,
     check_environments,
+    check_fields,
     divergence,
     read_records,
 )
@@ -80,7 +81,7 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
         results = folder / RESULTS_FILE
         if results.is_file():
             records = read_records(results)
-            SWEEP.check(records, results)
+            check_fields(records, results, SWEEP)
             check_environments(records, results)
             jobs.append(Job(folder, tuple(map(labelled_precision, records))))
         elif not name.startswith(".") and folder.is_dir():

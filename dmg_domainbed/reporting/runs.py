@@ -39,76 +39,48 @@ RESULTS_FILE = "results.jsonl"
 MODEL_FILE = "model.pkl"
 DONE_FILE = "done"
 #: What train.py's ``save_checkpoint`` puts into ``model.pkl`` and ``model_step<N>.pkl``.
-CHECKPOINT_KEYS = (
-    "model_input_shape",
-    "model_num_classes",
-    "model_num_domains",
-    "model_hparams",
-    "model_dict",
-)
+CHECKPOINT_KEYS = ("model_input_shape", "model_num_classes", "model_num_domains")
+CHECKPOINT_KEYS += ("model_hparams", "model_dict")
+#: What each reader needs of a record: its purpose, fields (``args.x``: key ``x`` of ``args``)
+#: and whether it reads the test domains' ``env<i>_in_acc`` / ``env<i>_out_acc``.
+_FIELDS = ("step", "hparams", "args", "args.algorithm", "args.dataset", "args.test_envs")
+_SEEDS = ("args.trial_seed", "args.hparams_seed")
+RUN = ("every command that reads runs", _FIELDS, False)
+SWEEP = ("collect_results' model selection", (*_FIELDS, *_SEEDS, "args.output_dir"), True)
+_SPLIT = (*_FIELDS, *_SEEDS, "args.holdout_fraction")
+SPLITS = ("the rebuilding of train.py's data splits", _SPLIT, False)
+_ABSENT = object()
 
 
-@dataclass(frozen=True)
-class Needs:
-    """The fields ``purpose`` reads (``args.trial_seed``: key ``trial_seed`` of ``args``), and
-    whether it reads the test domains' accuracies (model selection does)."""
-
-    purpose: str
-    fields: tuple[str, ...]
-    test_accuracies: bool = False  # env<i>_in_acc and env<i>_out_acc of each test domain
-
-    def __add__(self, other: Needs) -> Needs:
-        fields = tuple(dict.fromkeys(self.fields + other.fields))
-        return Needs(other.purpose, fields, self.test_accuracies or other.test_accuracies)
-
-    def missing(self, record: Mapping[str, Any]) -> list[str]:
-        """The fields ``record`` lacks."""
-        absent: list[str] = []
-        for field in self.fields:
-            # A missing table is named once, not with each of its keys.
-            if not _has(record, field) and not any(field.startswith(f"{a}.") for a in absent):
-                absent.append(field)
-        test_envs = record["args"]["test_envs"] if _has(record, "args.test_envs") else None
-        for env in test_envs if self.test_accuracies and isinstance(test_envs, list) else ():
-            absent += [k for k in (f"env{env}_in_acc", f"env{env}_out_acc") if k not in record]
-        return absent
-
-    def check(self, records: Iterable[Mapping[str, Any]], path: Path) -> None:
-        """:class:`UserError` naming ``path`` and the fields the first incomplete record lacks."""
-        for number, record in enumerate(records, start=1):
-            absent = self.missing(record)
-            if absent:
-                raise UserError(
-                    f"'{path}' does not hold records as DomainBed's train.py writes them: "
-                    f"record {number} has no {', '.join(absent)} (read by {self.purpose}). "
-                    "It was written by another tool or by an older or modified train.py. Give "
-                    "runs of domainbed.scripts.train (move other folders out of a sweep "
-                    "folder), or rerun the run with this DomainBed."
-                )
+def missing_fields(record: Mapping[str, Any], needs: tuple) -> list[str]:
+    """The fields of ``needs`` (:data:`RUN`, :data:`SWEEP`, :data:`SPLITS`) ``record`` lacks; a
+    missing table is named once, not with each of its keys."""
+    absent: list[str] = []
+    for field in needs[1]:
+        value: Any = record
+        for key in field.split("."):
+            value = value.get(key, _ABSENT) if isinstance(value, Mapping) else _ABSENT
+        if value is _ABSENT and not any(field.startswith(f"{a}.") for a in absent):
+            absent.append(field)
+    args = record.get("args")
+    test_envs = args.get("test_envs") if isinstance(args, Mapping) else None
+    for env in test_envs if needs[2] and isinstance(test_envs, list) else ():
+        absent += [k for k in (f"env{env}_in_acc", f"env{env}_out_acc") if k not in record]
+    return absent
 
 
-def _has(record: Mapping[str, Any], field: str) -> bool:
-    value: Any = record
-    for key in field.split("."):
-        if not isinstance(value, Mapping) or key not in value:
-            return False
-        value = value[key]
-    return True
-
-
-RUN = Needs(
-    "every command that reads runs",
-    ("step", "hparams", "args", "args.algorithm", "args.dataset", "args.test_envs"),
-)
-SWEEP = RUN + Needs(
-    "collect_results' model selection",
-    ("args.trial_seed", "args.hparams_seed", "args.output_dir"),
-    test_accuracies=True,
-)
-SPLITS = RUN + Needs(
-    "the rebuilding of train.py's data splits",
-    ("args.trial_seed", "args.hparams_seed", "args.holdout_fraction"),
-)
+def check_fields(records: Iterable[Mapping[str, Any]], path: Path, needs: tuple) -> None:
+    """:class:`UserError` naming ``path`` and the fields the first incomplete record lacks
+    (records of another tool, or of an older or modified train.py)."""
+    for number, record in enumerate(records, start=1):
+        if absent := missing_fields(record, needs):
+            raise UserError(
+                f"'{path}' does not hold records as DomainBed's train.py writes them: "
+                f"record {number} has no {', '.join(absent)} (read by {needs[0]}). "
+                "It was written by another tool or by an older or modified train.py. Give "
+                "runs of domainbed.scripts.train (move other folders out of a sweep "
+                "folder), or rerun the run with this DomainBed."
+            )
 
 
 @dataclass(frozen=True)
@@ -137,14 +109,6 @@ class Run:
     @property
     def test_envs(self) -> list[int]:
         return list(self.args["test_envs"])
-
-    @property
-    def model_path(self) -> Path:
-        return self.path / MODEL_FILE
-
-    @property
-    def results_path(self) -> Path:
-        return self.path / RESULTS_FILE
 
     def environments(self) -> list[str]:
         """The names of the dataset's environments (DomainBed's ``ENVIRONMENTS``)."""
@@ -236,7 +200,7 @@ def read_run(run_dir: str | Path) -> Run:
             f"'{results}' holds no complete record: the run has not reached its first "
             "checkpoint yet. Wait for it, or rerun it with domainbed.scripts.train."
         )
-    RUN.check(records, results)
+    check_fields(records, results, RUN)
     check_environments(records, results)
     return Run(path=path, records=tuple(records))
 
@@ -287,13 +251,13 @@ def check_environments(records: Iterable[Mapping[str, Any]], path: Path) -> None
 
 def require_model(run: Run) -> Path:
     """The run's ``model.pkl``, or :class:`UserError` explaining why it is missing."""
-    if not run.model_path.is_file():
+    if not (run.path / MODEL_FILE).is_file():
         raise UserError(
             f"run '{run.path}' has no {MODEL_FILE}. train.py writes it when training ends; "
             f"wait until the run has finished (a '{DONE_FILE}' file appears), or rerun it without "
             "--skip_model_save."
         )
-    return run.model_path
+    return run.path / MODEL_FILE
 
 
 def require_sweep(sweep_dir: str | Path) -> Path:
@@ -372,12 +336,7 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
             f"'{path}' is not a model saved by DomainBed's train.py: it has no "
             f"{', '.join(absent)}. Rerun the run to write it again."
         )
-    algorithm = cls(
-        checkpoint["model_input_shape"],
-        checkpoint["model_num_classes"],
-        checkpoint["model_num_domains"],
-        checkpoint["model_hparams"],
-    )
+    algorithm = cls(*(checkpoint[key] for key in CHECKPOINT_KEYS[:4]))
     algorithm.load_state_dict(checkpoint["model_dict"])
     return algorithm.to(on or device()).eval()
 
@@ -405,7 +364,7 @@ def seeded_like_train(seed: int) -> Iterator[None]:
 def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
     """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
     overrides); ``augment=False`` switches DomainBed's training augmentation off."""
-    SPLITS.check(run.records, run.results_path)
+    check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
     root = data_dir if data_dir is not None else run.args.get("data_dir")
     hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
     built = dataset_class(run.dataset, run.path)
@@ -492,13 +451,14 @@ def folder_divergence(folder: Path) -> str | None:
         lines = (Path(folder) / RESULTS_FILE).read_text().splitlines()
     except (OSError, UnicodeDecodeError):
         return None
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return divergence(record for record in records if isinstance(record, dict))
+    return divergence(filter(None, map(_json_object, lines)))
+
+
+def _json_object(line: str) -> dict | None:
+    with contextlib.suppress(json.JSONDecodeError):
+        value = json.loads(line)
+        return value if isinstance(value, dict) else None
+    return None
 
 
 def warnings(runs: Iterable[Any]) -> list[str]:
