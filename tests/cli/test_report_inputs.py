@@ -115,7 +115,7 @@ def test_runs_of_two_precisions_are_never_pooled_in_one_cell(demo_sweep, tmp_pat
     assert code == 0
     assert "the sweep holds runs in bf16 and fp32" in printed
     results = pd.read_csv(tmp_path / "r" / "results.csv")
-    cells = results[results["test_env"] != "Avg"]
+    cells = results[(results["test_env"] != "Avg") & results["accuracy"].notna()]
     assert set(cells["algorithm"]) == {"ERM", "DMG", "ERM (bf16)"}
     assert (cells["n_trials"] == 1).all()  # one run per cell: nothing pooled
     fp32, bf16 = (cells[cells["algorithm"] == name] for name in ("ERM", "ERM (bf16)"))
@@ -176,5 +176,6 @@ def test_the_accuracy_picture_shows_paired_differences_with_intervals(
     labels = [text.get_text() for text in panel.texts]
     assert [f"{d:+.1f}" for d in first["difference"]] == labels
     low, high = panel.get_ylim()
+    span = max(first["ci_high"].max(), 0) - min(first["ci_low"].min(), 0)
     assert low <= first["ci_low"].min() and high >= first["ci_high"].max()
-    assert high - low < 50  # the scale of the differences, not of 0-100 accuracies
+    assert high - low < 1.25 * span + 1  # the scale of the differences, not 0-100 accuracy
