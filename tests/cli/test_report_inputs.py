@@ -125,13 +125,6 @@ def test_runs_of_two_precisions_are_never_pooled_in_one_cell(demo_sweep, tmp_pat
     assert (comparisons.loc[comparisons["algorithm"] == "ERM (bf16)", "difference"] == 0).all()
 
 
-def test_a_sweep_all_in_fp32_says_nothing_of_precision(demo_sweep, tmp_path):
-    code, printed, _ = cli(
-        "report", "--input_dir", str(demo_sweep), "--output_dir", str(tmp_path / "r")
-    )
-    assert code == 0 and "Precision" not in printed and "(fp32)" not in printed
-
-
 @pytest.fixture
 def two_trials(demo_sweep, tmp_path):
     """ERM and DMG on every test domain, trial 0 as the demo ran it and trial 1 a copy whose
