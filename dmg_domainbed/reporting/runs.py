@@ -237,9 +237,8 @@ def check_environments(records: Iterable[Mapping[str, Any]], path: Path) -> None
         names = list(dataset_class(args["dataset"], path).ENVIRONMENTS)
         logged = {int(m[1]) for key in record if (m := _ACCURACY_KEY.fullmatch(key))}
         recorded = max(logged) + 1 if logged else None
-        if (recorded or len(names)) != len(names) or max(args["test_envs"], default=-1) >= len(
-            names
-        ):
+        beyond = max(args["test_envs"], default=-1) >= len(names)
+        if (recorded or len(names)) != len(names) or beyond:
             had = f"{recorded} environments" if recorded else "other environments"
             raise UserError(
                 f"'{path}' holds a run trained on {had} of {args['dataset']} (test envs "
