@@ -39,7 +39,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs as run_files
 from dmg_domainbed.reporting import tables
 from dmg_domainbed.reporting.runs import Run, warnings
-from dmg_domainbed.reporting.tables import AVERAGE, write_table
+from dmg_domainbed.reporting.tables import write_table
 
 PREDICT = "predict"
 
@@ -240,16 +240,6 @@ def write_in_domain(
     return Written(frame, sections, files, notes + logged_notes(frame, "at its last step"))
 
 
-def evaluate_checkpoints(run: Run, data_dir: str | None = None) -> pd.DataFrame:
-    """Every prediction's accuracy (%) on each source domain's validation split, for every
-    model the run saved at a checkpoint (``model_step<N>.pkl``); column ``step`` added."""
-    frames = []
-    for step in run_files.checkpoint_models(run):
-        frame = evaluate_run(run, data_dir, step=step)
-        frames.append(frame.assign(step=step))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
 def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
     """DomainBed records (a ``domainbed.lib.query.Q``) to select from, one set per prediction:
     ``args.algorithm`` becomes the prediction's name and the source domains' ``env<i>_out_acc``
@@ -295,13 +285,9 @@ def selection_frame(records) -> pd.DataFrame:
         for prediction in sorted(set(selected.loc[selected["dataset"] == dataset, "prediction"]))
         for env in range(len(environments))
     ]
-    frame = tables.cells_frame(selected, ["dataset", "prediction", "test_env"], grid)
-    domains = [
-        AVERAGE if env == AVERAGE else names[dataset][env]
-        for dataset, env in zip(frame["dataset"], frame["test_env"], strict=True)
-    ]
-    frame.insert(3, "test_domain", domains)
-    return frame
+    return tables.with_domains(
+        tables.cells_frame(selected, ["dataset", "prediction", "test_env"], grid), names
+    )
 
 
 def write_selection(
@@ -312,7 +298,9 @@ def write_selection(
     selects) for the runs of a sweep."""
     sweep = run_files.require_sweep(sweep_dir)
     runs = [run_files.read_run(folder) for folder in run_files.run_folders(sweep)]
-    with_known_domain = [run for run in runs if _has_known_domain(run)]
+    with_known_domain = [
+        run for run in runs if known_domain_predictions(run_files.algorithm_class(run))
+    ]
     without = [run for run in with_known_domain if not run_files.checkpoint_models(run)]
     if with_known_domain and len(without) == len(with_known_domain):
         raise UserError(
@@ -321,7 +309,12 @@ def write_selection(
             "--save_model_every_checkpoint (in a sweep file: save_model_every_checkpoint = "
             "true)."
         )
-    frames = [evaluate_checkpoints(run, data_dir) for run in with_known_domain]
+    # Every prediction's accuracy (%) on the source validation splits, per checkpoint model.
+    frames = [
+        evaluate_run(run, data_dir, step=step).assign(step=step)
+        for run in with_known_domain
+        for step in run_files.checkpoint_models(run)
+    ]
     evaluations = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     selection = selection_frame(selection_records(runs, evaluations))
     sections = []
@@ -349,9 +342,3 @@ def write_selection(
         ]
         notes.append(f"{evaluations['step'].nunique()} checkpoint step(s) evaluated. {found[0]}")
     return Written(selection, sections, files, notes)
-
-
-def _has_known_domain(run: Run) -> bool:
-    from dmg_domainbed.algorithms.base import known_domain_predictions
-
-    return bool(known_domain_predictions(run_files.algorithm_class(run)))

@@ -149,12 +149,17 @@ def results_frame(records) -> pd.DataFrame:
         for algorithm in ordered_algorithms(records)
         for env in range(len(environments))
     ]
-    frame = cells_frame(selected_accuracies(records), CELL, grid)
+    return with_domains(cells_frame(selected_accuracies(records), CELL, grid), names)
+
+
+def with_domains(frame: pd.DataFrame, names: dict[str, list[str]]) -> pd.DataFrame:
+    """``frame`` with ``test_domain`` after ``test_env``: each dataset's environment name
+    (``names``: dataset -> environments), or ``Avg``."""
     domains = [
         AVERAGE if env == AVERAGE else names[dataset][env]
         for dataset, env in zip(frame["dataset"], frame["test_env"], strict=True)
     ]
-    frame.insert(4, "test_domain", domains)
+    frame.insert(frame.columns.get_loc("test_env") + 1, "test_domain", domains)
     return frame
 
 
