@@ -127,7 +127,7 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
 def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
     code (0 when every job finished)."""
-    from dmg_domainbed.reporting.files import check_output_dir
+    from dmg_domainbed.reporting.tables import check_output_dir
 
     start = time.monotonic()
     sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG

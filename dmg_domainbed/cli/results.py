@@ -70,7 +70,14 @@ def add_parsers(subparsers) -> None:
         metavar="RUN",
         help="folder(s) of finished training runs (each holds model.pkl)",
     )
-    add_output_dir(evaluate, "dmg_evaluate", "where the tables go")
+    evaluate.add_argument(
+        "--output_dir",
+        type=Path,
+        help=(
+            "where the tables go (default: RUN/dmg_evaluate beside the run's files, or, for "
+            "several runs, dmg_evaluate in the folder that holds them, e.g. their sweep's)"
+        ),
+    )
     evaluate.add_argument("--data_dir", help=RUNS_DATA_DIR)
     evaluate.set_defaults(func=evaluate_command)
 
@@ -109,7 +116,11 @@ def add_parsers(subparsers) -> None:
     masks.add_argument(
         "--run_dir", required=True, metavar="RUN", help="folder of a finished run (holds model.pkl)"
     )
-    add_output_dir(masks, "dmg_masks", "where the pictures and tables go")
+    masks.add_argument(
+        "--output_dir",
+        type=Path,
+        help="where the pictures and tables go (default: RUN/dmg_masks, beside the run's files)",
+    )
     masks.set_defaults(func=masks_command)
 
 
@@ -118,9 +129,26 @@ def _print_written(written) -> None:
     for title, table in written.sections:
         print(title + "\n")
         print(table.to_string())
-    for note in written.notes():
+    for note in written.notes:
         print(f"\n{note}")
-    print(f"Wrote {', '.join(str(p) for p in written.files)}")
+    _print_files(written.files)
+
+
+def _print_files(files) -> None:
+    folder = Path(files[0]).parent
+    print(f"\nWrote into {folder}: {', '.join(Path(p).name for p in files)}")
+
+
+def _beside(runs, name: str, given: Path | None) -> Path:
+    """``given``, else folder ``name`` beside the runs: inside the one run, or in the folder
+    that holds them all (their sweep's), or else inside the first run."""
+    from dmg_domainbed.reporting.tables import check_output_dir
+
+    if given is not None:
+        return check_output_dir(given, *(run.path for run in runs))
+    parents = {run.path.resolve().parent for run in runs}
+    home = parents.pop() if len(runs) > 1 and len(parents) == 1 else runs[0].path
+    return check_output_dir(home / name)
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -133,7 +161,7 @@ def report_command(args: argparse.Namespace) -> int:
     written = write_report(sweep, args.output_dir, args.reference)
     print(results_markdown(written.results, written.averages))
     print(written.summary())
-    print(f"\nWrote {', '.join(str(p) for p in written.files)}")
+    _print_files(written.files)
     if log_dir is not None:
         names = tensorboard.export(sweep, written.ranked, log_dir)
         print(f"TensorBoard: {len(names)} runs in {log_dir}; view them with:")
@@ -142,20 +170,20 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    from dmg_domainbed.reporting.files import check_output_dir
-    from dmg_domainbed.reporting.in_domain import write_in_domain
+    from dmg_domainbed.reporting.in_domain import check_comparable, write_in_domain
 
     runs = [read_run(path) for path in args.run_dir]
+    check_comparable(runs)
     for run in runs:
         require_model(run)
-    output = check_output_dir(args.output_dir, *(run.path for run in runs))
+    output = _beside(runs, "dmg_evaluate", args.output_dir)
     _print_written(write_in_domain([runs], output, args.data_dir))
     return 0
 
 
 def select_command(args: argparse.Namespace) -> int:
-    from dmg_domainbed.reporting.checkpoint_selection import write_selection
-    from dmg_domainbed.reporting.files import check_output_dir
+    from dmg_domainbed.reporting.in_domain import write_selection
+    from dmg_domainbed.reporting.tables import check_output_dir
 
     sweep = require_sweep(args.input_dir)
     output = check_output_dir(args.output_dir, sweep)
@@ -164,18 +192,17 @@ def select_command(args: argparse.Namespace) -> int:
 
 
 def masks_command(args: argparse.Namespace) -> int:
-    from dmg_domainbed.reporting.divergence import warnings
-    from dmg_domainbed.reporting.files import check_output_dir
     from dmg_domainbed.reporting.learned import draw_learned, require_drawing
+    from dmg_domainbed.reporting.runs import warnings
 
     run = read_run(args.run_dir)
     require_drawing(run, "masks")
     require_model(run)
-    output = check_output_dir(args.output_dir, run.path)
+    output = _beside([run], "dmg_masks", args.output_dir)
     drawn = draw_learned(run, output, "masks")
     print(f"What {run.describe()} learned:")
     print(drawn.summary.round(3).to_string())
     for line in warnings([run]):
         print(line)
-    print(f"Wrote {', '.join(str(p) for p in drawn.files)}")
+    _print_files(drawn.files)
     return 0

@@ -44,22 +44,10 @@ BETTER, WORSE, UNCLEAR = "better", "worse", "unclear"
 ONE_TRIAL = "one trial"
 DEFAULT_REFERENCE = "ERM"
 
-COLUMNS = [
-    "selection_method",
-    "dataset",
-    "algorithm",
-    "reference",
-    "test_env",
-    "test_domain",
-    "n_trials",
-    "accuracy",
-    "reference_accuracy",
-    "difference",
-    "ci_low",
-    "ci_high",
-    "p_beats",
-    "verdict",
-]
+COLUMNS = (
+    "selection_method dataset algorithm reference test_env test_domain n_trials accuracy "
+    "reference_accuracy difference ci_low ci_high p_beats verdict"
+).split()
 
 
 def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -149,19 +137,18 @@ def compare(
 
 def flag_comparisons(comparisons: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
     """``comparisons`` with ``diverged_runs``: how many of the selected runs each compares (the
-    algorithm's and the reference's, over the trials) diverged (``selected``'s ``diverged``,
-    see :mod:`.divergence`)."""
+    algorithm's and the reference's, over the trials) diverged (``selected``'s ``diverged``)."""
     broken = selected[selected["diverged"] != ""]
-    counts = []
-    for row in comparisons.itertuples():
-        runs = broken[
+    counts = [
+        broken.loc[
             (broken["selection_method"] == row.selection_method)
             & (broken["dataset"] == row.dataset)
             & broken["algorithm"].isin([row.algorithm, row.reference])
-        ]
-        if row.test_env != AVERAGE:
-            runs = runs[runs["test_env"] == row.test_env]
-        counts.append(runs["run"].nunique())
+            & ((broken["test_env"] == row.test_env) | (row.test_env == AVERAGE)),
+            "run",
+        ].nunique()
+        for row in comparisons.itertuples()
+    ]
     return comparisons.assign(diverged_runs=counts)
 
 

@@ -13,10 +13,20 @@ Each source domain's held-out part (train.py's ``env<i>_out`` split, rebuilt by
 
 Source domain ``d`` is the ``d``-th training environment in increasing order, test
 environments skipped, as in DomainBed's ``update``.
+
+Checkpoint selection by known-domain accuracy (``select``): the DMG authors select the
+checkpoint with the best mean in-domain validation accuracy of the source domains, DMG with
+its hard masks. train.py evaluates only ``predict`` at its checkpoints, but with
+``--save_model_every_checkpoint`` saves each checkpoint's model (``model_step<N>.pkl``). Every
+such model is evaluated here with every prediction, and DomainBed's own
+``IIDAccuracySelectionMethod`` (best checkpoint of each run, then best hparams, per trial and
+test domain) selects on records whose source domains' ``env<i>_out_acc`` is that prediction's
+accuracy. For ``predict`` the records are train.py's own: its rows are ``collect_results``'.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +37,9 @@ import torch
 from dmg_domainbed.algorithms.base import known_domain_predictions
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs as run_files
-from dmg_domainbed.reporting.divergence import warnings
-from dmg_domainbed.reporting.files import write_table
-from dmg_domainbed.reporting.runs import Run
+from dmg_domainbed.reporting import tables
+from dmg_domainbed.reporting.runs import Run, warnings
+from dmg_domainbed.reporting.tables import write_table
 
 PREDICT = "predict"
 
@@ -119,10 +129,11 @@ def evaluate_run(
 
 
 def check_comparable(runs: list[Run]) -> None:
-    """Runs side by side in one table must share train.py's splits and source domains."""
+    """Runs side by side in one table must share train.py's splits and source domains, and be
+    one run per algorithm (a table's rows are named by algorithm)."""
     keys = ("dataset", "test_envs", "trial_seed", "holdout_fraction")
-    first = runs[0]
-    for run in runs[1:]:
+    first, seen = runs[0], {}
+    for run in runs:
         differ = [k for k in keys if run.args.get(k) != first.args.get(k)]
         if differ:
             raise UserError(
@@ -130,6 +141,16 @@ def check_comparable(runs: list[Run]) -> None:
                 "runs in one table must share dataset, test envs, trial seed and holdout "
                 "fraction (then they were evaluated on the same examples). Evaluate them "
                 "separately."
+            )
+        other = seen.setdefault(run.algorithm, run)
+        if other is not run:
+            same = Path(other.path).resolve() == Path(run.path).resolve()
+            raise UserError(
+                f"run '{run.path}' is given twice; give each run once."
+                if same
+                else f"runs '{other.path}' and '{run.path}' are both runs of {run.algorithm} "
+                f"on test envs {run.test_envs}; one table holds one run per algorithm. "
+                "Evaluate them in separate calls (each with its own --output_dir)."
             )
 
 
@@ -142,65 +163,61 @@ def table3(frame: pd.DataFrame) -> pd.DataFrame:
     return wide.round(1)
 
 
-def table3_title(run: Run) -> str:
-    """Markdown heading of a Table 3 for runs that held out ``run.test_envs``."""
-    names = run.environments()
-    held_out = ", ".join(names[e] for e in run.test_envs)
+def table3_title(runs: Sequence[Run]) -> str:
+    """Markdown heading of a Table 3 of ``runs`` (sharing their test domains), naming the
+    trial, hparams and checkpoint step of each run it shows."""
+    names = runs[0].environments()
+    held_out = ", ".join(names[e] for e in runs[0].test_envs)
+    shown = "\n".join(
+        f"- {run.algorithm}: trial seed {run.args.get('trial_seed')}, hparams seed "
+        f"{run.args.get('hparams_seed')}, step {run.records[-1].get('step')} ({run.path}); "
+        f"hparams {json.dumps(run.hparams, sort_keys=True)}"
+        for run in runs
+    )
     return (
-        f"## In-domain accuracy (%) on {run.dataset}, test domain {held_out} held out\n\n"
-        "Source domains' held-out splits (train.py's env<i>_out), paper Table 3 layout."
+        f"## In-domain accuracy (%) on {runs[0].dataset}, test domain {held_out} held out\n\n"
+        "Source domains' held-out splits (train.py's env<i>_out), paper Table 3 layout, of "
+        f"the runs:\n\n{shown}"
     )
 
 
 @dataclass
-class InDomainReport:
-    """What :func:`write_in_domain` produced: every row, the Table 3 sections, the files."""
+class Written:
+    """What ``evaluate`` or ``select`` produced: every row, the titled tables, the files, and
+    the notes said after the tables."""
 
     frame: pd.DataFrame
     sections: list[tuple[str, pd.DataFrame]]
     files: list[Path]
-    groups: Sequence[Sequence[Run]] = ()
+    notes: list[str]
 
-    def logged_mismatches(self) -> pd.DataFrame:
-        """Rows where ``predict``'s accuracy differs from what train.py logged."""
-        logged = self.frame.dropna(subset=["logged"])
-        return logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
 
-    def augmented(self) -> bool:
-        """Whether some ``predict`` rows have no logged accuracy to compare with (train.py
-        classified those images with its training augmentation)."""
-        rows = self.frame[self.frame["prediction"].str.endswith(f"({PREDICT})")]
-        return bool(rows["logged"].isna().any())
+def logged_mismatches(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of :func:`evaluate_run` where ``predict``'s accuracy differs from the logged one."""
+    logged = frame.dropna(subset=["logged"])
+    return logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
 
-    def notes(self) -> list[str]:
-        """What ``evaluate`` says after the tables: whether the splits are train.py's (predict's
-        accuracy against what train.py logged), and which runs diverged."""
-        notes = warnings(run for group in self.groups for run in group)
-        augmented, mismatch = self.augmented(), self.logged_mismatches()
-        if augmented:
-            notes.append(
-                "The held-out images are classified without augmentation. train.py classified "
-                "some of them with its random training augmentation (DomainBed's "
-                "data_augmentation applies to a training domain's held-out split too): its "
-                "logged accuracies for those are not compared."
-            )
-        if not mismatch.empty:
-            notes.append(
-                f"WARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
-                f"{len(mismatch)} domain(s); was the dataset loaded from another --data_dir?"
-            )
-        elif not self.frame["logged"].isna().all():
-            notes.append(
-                "predict's accuracy equals the env<i>_out_acc train.py logged at its last step "
-                f"on {'the others' if augmented else 'every source domain'}: the splits are "
-                "train.py's."
-            )
-        return notes
+
+def logged_notes(frame: pd.DataFrame, when: str) -> list[str]:
+    """Whether the splits are train.py's: predict's accuracy against what train.py logged."""
+    if frame["logged"].isna().all():
+        return []
+    mismatch = logged_mismatches(frame)
+    if len(mismatch):
+        return [
+            f"WARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
+            f"{len(mismatch)} (run, step, domain) case(s); was the dataset loaded from another "
+            "--data_dir, or did its domains change since?"
+        ]
+    return [
+        f"predict's accuracy equals the env<i>_out_acc train.py logged {when} wherever it "
+        "logged one of unaugmented images: the splits are train.py's."
+    ]
 
 
 def write_in_domain(
     groups: Sequence[Sequence[Run]], output_dir: Path, data_dir: str | None = None
-) -> InDomainReport:
+) -> Written:
     """One Table 3 per group of comparable runs (see :func:`check_comparable`), written as
     ``in_domain.csv`` (every row of :func:`evaluate_run`) and ``in_domain.md``."""
     for group in groups:
@@ -210,6 +227,118 @@ def write_in_domain(
     sections = []
     for group in groups:
         rows = frame[frame["run"].isin([str(run.path) for run in group])]
-        sections.append((table3_title(group[0]), table3(rows)))
+        sections.append((table3_title(group), table3(rows)))
     files = write_table(frame, sections, output_dir, "in_domain", "Prediction")
-    return InDomainReport(frame, sections, files, groups)
+    notes = warnings(run for group in groups for run in group)
+    if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
+        notes.append(
+            "The held-out images are classified without augmentation. train.py classified "
+            "some of them with its random training augmentation (DomainBed's "
+            "data_augmentation applies to a training domain's held-out split too): its "
+            "logged accuracies for those are not compared."
+        )
+    return Written(frame, sections, files, notes + logged_notes(frame, "at its last step"))
+
+
+def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
+    """DomainBed records (a ``domainbed.lib.query.Q``) to select from, one set per prediction:
+    ``args.algorithm`` becomes the prediction's name and the source domains' ``env<i>_out_acc``
+    its accuracy at that step. ``predict`` keeps every record as train.py logged it; another
+    prediction keeps the steps whose model was saved."""
+    from domainbed.lib.query import Q
+
+    records = []
+    for run in runs:
+        evaluated = evaluations[evaluations["run"] == str(run.path)] if len(evaluations) else None
+        records += [_renamed(r, f"{run.algorithm} ({PREDICT})", {}) for r in run.records]
+        if evaluated is None or evaluated.empty:
+            continue
+        for (prediction, step), rows in evaluated.groupby(["prediction", "step"], sort=False):
+            if prediction.endswith(f"({PREDICT})"):
+                continue
+            record = next(r for r in run.records if r["step"] == step)
+            accuracies = {f"env{e}_out_acc": a / 100 for e, a in zip(rows["env"], rows["accuracy"])}
+            records.append(_renamed(record, prediction, accuracies))
+    return Q(records)
+
+
+def _renamed(record: dict, prediction: str, accuracies: dict) -> dict:
+    return {**record, **accuracies, "args": {**record["args"], "algorithm": prediction}}
+
+
+def selection_frame(records) -> pd.DataFrame:
+    """Per dataset, prediction and test domain: test-domain accuracy (%) of the checkpoint and
+    hparams the prediction's validation accuracy selects, mean and standard error over trials
+    (columns as :func:`.tables.results_frame`'s, ``prediction`` for ``algorithm``), with the
+    average over test domains."""
+    from domainbed import datasets
+    from domainbed.model_selection import IIDAccuracySelectionMethod
+
+    selected = tables.selected_accuracies(records, [IIDAccuracySelectionMethod])
+    selected = selected.rename(columns={"algorithm": "prediction"})
+    names = {
+        d: datasets.get_dataset_class(d).ENVIRONMENTS for d in sorted(set(selected["dataset"]))
+    }
+    grid = [
+        (dataset, prediction, env)
+        for dataset, environments in names.items()
+        for prediction in sorted(set(selected.loc[selected["dataset"] == dataset, "prediction"]))
+        for env in range(len(environments))
+    ]
+    return tables.with_domains(
+        tables.cells_frame(selected, ["dataset", "prediction", "test_env"], grid), names
+    )
+
+
+def write_selection(
+    sweep_dir: str | Path, output_dir: Path, data_dir: str | None = None
+) -> Written:
+    """``checkpoints.csv`` (every checkpoint model's accuracies on the source validation
+    splits) and ``selection.csv`` / ``selection.md`` (the test-domain accuracy each prediction
+    selects) for the runs of a sweep."""
+    sweep = run_files.require_sweep(sweep_dir)
+    runs = [run_files.read_run(folder) for folder in run_files.run_folders(sweep)]
+    with_known_domain = [
+        run for run in runs if known_domain_predictions(run_files.algorithm_class(run))
+    ]
+    without = [run for run in with_known_domain if not run_files.checkpoint_models(run)]
+    if with_known_domain and len(without) == len(with_known_domain):
+        raise UserError(
+            f"no run in '{sweep}' saved its checkpoints' models (model_step<N>.pkl), so "
+            "known-domain accuracy cannot be measured per checkpoint. Train with train.py's "
+            "--save_model_every_checkpoint (in a sweep file: save_model_every_checkpoint = "
+            "true)."
+        )
+    # Every prediction's accuracy (%) on the source validation splits, per checkpoint model.
+    frames = [
+        evaluate_run(run, data_dir, step=step).assign(step=step)
+        for run in with_known_domain
+        for step in run_files.checkpoint_models(run)
+    ]
+    evaluations = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    selection = selection_frame(selection_records(runs, evaluations))
+    sections = []
+    for dataset in selection["dataset"].unique():
+        of_dataset = selection[selection["dataset"] == dataset]
+        wide = of_dataset.pivot(index="prediction", columns="test_domain", values="text")
+        wide = wide.loc[of_dataset["prediction"].unique(), of_dataset["test_domain"].unique()]
+        title = (
+            f"## {dataset}: test-domain accuracy (%) at the checkpoint and hparams selected by "
+            "each prediction's source validation accuracy"
+        )
+        sections.append((title, wide))
+    files = write_table(selection, sections, output_dir, "selection", "Selected by")
+    if len(evaluations):
+        files.insert(0, output_dir / "checkpoints.csv")
+        evaluations.to_csv(files[0], index=False)
+    notes = [
+        f"note: {run.describe()} saved no checkpoint models; its known-domain rows leave it out"
+        for run in without
+    ]
+    notes += warnings(runs)
+    if len(evaluations):
+        found = logged_notes(evaluations, "at each checkpoint") or [
+            "None could be compared with train.py's log (it evaluated augmented images)."
+        ]
+        notes.append(f"{evaluations['step'].nunique()} checkpoint step(s) evaluated. {found[0]}")
+    return Written(selection, sections, files, notes)

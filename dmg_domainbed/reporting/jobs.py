@@ -10,11 +10,11 @@ empty) is
   (:mod:`dmg_domainbed.locks`) is held by a live command, or a registered launcher's
   ``running_jobs`` says its job is queued or runs (a Slurm job an earlier command submitted);
 * failed: no ``done``, and nothing runs it;
-* diverged, whatever its state: a loss it logged is NaN or infinite (:mod:`.divergence`).
+* diverged, whatever its state: a loss it logged is NaN or infinite (:func:`.runs.divergence`).
 
-Records are read as DomainBed's ``collect_results`` reads them (every sub-folder's
-``results.jsonl``, in ``os.listdir`` order), each checked for the fields model selection needs
-(:mod:`.record_fields`).
+Records are read as ``collect_results`` reads them (every sub-folder's ``results.jsonl``, in
+``os.listdir`` order), checked (:func:`.runs.check_fields`, :func:`.runs.check_environments`),
+and a run not in fp32 is named ``<algorithm> (<precision>)`` (:func:`labelled_precision`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.divergence import divergence
-from dmg_domainbed.reporting.record_fields import SWEEP
-from dmg_domainbed.reporting.runs import DONE_FILE, RESULTS_FILE, read_records
+from dmg_domainbed.reporting.runs import (
+    DONE_FILE,
+    RESULTS_FILE,
+    SWEEP,
+    check_environments,
+    check_fields,
+    divergence,
+    read_records,
+)
 
 DONE, RUNNING, FAILED = "done", "running", "failed"
+FP32 = "fp32"
 # What train.py writes into a job folder (out.txt and err.txt as it starts).
 JOB_FILES = (RESULTS_FILE, DONE_FILE, "out.txt", "err.txt")
 NAMED = 3  # jobs named per state in a summary
@@ -74,12 +81,27 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
         results = folder / RESULTS_FILE
         if results.is_file():
             records = read_records(results)
-            SWEEP.check(records, results)
-            jobs.append(Job(folder, tuple(records)))
+            check_fields(records, results, SWEEP)
+            check_environments(records, results)
+            jobs.append(Job(folder, tuple(map(labelled_precision, records))))
         elif not name.startswith(".") and folder.is_dir():
             if any((folder / file).exists() for file in JOB_FILES) or not any(folder.iterdir()):
                 jobs.append(Job(folder, ()))
     return jobs
+
+
+def precision(record: dict[str, Any]) -> str:
+    """The precision a run trained in: its hparam ``precision``, ``fp32`` where absent."""
+    return record["hparams"].get("precision", FP32)
+
+
+def labelled_precision(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its algorithm named ``<algorithm> (<precision>)`` unless it ran in fp32,
+    so that DomainBed's grouping (by algorithm) never pools runs of two precisions in a cell."""
+    if precision(record) == FP32:
+        return record
+    args = record["args"]
+    return {**record, "args": {**args, "algorithm": f"{args['algorithm']} ({precision(record)})"}}
 
 
 @dataclass(frozen=True)
@@ -137,6 +159,17 @@ class SweepJobs:
             )
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def precisions_note(self) -> str:
+        """What the report says of the runs' precisions: nothing when every run is fp32."""
+        found = sorted({precision(r) for job in self.jobs for r in job.records[-1:]})
+        if found in ([], [FP32]):
+            return ""
+        return (
+            f"Precision: the sweep holds runs in {' and '.join(found)}. Runs of different "
+            "precisions are never pooled: a run not in fp32 is reported as '<algorithm> "
+            "(<precision>)', e.g. 'ERM (bf16)', in its own row."
+        )
 
 
 def _named(jobs: list[Job], describe=Job.name) -> str:

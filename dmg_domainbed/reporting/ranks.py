@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -86,14 +86,15 @@ def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
     average = ranks.mean().sort_values()
     n_tasks, k = scores.shape
     ranking = Ranking(method, scores, average, left_out_tasks)
-    if k < MIN_ALGORITHMS:
-        return _left_out(ranking, f"the test compares {MIN_ALGORITHMS} or more algorithms")
-    if n_tasks < MIN_TASKS:
-        return _left_out(
-            ranking,
-            f"its chi-square p-value needs {MIN_TASKS} or more tasks (Demsar 2006); sweep "
-            "more datasets",
+    if k < MIN_ALGORITHMS or n_tasks < MIN_TASKS:
+        why = (
+            f"the test compares {MIN_ALGORITHMS} or more algorithms"
+            if k < MIN_ALGORITHMS
+            else f"its chi-square p-value needs {MIN_TASKS} or more tasks (Demsar 2006); sweep "
+            "more datasets"
         )
+        note = f"Friedman test and critical-difference diagram left out: {why}."
+        return replace(ranking, note=note)
     import scikit_posthocs
 
     statistic, p_value = stats.friedmanchisquare(*scores.to_numpy().T)
@@ -101,26 +102,12 @@ def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
     nemenyi.index = nemenyi.columns = scores.columns
     q = stats.studentized_range.ppf(1 - ALPHA, k, np.inf) / math.sqrt(2)
     difference = q * math.sqrt(k * (k + 1) / (6 * n_tasks))
-    return Ranking(
-        method,
-        scores,
-        average,
-        left_out_tasks,
-        float(statistic),
-        float(p_value),
-        nemenyi,
-        float(difference),
-    )
-
-
-def _left_out(ranking: Ranking, why: str) -> Ranking:
-    note = f"Friedman test and critical-difference diagram left out: {why}."
-    return Ranking(
-        ranking.selection_method,
-        ranking.scores,
-        ranking.average_ranks,
-        ranking.left_out_tasks,
-        note=note,
+    return replace(
+        ranking,
+        statistic=float(statistic),
+        p_value=float(p_value),
+        nemenyi=nemenyi,
+        critical_difference=float(difference),
     )
 
 
@@ -138,20 +125,15 @@ def rankings(selected: pd.DataFrame, algorithms: Sequence[str] | None = None) ->
 def ranks_frame(found: list[Ranking]) -> pd.DataFrame:
     """One row per selection method and algorithm: average rank, tasks, and the method's
     Friedman statistic and p-value (empty when left out)."""
-    rows = [
+    columns = "selection_method algorithm average_rank n_tasks friedman_statistic friedman_p"
+    return pd.DataFrame(
         [
-            ranking.selection_method,
-            algorithm,
-            average,
-            len(ranking.scores),
-            ranking.statistic,
-            ranking.p_value,
-        ]
-        for ranking in found
-        for algorithm, average in ranking.average_ranks.items()
-    ]
-    columns = ["selection_method", "algorithm", "average_rank", "n_tasks"]
-    return pd.DataFrame(rows, columns=[*columns, "friedman_statistic", "friedman_p"])
+            [r.selection_method, name, rank, len(r.scores), r.statistic, r.p_value]
+            for r in found
+            for name, rank in r.average_ranks.items()
+        ],
+        columns=columns.split(),
+    )
 
 
 def ranks_markdown(found: list[Ranking]) -> str:

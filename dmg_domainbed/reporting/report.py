@@ -1,5 +1,5 @@
 """A sweep's report: collect_results' numbers, the selected hparams, paired comparisons and
-ranks, as CSV and Markdown, and its pictures."""
+ranks, as CSV and Markdown, and its pictures (drawn with :mod:`dmg_domainbed.drawing`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from dmg_domainbed.algorithms.base import training_curves
-from dmg_domainbed.drawing import save
+from dmg_domainbed.drawing import colours, figure, save
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import cell_flags, pictures, ranks, selected, tables
+from dmg_domainbed.reporting import ranks, selected, tables
 from dmg_domainbed.reporting.comparisons import (
     DEFAULT_REFERENCE,
     compare,
@@ -21,9 +22,11 @@ from dmg_domainbed.reporting.comparisons import (
     flag_comparisons,
 )
 from dmg_domainbed.reporting.comparisons import brief as comparisons_brief
-from dmg_domainbed.reporting.files import check_output_dir
 from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
 from dmg_domainbed.reporting.runs import require_sweep
+from dmg_domainbed.reporting.tables import AVERAGE, check_output_dir, flags_summary
+
+NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 
 
 @dataclass
@@ -88,7 +91,7 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
     return [sorted(chosen[key], key=lambda r: r["step"]) for key in sorted(chosen)]
 
 
-def pictures_of(results: pd.DataFrame, records) -> dict[str, Figure]:
+def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> dict[str, Figure]:
     """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
     ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics
     over training, from its own runs on that dataset."""
@@ -99,8 +102,9 @@ def pictures_of(results: pd.DataFrame, records) -> dict[str, Figure]:
     shown = shown if len(shown) else results
     for dataset in results["dataset"].unique():
         own = set(records.filter_equals("args.dataset", dataset).select("args.algorithm"))
-        drawn[f"accuracy_{dataset}.png"] = pictures.accuracy_figure(
-            shown[shown["algorithm"].isin(own)], dataset
+        paired = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
+        drawn[f"accuracy_{dataset}.png"] = accuracy_figure(
+            shown[shown["algorithm"].isin(own)], dataset, paired
         )
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
@@ -111,6 +115,103 @@ def pictures_of(results: pd.DataFrame, records) -> dict[str, Figure]:
     return drawn
 
 
+def accuracy_figure(
+    results: pd.DataFrame, dataset: str, comparisons: pd.DataFrame | None = None
+) -> Figure:
+    """One row of panels per model-selection method that has results (leave-one-domain-out
+    needs runs holding out two domains). Left: grouped bars of the test accuracy per test
+    domain (and their average) for each algorithm, the standard error over trial seeds as
+    error bars (zero with one trial). Right, where ``comparisons`` (:func:`.comparisons.compare`)
+    has rows: each algorithm's paired difference to the reference, in points, with its 95%
+    interval, where the 1-3 points that separate DG algorithms are visible. A note under the
+    panels names the bars flagged partial or diverged (:func:`.tables.flag_results`)."""
+    frame = results[results["dataset"] == dataset]
+    has_result = frame.groupby("selection_method", sort=False)["accuracy"].count() > 0
+    methods = list(has_result.index[has_result]) or list(has_result.index)
+    algorithms = list(frame["algorithm"].unique())
+    domains = list(frame["test_domain"].unique())
+    palette, positions = colours(algorithms), np.arange(len(domains))
+    paired = comparisons is not None and len(comparisons) > 0
+    width = max(6.5, 0.32 * len(algorithms) * len(domains) + 2.5)
+    fig = figure(width * (1.8 if paired else 1), 2.6 * len(methods) + 0.6)
+    axes = fig.subplots(len(methods), 2 if paired else 1, sharex=True, squeeze=False)
+    for row, method in enumerate(methods):
+        panel = frame[frame["selection_method"] == method]
+        _bars(axes[row, 0], panel, algorithms, domains, palette, "accuracy", "stderr")
+        axes[row, 0].set_title(f"model selection: {method}", fontsize=10)
+        axes[row, 0].set_ylabel("test accuracy (%)")
+        axes[row, 0].set_ylim(0, 105)
+        if paired:
+            rows = comparisons[comparisons["selection_method"] == method]
+            _bars(axes[row, 1], rows, algorithms, domains, palette, "difference", "ci")
+            axes[row, 1].axhline(0, color="black", linewidth=0.8)
+            reference = rows["reference"].iloc[0] if len(rows) else ""
+            axes[row, 1].set_title(f"difference to {reference}, 95% interval", fontsize=10)
+            axes[row, 1].set_ylabel("points")
+    labels = ["average" if d == AVERAGE else str(d) for d in domains]
+    for axis in axes[-1]:
+        axis.set_xticks(positions, labels)
+        axis.set_xlabel(f"{dataset}: test domain (held out during training)")
+    axes[0, 0].legend(
+        ncols=min(len(algorithms), 6), loc="lower left", bbox_to_anchor=(0, 1.12), frameon=False
+    )
+    notes = _flag_notes(frame[frame["selection_method"].isin(methods)])
+    empty = list(has_result.index[~has_result])
+    if empty and len(empty) < len(has_result):
+        notes.insert(0, f"no result (X in the tables) for: {'; '.join(empty)}")
+    if notes:
+        fig.supxlabel("\n".join(notes), fontsize=8, color="dimgray")
+    return fig
+
+
+def _bars(axis, rows, algorithms, domains, palette, value: str, error: str) -> None:
+    """Grouped bars of ``value`` per test domain and algorithm, labelled with one decimal;
+    ``error`` is a column of symmetric errors, or ``ci`` for ``ci_low`` / ``ci_high``."""
+    shown = [name for name in algorithms if name in set(rows["algorithm"])]
+    width = 0.8 / len(algorithms)
+    for algorithm in shown:
+        own = rows[rows["algorithm"] == algorithm].set_index("test_domain").reindex(domains)
+        heights = own[value].astype(float).to_numpy()
+        if error == "ci":
+            errors = np.nan_to_num([heights - own["ci_low"], own["ci_high"] - heights])
+        else:
+            errors = np.nan_to_num(own[error].astype(float).to_numpy())
+        x = (
+            np.arange(len(domains))
+            + (algorithms.index(algorithm) - (len(algorithms) - 1) / 2) * width
+        )
+        bars = axis.bar(
+            x,
+            heights,
+            width,
+            yerr=errors,
+            capsize=2,
+            label=algorithm,
+            color=palette[algorithm],
+            error_kw={"elinewidth": 0.8},
+        )
+        sign = "+" if error == "ci" else ""
+        labels = ["" if np.isnan(h) else f"{h:{sign}.1f}" for h in heights]
+        axis.bar_label(bars, labels=labels, fontsize=6, padding=1)
+    axis.grid(axis="y", alpha=0.3)
+    axis.set_axisbelow(True)
+
+
+def _flag_notes(frame: pd.DataFrame) -> list[str]:
+    """What the flags of :func:`.tables.flag_results` say about the bars, one line each."""
+    if "partial" not in frame:
+        return []
+    notes = []
+    for flag, rows in (("partial", frame["partial"]), ("diverged", frame["diverged_runs"] > 0)):
+        cells = frame[rows & (frame["test_env"] != AVERAGE)]
+        named = sorted({f"{a} ({d})" for a, d in zip(cells["algorithm"], cells["test_domain"])})
+        if len(named) > NAMED_BARS:
+            named = [f"{len(named)} bars (see the tables)"]
+        if named:
+            notes.append(f"{flag}: {', '.join(named)}")
+    return notes
+
+
 def write_report(
     sweep_dir: str | Path, output_dir: str | Path, reference: str | None = None
 ) -> SweepReport:
@@ -118,7 +219,8 @@ def write_report(
 
     * ``results.csv``, ``averages.csv``, ``results.md``: collect_results' numbers (in the
       Markdown, a selection method without any result is one line, not a table of X), each
-      cell flagged ``partial`` or ``diverged`` where it is (:mod:`.cell_flags`), and the state
+      cell flagged ``partial`` or ``diverged`` where it is (:func:`.tables.flag_results`), the
+      runs' precisions when not all fp32 (:func:`.jobs.labelled_precision`), and the state
       of the sweep's jobs (:mod:`.jobs`);
     * ``selected_hparams.csv``: the run, hparams and step each selection method selected;
     * ``comparisons.csv`` / ``.md``: every algorithm paired with ``reference`` (default ERM
@@ -136,16 +238,11 @@ def write_report(
     records = jobs.records()
     names = tables.ordered_algorithms(records)
     reference = _reference(reference, names, sweep)
-    results = tables.results_frame(records)
-    if results.empty:
-        raise UserError(
-            f"the runs in '{sweep}' are of datasets DomainBed does not list "
-            f"({sorted(records.select('args.dataset').unique())}); collect_results would "
-            "print no table either."
-        )
-    results = cell_flags.flag_results(results, jobs)
-    averages = cell_flags.flag_averages(tables.averages_frame(records), results)
-    status = "\n".join(filter(None, [jobs.summary(), cell_flags.flags_summary(results, jobs)]))
+    results = tables.flag_results(tables.results_frame(records), jobs)
+    averages = tables.flag_averages(tables.averages_frame(records), results)
+    status = "\n".join(
+        filter(None, [jobs.summary(), jobs.precisions_note(), flags_summary(results, jobs)])
+    )
     diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
     ranked = selected.ranked_runs(records, diverged)
     chosen = selected.selected_frame(ranked)
@@ -154,7 +251,7 @@ def write_report(
         comparisons = flag_comparisons(comparisons, chosen)
     found = ranks.rankings(chosen, names)
     diagram = ranks.ranks_figure(found)
-    figures = pictures_of(results, records)
+    figures = pictures_of(results, records, comparisons)
 
     output.mkdir(parents=True, exist_ok=True)
     files = [output / "results.csv", output / "averages.csv", output / "results.md"]
@@ -163,9 +260,13 @@ def write_report(
     files[2].write_text(f"{tables.results_markdown(results, averages)}\n{status}\n")
     files.append(output / "selected_hparams.csv")
     selected.selected_hparams(chosen).to_csv(files[-1], index=False)
+    written = [(ranks.ranks_frame(found), ranks.ranks_markdown(found), "ranks")]
     if len(comparisons):
-        files += _write(comparisons, comparisons_markdown(comparisons), output, "comparisons")
-    files += _write(ranks.ranks_frame(found), ranks.ranks_markdown(found), output, "ranks")
+        written.insert(0, (comparisons, comparisons_markdown(comparisons), "comparisons"))
+    for frame, markdown, stem in written:
+        files += [output / f"{stem}.csv", output / f"{stem}.md"]
+        frame.to_csv(files[-2], index=False)
+        files[-1].write_text(markdown)
     if diagram is not None:
         files.append(save(diagram, output / "ranks.png"))
     files += [save(drawn, output / name) for name, drawn in figures.items()]
@@ -184,10 +285,3 @@ def _reference(reference: str | None, names: list[str], sweep: Path) -> str | No
             f"{', '.join(names)}. Give one of those."
         )
     return reference
-
-
-def _write(frame: pd.DataFrame, markdown: str, output: Path, stem: str) -> list[Path]:
-    paths = [output / f"{stem}.csv", output / f"{stem}.md"]
-    frame.to_csv(paths[0], index=False)
-    paths[1].write_text(markdown)
-    return paths

@@ -4,36 +4,83 @@ A run is the ``--output_dir`` of one ``domainbed.scripts.train`` process: ``resu
 (one record per checkpoint, each with train.py's ``args`` and ``hparams``), ``model.pkl``
 (written when training ends) and ``done``. A sweep folder holds one run per sub-folder.
 
-Reading records needs no heavy import; rebuilding the trained algorithm, its dataset and
-train.py's splits uses DomainBed's own code, exactly as train.py does.
+Records are checked before they are read: each reader asks only for the fields it uses (a
+:class:`Needs`; another tool's or an older train.py's record is refused naming the field, not
+a ``KeyError`` deep in DomainBed), and a run's dataset must be known here and have the
+environments the run recorded (train.py logs ``env<i>_in_acc`` for each environment ``i``; a
+dataset whose manifest gained or lost a domain since would put numbers under other domains'
+headers). A run diverged when a loss it logged is NaN or infinite (``json`` reads train.py's
+``NaN`` / ``Infinity``): its exit status is still 0, so every place that shows its numbers
+flags it.
+
+Reading records needs only the standard library (the ``local_parallel`` launcher asks
+:func:`folder_divergence` about each job that ends); rebuilding the trained algorithm, its
+dataset and train.py's splits uses DomainBed's own code, exactly as train.py does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import pickle
 import random
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.record_fields import RUN, SPLITS
 
 RESULTS_FILE = "results.jsonl"
 MODEL_FILE = "model.pkl"
 DONE_FILE = "done"
 #: What train.py's ``save_checkpoint`` puts into ``model.pkl`` and ``model_step<N>.pkl``.
-CHECKPOINT_KEYS = (
-    "model_input_shape",
-    "model_num_classes",
-    "model_num_domains",
-    "model_hparams",
-    "model_dict",
-)
+CHECKPOINT_KEYS = ("model_input_shape", "model_num_classes", "model_num_domains")
+CHECKPOINT_KEYS += ("model_hparams", "model_dict")
+#: What each reader needs of a record: its purpose, fields (``args.x``: key ``x`` of ``args``)
+#: and whether it reads the test domains' ``env<i>_in_acc`` / ``env<i>_out_acc``.
+_FIELDS = ("step", "hparams", "args", "args.algorithm", "args.dataset", "args.test_envs")
+_SEEDS = ("args.trial_seed", "args.hparams_seed")
+RUN = ("every command that reads runs", _FIELDS, False)
+SWEEP = ("collect_results' model selection", (*_FIELDS, *_SEEDS, "args.output_dir"), True)
+_SPLIT = (*_FIELDS, *_SEEDS, "args.holdout_fraction")
+SPLITS = ("the rebuilding of train.py's data splits", _SPLIT, False)
+_ABSENT = object()
+
+
+def missing_fields(record: Mapping[str, Any], needs: tuple) -> list[str]:
+    """The fields of ``needs`` (:data:`RUN`, :data:`SWEEP`, :data:`SPLITS`) ``record`` lacks; a
+    missing table is named once, not with each of its keys."""
+    absent: list[str] = []
+    for field in needs[1]:
+        value: Any = record
+        for key in field.split("."):
+            value = value.get(key, _ABSENT) if isinstance(value, Mapping) else _ABSENT
+        if value is _ABSENT and not any(field.startswith(f"{a}.") for a in absent):
+            absent.append(field)
+    args = record.get("args")
+    test_envs = args.get("test_envs") if isinstance(args, Mapping) else None
+    for env in test_envs if needs[2] and isinstance(test_envs, list) else ():
+        absent += [k for k in (f"env{env}_in_acc", f"env{env}_out_acc") if k not in record]
+    return absent
+
+
+def check_fields(records: Iterable[Mapping[str, Any]], path: Path, needs: tuple) -> None:
+    """:class:`UserError` naming ``path`` and the fields the first incomplete record lacks
+    (records of another tool, or of an older or modified train.py)."""
+    for number, record in enumerate(records, start=1):
+        if absent := missing_fields(record, needs):
+            raise UserError(
+                f"'{path}' does not hold records as DomainBed's train.py writes them: "
+                f"record {number} has no {', '.join(absent)} (read by {needs[0]}). "
+                "It was written by another tool or by an older or modified train.py. Give "
+                "runs of domainbed.scripts.train (move other folders out of a sweep "
+                "folder), or rerun the run with this DomainBed."
+            )
 
 
 @dataclass(frozen=True)
@@ -63,19 +110,9 @@ class Run:
     def test_envs(self) -> list[int]:
         return list(self.args["test_envs"])
 
-    @property
-    def model_path(self) -> Path:
-        return self.path / MODEL_FILE
-
-    @property
-    def results_path(self) -> Path:
-        return self.path / RESULTS_FILE
-
     def environments(self) -> list[str]:
         """The names of the dataset's environments (DomainBed's ``ENVIRONMENTS``)."""
-        from domainbed import datasets
-
-        return list(datasets.get_dataset_class(self.dataset).ENVIRONMENTS)
+        return list(dataset_class(self.dataset, self.path).ENVIRONMENTS)
 
     def source_envs(self) -> list[int]:
         """Environment index of each source domain ``d``: the training environments in
@@ -163,19 +200,65 @@ def read_run(run_dir: str | Path) -> Run:
             f"'{results}' holds no complete record: the run has not reached its first "
             "checkpoint yet. Wait for it, or rerun it with domainbed.scripts.train."
         )
-    RUN.check(records, results)
+    check_fields(records, results, RUN)
+    check_environments(records, results)
     return Run(path=path, records=tuple(records))
+
+
+def dataset_class(name: str, where: Path) -> type:
+    """DomainBed's class of dataset ``name``, or :class:`UserError` saying how to make it known
+    (a manifest dataset is known where ``DMG_DOMAINBED_DATASETS`` names its manifest)."""
+    from domainbed import datasets
+
+    try:
+        return datasets.get_dataset_class(name)
+    except NotImplementedError:
+        raise UserError(
+            f"'{where}' holds runs of dataset '{name}', which DomainBed does not know here. A "
+            f"dataset of a manifest file is known only where {MANIFESTS_VARIABLE} names that "
+            f"manifest, as when the runs were trained: export {MANIFESTS_VARIABLE}="
+            f"/absolute/path/to/{name}.toml (files or folders, ':'-separated) and run the "
+            "command again. A dataset of another package needs that package installed."
+        ) from None
+
+
+_ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
+
+
+def check_environments(records: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """:class:`UserError` unless the dataset of ``records`` is known and has the environments
+    they recorded: as many as train.py logged accuracies for (``env<i>_in_acc``), and each test
+    environment among them. Otherwise its domains changed since the run (a manifest edited: a
+    domain added or removed) and each number would be shown under another domain's header.
+    DomainBed's records do not name the environments, so a reordering that keeps their number
+    is not seen here (``evaluate`` then finds predict's accuracy unlike the logged one)."""
+    for record in records:
+        args = record["args"]
+        names = list(dataset_class(args["dataset"], path).ENVIRONMENTS)
+        logged = {int(m[1]) for key in record if (m := _ACCURACY_KEY.fullmatch(key))}
+        recorded = max(logged) + 1 if logged else None
+        beyond = max(args["test_envs"], default=-1) >= len(names)
+        if (recorded or len(names)) != len(names) or beyond:
+            had = f"{recorded} environments" if recorded else "other environments"
+            raise UserError(
+                f"'{path}' holds a run trained on {had} of {args['dataset']} (test envs "
+                f"{args['test_envs']}), but {args['dataset']} has {len(names)} today "
+                f"({', '.join(names)}): its domains changed since (a manifest edited, a domain "
+                "folder added or removed), so the run's numbers would be shown under other "
+                "domains' names. Restore the dataset as it was trained, or move this run out "
+                "of the folder read."
+            )
 
 
 def require_model(run: Run) -> Path:
     """The run's ``model.pkl``, or :class:`UserError` explaining why it is missing."""
-    if not run.model_path.is_file():
+    if not (run.path / MODEL_FILE).is_file():
         raise UserError(
             f"run '{run.path}' has no {MODEL_FILE}. train.py writes it when training ends; "
             f"wait until the run has finished (a '{DONE_FILE}' file appears), or rerun it without "
             "--skip_model_save."
         )
-    return run.model_path
+    return run.path / MODEL_FILE
 
 
 def require_sweep(sweep_dir: str | Path) -> Path:
@@ -254,12 +337,7 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
             f"'{path}' is not a model saved by DomainBed's train.py: it has no "
             f"{', '.join(absent)}. Rerun the run to write it again."
         )
-    algorithm = cls(
-        checkpoint["model_input_shape"],
-        checkpoint["model_num_classes"],
-        checkpoint["model_num_domains"],
-        checkpoint["model_hparams"],
-    )
+    algorithm = cls(*(checkpoint[key] for key in CHECKPOINT_KEYS[:4]))
     algorithm.load_state_dict(checkpoint["model_dict"])
     return algorithm.to(on or device()).eval()
 
@@ -287,20 +365,13 @@ def seeded_like_train(seed: int) -> Iterator[None]:
 def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
     """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
     overrides); ``augment=False`` switches DomainBed's training augmentation off."""
-    from domainbed import datasets
-
-    SPLITS.check(run.records, run.results_path)
+    check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
     root = data_dir if data_dir is not None else run.args.get("data_dir")
     hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
-    try:
-        dataset_class = datasets.get_dataset_class(run.dataset)
-    except NotImplementedError:
-        raise UserError(
-            f"run '{run.path}' used dataset '{run.dataset}', which DomainBed does not know here."
-        ) from None
+    built = dataset_class(run.dataset, run.path)
     try:
         with seeded_like_train(run.args.get("seed", 0)):
-            return dataset_class(root, run.test_envs, hparams)
+            return built(root, run.test_envs, hparams)
     except (OSError, RuntimeError, ValueError) as error:
         raise UserError(
             f"cannot load dataset {run.dataset} from data_dir '{root}' "
@@ -323,8 +394,8 @@ def augmented_evaluation(run: Run) -> bool:
         for name in ("MultipleEnvironmentImageFolder", "WILDSDataset", "SpawriousBenchmark")
         if hasattr(datasets, name)
     )
-    dataset_class = datasets.get_dataset_class(run.dataset)
-    return bool(run.hparams.get("data_augmentation")) and issubclass(dataset_class, augmenting)
+    built = dataset_class(run.dataset, run.path)
+    return bool(run.hparams.get("data_augmentation")) and issubclass(built, augmenting)
 
 
 @dataclass(frozen=True)
@@ -362,3 +433,43 @@ def rebuild_splits(dataset, args: dict[str, Any]) -> list[EnvSplit]:
             in_keys = [in_.keys[k] for k in in_part.keys]
         splits.append(EnvSplit(env_i, in_keys, list(out.keys), uda_keys))
     return splits
+
+
+def divergence(records: Iterable[Mapping[str, Any]]) -> str | None:
+    """``'loss nan at step 300'``: the first loss a record logged that is not finite; ``None``
+    when every logged loss is finite."""
+    for record in records:
+        for key, value in record.items():
+            if "loss" in key.lower() and isinstance(value, float) and not math.isfinite(value):
+                return f"{key} {value} at step {record.get('step', '?')}"
+    return None
+
+
+def folder_divergence(folder: Path) -> str | None:
+    """:func:`divergence` of the records in ``folder``'s ``results.jsonl`` (none when it is
+    missing; lines that are not JSON, like a half-written last one, are passed over)."""
+    try:
+        lines = (Path(folder) / RESULTS_FILE).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return divergence(filter(None, map(_json_object, lines)))
+
+
+def _json_object(line: str) -> dict | None:
+    with contextlib.suppress(json.JSONDecodeError):
+        value = json.loads(line)
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def warnings(runs: Iterable[Any]) -> list[str]:
+    """A warning line for each diverged one of ``runs`` (:class:`~.runs.Run`)."""
+    lines = []
+    for run in runs:
+        diverged = divergence(run.records)
+        if diverged:
+            lines.append(
+                f"WARNING: {run.describe()} diverged ({diverged}): its numbers come from the "
+                "weights that non-finite losses left. Lower lr or the penalty weights and rerun it."
+            )
+    return lines

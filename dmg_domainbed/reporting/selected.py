@@ -23,20 +23,10 @@ import pandas as pd
 
 from dmg_domainbed.reporting import tables
 
-COLUMNS = [
-    "selection_method",
-    "dataset",
-    "algorithm",
-    "test_env",
-    "test_domain",
-    "trial_seed",
-    "hparams_seed",
-    "step",
-    "val_acc",
-    "accuracy",
-    "run",
-    "diverged",
-]
+COLUMNS = (
+    "selection_method dataset algorithm test_env test_domain trial_seed hparams_seed step "
+    "val_acc accuracy run diverged"
+).split()
 
 
 def with_steps() -> dict[str, type]:
@@ -94,20 +84,19 @@ def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFr
                 record = next(
                     r for r in get_test_records(run_records) if r["step"] == chosen["step"]
                 )
+                args = record["args"]
                 rows.append(
                     [
                         method.name,
-                        group["dataset"],
-                        group["algorithm"],
-                        group["test_env"],
+                        *(group[k] for k in ("dataset", "algorithm", "test_env")),
                         environments[group["test_env"]],
                         group["trial_seed"],
-                        record["args"]["hparams_seed"],
+                        args["hparams_seed"],
                         chosen["step"],
                         100 * chosen["val_acc"],
                         100 * chosen["test_acc"],
-                        record["args"]["output_dir"],
-                        (diverged or {}).get(record["args"]["output_dir"], ""),
+                        args["output_dir"],
+                        (diverged or {}).get(args["output_dir"], ""),
                         position,
                         record["hparams"],
                     ]

@@ -1,21 +1,31 @@
-"""Results tables of a sweep, computed with DomainBed's own selection and grouping code, and
-the Markdown they are shown in.
+"""Results tables of a sweep, computed with DomainBed's own selection and grouping code, their
+flags, the Markdown they are shown in and the files they are written to.
 
 The numbers are those of ``python -m domainbed.scripts.collect_results``: records are grouped
 by ``domainbed.lib.reporting.get_grouped_records``, each group's accuracy is
 ``selection_method.sweep_acc`` of ``domainbed.model_selection``, and a cell is the mean over
 trial seeds with its standard error (``std / sqrt(n)``), in percent. Only the layout differs:
 a long pandas DataFrame, one row per cell, ready for CSV.
+
+Flags stand next to a number, never instead of it. collect_results prints a cell's mean over
+whatever trials have records, so a sweep that is not done gives numbers that later change,
+with no mark, and a diverged run takes part like any other. Each cell gets ``partial`` (fewer
+trials than the dataset's fullest cell of that selection method, or records of a job that is
+not done; cells of an algorithm or test domain the sweep never ran are not counted as
+lacking) and ``diverged_runs``; an average carries the flags of the cells it averages.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.jobs import SweepJobs, read_jobs
 
 SELECTION_METHOD_NAMES = (
@@ -25,6 +35,7 @@ SELECTION_METHOD_NAMES = (
 )
 AVERAGE = "Avg"
 MISSING = "X"  # collect_results' mark for a cell without results
+CELL = ["selection_method", "dataset", "algorithm", "test_env"]
 
 
 def selection_methods() -> list[type]:
@@ -37,9 +48,8 @@ def selection_methods() -> list[type]:
 def load_sweep_records(sweep_dir: str | Path):
     """Every record of the sweep, as DomainBed's ``reporting.load_records`` reads them (each
     sub-folder's ``results.jsonl``, in ``os.listdir`` order, as a ``Q``), except that a
-    half-written last line is left out with a warning instead of stopping everything (see
-    :func:`~dmg_domainbed.reporting.runs.read_records`) and that records lacking what model
-    selection reads are refused naming the field (:mod:`.record_fields`)."""
+    half-written last line is left out with a warning instead of stopping everything and that
+    records are checked first (:func:`.jobs.read_jobs`)."""
     return SweepJobs(tuple(read_jobs(sweep_dir))).records()
 
 
@@ -86,6 +96,42 @@ def selected_groups(records, selection_method):
     )
 
 
+def selected_accuracies(records, methods: Sequence[type] | None = None) -> pd.DataFrame:
+    """One row per group a selection method selects in: ``selection_method``, ``trial_seed``,
+    ``dataset``, ``algorithm``, ``test_env`` and ``sweep_acc`` (a fraction, as DomainBed's)."""
+    keys = ["trial_seed", "dataset", "algorithm", "test_env"]
+    rows = [
+        [method.name, *(group[key] for key in keys), group["sweep_acc"]]
+        for method in methods or selection_methods()
+        for group in selected_groups(records, method)
+    ]
+    return pd.DataFrame(rows, columns=["selection_method", *keys, "sweep_acc"])
+
+
+def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
+    """collect_results' cell for every key of ``grid`` (values of ``keys``): ``accuracy`` and
+    ``stderr`` (percent) of ``accuracies``' ``sweep_acc`` over trials, ``n_trials`` and ``text``;
+    after the cells that share all keys but the last, their average (last key ``Avg``, ``X``
+    when a cell has no result)."""
+    lists = dict(accuracies.groupby(keys)["sweep_acc"].agg(list)) if len(accuracies) else {}
+    rows = []
+    for key in grid:
+        values = lists.get(key, [])
+        mean, error = mean_and_error(values) or (None, None)
+        rows.append([*key, mean, error, len(values), cell_text(mean, error)])
+    cells = pd.DataFrame(rows, columns=[*keys, "accuracy", "stderr", "n_trials", "text"])
+    cells[["accuracy", "stderr"]] = cells[["accuracy", "stderr"]].astype(float)
+    by_row = cells.groupby(keys[:-1], sort=False)
+    averages = by_row["accuracy"].agg(lambda v: np.nan if v.isna().any() else sum(v) / len(v))
+    averages = averages.reset_index().assign(**{keys[-1]: AVERAGE})
+    averages["text"] = [MISSING if np.isnan(a) else f"{a:.1f}" for a in averages["accuracy"]]
+    frame = pd.concat(
+        [cells.assign(row=by_row.ngroup()), averages.assign(row=range(len(averages)))]
+    )
+    frame = frame.sort_values("row", kind="stable", ignore_index=True).drop(columns="row")
+    return frame.astype({"n_trials": "Int64"})
+
+
 def results_frame(records) -> pd.DataFrame:
     """Per-dataset tables of every selection method, one row per (algorithm, test domain).
 
@@ -95,103 +141,106 @@ def results_frame(records) -> pd.DataFrame:
     """
     from domainbed import datasets
 
-    rows = []
-    algorithm_names = ordered_algorithms(records)
-    for method in selection_methods():
-        groups = selected_groups(records, method)
-        for dataset in ordered_datasets(records):
-            environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
-            for algorithm in algorithm_names:
-                means = []
-                for env, domain in enumerate(environments):
-                    accuracies = groups.filter_equals(
-                        "dataset, algorithm, test_env", (dataset, algorithm, env)
-                    ).select("sweep_acc")
-                    stats = mean_and_error(accuracies)
-                    mean, error = stats if stats else (None, None)
-                    means.append(mean)
-                    rows.append(
-                        _row(
-                            method,
-                            dataset,
-                            algorithm,
-                            env,
-                            domain,
-                            mean,
-                            error,
-                            len(accuracies),
-                            cell_text(mean, error),
-                        )
-                    )
-                average = None if None in means else sum(means) / len(means)
-                text = MISSING if average is None else f"{average:.1f}"
-                rows.append(
-                    _row(method, dataset, algorithm, AVERAGE, AVERAGE, average, None, None, text)
-                )
-    return _frame(rows)
+    names = {d: datasets.get_dataset_class(d).ENVIRONMENTS for d in ordered_datasets(records)}
+    grid = [
+        (method.name, dataset, algorithm, env)
+        for method in selection_methods()
+        for dataset, environments in names.items()
+        for algorithm in ordered_algorithms(records)
+        for env in range(len(environments))
+    ]
+    return with_domains(cells_frame(selected_accuracies(records), CELL, grid), names)
+
+
+def with_domains(frame: pd.DataFrame, names: dict[str, list[str]]) -> pd.DataFrame:
+    """``frame`` with ``test_domain`` after ``test_env``: each dataset's environment name
+    (``names``: dataset -> environments), or ``Avg``."""
+    domains = [
+        AVERAGE if env == AVERAGE else names[dataset][env]
+        for dataset, env in zip(frame["dataset"], frame["test_env"], strict=True)
+    ]
+    frame.insert(frame.columns.get_loc("test_env") + 1, "test_domain", domains)
+    return frame
 
 
 def averages_frame(records) -> pd.DataFrame:
     """collect_results' "Averages" table: per algorithm and dataset, the mean over test domains
     of each trial seed, then mean and standard error over trial seeds; ``Avg`` over datasets."""
-    rows = []
-    algorithm_names = ordered_algorithms(records)
-    dataset_names = ordered_datasets(records)
-    for method in selection_methods():
-        groups = selected_groups(records, method)
-        for algorithm in algorithm_names:
-            means = []
-            for dataset in dataset_names:
-                trial_means = (
-                    groups.filter_equals("algorithm, dataset", (algorithm, dataset))
-                    .group("trial_seed")
-                    .map(lambda _seed, group: group.select("sweep_acc").mean())
-                )
-                stats = mean_and_error(trial_means)
-                mean, error = stats if stats else (None, None)
-                means.append(mean)
-                rows.append(
-                    _row(
-                        method,
-                        dataset,
-                        algorithm,
-                        AVERAGE,
-                        AVERAGE,
-                        mean,
-                        error,
-                        len(trial_means),
-                        cell_text(mean, error),
-                    )
-                )
-            average = None if None in means else sum(means) / len(means)
-            text = MISSING if average is None else f"{average:.1f}"
-            rows.append(
-                _row(method, AVERAGE, algorithm, AVERAGE, AVERAGE, average, None, None, text)
-            )
-    return _frame(rows)
+    keys = ["selection_method", "algorithm", "dataset"]
+    accuracies = selected_accuracies(records)
+    trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
+    trial_means = trials.agg(lambda v: float(np.mean(list(v)))).reset_index()
+    grid = [
+        (method.name, algorithm, dataset)
+        for method in selection_methods()
+        for algorithm in ordered_algorithms(records)
+        for dataset in ordered_datasets(records)
+    ]
+    frame = cells_frame(trial_means, keys, grid).assign(test_env=AVERAGE, test_domain=AVERAGE)
+    return frame[[*CELL, "test_domain", "accuracy", "stderr", "n_trials", "text"]]
 
 
-_COLUMNS = [
-    "selection_method",
-    "dataset",
-    "algorithm",
-    "test_env",
-    "test_domain",
-    "accuracy",
-    "stderr",
-    "n_trials",
-    "text",
-]
+def flag_results(results: pd.DataFrame, jobs: SweepJobs) -> pd.DataFrame:
+    """``results`` (:func:`results_frame`) with columns ``partial`` and ``diverged_runs``."""
+    frame = results.copy()
+    with_records = {cell for job in jobs.jobs for cell in job.cells()}
+    planned_rows = {(dataset, algorithm) for dataset, algorithm, _ in with_records}
+    planned_envs = {(dataset, env) for dataset, _, env in with_records}
+    unfinished, diverged = jobs.unfinished_cells(), jobs.diverged_cells()
+    cell = frame["test_env"] != AVERAGE
+    keys = list(zip(frame["dataset"], frame["algorithm"], frame["test_env"], strict=True))
+    counted = cell & pd.Series(
+        [(d, a) in planned_rows and (d, e) in planned_envs for d, a, e in keys], frame.index
+    )
+    trials = frame["n_trials"].fillna(0).where(counted)
+    fullest = trials.groupby([frame["selection_method"], frame["dataset"]]).transform("max")
+    frame["partial"] = counted & (
+        (trials < fullest) | pd.Series([key in unfinished for key in keys], frame.index)
+    )
+    frame["diverged_runs"] = [diverged.get(key, 0) for key in keys]
+    return _carry_flags(frame, frame[cell], ~cell)
 
 
-def _frame(rows: list[list]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=_COLUMNS)
-    frame["n_trials"] = frame["n_trials"].astype("Int64")
-    return frame
+def flag_averages(averages: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """``averages`` (:func:`averages_frame`) with the flags of the :func:`flag_results` cells
+    each average is made of (a dataset's, or every dataset's for ``Avg``)."""
+    cells = results[results["test_env"] != AVERAGE]
+    cells = pd.concat([cells, cells.assign(dataset=AVERAGE)])
+    frame = averages.assign(partial=False, diverged_runs=0)
+    return _carry_flags(frame, cells, frame.index == frame.index)
 
 
-def _row(method, dataset, algorithm, env, domain, mean, error, n_trials, text) -> list:
-    return [method.name, dataset, algorithm, env, domain, mean, error, n_trials, text]
+def _carry_flags(frame: pd.DataFrame, cells: pd.DataFrame, rows) -> pd.DataFrame:
+    """``frame`` whose ``rows`` (averages) carry the flags of ``cells`` of their (selection
+    method, dataset, algorithm): partial if any is, the diverged runs summed."""
+    keys = ["selection_method", "dataset", "algorithm"]
+    flags = cells.groupby(keys).agg(
+        partial=("partial", "any"), diverged_runs=("diverged_runs", "sum")
+    )
+    found = flags.reindex(pd.MultiIndex.from_frame(frame.loc[rows, keys]))
+    frame.loc[rows, "partial"] = found["partial"].fillna(False).to_numpy()
+    frame.loc[rows, "diverged_runs"] = found["diverged_runs"].fillna(0).to_numpy()
+    return frame.astype({"partial": bool, "diverged_runs": int})
+
+
+def flags_summary(results: pd.DataFrame, jobs: SweepJobs) -> str:
+    """What the marks in the tables mean, when there are any; '' when there are none."""
+    cells = results[results["test_env"] != AVERAGE]
+
+    def count(rows: pd.DataFrame) -> int:  # a cell once, whatever the selection method
+        return len(rows.drop_duplicates(["dataset", "algorithm", "test_env"]))
+
+    lines = []
+    partial = count(cells[cells["partial"]])
+    if partial or not jobs.complete():
+        lines.append(
+            f"The numbers are PARTIAL: {partial} cell(s) lack trials that other cells have, or "
+            "hold runs that are not done (marked 'partial'); they change once every job is done."
+        )
+    diverged = count(cells[cells["diverged_runs"] > 0])
+    if diverged:
+        lines.append(f"{diverged} cell(s) hold runs whose loss diverged (marked 'diverged').")
+    return "\n".join(lines)
 
 
 def wide_table(frame: pd.DataFrame, columns: str = "test_domain") -> pd.DataFrame:
@@ -204,7 +253,7 @@ def wide_table(frame: pd.DataFrame, columns: str = "test_domain") -> pd.DataFram
 
 
 def marked_text(frame: pd.DataFrame) -> pd.Series:
-    """Each cell's ``text`` followed by its flags (:mod:`.cell_flags`), if the frame has them:
+    """Each cell's ``text`` followed by its flags, if the frame has them:
     ``27.4 +/- 3.1 (partial, diverged)``."""
     if "partial" not in frame:
         return frame["text"]
@@ -220,10 +269,8 @@ def marked_text(frame: pd.DataFrame) -> pd.Series:
 
 def without_results(results: pd.DataFrame) -> list[str]:
     """The selection methods with no result in any cell of ``results``."""
-    has_result = results.groupby("selection_method", sort=False)["accuracy"].apply(
-        lambda values: values.notna().any()
-    )
-    return [method for method, present in has_result.items() if not present]
+    has_result = results.groupby("selection_method", sort=False)["accuracy"].count() > 0
+    return list(has_result.index[~has_result])
 
 
 def no_result_line(method_name: str) -> str:
@@ -276,3 +323,41 @@ def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
     label = index_label if index_label is not None else (table.index.name or "")
     cells = table.astype(object).where(table.notna(), "").map(lambda c: str(c).replace("|", r"\|"))
     return cells.rename_axis(label).to_markdown(tablefmt="pipe", disable_numparse=True) + "\n"
+
+
+def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
+    """``output_dir``, unless it lies inside a folder the report reads (which stays untouched),
+    cannot be created, or holds a file this user may not overwrite (an earlier report's)."""
+    check_creatable(output_dir, "--output_dir")
+    resolved = output_dir.resolve()
+    for folder in inputs:
+        if resolved == folder.resolve() or folder.resolve() in resolved.parents:
+            raise UserError(
+                f"output folder '{output_dir}' lies inside the input folder '{folder}', which "
+                "is only read. Choose an --output_dir outside it."
+            )
+    if output_dir.is_dir():
+        for path in output_dir.iterdir():
+            if path.is_file() and not os.access(path, os.W_OK):
+                raise UserError(
+                    f"--output_dir '{output_dir}' holds '{path.name}', which this user may not "
+                    "overwrite. Give another folder, or make that file writable."
+                )
+    return output_dir
+
+
+def write_table(
+    long: pd.DataFrame,
+    sections: list[tuple[str, pd.DataFrame]],
+    output_dir: Path,
+    stem: str,
+    index_label: str = "",
+) -> list[Path]:
+    """``<stem>.csv`` from ``long``; ``<stem>.md`` with one titled Markdown table per section."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = output_dir / f"{stem}.csv", output_dir / f"{stem}.md"
+    long.to_csv(csv_path, index=False)
+    md_path.write_text(
+        "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
+    )
+    return [csv_path, md_path]

@@ -96,6 +96,7 @@ def test_report_writes_markdown_and_pictures_and_leaves_the_sweep_alone(report):
         "validates on runs that hold out two domains"
     ) in markdown
     assert "single_test_envs = false" in markdown
+    assert "Precision" not in printed and "(fp32)" not in printed  # an all-fp32 sweep as before
     for name in ("accuracy_RotatedDigits.png", "dmg_diagnostics_RotatedDigits.png"):
         assert (output / name).read_bytes().startswith(PNG_SIGNATURE)
 

@@ -139,13 +139,14 @@ def test_a_diverged_run_is_flagged_wherever_its_numbers_appear(demo_sweep, tmp_p
 def test_runs_of_two_datasets_each_drawn_from_its_own_runs(demo_sweep, tmp_path):
     sweep = records_of(demo_sweep, tmp_path / "sweep")
     for (algorithm, env), folder in runs_of(demo_sweep).items():
-        if algorithm == "ERM":  # ERM alone on a second dataset
+        if algorithm == "ERM":  # ERM alone on a second dataset, with its six environments
             copy = sweep / f"mnist_{env}"
             shutil.copytree(sweep / folder.name, copy)
             rewrite(
                 copy / "results.jsonl",
                 lambda r, c=copy: {
                     **r,
+                    **{f"env{e}_{part}_acc": 0.5 for e in (4, 5) for part in ("in", "out")},
                     "args": {**r["args"], "dataset": "RotatedMNIST", "output_dir": str(c)},
                 },
             )

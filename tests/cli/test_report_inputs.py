@@ -1,0 +1,174 @@
+"""What ``report``, ``evaluate`` and ``masks`` do with runs that do not fit today's dataset,
+runs given twice, runs in two precisions, and where they write when not told."""
+
+import json
+import re
+import shutil
+
+import pandas as pd
+import pytest
+
+from tests.helpers import cli, runs_of, snapshot
+
+
+def rewrite_records(run, change):
+    """Apply ``change`` to every record of the run's results.jsonl."""
+    path = run / "results.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(change(r) or r) + "\n" for r in records))
+
+
+def small_sweep(demo_sweep, folder, algorithms=("ERM", "DMG")):
+    """A copy of the demo runs of ``algorithms`` on every test domain."""
+    for (algorithm, env), run in runs_of(demo_sweep).items():
+        if algorithm in algorithms:
+            shutil.copytree(run, folder / f"{algorithm}_{env}")
+    return folder
+
+
+def drop_environment(record):
+    """A record of a run trained when RotatedDigits had three domains, not four."""
+    for key in [k for k in record if k.startswith("env3_")]:
+        del record[key]
+
+
+def test_runs_recorded_on_other_environments_are_refused_naming_them(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep")
+    run = sweep / "DMG_1"
+    rewrite_records(run, drop_environment)
+    before = snapshot(sweep)
+    for command in (
+        ("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "r")),
+        ("evaluate", "--run_dir", str(run), "--output_dir", str(tmp_path / "e")),
+    ):
+        code, printed, message = cli(*command)
+        assert code == 2 and printed == "", command
+        assert f"{run / 'results.jsonl'}' holds a run trained on 3 environments" in message
+        assert "RotatedDigits has 4 today (0, 30, 60, 90)" in message
+        assert "under other domains' names" in message
+    assert snapshot(sweep) == before
+    assert not (tmp_path / "r").exists() and not (tmp_path / "e").exists()
+
+
+def test_a_test_environment_the_dataset_no_longer_has_is_refused(copied_run, tmp_path):
+    run = copied_run("ERM", 0)
+    rewrite_records(run, lambda r: {**r, "args": {**r["args"], "test_envs": [4]}})
+    code, _, message = cli("evaluate", "--run_dir", str(run), "--output_dir", str(tmp_path))
+    assert code == 2 and "test envs [4]" in message and "has 4 today" in message
+
+
+def test_a_dataset_unknown_here_names_the_manifest_variable(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep", ("ERM",))
+    for run in sweep.iterdir():
+        rewrite_records(run, lambda r: {**r, "args": {**r["args"], "dataset": "XRay"}})
+    run = next(sweep.iterdir())
+    for command in (
+        ("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "r")),
+        ("evaluate", "--run_dir", str(run), "--output_dir", str(tmp_path / "e")),
+    ):
+        code, _, message = cli(*command)
+        assert code == 2 and "Traceback" not in message, command
+        assert "dataset 'XRay', which DomainBed does not know here" in message, command
+        assert "export DMG_DOMAINBED_DATASETS=/absolute/path/to/XRay.toml" in message, command
+
+
+def test_evaluate_names_a_run_given_twice_and_two_runs_of_one_algorithm(copied_run, tmp_path):
+    run = copied_run("DMG", 0)
+    code, _, message = cli("evaluate", "--run_dir", str(run), str(run))
+    assert code == 2 and f"run '{run}' is given twice" in message
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    rewrite_records(other, lambda r: {**r, "args": {**r["args"], "hparams_seed": 5}})
+    code, _, message = cli("evaluate", "--run_dir", str(run), str(other))
+    assert code == 2 and "Index contains duplicate entries" not in message
+    assert f"runs '{run}' and '{other}' are both runs of DMG on test envs [0]" in message
+    assert not (run / "dmg_evaluate").exists() and not (tmp_path / "dmg_evaluate").exists()
+
+
+def test_evaluate_and_masks_write_beside_the_run_and_say_where(copied_run):
+    run = copied_run("DMG", 2)
+    code, printed, _ = cli("evaluate", "--run_dir", str(run))
+    assert code == 0 and f"Wrote into {run / 'dmg_evaluate'}: in_domain.csv" in printed
+    table = (run / "dmg_evaluate" / "in_domain.md").read_text()
+    last = json.loads((run / "results.jsonl").read_text().splitlines()[-1])
+    assert f"- DMG: trial seed 0, hparams seed 0, step {last['step']} ({run}); hparams " in table
+    assert json.dumps(last["hparams"], sort_keys=True) in table
+    code, printed, _ = cli("masks", "--run_dir", str(run))
+    assert code == 0 and f"Wrote into {run / 'dmg_masks'}: " in printed
+    assert (run / "dmg_masks" / "masks.png").is_file()
+
+
+def test_runs_of_two_precisions_are_never_pooled_in_one_cell(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep")
+    for env in range(4):  # the same ERM runs, recorded as trained in bf16
+        copy = sweep / f"ERM_bf16_{env}"
+        shutil.copytree(sweep / f"ERM_{env}", copy)
+        rewrite_records(
+            copy,
+            lambda r, copy=copy: {
+                **r,
+                "hparams": {**r["hparams"], "precision": "bf16"},
+                "args": {**r["args"], "output_dir": str(copy)},
+            },
+        )
+    code, printed, _ = cli("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "r"))
+    assert code == 0
+    assert "the sweep holds runs in bf16 and fp32" in printed
+    results = pd.read_csv(tmp_path / "r" / "results.csv")
+    cells = results[(results["test_env"] != "Avg") & results["accuracy"].notna()]
+    assert set(cells["algorithm"]) == {"ERM", "DMG", "ERM (bf16)"}
+    assert (cells["n_trials"] == 1).all()  # one run per cell: nothing pooled
+    fp32, bf16 = (cells[cells["algorithm"] == name] for name in ("ERM", "ERM (bf16)"))
+    assert fp32["text"].tolist() == bf16["text"].tolist()  # the same runs, apart
+    comparisons = pd.read_csv(tmp_path / "r" / "comparisons.csv")
+    assert "ERM (bf16)" in set(comparisons["algorithm"])
+    assert (comparisons.loc[comparisons["algorithm"] == "ERM (bf16)", "difference"] == 0).all()
+
+
+@pytest.fixture
+def two_trials(demo_sweep, tmp_path):
+    """ERM and DMG on every test domain, trial 0 as the demo ran it and trial 1 a copy whose
+    DMG accuracies are shifted, so the paired differences have intervals."""
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep")
+    for run in list(sweep.iterdir()):
+        copy = sweep / f"{run.name}_trial1"
+        shutil.copytree(run, copy)
+
+        def second_trial(record, copy=copy):
+            shift = 0.01 if record["args"]["algorithm"] == "DMG" else 0.0
+            accuracies = {
+                k: v + shift for k, v in record.items() if re.fullmatch(r"env\d_\w+_acc", k)
+            }
+            args = {**record["args"], "trial_seed": 1, "output_dir": str(copy)}
+            return {**record, **accuracies, "args": args}
+
+        rewrite_records(copy, second_trial)
+    return sweep
+
+
+def test_the_accuracy_picture_shows_paired_differences_with_intervals(
+    two_trials, tmp_path, monkeypatch
+):
+    from dmg_domainbed.reporting import report
+
+    drawn, real = {}, report.accuracy_figure
+
+    def keep(*args, **kwargs):
+        drawn["figure"] = real(*args, **kwargs)
+        return drawn["figure"]
+
+    monkeypatch.setattr(report, "accuracy_figure", keep)
+    code, _, _ = cli("report", "--input_dir", str(two_trials), "--output_dir", str(tmp_path))
+    assert code == 0
+    comparisons = pd.read_csv(tmp_path / "comparisons.csv")
+    axes = drawn["figure"].axes
+    differences = [axis for axis in axes if axis.get_title().startswith("difference to ERM")]
+    assert len(differences) == comparisons["selection_method"].nunique() >= 1
+    panel = differences[0]
+    first = comparisons[comparisons["selection_method"] == comparisons["selection_method"][0]]
+    labels = [text.get_text() for text in panel.texts]
+    assert [f"{d:+.1f}" for d in first["difference"]] == labels
+    low, high = panel.get_ylim()
+    span = max(first["ci_high"].max(), 0) - min(first["ci_low"].min(), 0)
+    assert low <= first["ci_low"].min() and high >= first["ci_high"].max()
+    assert high - low < 1.25 * span + 1  # the scale of the differences, not 0-100 accuracy
