@@ -109,10 +109,12 @@ def prepare(algorithm: nn.Module, args: tuple) -> torch.device:
     inputs are seen."""
     parameter = next(algorithm.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    # Native bf16 arithmetic needs compute capability 8.0 (Ampere); older GPUs only emulate it.
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
         raise UserError(
             f"hparam '{HPARAM}' is '{BF16}' but {torch.cuda.get_device_name(device)} has no "
-            f"bf16 support; run on a GPU that has (Ampere or newer) or with '{FP32}'."
+            "native bf16 arithmetic (compute capability below 8.0); run on an Ampere or newer "
+            f"GPU, or with '{FP32}'."
         )
     if not getattr(algorithm, "_channels_last", False) and any(map(has_images, args)):
         algorithm.to(memory_format=torch.channels_last)
