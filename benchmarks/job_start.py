@@ -18,10 +18,15 @@ start-up alone. ``--rounds`` repeats both modes, alternating, and reports the me
 (default 1, 2 and 4), one wave of that many jobs on every GPU, started together: images/s per
 job (the batch of all training domains over DomainBed's mean step time after step 0, so data
 loading included) and in total, the mean GPU utilisation while every job was training, the peak
-memory nvidia-smi saw per GPU and the peak torch allocated per job.
+memory nvidia-smi saw per GPU and the peak torch allocated per job. ``--algorithms`` runs
+other algorithms than ERM on the same network, one after the other. With ``--precision bf16``
+every wave runs twice, in fp32 and with the hparam ``precision = "bf16"``
+(:mod:`dmg_domainbed.precision`), and a row per algorithm and jobs per GPU gives the speed-up
+in images/s per GPU (bf16 / fp32). Without the flag, the output is as described above.
 
 Usage: ``python benchmarks/job_start.py cpu [--steps 1 1500] [--jobs N] [--rounds R]`` or
-``python benchmarks/job_start.py gpu --data_dir DIR [--jobs_per_gpu 1 2 4] [--steps 300]``.
+``python benchmarks/job_start.py gpu --data_dir DIR [--jobs_per_gpu 1 2 4] [--steps 300]
+[--algorithms ERM DMG] [--precision bf16]``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from domainbed import datasets
 from domainbed.lib import misc
 from domainbed.scripts.sweep import Job
 
+from dmg_domainbed import precision as precisions
 from dmg_domainbed.launchers.common import output_dir_of
 from dmg_domainbed.launchers.local_parallel import Outcome, Plan, run_commands, usable_cores
 from dmg_domainbed.launchers.local_parallel import visible_gpus as gpus_here
@@ -232,6 +238,63 @@ def last_record(job_dir: Path) -> dict:
     return json.loads((job_dir / "results.jsonl").read_text().splitlines()[-1])
 
 
+@dataclass
+class Wave:
+    """One wave of jobs on the GPUs: what each job trained at and what the GPUs saw."""
+
+    images_per_s_per_job: list[float]
+    utilisation: str
+    memory_gb: float
+    torch_gb_per_job: float
+    wall: float
+
+    @property
+    def images_per_s(self) -> float:
+        return sum(self.images_per_s_per_job)
+
+
+def gpu_wave(
+    args: argparse.Namespace,
+    folder: Path,
+    algorithm: str,
+    hparams: dict,
+    jobs: int,
+    gpus: tuple[str, ...],
+    cores: int,
+    training_domains: int,
+) -> Wave:
+    """``jobs`` jobs of ``algorithm`` on PACS started together on ``gpus``."""
+    commands = sweep_commands(
+        folder,
+        "PACS",
+        [algorithm],
+        [[0]],
+        args.steps,
+        args.data_dir,
+        trials=jobs,
+        checkpoint_freq=args.steps,
+        hparams=hparams,
+    )
+    threads = max(1, cores // jobs)
+    plan = Plan(jobs=jobs, gpus=gpus, threads=threads, loader_workers=threads, warm=args.warm)
+    job_dirs = [Path(output_dir_of(command)) for command in commands]
+    with GpuSampler(job_dirs, gpus) as sampler:
+        wall, _, _ = run_wave(commands, plan)
+    records = [last_record(d) for d in job_dirs]
+    utilisation = (
+        f"{statistics.mean(sampler.training_utilisation):.0f}"
+        if sampler.training_utilisation
+        else "-"
+    )
+    return Wave(
+        [args.batch_size * training_domains / r["step_time"] for r in records],
+        utilisation,
+        max(sampler.peak_memory_mib.values(), default=float("nan")) / 1024,
+        max(r["mem_gb"] for r in records),
+        wall,
+    )
+
+
 def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
     gpus = tuple(gpus_here())
     if not gpus:
@@ -247,49 +310,59 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
         sys.exit(f"gpu: the weights DomainBed loads are not cached: {', '.join(missing)}")
     cores = usable_cores()
     training_domains = len(dataset.ENVIRONMENTS) - 1
+    compare = args.precision != precisions.FP32
+    precisions_run = (precisions.FP32, args.precision) if compare else (None,)
+    columns = f"{'algorithm':<15} {'precision':<9} " if compare else ""
     header = (
-        f"{'jobs/GPU':>8} {'jobs':>5} {'img/s/job':>10} {'img/s':>8} {'GPU util %':>10} "
+        f"{columns}{'jobs/GPU':>8} {'jobs':>5} {'img/s/job':>10} {'img/s':>8} {'GPU util %':>10} "
         f"{'GPU mem GB':>10} {'torch GB/job':>12} {'wall s':>7}"
     )
     print(
-        f"ERM, ResNet-50 (random weights), PACS 224x224, {args.batch_size} images x "
-        f"{training_domains} domains a step, {args.steps} steps; GPUs {','.join(gpus)}; "
-        f"{cores} CPU cores"
+        f"{', '.join(args.algorithms)}, ResNet-50 (random weights), PACS 224x224, "
+        f"{args.batch_size} images x {training_domains} domains a step, {args.steps} steps; "
+        f"GPUs {','.join(gpus)}; {cores} CPU cores"
     )
     print(header)
     print("-" * len(header))
-    for per_gpu in args.jobs_per_gpu:
-        jobs = per_gpu * len(gpus)
-        folder = scratch / f"per_gpu{per_gpu}"
-        commands = sweep_commands(
-            folder,
-            "PACS",
-            ["ERM"],
-            [[0]],
-            args.steps,
-            args.data_dir,
-            trials=jobs,
-            checkpoint_freq=args.steps,
-            hparams=hparams,
+    speedups = []
+    for algorithm in args.algorithms:
+        for per_gpu in args.jobs_per_gpu:
+            jobs = per_gpu * len(gpus)
+            waves = {}
+            for precision in precisions_run:
+                name = f"{algorithm}_per_gpu{per_gpu}" if compare else f"per_gpu{per_gpu}"
+                folder = scratch / (f"{name}_{precision}" if compare else name)
+                wave_hparams = dict(hparams)
+                if precision not in (None, precisions.FP32):
+                    wave_hparams[precisions.HPARAM] = precision
+                wave = gpu_wave(
+                    args, folder, algorithm, wave_hparams, jobs, gpus, cores, training_domains
+                )
+                waves[precision] = wave
+                label = f"{algorithm:<15} {precision:<9} " if compare else ""
+                print(
+                    f"{label}{per_gpu:>8} {jobs:>5} "
+                    f"{statistics.mean(wave.images_per_s_per_job):>10.0f} "
+                    f"{wave.images_per_s:>8.0f} {wave.utilisation:>10} {wave.memory_gb:>10.1f} "
+                    f"{wave.torch_gb_per_job:>12.1f} {wave.wall:>7.0f}",
+                    flush=True,
+                )
+            if compare:
+                speedups.append((algorithm, per_gpu, waves[precisions.FP32], waves[args.precision]))
+    if compare:
+        header = (
+            f"{'algorithm':<15} {'jobs/GPU':>8} {'fp32 img/s/GPU':>14} "
+            f"{args.precision + ' img/s/GPU':>14} {'speed-up':>8}"
         )
-        threads = max(1, cores // jobs)
-        plan = Plan(jobs=jobs, gpus=gpus, threads=threads, loader_workers=threads, warm=args.warm)
-        job_dirs = [Path(output_dir_of(command)) for command in commands]
-        with GpuSampler(job_dirs, gpus) as sampler:
-            wall, _, _ = run_wave(commands, plan)
-        records = [last_record(d) for d in job_dirs]
-        per_job = [args.batch_size * training_domains / r["step_time"] for r in records]
-        utilisation = (
-            f"{statistics.mean(sampler.training_utilisation):.0f}"
-            if sampler.training_utilisation
-            else "-"
-        )
-        memory = max(sampler.peak_memory_mib.values(), default=float("nan")) / 1024
-        print(
-            f"{per_gpu:>8} {jobs:>5} {statistics.mean(per_job):>10.0f} {sum(per_job):>8.0f} "
-            f"{utilisation:>10} {memory:>10.1f} {max(r['mem_gb'] for r in records):>12.1f} "
-            f"{wall:>7.0f}"
-        )
+        print(f"\n{args.precision} against fp32 (images/s per GPU, same jobs, same machine)")
+        print(header)
+        print("-" * len(header))
+        for algorithm, per_gpu, fp32, lower in speedups:
+            fp32_per_gpu, lower_per_gpu = (w.images_per_s / len(gpus) for w in (fp32, lower))
+            print(
+                f"{algorithm:<15} {per_gpu:>8} {fp32_per_gpu:>14.0f} {lower_per_gpu:>14.0f} "
+                f"{lower_per_gpu / fp32_per_gpu:>8.2f}"
+            )
 
 
 def main() -> None:
@@ -306,6 +379,15 @@ def main() -> None:
     gpu.add_argument("--steps", type=int, default=300)
     gpu.add_argument("--batch_size", type=int, default=32, help="per training domain")
     gpu.add_argument("--new_processes", dest="warm", action="store_false")
+    gpu.add_argument(
+        "--algorithms", nargs="+", default=["ERM"], help="each on the same network, in turn"
+    )
+    gpu.add_argument(
+        "--precision",
+        choices=precisions.CHOICES,
+        default=precisions.FP32,
+        help="bf16: every wave in fp32 and in bf16, and the speed-up per algorithm",
+    )
     for mode in (cpu, gpu):
         mode.add_argument("--output_dir", help="keep the job folders here (default: deleted)")
     args = parser.parse_args()

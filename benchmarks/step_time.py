@@ -25,8 +25,14 @@ DMG's masked layers (the draws, the multiplications and the masked activations k
 backward pass), but no mask gradients, penalty or mask optimiser. Where that floor is already
 over a target, no implementation of DMG can meet it; the checks say so.
 
+With ``--precision bf16`` every algorithm is also built with the hparam ``precision = "bf16"``
+(:mod:`dmg_domainbed.precision`: bf16 autocast, ``channels_last`` images) and timed in the same
+interleaved rounds as its fp32 self; a second table gives, per algorithm, the train step and
+images/s of both and the speed-up (fp32 time / bf16 time), for the train step and for
+``predict``, and the peak memory of bf16 over fp32. Without the flag, the output is as above.
+
 Usage: ``python benchmarks/step_time.py [--quick] [--csv PATH] [--algorithms ...]
-[--configs ...] [--threads N] [--clock wall|cpu]``.
+[--configs ...] [--threads N] [--clock wall|cpu] [--precision fp32|bf16]``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import gc
 import math
 import os
 import platform
@@ -49,6 +56,7 @@ from domainbed import algorithms, datasets, hparams_registry
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
+from dmg_domainbed import precision as precisions
 from dmg_domainbed.algorithms.base import featurizer_classifier, pooled
 
 REFERENCE = "ERM"
@@ -94,6 +102,23 @@ class Row:
     memory_floor_ratio: float | None = None  # DMG's unavoidable peak memory / ERM's
 
 
+@dataclass
+class SpeedUp:
+    """One algorithm in bf16 next to itself in fp32, measured in the same rounds."""
+
+    config: str
+    device: str
+    algorithm: str
+    batch: int
+    fp32_step_ms: float
+    bf16_step_ms: float
+    fp32_images_per_s: float
+    bf16_images_per_s: float
+    step_speedup: float  # fp32 step time / bf16 step time
+    predict_speedup: float  # fp32 predict time / bf16 predict time
+    memory_ratio: float  # bf16 peak training memory / fp32's
+
+
 def configurations() -> list[Config]:
     """MNIST_CNN 28x28, the embedded dataset's MLP and the paper's ResNet-18 at 224x224 (a small
     batch) on CPU; ResNet-50 224x224 on CUDA."""
@@ -128,9 +153,11 @@ def registered(name: str) -> bool:
     return True
 
 
-def hparams_for(name: str, config: Config) -> dict:
+def hparams_for(name: str, config: Config, precision: str = precisions.FP32) -> dict:
     hparams = hparams_registry.default_hparams(name, config.dataset)
     hparams.update(config.overrides)
+    if precision != precisions.FP32:
+        hparams[precisions.HPARAM] = precision
     return hparams
 
 
@@ -147,11 +174,11 @@ def random_resnet_weights() -> Iterator[None]:
             setattr(torchvision.models, name, builder)
 
 
-def build(name: str, config: Config) -> algorithms.Algorithm:
+def build(name: str, config: Config, precision: str = precisions.FP32) -> algorithms.Algorithm:
     torch.manual_seed(0)
     with random_resnet_weights():
         algorithm = algorithms.get_algorithm_class(name)(
-            config.input_shape, NUM_CLASSES, NUM_DOMAINS, hparams_for(name, config)
+            config.input_shape, NUM_CLASSES, NUM_DOMAINS, hparams_for(name, config, precision)
         )
     return algorithm.to(config.device).train()
 
@@ -186,6 +213,9 @@ def quiet_stderr() -> Iterator[None]:
 
 def peak_training_memory(make: Callable[[], object], config: Config, minibatches: list) -> int:
     """Peak bytes allocated while building a trainer with ``make()`` and running two steps."""
+    # A bf16 algorithm holds its own bound methods (a reference cycle): collect the trainers
+    # measured before, so that their memory is not freed, and counted, during this measurement.
+    gc.collect()
     if config.device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -307,12 +337,27 @@ class UnavoidableTraining:
         return {"loss": loss.item()}
 
 
+def lower(name: str, precision: str) -> str:
+    """The name of ``name``'s trainer in a lower ``precision``."""
+    return f"{name} {precision}"
+
+
 def measure(
-    config: Config, names: Sequence[str], rounds: int, warmup: int, cpu_clock: bool
-) -> list[Row]:
+    config: Config,
+    names: Sequence[str],
+    rounds: int,
+    warmup: int,
+    cpu_clock: bool,
+    precision: str = precisions.FP32,
+) -> tuple[list[Row], list[SpeedUp]]:
+    """The fp32 rows of every algorithm; with a lower ``precision``, also each algorithm's
+    speed-up over itself in fp32, both timed in the same interleaved rounds."""
     batch = hparams_for(REFERENCE, config)["batch_size"]
     minibatches = make_minibatches(config, batch)
     makers: dict[str, Callable[[], object]] = {name: partial(build, name, config) for name in names}
+    lowered = [] if precision == precisions.FP32 else list(names)
+    for name in lowered:
+        makers[lower(name, precision)] = partial(build, name, config, precision)
     if "DMG" in names:
         layers = build("DMG", config).masks.layer_names
         makers["floor"] = partial(UnavoidableTraining, config, layers)
@@ -320,7 +365,7 @@ def measure(
         name: peak_training_memory(make, config, minibatches) for name, make in makers.items()
     }
     trainers = {name: make() for name, make in makers.items()}
-    built = {name: trainers[name] for name in names}
+    built = {name: trainers[name] for name in [*names, *(lower(n, precision) for n in lowered)]}
     sync = synchronizer(config.device)
     clock = time.process_time if cpu_clock and config.device == "cpu" else time.perf_counter
     step = interleaved_medians(
@@ -359,7 +404,24 @@ def measure(
             row.step_floor_ratio = step["floor"] / step[REFERENCE]
             row.memory_floor_ratio = memory["floor"] / memory[REFERENCE]
         rows.append(row)
-    return rows
+    images = NUM_DOMAINS * batch
+    speedups = [
+        SpeedUp(
+            config.name,
+            config.device,
+            name,
+            batch,
+            fp32_step_ms=1e3 * step[name],
+            bf16_step_ms=1e3 * step[lower(name, precision)],
+            fp32_images_per_s=images / step[name],
+            bf16_images_per_s=images / step[lower(name, precision)],
+            step_speedup=step[name] / step[lower(name, precision)],
+            predict_speedup=predict[name] / predict[lower(name, precision)],
+            memory_ratio=memory[lower(name, precision)] / memory[name],
+        )
+        for name in lowered
+    ]
+    return rows, speedups
 
 
 def table(rows: list[Row]) -> str:
@@ -374,6 +436,23 @@ def table(rows: list[Row]) -> str:
             f"{row.config:<10} {row.algorithm:<15} {f'{NUM_DOMAINS}x{row.batch}':>9} "
             f"{row.step_ms:9.2f} {row.step_ratio:6.2f} {row.peak_mb:9.1f} {row.memory_ratio:6.2f} "
             f"{row.predict_examples_per_s:10.0f} {row.predict_ratio:6.2f} {floor}".rstrip()
+        )
+    return "\n".join(lines)
+
+
+def speedup_table(speedups: list[SpeedUp], precision: str) -> str:
+    header = (
+        f"{'config':<10} {'algorithm':<15} {'batch':>9} {'fp32 ms':>9} {precision + ' ms':>9} "
+        f"{'fp32 img/s':>10} {precision + ' img/s':>10} {'step x':>7} {'predict x':>9} "
+        f"{'memory':>7}"
+    )
+    lines = [header, "-" * len(header)]
+    for s in speedups:
+        lines.append(
+            f"{s.config:<10} {s.algorithm:<15} {f'{NUM_DOMAINS}x{s.batch}':>9} "
+            f"{s.fp32_step_ms:9.2f} {s.bf16_step_ms:9.2f} {s.fp32_images_per_s:10.0f} "
+            f"{s.bf16_images_per_s:10.0f} {s.step_speedup:7.2f} {s.predict_speedup:9.2f} "
+            f"{s.memory_ratio:7.2f}"
         )
     return "\n".join(lines)
 
@@ -447,6 +526,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="cpu: process CPU time on CPU configurations, unaffected by other processes taking "
         "the cores (use with --threads 1: idle threads spin and count)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=precisions.CHOICES,
+        default=precisions.FP32,
+        help="bf16: also time every algorithm with the hparam precision = bf16 and print its "
+        "speed-up over fp32, per algorithm (bf16 needs a GPU with bf16 support, or a CPU with "
+        "AVX512-BF16/AMX, to be faster)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rounds, warmup = (7, 2) if args.quick else (21, 3)
@@ -472,6 +559,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "with a Bernoulli draw on each masked layer's input, no mask learning\n"
     )
     rows: list[Row] = []
+    speedups: list[SpeedUp] = []
     for config in configurations():
         if args.configs and config.name not in args.configs:
             continue
@@ -480,7 +568,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             continue
         note = f" ({config.note})" if config.note else ""
         print(f"{config.name}: input {config.input_shape} on {config.device}{note}", flush=True)
-        rows += measure(config, names, rounds, warmup, args.clock == "cpu")
+        measured, compared = measure(
+            config, names, rounds, warmup, args.clock == "cpu", args.precision
+        )
+        rows += measured
+        speedups += compared
     print()
     print(table(rows))
     print()
@@ -490,6 +582,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         writer.writeheader()
         writer.writerows(asdict(row) for row in rows)
     print(f"\nsaved {args.csv}")
+    if speedups:
+        print(
+            f"\n{args.precision} against fp32, same rounds: step x and predict x = fp32 time / "
+            f"{args.precision} time (above 1: {args.precision} is faster); memory = "
+            f"{args.precision} peak training memory / fp32's"
+        )
+        print(speedup_table(speedups, args.precision))
+        path = os.path.splitext(args.csv)[0] + f"_{args.precision}.csv"
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(asdict(speedups[0])))
+            writer.writeheader()
+            writer.writerows(asdict(s) for s in speedups)
+        print(f"saved {path}")
 
 
 if __name__ == "__main__":

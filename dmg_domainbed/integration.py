@@ -20,6 +20,9 @@ algorithm hparams come last. DomainBed's own algorithms on DomainBed's own datas
 the hparams they get without plugins. This package's algorithms are registered through the same
 groups. A broken entry point is reported once on stderr and skipped.
 
+The ``precision`` hparam (:mod:`dmg_domainbed.precision`) is applied here to every algorithm
+DomainBed builds, its own included (see :func:`register_precision`).
+
 Two settings are applied here too, because they write into DomainBed's datasets:
 ``DMG_DOMAINBED_DATASETS`` registers the datasets of manifest files (see
 :func:`register_manifest_datasets`) and ``DMG_DOMAINBED_LOADER_WORKERS`` caps data-loader
@@ -166,6 +169,29 @@ def _open_namespace(module: ModuleType, names: str, group: str, what: str, looku
 
 def register_algorithms(module: ModuleType) -> None:
     _open_namespace(module, "ALGORITHMS", ALGORITHM_GROUP, "algorithm", "get_algorithm_class")
+    register_precision(module)
+
+
+def register_precision(module: ModuleType) -> None:
+    """Apply the ``precision`` hparam to every algorithm built from ``module.Algorithm``.
+
+    DomainBed's algorithms and every plugin's call ``Algorithm.__init__`` first; after it,
+    :func:`dmg_domainbed.precision.apply` runs their ``update`` and ``predict`` under bf16
+    autocast when the hparams say ``"bf16"`` and does nothing otherwise.
+    """
+    from dmg_domainbed import precision
+
+    domainbed_init = module.Algorithm.__init__
+    if getattr(domainbed_init, _MARK, False):
+        return
+
+    @functools.wraps(domainbed_init)
+    def __init__(self, input_shape, num_classes, num_domains, hparams):
+        domainbed_init(self, input_shape, num_classes, num_domains, hparams)
+        precision.apply(self, hparams)
+
+    setattr(__init__, _MARK, True)
+    module.Algorithm.__init__ = __init__
 
 
 def register_datasets(module: ModuleType) -> None:

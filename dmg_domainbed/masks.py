@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from dmg_domainbed import named_layers
+from dmg_domainbed import named_layers, precision
 
 EPS = 1e-6  # the authors' smoothing of the soft IoU
 INITS = ("random_uniform", "scalar")
@@ -67,7 +67,9 @@ def mean_over_pairs(matrix):
 
 def overlap_loss(probs: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """Eq. (2) per layer: soft IoU averaged over unordered pairs of domains (rows of ``probs``)."""
-    return mean_over_pairs(pairwise_soft_iou(probs, eps))
+    # fp32 under bf16 autocast: sums over thousands of units need more than bf16's 8-bit mantissa
+    with precision.full_precision():
+        return mean_over_pairs(pairwise_soft_iou(probs.float(), eps))
 
 
 def sparsity_loss(probs: torch.Tensor) -> torch.Tensor:
@@ -186,6 +188,9 @@ class DomainMasks(nn.Module):
                 "inside DomainMasks.per_example(...) or DomainMasks.averaged()"
             )
         probs = torch.sigmoid(self.logits[position])
+        # The mask in the activation's dtype: under bf16 autocast, an fp32 mask would promote the
+        # masked activation (and everything after it) to fp32.
+        probs = probs.to(x.dtype)
         trailing = (1,) * (x.dim() - 2)  # one value per channel, broadcast over H x W
         kind = self._route[0]
         if kind == "per_example":

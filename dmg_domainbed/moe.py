@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmg_domainbed import precision
+
 MIN_CAPACITY = 4
 GATE_EPS = 1e-9
 SECOND_POLICIES = ("random", "threshold", "all", "none")
@@ -261,7 +263,9 @@ class SparseMoE(nn.Module):
 
     def route(self, x: torch.Tensor) -> Routing:
         """The routing of tokens ``x [B, N, D]`` in the current mode."""
-        probabilities = torch.softmax(x @ self.gate, dim=-1)
+        # fp32 under bf16 autocast: bf16 gate logits tie and round, which changes the top-2 choice
+        with precision.full_precision():
+            probabilities = torch.softmax(x.float() @ self.gate, dim=-1)
         return route(
             probabilities,
             self.capacity(x.shape[1]),
@@ -295,4 +299,5 @@ class SparseMoE(nn.Module):
         # Dropped assignments read slot 0 with weight 0.
         gathered = outputs.index_select(0, torch.where(routing.kept, slot, 0).flatten())
         gathered = gathered.view(batch, tokens, self.top_k, dim)
-        return (routing.weights.unsqueeze(-1) * gathered).sum(2)
+        # The gates in the experts' dtype: fp32 gates would promote a bf16 output to fp32.
+        return (routing.weights.to(gathered.dtype).unsqueeze(-1) * gathered).sum(2)

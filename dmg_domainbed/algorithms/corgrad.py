@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmg_domainbed import precision
 from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier
 from dmg_domainbed.hparams import HParam, HParamSpace
 
@@ -346,7 +347,9 @@ class CorGrad(PluginAlgorithm):
             for total, i in zip(plain_sum, self._plain, strict=True):
                 total += domain_grads[i]
             losses.append(loss.detach())
-        update, stats = corrected_update(grads, self._layout(), self.hparams["alpha"])
+        # fp32 under bf16 autocast: the projections' dot products decide conflicts by their sign
+        with precision.full_precision():
+            update, stats = corrected_update(grads, self._layout(), self.hparams["alpha"])
         offset = 0
         for i in self._corrected:
             param = self._params[i]

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmg_domainbed import named_layers
+from dmg_domainbed import named_layers, precision
 from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier, pooled
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace, positive
@@ -266,7 +266,9 @@ class ImportanceMask(PluginAlgorithm):
         if self.in_phase1:
             result = self._phase1_update(minibatches)
             if step + 1 >= self.hparams["phase1_steps"]:
-                self._end_phase1()
+                # fp32 under bf16 autocast: scores rank movements finer than bf16 resolves
+                with precision.full_precision():
+                    self._end_phase1()
         else:
             result = self._phase2_update(minibatches, step)
         self.update_count += 1

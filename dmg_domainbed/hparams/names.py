@@ -5,7 +5,8 @@ misspelt name (``lamda_overlap``) trains the whole run with the default and no w
 This package's algorithms check the names when they are built, before the first step. A run does
 not tell its algorithm the dataset, so a name is valid when DomainBed's registry defines it for
 the algorithm on any registered dataset (DomainBed's own and plugin datasets' declared hparams
-included) or the algorithm declares it. DomainBed's own algorithms are not checked.
+included) or the algorithm declares it; ``precision`` (:mod:`dmg_domainbed.precision`) is valid
+for every algorithm. DomainBed's own algorithms are not checked.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ def _known_hparams(algorithm_class: type, dataset_names: tuple[str, ...]) -> fro
     # Cached: DomainBed's registry draws every random value on each call.
     from domainbed import hparams_registry
 
-    names = {h.name for h in algorithm_class.HPARAMS}
+    from dmg_domainbed import precision
+
+    # precision: every algorithm's, though absent from DomainBed's defaults (fp32 runs unchanged)
+    names = {h.name for h in algorithm_class.HPARAMS} | {precision.HPARAM}
     for dataset in dataset_names:
         names.update(hparams_registry.default_hparams(algorithm_class.__name__, dataset))
     return frozenset(names)

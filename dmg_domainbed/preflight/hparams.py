@@ -23,12 +23,16 @@ def effective_hparams(
     # Imported here: every command of the CLI imports this module, few of them need these.
     from domainbed import algorithms, datasets, hparams_registry
 
+    from dmg_domainbed import precision
     from dmg_domainbed.hparams import HParamSpace
     from dmg_domainbed.hparams.trainable import check_trainable
     from dmg_domainbed.rules import rule_like
 
     hparams = hparams_registry.default_hparams(algorithm, dataset)
     overrides = dict(overrides or {})
+    if precision.HPARAM in overrides:  # every algorithm's, absent from DomainBed's defaults
+        precision.requested(overrides)
+        hparams[precision.HPARAM] = precision.FP32
     unknown = sorted(set(overrides) - set(hparams))
     if unknown:
         verb = "is not an hparam" if len(unknown) == 1 else "are not hparams"

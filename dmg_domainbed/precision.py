@@ -1,0 +1,141 @@
+"""bf16 mixed precision for DomainBed runs, chosen by the hparam ``precision``.
+
+``precision`` is ``"fp32"`` (the default) or ``"bf16"``. It is not one of DomainBed's default
+hparams: a run asks for bf16 with ``--hparams '{"precision": "bf16"}'`` (or ``precision =
+"bf16"`` in a sweep file), so runs that do not ask keep exactly the hparams, results and
+checkpoints they have without this package, and a record without it is fp32. A bf16 run
+carries ``"precision": "bf16"`` in the hparams of every record of ``results.jsonl`` and of
+``model.pkl``.
+
+With ``"bf16"``, every algorithm DomainBed builds (its own and every plugin's; see
+:func:`dmg_domainbed.integration.register_precision`) runs ``update``, ``predict`` and
+``predict_known_domain`` under ``torch.autocast(device_type, dtype=torch.bfloat16)``:
+matrix products and convolutions take bf16 inputs and produce bf16 outputs, the weights, their
+gradients and the optimiser state stay fp32 (mixed precision: bf16 has fp32's exponent range,
+so no loss scaling is needed). Predictions are returned as fp32. With 4-D (image) inputs, the
+network's 4-D weights and the inputs are put in ``channels_last`` layout on the first call:
+convolutions in bf16 run on NHWC kernels (tensor cores on GPUs), which skips a layout
+conversion per convolution.
+
+Where precision matters, code runs in :func:`full_precision` islands, fp32 even inside a bf16
+step: DMG's mask probabilities and soft-IoU overlap, SF-MoE's gate and routing, CorGrad's
+gradient projections and ImportanceMask's importance scores (see docs/performance.md).
+
+This module needs torch only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import types
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from dmg_domainbed.errors import UserError
+
+HPARAM = "precision"
+FP32 = "fp32"
+BF16 = "bf16"
+CHOICES = (FP32, BF16)
+#: The methods a bf16 run executes under autocast, where an algorithm has them.
+AUTOCAST_METHODS = ("update", "predict", "predict_known_domain")
+#: Methods whose tensor result is a prediction, returned as fp32.
+PREDICTIONS = ("predict", "predict_known_domain")
+
+
+def requested(hparams: Mapping[str, Any]) -> str:
+    """The precision ``hparams`` ask for (``fp32`` when absent); :class:`UserError` otherwise."""
+    value = hparams.get(HPARAM, FP32)
+    if not isinstance(value, str) or value not in CHOICES:
+        raise UserError(
+            f"hparam '{HPARAM}' is {value!r}; allowed: {', '.join(map(repr, CHOICES))}. Fix it "
+            f"""in --hparams (e.g. '{{"{HPARAM}": "{BF16}"}}') or the sweep file, or leave it """
+            f"out for {FP32}."
+        )
+    return value
+
+
+@contextlib.contextmanager
+def full_precision() -> Iterator[None]:
+    """Autocast off on every device: operations inside run in their inputs' dtype.
+
+    An fp32 island inside a bf16 step; callers give it fp32 tensors (``tensor.float()``).
+    Outside autocast it changes nothing.
+    """
+    with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+        yield
+
+
+def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
+    """Make ``algorithm`` run in the precision ``hparams`` ask for; for fp32, do nothing.
+
+    Called when the algorithm is built, before its subclass builds its networks: the methods
+    are replaced on the instance, and the layout is set on the first call, once the networks
+    exist and sit on their device.
+    """
+    if requested(hparams) == FP32:
+        return
+    for name in AUTOCAST_METHODS:
+        method = getattr(type(algorithm), name, None)
+        if method is not None:
+            # A bound method, so that copy.deepcopy(algorithm) binds the copy's to the copy.
+            vars(algorithm)[name] = types.MethodType(
+                in_bf16(method, name in PREDICTIONS), algorithm
+            )
+
+
+def in_bf16(method: Callable, prediction: bool) -> Callable:
+    """``method`` run under bf16 autocast on the algorithm's device, image inputs in
+    ``channels_last``; a ``prediction``'s floating-point tensor returned as fp32."""
+
+    @functools.wraps(method)
+    def run(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        device = prepare(algorithm, args)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            result = method(algorithm, *(channels_last_inputs(arg) for arg in args), **kwargs)
+        if prediction and isinstance(result, torch.Tensor) and result.is_floating_point():
+            return result.float()
+        return result
+
+    return run
+
+
+def prepare(algorithm: nn.Module, args: tuple) -> torch.device:
+    """The algorithm's device, checked for bf16; its 4-D weights in ``channels_last`` once 4-D
+    inputs are seen."""
+    parameter = next(algorithm.parameters(), None)
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    # Native bf16 arithmetic needs compute capability 8.0 (Ampere); older GPUs only emulate it.
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
+        raise UserError(
+            f"hparam '{HPARAM}' is '{BF16}' but {torch.cuda.get_device_name(device)} has no "
+            "native bf16 arithmetic (compute capability below 8.0); run on an Ampere or newer "
+            f"GPU, or with '{FP32}'."
+        )
+    if not getattr(algorithm, "_channels_last", False) and any(map(has_images, args)):
+        algorithm.to(memory_format=torch.channels_last)
+        vars(algorithm)["_channels_last"] = True
+    return device
+
+
+def has_images(arg: Any) -> bool:
+    """Whether ``arg`` (a tensor, or DomainBed's list of ``(x, y)`` minibatches) holds 4-D
+    floating-point inputs."""
+    if isinstance(arg, torch.Tensor):
+        return arg.dim() == 4 and arg.is_floating_point()
+    if isinstance(arg, list | tuple):
+        return any(map(has_images, arg))
+    return False
+
+
+def channels_last_inputs(arg: Any) -> Any:
+    """``arg`` with every 4-D floating-point tensor in ``channels_last`` layout."""
+    if isinstance(arg, torch.Tensor):
+        return arg.contiguous(memory_format=torch.channels_last) if has_images(arg) else arg
+    if isinstance(arg, list | tuple):
+        return type(arg)(channels_last_inputs(item) for item in arg)
+    return arg
