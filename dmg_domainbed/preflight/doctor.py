@@ -52,7 +52,7 @@ def _domainbed_check() -> Check:
             fix.append(f"{pth} names {made}, which holds no importable `domainbed` package")
         return Check(FAIL, "DomainBed", fix)
     origin = (
-        [f"made importable by {pth} (`dmg-domainbed install-domainbed`)"]
+        [f"importable through {pth}, the file `dmg-domainbed install-domainbed` writes"]
         if made is not None and made.resolve() == checkout
         else []
     )

@@ -167,4 +167,4 @@ def test_the_checkout_install_domainbed_made_is_named(registered, capsys, tmp_pa
     code, out, _ = doctor(capsys, "--dataset", "RotatedDigits")
     assert code == 0
     pth = tmp_path / domainbed_setup.PTH_NAME
-    assert f"made importable by {pth} (`dmg-domainbed install-domainbed`)" in out
+    assert f"importable through {pth}, the file `dmg-domainbed install-domainbed` writes" in out
