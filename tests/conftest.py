@@ -15,12 +15,10 @@ import pytest
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT
 
 SETUP_HELP = f"""DomainBed is not importable by {sys.executable}.
-The tests import and run the real DomainBed (it is not on the package registry):
-  git clone https://github.com/facebookresearch/DomainBed /opt/DomainBed
-  git -C /opt/DomainBed checkout {TESTED_DOMAINBED_COMMIT}
-  python3 -c "import site; print(site.getsitepackages()[0])"   # -> SITE
-  echo /opt/DomainBed > SITE/domainbed_checkout.pth
-then check: python3 -c "import domainbed.algorithms"
+The tests import and run the real DomainBed (it is not on the package registry). Fetch it at the
+tested commit {TESTED_DOMAINBED_COMMIT[:12]} and make it importable in this environment:
+  dmg-domainbed install-domainbed            # or --from PATH_OR_URL without GitHub
+then check: python -c "import domainbed.algorithms"
 """
 NO_DOMAINBED = "no_domainbed"
 _domainbed_error: ImportError | None = None

@@ -63,5 +63,5 @@ def test_pure_maths_runs_and_the_rest_fails_with_the_set_up_instructions(tmp_pat
     errors = re.search(r"\b(\d+) errors?\b", summary)
     assert errors and int(errors.group(1)) >= 2, summary
     assert "failed" not in summary, summary
-    assert "git clone https://github.com/facebookresearch/DomainBed" in result.stdout
+    assert "dmg-domainbed install-domainbed" in result.stdout
     assert "DomainBed is hidden" in result.stdout

@@ -12,10 +12,23 @@ import importlib
 import sys
 from pathlib import Path
 
+from dmg_domainbed import TESTED_DOMAINBED_COMMIT, __version__
 from dmg_domainbed.errors import UserError
 
 # The modules whose add_parsers(subparsers) register the subcommands, in the order of --help.
-MODULES = ("sweeps", "checks", "results")
+MODULES = ("setup", "sweeps", "checks", "results")
+
+
+class PrintVersion(argparse.Action):
+    """``--version``: the package's version and the DomainBed commit it is tested against, on one
+    line (argparse's own version action would wrap it)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"dmg-domainbed {__version__} (tested with DomainBed {TESTED_DOMAINBED_COMMIT})")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Domain-generalization algorithms for DomainBed (DMG, MultiHead, Aggregate, "
             "CorGrad, ImportanceMask, SFMOE): demo, sweeps, reports, checks."
         ),
+    )
+    parser.add_argument(
+        "--version", action=PrintVersion, help="print the version and the tested DomainBed commit"
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in MODULES:

@@ -2,7 +2,9 @@
 
 Each check gives a status: ``ok``, ``FAIL`` (the run would not start), ``warn`` (it would, but
 something deserves a look) or ``info``. Without a dataset, the checks cover what every run
-needs; with one, also its data under ``--data_dir`` and the pretrained weights its model loads.
+needs and the pretrained weights of a run on a 224x224 image dataset; with one, also its data
+under ``--data_dir`` and the pretrained weights its model loads. A missing weight file is a
+``FAIL`` either way, so the verdict for the same missing file does not depend on ``--dataset``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup, register
+from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup, domainbed_setup, register
 from dmg_domainbed.datacheck.downloads import domainbed_checkout
 from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.errors import UserError
@@ -23,6 +25,10 @@ from dmg_domainbed.preflight.hparams import effective_hparams
 OK, FAIL, WARN, INFO = "ok", "FAIL", "warn", "info"
 # Hparams looked up when no dataset is named: any of DomainBed's 224x224 image datasets.
 IMAGE_DATASET_FOR_WEIGHTS = "PACS"
+SMALL_INPUTS_NEED_NO_WEIGHTS = (
+    "runs on datasets of small inputs (e.g. RotatedDigits, ColoredMNIST) load no pretrained "
+    "weights: `--dataset NAME` checks one of them"
+)
 BACKBONE_HPARAMS = ("alexnet", "resnet18", "resnet50_augmix", "vit", "dinov2")
 
 
@@ -35,21 +41,31 @@ class Check:
 
 def _domainbed_check() -> Check:
     checkout, tested = domainbed_checkout(), TESTED_DOMAINBED_COMMIT
+    made = domainbed_setup.installed_folder()
+    pth = domainbed_setup.pth_file()
     if checkout is None:
-        fix = (
-            f"not importable by {sys.executable}. Clone facebookresearch/DomainBed, check out "
-            f"{tested[:7]} and put the checkout on this Python's path (e.g. a .pth file in "
-            "site-packages holding its folder)"
-        )
-        return Check(FAIL, "DomainBed", (fix,))
+        fix = [
+            f"not importable by {sys.executable}: run `dmg-domainbed install-domainbed` "
+            "(`--from PATH_OR_URL` where GitHub cannot be reached)"
+        ]
+        if made is not None:
+            fix.append(f"{pth} names {made}, which holds no importable `domainbed` package")
+        return Check(FAIL, "DomainBed", fix)
+    origin = (
+        [f"importable through {pth}, the file `dmg-domainbed install-domainbed` writes"]
+        if made is not None and made.resolve() == checkout
+        else []
+    )
     commit = environment.git_commit(checkout)
     if commit is None:
         detail = f"{checkout}; commit unknown (git cannot tell); tested against {tested[:7]}"
-        return Check(OK, "DomainBed", (detail,))
+        return Check(OK, "DomainBed", (detail, *origin))
     if commit != tested:
         detail = f"{checkout} at commit {commit[:12]}; this package is tested against {tested[:12]}"
-        return Check(WARN, "DomainBed", (detail,))
-    return Check(OK, "DomainBed", (f"{checkout} at commit {commit[:12]} (the tested commit)",))
+        fix = "to use the tested commit: `dmg-domainbed install-domainbed --dir DIR --force`"
+        return Check(WARN, "DomainBed", (detail, *origin, fix))
+    detail = f"{checkout} at commit {commit[:12]} (the tested commit)"
+    return Check(OK, "DomainBed", (detail, *origin))
 
 
 def _plugin_check(algorithm: str, dataset: str | None) -> Check:
@@ -83,15 +99,18 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     """The weights the sweep preflight and smoke ask for (:mod:`.requirements`), file by file."""
     target = dataset or IMAGE_DATASET_FOR_WEIGHTS
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
-    missing_status = FAIL if dataset else WARN
+    # A missing file fails the check with or without --dataset (the run that loads it would not
+    # start offline, and the sweep preflight refuses it); without one, the check says which runs.
+    unaffected = [] if dataset else [SMALL_INPUTS_NEED_NO_WEIGHTS]
     own = requirements.own_weights(algorithm, target, hparams)
     if own is not None:
         lines = [f"{scope} loads its own weights; looked in, in order:"]
         for f in own.locations:
             state = "found " if f.present else "absent"
             lines.append(f"{state}  {f.what}: {f.filename} in {f.folder}")
-        status = OK if own.ready else missing_status
-        return Check(status, "pretrained weights", (*lines, *own.details))
+        if own.ready:
+            return Check(OK, "pretrained weights", (*lines, *own.details))
+        return Check(FAIL, "pretrained weights", (*lines, *own.details, *unaffected))
     files, problems = requirements.weight_files(algorithm, target, hparams)
     if not files and not problems:
         detail = f"none: {dataset} inputs {input_shape(target)} use no pretrained featurizer"
@@ -110,7 +129,7 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     lines.append(
         "DomainBed downloads missing weights when it builds the model; offline, the job fails there"
     )
-    return Check(missing_status, "pretrained weights", lines)
+    return Check(FAIL, "pretrained weights", [*lines, *unaffected])
 
 
 def _input_check(algorithm: str, dataset: str | None) -> list[Check]:

@@ -285,7 +285,8 @@ def test_doctor_says_where_it_looked_whether_the_file_fits_and_how_to_get_it(
     torch.save({"model": {k: v[..., :1] for k, v in saved.items()}}, wrong)
     code, out = doctor_weights(capsys, monkeypatch, {"sfmoe_weights": str(wrong)})
     assert "loads but does not fit" in out and "instead of" in out
-    assert "[warn] pretrained weights" in out  # no dataset named: a warning, not a failure
+    # a file that does not fit fails the check with or without --dataset: the same verdict
+    assert "[FAIL] pretrained weights" in out and code == 1
 
 
 @pytest.fixture(scope="module")

@@ -128,3 +128,43 @@ def test_alexnet_runs_are_checked_for_torchvisions_alexnet_file(env, capsys, tmp
     (checkpoints / "alexnet-owt-7be5be79.pth").write_bytes(b"")
     code, out, _ = doctor(capsys, "--algorithm", "Aggregate", "--hparams", '{"alexnet": true}')
     assert "cached  torchvision alexnet ImageNet weights" in out
+
+
+@pytest.fixture
+def registered(env):
+    """A fresh process that registers every plugin (the probe itself is tested above)."""
+    probe = environment.ProbeResult(
+        python="python",
+        executable=sys.executable,
+        domainbed="/opt/DomainBed/domainbed",
+        algorithms=["ERM", "Aggregate", "CorGrad", "DMG", "ImportanceMask", "MultiHead"],
+        datasets=["PACS", "RotatedDigits"],
+        launchers=["local", "local_parallel", "submitit"],
+    )
+    env.setattr(environment, "probe_fresh_process", lambda: probe)
+    return env
+
+
+def test_a_missing_weight_file_fails_with_and_without_a_dataset(registered, capsys, tmp_path):
+    resnet18 = ["--hparams", '{"resnet18": true, "resnet50_augmix": false}']
+    missing = "MISSING torchvision resnet18 ImageNet weights"
+    code, out, _ = doctor(capsys, *resnet18)
+    assert code == 1 and missing in out
+    assert "[FAIL] pretrained weights" in out
+    assert "NOT READY: a run of DMG (name --dataset to check data) would not start" in out
+    assert "load no pretrained weights: `--dataset NAME` checks one of them" in out
+    code, out, _ = doctor(capsys, "--dataset", "PACS", "--data_dir", str(tmp_path), *resnet18)
+    assert code == 1 and missing in out
+    assert "[FAIL] pretrained weights" in out
+
+
+def test_the_checkout_install_domainbed_made_is_named(registered, capsys, tmp_path):
+    from dmg_domainbed import domainbed_setup
+    from dmg_domainbed.datacheck.downloads import domainbed_checkout
+
+    registered.setattr(domainbed_setup, "site_packages", lambda: tmp_path)
+    (tmp_path / domainbed_setup.PTH_NAME).write_text(f"{domainbed_checkout()}\n")
+    code, out, _ = doctor(capsys, "--dataset", "RotatedDigits")
+    assert code == 0
+    pth = tmp_path / domainbed_setup.PTH_NAME
+    assert f"importable through {pth}, the file `dmg-domainbed install-domainbed` writes" in out

@@ -1,0 +1,51 @@
+"""Setting up: ``install-domainbed`` (DomainBed at the tested commit, importable here)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dmg_domainbed import TESTED_DOMAINBED_COMMIT
+
+
+def add_parsers(subparsers) -> None:
+    from dmg_domainbed import domainbed_setup
+
+    install = subparsers.add_parser(
+        "install-domainbed",
+        help="fetch DomainBed at the tested commit and make it importable in this Python",
+        description=(
+            f"Clone DomainBed with git, check out the tested commit {TESTED_DOMAINBED_COMMIT[:12]} "
+            f"into --dir and write {domainbed_setup.PTH_NAME} into this Python's site-packages "
+            "so that `import domainbed` finds it. Run again, it changes nothing; a folder at "
+            "another commit is left alone unless --force."
+        ),
+    )
+    install.add_argument(
+        "--from",
+        dest="source",
+        default=domainbed_setup.DOMAINBED_URL,
+        metavar="PATH_OR_URL",
+        help="git URL, local checkout or bare repository of DomainBed (default: %(default)s)",
+    )
+    install.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="folder of the checkout (default: <sys.prefix>/src/DomainBed, beside this "
+        "environment's files)",
+    )
+    install.add_argument(
+        "--force",
+        action="store_true",
+        help="check out the tested commit in an existing checkout at another commit, or point "
+        "the .pth file at --dir when it names another folder",
+    )
+    install.set_defaults(func=install_domainbed_command)
+
+
+def install_domainbed_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed import domainbed_setup
+
+    domainbed_setup.install_domainbed(args.source, args.dir, force=args.force)
+    return 0

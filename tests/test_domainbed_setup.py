@@ -1,0 +1,133 @@
+"""``dmg-domainbed install-domainbed``: real git clones of the DomainBed checkout this test run
+imports (a git clone at the tested commit, here and in CI), into temporary folders; the ``.pth``
+goes into a temporary site-packages, never into this environment's."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dmg_domainbed import TESTED_DOMAINBED_COMMIT, domainbed_setup
+from dmg_domainbed.cli import main
+from dmg_domainbed.datacheck.downloads import domainbed_checkout
+from dmg_domainbed.errors import UserError
+
+
+def git(*args, cwd):
+    answer = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return answer.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A bare repository cloned from the DomainBed this run imports: what a cluster without
+    GitHub would give ``--from``."""
+    local = domainbed_checkout()
+    if local is None or domainbed_setup.checkout_commit(local) is None:
+        pytest.fail(f"the DomainBed this test run imports ({local}) is not a git checkout")
+    bare = tmp_path_factory.mktemp("mirror") / "DomainBed.git"
+    git("clone", "--quiet", "--bare", str(local), str(bare), cwd=local)
+    return bare
+
+
+def importable_from(purelib: Path) -> str:
+    """Where a Python that reads only ``purelib``'s .pth files imports DomainBed from."""
+    code = (
+        f"import site; site.addsitedir({str(purelib)!r}); "
+        "import domainbed; print(domainbed.__file__)"
+    )
+    return subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def install(source, folder, purelib, **kwargs):
+    said = []
+    domainbed_setup.install_domainbed(str(source), folder, purelib, say=said.append, **kwargs)
+    return "\n".join(said)
+
+
+def test_installs_the_tested_commit_and_makes_it_importable(source, tmp_path):
+    folder, purelib = tmp_path / "env" / "src" / "DomainBed", tmp_path / "site-packages"
+    said = install(source, folder, purelib)
+    assert domainbed_setup.checkout_commit(folder) == TESTED_DOMAINBED_COMMIT
+    assert importable_from(purelib) == str(folder / "domainbed" / "__init__.py")
+    assert domainbed_setup.installed_folder(purelib) == folder
+    assert f"wrote {purelib / domainbed_setup.PTH_NAME}" in said
+    assert [p.name for p in folder.parent.iterdir()] == ["DomainBed"]  # no partial clone left
+
+
+def test_a_second_run_changes_nothing(source, tmp_path):
+    folder, purelib = tmp_path / "DomainBed", tmp_path / "site-packages"
+    install(source, folder, purelib)
+    pth = purelib / domainbed_setup.PTH_NAME
+    before = pth.stat().st_mtime_ns, (folder / ".git" / "HEAD").stat().st_mtime_ns
+    said = install(source, folder, purelib)
+    assert "already holds DomainBed at the tested commit" in said
+    assert "already makes" in said and "wrote" not in said
+    assert (pth.stat().st_mtime_ns, (folder / ".git" / "HEAD").stat().st_mtime_ns) == before
+
+
+def test_a_checkout_at_another_commit_is_left_alone_unless_forced(source, tmp_path):
+    folder, purelib = tmp_path / "DomainBed", tmp_path / "site-packages"
+    install(source, folder, purelib)
+    git("checkout", "--quiet", "--detach", "HEAD~1", cwd=folder)
+    older = git("rev-parse", "HEAD", cwd=folder)
+    with pytest.raises(UserError) as error:
+        install(source, folder, purelib)
+    message = str(error.value)
+    assert f"at commit {older[:12]}, not the tested {TESTED_DOMAINBED_COMMIT[:12]}" in message
+    assert "--force" in message and "nothing was changed" in message
+    assert git("rev-parse", "HEAD", cwd=folder) == older
+    said = install(source, folder, purelib, force=True)
+    assert domainbed_setup.checkout_commit(folder) == TESTED_DOMAINBED_COMMIT
+    assert f"(was {older[:12]})" in said
+
+
+def test_a_folder_that_is_not_domainbed_is_not_touched(source, tmp_path):
+    folder, purelib = tmp_path / "DomainBed", tmp_path / "site-packages"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    for force in (False, True):
+        with pytest.raises(UserError, match="is not a DomainBed git checkout; nothing was changed"):
+            install(source, folder, purelib, force=force)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+    assert not purelib.exists()
+
+
+def test_a_pth_naming_another_checkout_is_kept_unless_forced(source, tmp_path):
+    purelib = tmp_path / "site-packages"
+    install(source, tmp_path / "first", purelib)
+    with pytest.raises(UserError, match=f"already makes {tmp_path / 'first'} importable"):
+        install(source, tmp_path / "second", purelib)
+    assert not (tmp_path / "second").exists()
+    install(source, tmp_path / "second", purelib, force=True)
+    assert domainbed_setup.installed_folder(purelib) == tmp_path / "second"
+
+
+def test_a_source_that_does_not_exist_is_named(tmp_path):
+    with pytest.raises(UserError, match="--from .*nope: no such folder"):
+        install(tmp_path / "nope", tmp_path / "DomainBed", tmp_path / "site-packages")
+
+
+def test_the_command_line(source, tmp_path, monkeypatch, capsys):
+    purelib = tmp_path / "site-packages"
+    monkeypatch.setattr(domainbed_setup, "site_packages", lambda: purelib)
+    folder = tmp_path / "DomainBed"
+    args = ["install-domainbed", "--from", str(source), "--dir", str(folder)]
+    assert main(args) == 0
+    assert domainbed_setup.installed_folder(purelib) == folder
+    git("checkout", "--quiet", "--detach", "HEAD~1", cwd=folder)
+    assert main(args) == 2
+    assert "install-domainbed: error: " in capsys.readouterr().err
+
+
+def test_version(capsys):
+    from dmg_domainbed import __version__
+
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0
+    expected = f"dmg-domainbed {__version__} (tested with DomainBed {TESTED_DOMAINBED_COMMIT})\n"
+    assert capsys.readouterr().out == expected
