@@ -95,12 +95,10 @@ WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: 
 _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 _SERVER = multiprocessing.get_context("forkserver")
 _server_environ: dict[str, str] | None = None  # the fork server's, once it is started
-# What a warm job sets after the fork, or reads only when it runs: the job's own values count.
-# (PYTEST_CURRENT_TEST: pytest rewrites it at every test phase; nothing reads it at import.)
-APPLIED_AFTER_FORK = frozenset(
-    {"PATH", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTEST_CURRENT_TEST"}
-    | {option.env for option in OPTIONS}
-)
+# What the fork server's imports read once, at import, and keep: huggingface_hub (which timm
+# imports, and DomainBed's networks.py imports timm) its cache and offline mode. A forked job
+# keeps the server's values; torch's threads, the other such setting, a warm job applies itself.
+READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "XDG_CACHE_HOME")  # names and name prefixes
 
 
 # nvidia-smi -L: a line per GPU, then one per MIG instance of it, e.g.
@@ -243,11 +241,9 @@ def warm_refusal(environ: Mapping[str, str]) -> str | None:
 
     The ``python`` on ``environ``'s PATH must be this process's interpreter, the same file in
     the same folder (a virtual environment's ``python`` links to its base interpreter, but is
-    another environment). And ``environ`` must be the fork server's environment but for the
-    variables a warm job applies after the fork (:data:`APPLIED_AFTER_FORK`): the server's
-    imports read theirs once, at import (``huggingface_hub`` its cache and offline mode from
-    ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``, torch its threads), and a forked job
-    keeps what they read."""
+    another environment). And the variables the fork server's imports read at import and keep
+    (:data:`READ_AT_IMPORT`: ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``, ...) must have
+    the server's values: a forked job keeps what the server read."""
     if not sys.platform.startswith("linux"):
         return "warm jobs are forked, which this package supports on Linux only"
     found, here = shutil.which("python", path=environ.get("PATH")), sys.executable
@@ -257,14 +253,14 @@ def warm_refusal(environ: Mapping[str, str]) -> str | None:
             f"put {os.path.dirname(here)} first on PATH to start jobs warm"
         )
     server = os.environ if _server_environ is None else _server_environ
-    names = (set(environ) | set(server)) - APPLIED_AFTER_FORK
+    names = {name for name in set(environ) | set(server) if name.startswith(READ_AT_IMPORT)}
     differ = sorted(name for name in names if environ.get(name) != server.get(name))
     if differ:
         more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
         return (
             f"the jobs' environment differs from the fork server's in {', '.join(differ[:5])}"
-            f"{more}, which the modules the server imports may have read at import; run the "
-            "launcher in the jobs' environment to start them warm"
+            f"{more}, which the modules the server imported read at import; run the launcher "
+            "in the jobs' environment to start them warm"
         )
     return None
 

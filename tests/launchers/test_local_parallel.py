@@ -280,7 +280,7 @@ def test_jobs_whose_environment_the_fork_server_lacks_start_as_new_processes(cle
     forked job would keep: such jobs start as new processes, saying why."""
     env = domainbed_env()
     clean_env.setenv("PATH", env["PATH"])
-    same = {**os.environ, "CUDA_VISIBLE_DEVICES": "1", "DMG_LOCAL_PARALLEL_JOBS": "2"}
+    same = {**os.environ, "CUDA_VISIBLE_DEVICES": "1", "DMG_LOCAL_PARALLEL_JOBS": "2", "X": "1"}
     assert local_parallel.warm_refusal(same) is None
     refusal = local_parallel.warm_refusal({**os.environ, "HF_HUB_OFFLINE": "1"})
     assert "differs from the fork server's in HF_HUB_OFFLINE" in refusal

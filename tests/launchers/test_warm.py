@@ -54,13 +54,13 @@ def test_anything_else_runs_as_a_new_process(command):
 
 
 def test_only_this_interpreter_runs_warm(tmp_path):
-    assert lp.warm_refusal({"PATH": os.path.dirname(sys.executable)}) is None
+    assert lp.warm_refusal({**os.environ, "PATH": os.path.dirname(sys.executable)}) is None
     other = tmp_path / "bin"
     other.mkdir()
     (other / "python").symlink_to(sys.executable)  # as a virtual environment's python is
-    refusal = lp.warm_refusal({"PATH": str(other)})
+    refusal = lp.warm_refusal({**os.environ, "PATH": str(other)})
     assert "is not this process's interpreter" in refusal and sys.executable in refusal
-    assert "`python` on PATH (none)" in lp.warm_refusal({"PATH": str(tmp_path)})
+    assert "`python` on PATH (none)" in lp.warm_refusal({**os.environ, "PATH": str(tmp_path)})
 
 
 @pytest.fixture
