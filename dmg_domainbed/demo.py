@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight.sweep import check_against_domainbed
 from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
-from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
+from dmg_domainbed.sweep.config import SweepConfig
 
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")

@@ -39,6 +39,7 @@ from typing import Any
 
 from dmg_domainbed.datasets.image_files import DomainFiles, list_domain, subfolders
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.rules import Rule
 
 try:
     import tomllib
@@ -54,10 +55,6 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 def _text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _names(value: Any) -> bool:
@@ -82,8 +79,8 @@ KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: v in INPUT_SIZES,
         ", ".join(f"{side} (DomainBed's {net})" for side, net in INPUT_SIZES.items()),
     ),
-    "steps": (_positive, "an integer >= 1"),
-    "checkpoint_freq": (_positive, "an integer >= 1"),
+    "steps": (Rule((int,), minimum=1).accepts, "an integer >= 1"),
+    "checkpoint_freq": (Rule((int,), minimum=1).accepts, "an integer >= 1"),
 }
 # Required key -> an example of it.
 REQUIRED = {"name": 'name = "MyData"', "root": 'root = "/data/mydata"'}

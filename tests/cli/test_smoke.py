@@ -12,7 +12,7 @@ from dmg_domainbed import synthetic
 from dmg_domainbed.cli import main
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import doctor, environment
-from dmg_domainbed.sweep import config, plan
+from dmg_domainbed.sweep import config
 from dmg_domainbed.sweep.run import check_ready
 from tests.helpers import fresh_process_that_registers_erm_and_pacs
 
@@ -103,7 +103,7 @@ def test_missing_data_and_weights_are_named_alike_by_smoke_doctor_and_sweep(
     assert "NOT READY: 1 job(s) did not run: ERM on PACS" in out
 
     sweep_config = config.load_sweep(user)
-    sweep = plan.resolve(sweep_config, str(data), None)
+    sweep = config.resolve(sweep_config, str(data), None)
     with pytest.raises(UserError) as refused:
         check_ready(sweep, "local", os.environ)
     assert all(text in str(refused.value) for text in expected), refused.value

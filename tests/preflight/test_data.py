@@ -19,7 +19,7 @@ from dmg_domainbed.preflight.data import (
     PRESENT,
     dataset_status,
 )
-from dmg_domainbed.sweep import config, plan
+from dmg_domainbed.sweep import config
 from dmg_domainbed.sweep.run import check_ready
 from tests.helpers import fresh_process_that_registers_erm_and_pacs
 
@@ -131,7 +131,7 @@ def test_the_sweep_preflight_and_the_doctor_name_a_broken_copy_before_any_job(
     sweep_file.write_text(
         f'[sweep]\nalgorithms = ["ERM"]\ndatasets = ["PACS"]\noutput_dir = "{output}"\n'
     )
-    sweep = plan.resolve(config.load_sweep(sweep_file), str(tmp_path / "data"), None)
+    sweep = config.resolve(config.load_sweep(sweep_file), str(tmp_path / "data"), None)
     with pytest.raises(UserError, match="the jobs would fail before their first step") as refused:
         check_ready(sweep, "local", os.environ)
     assert expected in str(refused.value) and not output.exists()
