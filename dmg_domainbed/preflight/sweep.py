@@ -4,7 +4,7 @@ The pass (:func:`check_sweep`) reads a resolved sweep (:class:`dmg_domainbed.swe
 seen here through :class:`ResolvedSweep`) and asks, in this order:
 
 1. the names: its algorithms and datasets are registered in DomainBed (this package's plugins
-   included);
+   included), and its jobs are few enough to plan (:data:`MAX_JOBS`);
 2. the hparams: for each algorithm and dataset, the file's common hparams alone, then the
    algorithm's fixed ones, are names it has and values it can train on
    (:func:`~dmg_domainbed.preflight.hparams.effective_hparams`, once each);
@@ -37,6 +37,10 @@ from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.preflight.networks import check_network
 from dmg_domainbed.preflight.requirements import missing_for
 
+#: The most jobs a sweep plans at once: DomainBed's ``make_args_list`` and ``Job`` make each in
+#: memory (a dict, a command line, an md5 hash, two folder look-ups) before any is launched.
+MAX_JOBS = 100_000
+
 
 class SweepFile(Protocol):
     """What the pass reads of a sweep file's content."""
@@ -46,6 +50,10 @@ class SweepFile(Protocol):
     datasets: Sequence[str]
     hparams: Mapping[str, Any]
     fixed_hparams: Mapping[str, Mapping[str, Any]]
+    n_hparams: int
+    n_hparams_from: int
+    n_trials: int
+    single_test_envs: bool
 
 
 class ResolvedSweep(Protocol):
@@ -109,6 +117,13 @@ def check_file(
                 f"{config.path}: unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: "
                 f"{', '.join(valid)}"
             )
+    jobs = job_count(config, [datasets.num_environments(name) for name in config.datasets])
+    if jobs > MAX_JOBS:
+        raise UserError(
+            f"{config.path}: the sweep has {jobs:,} jobs, more than the {MAX_JOBS:,} planned at "
+            "once (DomainBed makes every job in memory before it launches one): lower n_hparams "
+            "or n_trials, or run it in parts with n_hparams_from and n_hparams"
+        )
     runs, notes = {}, []
     for algorithm, dataset in itertools.product(config.algorithms, config.datasets):
         try:
@@ -129,6 +144,15 @@ def check_file(
             raise UserError(f"{config.path}: {where}: {error}") from None
         runs[(algorithm, dataset)] = hparams
     return runs, tuple(note for note in notes if note)
+
+
+def job_count(config: SweepFile, environments: Sequence[int]) -> int:
+    """How many jobs DomainBed's ``make_args_list`` makes, given the number of ``environments``
+    of each dataset: hparam seeds x trials x algorithms x the test environments of each dataset
+    (each one alone with ``single_test_envs``, else each one and each pair)."""
+    tests = sum(n if config.single_test_envs else n + n * (n - 1) // 2 for n in environments)
+    seeds = config.n_hparams - config.n_hparams_from
+    return seeds * config.n_trials * len(config.algorithms) * tests
 
 
 def check_ready(
