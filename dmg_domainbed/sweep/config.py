@@ -196,11 +196,12 @@ class Group:
 
     algorithms: tuple[str, ...]
     hparams: Mapping[str, Any]
+    #: The ``--hparams`` of each job; sorted keys keep the job hashes stable.
+    hparams_json: str | None = field(init=False, compare=False)
 
-    @property
-    def hparams_json(self) -> str | None:
-        """The ``--hparams`` of each job; sorted keys keep the job hashes stable."""
-        return json.dumps(dict(self.hparams), sort_keys=True) if self.hparams else None
+    def __post_init__(self) -> None:
+        text = json.dumps(dict(self.hparams), sort_keys=True) if self.hparams else None
+        object.__setattr__(self, "hparams_json", text)
 
 
 @dataclass(frozen=True)
