@@ -17,9 +17,10 @@ from pathlib import Path
 
 from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight.sweep import check_sweep
 from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
-from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
+from dmg_domainbed.sweep.config import Sweep, SweepConfig
 
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
@@ -133,12 +134,14 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG
     for folder in (output_dir, report_dir):  # its log and its report: writable
         check_output_dir(folder)
-    check_against_domainbed(config)
-    sweep = plan.Sweep(config, DATA_DIR, str(sweep_dir.resolve()))
+    sweep = Sweep(config, DATA_DIR, str(sweep_dir.resolve()), LAUNCHER)
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
     check_no_conflicting_runs(sweep_dir, jobs)
     env, _ = run.launcher_environment(config, LAUNCHER, os.environ)
-    launcher = run.check_ready(sweep, LAUNCHER, env)
+    checked = check_sweep(sweep, env)
+    if checked.problem is not None:
+        raise checked.problem
+    launcher = checked.launcher
     done = sum(run.is_done(job) for job in jobs)
     echo(
         f"DomainBed sweep of {', '.join(config.algorithms)} on {DATASET}, every test domain, "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,10 @@ class Rule:
                 return str(error)
         return None
 
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` keeps the rule."""
+        return self.problem(value) is None
+
     def check(self, value: Any, given_as: str, fix: str) -> Any:
         """``value``, or :class:`UserError` saying where it was given, what is allowed and
         ``fix``."""
@@ -125,3 +129,22 @@ def not_blank(text: str) -> None:
     """Validator of a string that must hold more than white space."""
     if not text.strip():
         raise ValueError("it must not be empty")
+
+
+def positive(value: float) -> None:
+    """Validator of a number that must be > 0 (a rule's ``validate``, after its type check)."""
+    if not value > 0:
+        raise ValueError("it must be a number > 0")
+
+
+def refuse_unknown_keys(
+    source: object, where: str, given: Iterable[str], valid: Iterable[str]
+) -> None:
+    """Refuse the keys of ``given`` that are not ``valid`` (``where`` in ``source``, e.g. a
+    file), naming the valid ones."""
+    valid = list(valid)
+    unknown = ", ".join(sorted(set(given) - set(valid)))
+    if unknown:
+        raise UserError(
+            f"{source}: unknown key(s) {unknown} in {where}; valid keys: {', '.join(valid)}"
+        )

@@ -188,3 +188,16 @@ def fresh_process_that_registers_erm_and_pacs():
         datasets=["PACS"],
         launchers=["local"],
     )
+
+
+def machine_check(sweep, launcher: str = "local") -> str:
+    """The sweep preflight's check of this machine for ``sweep`` run by ``launcher``: raises
+    what would stop its jobs, else returns how the launcher will run them."""
+    import dataclasses
+
+    from dmg_domainbed.preflight.sweep import check_sweep
+
+    checked = check_sweep(dataclasses.replace(sweep, launcher=launcher), os.environ)
+    if checked.problem is not None:
+        raise checked.problem
+    return checked.launcher

@@ -13,7 +13,7 @@ from dmg_domainbed import deit_weights
 from dmg_domainbed.algorithms import sfmoe_network
 from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams import HParam, HParamSpace
+from dmg_domainbed.hparams import HParam, HParamSpace, positive
 from dmg_domainbed.hparams.trainable import MAX_LOSS_WEIGHT, MAX_LR, MAX_WEIGHT_DECAY, MIN_LR
 from dmg_domainbed.moe import SECOND_POLICIES, SparseMoE
 
@@ -44,11 +44,6 @@ def _blocks(value: Sequence[int]) -> None:
         raise ValueError(f"give block indices (integers 0..{depth - 1}), e.g. [5, 11]")
     if any(not 0 <= b < depth for b in value) or len(set(value)) != len(value):
         raise ValueError(f"block indices must be distinct, in 0..{depth - 1}; [] is dense DeiT-S")
-
-
-def _positive(value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"must be > 0; got {value!r}")
 
 
 class SFMOE(PluginAlgorithm):
@@ -116,7 +111,7 @@ class SFMOE(PluginAlgorithm):
             1.25,
             _fixed(1.25),
             maximum=100.0,  # from E experts on, every token fits: a larger one changes nothing
-            validate=_positive,
+            validate=positive,
             help="capacity factor in training: C = max(4, min(N, int(N * cf / E)))",
         ),
         HParam(
@@ -124,7 +119,7 @@ class SFMOE(PluginAlgorithm):
             2.0,
             _fixed(2.0),
             maximum=100.0,  # from E experts on, every token fits: a larger one changes nothing
-            validate=_positive,
+            validate=positive,
             help="capacity factor in evaluation",
         ),
         HParam(
@@ -140,7 +135,7 @@ class SFMOE(PluginAlgorithm):
             0.2,
             _fixed(0.2),
             maximum=1.0,  # a gate value never exceeds 1
-            validate=_positive,
+            validate=positive,
             help="threshold of the second-expert policy",
         ),
         HParam(

@@ -86,7 +86,13 @@ def add_parsers(subparsers) -> None:
 
 def demo_command(args: argparse.Namespace) -> int:
     from dmg_domainbed.demo import SWEEP, demo_config, run_demo
+    from dmg_domainbed.sweep.config import SWEEP_KEYS
 
+    for flag, key, value in (
+        ("--trials", "n_trials", args.trials),
+        ("--hparams_samples", "n_hparams", args.hparams_samples),
+    ):
+        SWEEP_KEYS[key].check(value, flag, f"Give {flag} within these bounds (a sweep's {key}).")
     config = demo_config(args.algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
     try:
         return run_demo(args.output_dir, config, lambda line: print(line, flush=True))
@@ -100,40 +106,38 @@ def demo_command(args: argparse.Namespace) -> int:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
+    """Read the sweep file once into a resolved sweep, check it in one pass, then launch it."""
     from domainbed.scripts.sweep import Job
 
-    from dmg_domainbed.sweep import config as sweep_config
+    from dmg_domainbed.preflight.sweep import check_sweep
     from dmg_domainbed.sweep import plan
     from dmg_domainbed.sweep import run as sweep_run
+    from dmg_domainbed.sweep.config import read_sweep
 
-    config = sweep_config.load_sweep(args.file)
-    build_notes = sweep_config.check_against_domainbed(config)
-    launcher, env, notes = args.launcher or config.launcher, os.environ, []
+    sweep = read_sweep(args.file, args.data_dir, args.output_dir, args.launcher)
+    launcher, env, notes = sweep.launcher, os.environ, []
     if launcher is not None:
-        sweep_config.check_launcher(config, launcher)
-        env, notes = sweep_run.launcher_environment(config, launcher, os.environ)
+        env, notes = sweep_run.launcher_environment(sweep.config, launcher, os.environ)
     elif not args.dry_run:
         raise UserError(
-            f'{config.path} names no launcher: add [launcher] name = "..." to it or pass '
+            f'{sweep.config.path} names no launcher: add [launcher] name = "..." to it or pass '
             "--launcher NAME (e.g. local_parallel, submitit, local)"
         )
-    sweep = plan.resolve(config, args.data_dir, args.output_dir)
-    groups = [(group, plan.jobs(sweep, group)) for group in sweep.groups]
-    print(plan.summary(sweep, groups))
-    for note in build_notes + notes:
+    checked = check_sweep(sweep, env)
+    summary, all_jobs = plan.planned(sweep)
+    print(summary)
+    for note in checked.notes + tuple(notes):
         print(f"  note: {note}")
-    all_jobs = [job for _, jobs in groups for job in jobs]
     if args.dry_run:
         print(f"Launcher: {launcher or 'LAUNCHER'} (DomainBed's Job.launch, one launch per group)")
         new = [f"  {job.command_str}" for job in all_jobs if job.state == Job.NOT_LAUNCHED]
         print("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
-        if launcher is not None:
-            try:
-                sweep_run.check_ready(sweep, launcher, env)
-            except UserError as error:
-                print(f"Launching it now would stop before any job: {error}")
+        if checked.problem is not None:
+            print(f"Launching it now would stop before any job: {checked.problem}")
         return 0
-    print(f"  launcher: {sweep_run.check_ready(sweep, launcher, env)}")
+    if checked.problem is not None:
+        raise checked.problem
+    print(f"  launcher: {checked.launcher}")
     incomplete = sum(job.state == Job.INCOMPLETE for job in all_jobs)
     if incomplete and not args.delete_incomplete:
         print(

@@ -46,6 +46,7 @@ from dmg_domainbed.datasets.image_files import (
 )
 from dmg_domainbed.datasets.shortlist import shortlist
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.rules import Rule
 
 try:
     import tomllib
@@ -66,10 +67,6 @@ def _text(value: Any) -> bool:
 def _integer(value: Any) -> bool:
     """An integer of TOML: not a float (``28.0``), nor a bool (Python's ``True == 1``)."""
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _positive(value: Any) -> bool:
-    return _integer(value) and value >= 1
 
 
 def _names(value: Any) -> bool:
@@ -95,8 +92,8 @@ KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "an integer: "
         + ", ".join(f"{side} (DomainBed's {net})" for side, net in INPUT_SIZES.items()),
     ),
-    "steps": (_positive, "an integer >= 1"),
-    "checkpoint_freq": (_positive, "an integer >= 1"),
+    "steps": (Rule((int,), minimum=1).accepts, "an integer >= 1"),
+    "checkpoint_freq": (Rule((int,), minimum=1).accepts, "an integer >= 1"),
 }
 # Files listed twice that a check names one by one; the rest are counted.
 SHOWN_REPEATS = 5

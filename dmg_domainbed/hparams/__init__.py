@@ -8,8 +8,9 @@ names (:func:`reject_unknown`) and values.
 """
 
 from dmg_domainbed.hparams.names import reject_unknown
-from dmg_domainbed.hparams.space import HParam, HParamSpace, positive, resolve_space
+from dmg_domainbed.hparams.space import HParam, HParamSpace, resolve_space
 from dmg_domainbed.hparams.trainable import check_trainable
+from dmg_domainbed.rules import positive
 
 __all__ = [
     "HParam",

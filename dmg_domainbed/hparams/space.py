@@ -146,9 +146,3 @@ def resolve_space(
 def _plain(value: Any) -> Any:
     """NumPy scalars become Python ones, so results.jsonl and type checks see plain values."""
     return value.item() if isinstance(value, np.generic) else value
-
-
-def positive(value: float) -> None:
-    """Validator of a number that must be > 0."""
-    if not value > 0:
-        raise ValueError("it must be a number > 0")

@@ -43,10 +43,14 @@ def own_weights(
 ) -> WeightsCheck | None:
     """The algorithm's ``check_weights`` of the weights it loads instead of DomainBed's
     featurizer's, or ``None`` when it has none."""
+    return _own_weights(algorithm, effective_hparams(algorithm, dataset, overrides))
+
+
+def _own_weights(algorithm: str, hparams: Mapping[str, Any]) -> WeightsCheck | None:
     from domainbed import algorithms
 
     check = getattr(algorithms.get_algorithm_class(algorithm), "check_weights", None)
-    return check(effective_hparams(algorithm, dataset, overrides)) if check else None
+    return check(hparams) if check else None
 
 
 def missing(
@@ -56,18 +60,34 @@ def missing(
     overrides: Mapping[str, Any] | None = None,
     batch: data.Batch | None = None,
 ) -> list[str]:
-    """Everything that would stop the run before its first step (or hang it), each naming the
-    path looked at and the command that fixes it; empty when nothing does."""
+    """Everything that would stop the run with the fixed hparams ``overrides`` before its first
+    step (:func:`missing_for`); raises ``UserError`` for a bad hparam."""
+    return missing_for(
+        algorithm, dataset, data_dir, effective_hparams(algorithm, dataset, overrides), batch
+    )
+
+
+def missing_for(
+    algorithm: str,
+    dataset: str,
+    data_dir: str | None,
+    hparams: Mapping[str, Any],
+    batch: data.Batch | None = None,
+) -> list[str]:
+    """Everything that would stop a run with the checked, complete ``hparams`` (those of
+    :func:`~dmg_domainbed.preflight.hparams.effective_hparams`) before its first step (or
+    hang it), each naming the path looked at and the command that fixes it; empty when nothing
+    does."""
     problems = []
     found = data_status(dataset, data_dir, batch)
     if not found.ok:
         problems.append(f"{dataset} data {found.state}: {found.detail}")
-    own = own_weights(algorithm, dataset, overrides)
+    own = _own_weights(algorithm, hparams)
     if own is not None:
         if not own.ready:
             problems.append(f"{algorithm}'s pretrained weights: {'; '.join(own.details)}")
         return problems
-    files, model_problems = weight_files(algorithm, dataset, overrides)
+    files, model_problems = weights.needed_weights(hparams, input_shape(dataset))
     problems += model_problems
     if absent := [f for f in files if not f.present]:
         problems.append(f"pretrained weights missing: {weights.missing_weights_message(absent)}")

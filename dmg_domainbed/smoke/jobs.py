@@ -24,8 +24,9 @@ from dmg_domainbed import register, synthetic
 from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, requirements, weights
+from dmg_domainbed.preflight.sweep import check_against_domainbed
 from dmg_domainbed.sweep import plan
-from dmg_domainbed.sweep.config import SweepConfig, check_against_domainbed
+from dmg_domainbed.sweep.config import SweepConfig
 from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches, WeightsCheck
 
 SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"

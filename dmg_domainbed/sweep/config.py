@@ -3,20 +3,28 @@
 ``[sweep]`` holds what ``python -m domainbed.scripts.sweep`` takes (:data:`SWEEP_KEYS`, with
 DomainBed's defaults) and the fixed hparams of every job (``[sweep.hparams]``) or algorithm
 (``[sweep.algorithm_hparams.NAME]``); ``[launcher]`` names a DomainBed command launcher and its
-settings (its ``options``). :func:`load_sweep` checks the structure, and
-:func:`check_against_domainbed` the names and hparams, with this package's plugins registered.
+settings (its ``options``). :func:`read_sweep` reads a file once into a resolved :class:`Sweep`:
+its structure checked (:func:`load_sweep`), its folders and launcher resolved (:func:`resolve`).
+:mod:`dmg_domainbed.preflight.sweep` then checks it against DomainBed and this machine in one
+pass (names, hparams, networks, data, weights); nothing here looks at hparams or data.
+
+``n_hparams`` and ``n_trials`` are bounded (:data:`MAX_HPARAMS`, :data:`MAX_TRIALS`): DomainBed
+builds every job of a sweep in memory before launching any, so ``n_hparams = 1000000000`` would
+fill the memory for minutes instead of running.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Mapping
+import functools
+import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.rules import Rule, not_blank
+from dmg_domainbed.rules import Rule, not_blank, refuse_unknown_keys
 
 try:
     import tomllib
@@ -24,6 +32,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 TASKS = ("domain_generalization", "domain_adaptation")
+# DomainBed's defaults are 20 hparam settings and 3 trials; its papers' sweeps stay below these.
+MAX_HPARAMS, MAX_TRIALS = 1000, 100
 
 
 def _distinct_names(names: list) -> None:
@@ -50,9 +60,9 @@ class SweepConfig:
     path: Path
     algorithms: tuple[str, ...] = _key(Rule((list,), validate=_distinct_names))
     datasets: tuple[str, ...] = _key(Rule((list,), validate=_distinct_names))
-    n_hparams: int = _key(Rule((int,), minimum=1), default=20)
+    n_hparams: int = _key(Rule((int,), minimum=1, maximum=MAX_HPARAMS), default=20)
     n_hparams_from: int = _key(Rule((int,), minimum=0), default=0)
-    n_trials: int = _key(Rule((int,), minimum=1), default=3)
+    n_trials: int = _key(Rule((int,), minimum=1, maximum=MAX_TRIALS), default=3)
     steps: int | None = _key(Rule((int,), minimum=1), default=None)
     checkpoint_freq: int | None = _key(Rule((int,), minimum=1), default=None)
     save_model_every_checkpoint: bool = _key(Rule((bool,)), default=False)
@@ -67,23 +77,20 @@ class SweepConfig:
     )
     launcher: str | None = None
     launcher_options: Mapping[str, Any] = field(default_factory=dict)
+    #: Per algorithm, the fixed hparams of its jobs: the common ones, then its own (made once).
+    fixed_hparams: Mapping[str, Mapping[str, Any]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fixed = {a: {**self.hparams, **self.algorithm_hparams.get(a, {})} for a in self.algorithms}
+        object.__setattr__(self, "fixed_hparams", fixed)
 
     def hparams_of(self, algorithm: str) -> dict[str, Any]:
         """The fixed hparams of ``algorithm``'s jobs: common ones, then its own."""
-        return {**self.hparams, **self.algorithm_hparams.get(algorithm, {})}
+        return dict(self.fixed_hparams.get(algorithm, self.hparams))
 
 
 SWEEP_KEYS = {key.name: key.metadata["rule"] for key in fields(SweepConfig) if key.metadata}
 REQUIRED = ("algorithms", "datasets")
-
-
-def refuse_unknown_keys(path: Path, where: str, given: Iterable[str], valid: Iterable[str]) -> None:
-    """Refuse the keys of ``given`` that are not ``valid``, naming the valid ones."""
-    unknown = ", ".join(sorted(set(given) - set(valid)))
-    if unknown:
-        raise UserError(
-            f"{path}: unknown key(s) {unknown} in {where}; valid keys: {', '.join(valid)}"
-        )
 
 
 def _check_json_values(table: Mapping[str, Any], where: str) -> None:
@@ -139,7 +146,7 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
-    """Read and check a sweep file (structure only; see :func:`check_against_domainbed`)."""
+    """Read and check a sweep file (structure only; :func:`read_sweep` resolves it)."""
     path = Path(path)
     try:
         with open(path, "rb") as stream:
@@ -185,47 +192,85 @@ def check_launcher(config: SweepConfig, name: str) -> None:
         options[key].check(value, f"{config.path}: [launcher] {key}")
 
 
-def check_against_domainbed(config: SweepConfig) -> list[str]:
-    """Names and hparams that DomainBed (with this package's plugins) knows, or an error.
-    Each of this package's algorithms is also built for each dataset with the fixed hparams
-    (cheaply: :mod:`dmg_domainbed.preflight.networks`), so that a value only its network can
-    refute stops the sweep here. Returns notes on builds that could not be made."""
+@dataclass(frozen=True)
+class Group:
+    """Algorithms whose jobs share the same fixed hparams (one launch)."""
+
+    algorithms: tuple[str, ...]
+    hparams: Mapping[str, Any]
+    #: The ``--hparams`` of each job; sorted keys keep the job hashes stable.
+    hparams_json: str | None = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        text = json.dumps(dict(self.hparams), sort_keys=True) if self.hparams else None
+        object.__setattr__(self, "hparams_json", text)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A resolved sweep: its file's content, its folders as absolute paths and the launcher
+    that runs it (the command line's, else the file's; ``None``: none named)."""
+
+    config: SweepConfig
+    data_dir: str
+    output_dir: str
+    launcher: str | None = None
+
+    @functools.cached_property
+    def groups(self) -> list[Group]:
+        """The algorithms grouped by their fixed hparams: with a fixed number of steps, those an
+        algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then the
+        file's common hparams, then its own; later ones win."""
+        from domainbed import algorithms
+
+        from dmg_domainbed.algorithms.base import run_length_hparams
+
+        by_hparams: dict[str, list[str]] = {}
+        for algorithm in self.config.algorithms:
+            sized = {}
+            if self.config.steps is not None and algorithm in algorithms.ALGORITHMS:
+                cls = algorithms.get_algorithm_class(algorithm)
+                sized = run_length_hparams(cls, self.config.steps)
+            fixed = {**sized, **self.config.hparams_of(algorithm)}
+            by_hparams.setdefault(json.dumps(fixed, sort_keys=True), []).append(algorithm)
+        return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
+
+
+def resolve(
+    config: SweepConfig,
+    data_dir: str | None,
+    output_dir: str | None,
+    launcher: str | None = None,
+) -> Sweep:
+    """The command line's folders and launcher win over the file's; folders are made absolute.
+    The launcher (the file's and the one chosen) is a registered one and the file's settings are
+    its settings. The groups are made here, once: later steps read them."""
+    dirs = {"data_dir": data_dir or config.data_dir, "output_dir": output_dir or config.output_dir}
+    for key, value in dirs.items():
+        if value is None:
+            raise UserError(
+                f'{config.path}: no {key}: set {key} = "..." in [sweep] or pass --{key} DIR'
+            )
     import dmg_domainbed
-    from dmg_domainbed.algorithms.base import PluginAlgorithm
-    from dmg_domainbed.preflight.hparams import effective_hparams
-    from dmg_domainbed.preflight.networks import check_network
 
     dmg_domainbed.register()
-    from domainbed import algorithms, datasets
+    launcher = launcher or config.launcher
+    for name in dict.fromkeys([config.launcher, launcher]):  # the file's, then the chosen one
+        if name is not None:
+            check_launcher(config, name)
+    folders = {key: os.path.abspath(os.path.expanduser(value)) for key, value in dirs.items()}
+    sweep = Sweep(config, **folders, launcher=launcher)
+    sweep.groups  # noqa: B018 (made once, here, with the plugins registered; later steps read them)
+    return sweep
 
-    for kind, given, valid in (
-        ("algorithm", config.algorithms, algorithms.ALGORITHMS),
-        ("dataset", config.datasets, datasets.DATASETS),
-    ):
-        unknown = [name for name in given if name not in valid]
-        if unknown:
-            raise UserError(
-                f"{config.path}: unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: "
-                f"{', '.join(valid)}"
-            )
-    notes: list[str | None] = []
-    for algorithm, dataset in itertools.product(config.algorithms, config.datasets):
-        try:
-            effective_hparams(algorithm, dataset, config.hparams)
-        except UserError as error:
-            raise UserError(
-                f"{config.path}: [sweep.hparams]: {error}. [sweep.hparams] applies to every "
-                "algorithm: move an hparam that only some algorithms have to "
-                "[sweep.algorithm_hparams.NAME] of those algorithms"
-            ) from None
-        where = f"[sweep.algorithm_hparams.{algorithm}]"
-        try:
-            hparams = effective_hparams(algorithm, dataset, config.hparams_of(algorithm))
-            if issubclass(algorithms.get_algorithm_class(algorithm), PluginAlgorithm):
-                where = f"{algorithm}'s network on {dataset}"
-                notes.append(check_network(algorithm, dataset, hparams))
-        except UserError as error:
-            raise UserError(f"{config.path}: {where}: {error}") from None
-    if config.launcher is not None:
-        check_launcher(config, config.launcher)
-    return [note for note in notes if note]
+
+def read_sweep(
+    path: str | Path,
+    data_dir: str | None = None,
+    output_dir: str | None = None,
+    launcher: str | None = None,
+) -> Sweep:
+    """A sweep file read once into a resolved :class:`Sweep`: its structure checked
+    (:func:`load_sweep`), the command line's folders and launcher applied (:func:`resolve`).
+    What DomainBed and this machine make of it is :mod:`dmg_domainbed.preflight.sweep`'s."""
+    return resolve(load_sweep(path), data_dir, output_dir, launcher)

@@ -1,4 +1,5 @@
-"""From a checked sweep file to DomainBed's own job list.
+"""From a resolved and checked sweep (:class:`~dmg_domainbed.sweep.config.Sweep`) to DomainBed's
+own job list.
 
 DomainBed passes one ``--hparams`` to every job of a sweep, so the algorithms of a sweep file
 are grouped by their fixed hparams and each group is launched on its own, into the same output
@@ -10,70 +11,13 @@ are added to every job's arguments, and so to its hash.
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from tabulate import tabulate
 
-from dmg_domainbed.errors import UserError
-from dmg_domainbed.sweep.config import SweepConfig
-
-
-@dataclass(frozen=True)
-class Group:
-    """Algorithms whose jobs share the same fixed hparams (one launch)."""
-
-    algorithms: tuple[str, ...]
-    hparams: Mapping[str, Any]
-
-    @property
-    def hparams_json(self) -> str | None:
-        """The ``--hparams`` of each job; sorted keys keep the job hashes stable."""
-        return json.dumps(dict(self.hparams), sort_keys=True) if self.hparams else None
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A sweep file with its folders resolved to absolute paths."""
-
-    config: SweepConfig
-    data_dir: str
-    output_dir: str
-
-    @functools.cached_property
-    def groups(self) -> list[Group]:
-        """The algorithms grouped by their fixed hparams: with a fixed number of steps, those an
-        algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then the
-        file's common hparams, then its own; later ones win."""
-        from domainbed import algorithms
-
-        from dmg_domainbed.algorithms.base import run_length_hparams
-
-        by_hparams: dict[str, list[str]] = {}
-        for algorithm in self.config.algorithms:
-            sized = {}
-            if self.config.steps is not None and algorithm in algorithms.ALGORITHMS:
-                cls = algorithms.get_algorithm_class(algorithm)
-                sized = run_length_hparams(cls, self.config.steps)
-            fixed = {**sized, **self.config.hparams_of(algorithm)}
-            by_hparams.setdefault(json.dumps(fixed, sort_keys=True), []).append(algorithm)
-        return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
-
-
-def resolve(config: SweepConfig, data_dir: str | None, output_dir: str | None) -> Sweep:
-    """Command-line folders win over the file's; both are made absolute."""
-    dirs = {"data_dir": data_dir or config.data_dir, "output_dir": output_dir or config.output_dir}
-    for key, value in dirs.items():
-        if value is None:
-            raise UserError(
-                f'{config.path}: no {key}: set {key} = "..." in [sweep] or pass --{key} DIR'
-            )
-    return Sweep(config, **{k: os.path.abspath(os.path.expanduser(v)) for k, v in dirs.items()})
+from dmg_domainbed.sweep.config import Group, Sweep
 
 
 def jobs(sweep: Sweep, group: Group) -> list[Any]:
@@ -102,6 +46,14 @@ def jobs(sweep: Sweep, group: Group) -> list[Any]:
             # spaces, so an empty list leaves the bare flag that train.py's store_true expects.
             train_args["save_model_every_checkpoint"] = []
     return [domainbed_sweep.Job(train_args, sweep.output_dir) for train_args in args_list]
+
+
+def planned(sweep: Sweep) -> tuple[str, list[Any]]:
+    """The sweep's :func:`summary` and its jobs, every group's in turn."""
+    jobs_by_group = [(group, jobs(sweep, group)) for group in sweep.groups]
+    return summary(sweep, jobs_by_group), [
+        job for _, group_jobs in jobs_by_group for job in group_jobs
+    ]
 
 
 def describe_job(job) -> str:

@@ -16,9 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import itertools
 import os
-import shutil
 import sys
 import threading
 import time
@@ -26,12 +24,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from dmg_domainbed.datacheck.batch_fit import sweep_batch
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.launchers.common import Launcher, as_launcher
 from dmg_domainbed.locks import FolderLock
-from dmg_domainbed.preflight import requirements
 from dmg_domainbed.reporting.runs import DONE_FILE
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
@@ -95,37 +90,6 @@ def launcher_environment(
         else:
             env[variable] = text
     return env, notes
-
-
-def check_ready(sweep: plan.Sweep, launcher: str, env: Mapping[str, str]) -> str:
-    """Raise :class:`UserError` if the jobs could not start; describe the launcher's plan."""
-    from domainbed import command_launchers
-
-    check_creatable(Path(sweep.output_dir), "the sweep's output_dir")
-    if shutil.which("python", path=env.get("PATH")) is None:
-        raise UserError(
-            "no `python` on PATH: DomainBed's sweep starts every job as "
-            "`python -m domainbed.scripts.train`. Activate the environment that has DomainBed "
-            "and this package, or put its python first on PATH."
-        )
-    # The doctor and the smoke check give the same answer: requirements.missing.
-    missing: dict[str, None] = {}
-    for algorithm, dataset in itertools.product(sweep.config.algorithms, sweep.config.datasets):
-        overrides, config = sweep.config.hparams_of(algorithm), sweep.config
-        seeds, holdout = range(config.n_hparams_from, config.n_hparams), config.holdout_fraction
-        batch = sweep_batch(algorithm, dataset, overrides, seeds, config.n_trials, float(holdout))
-        found = requirements.missing(algorithm, dataset, sweep.data_dir, overrides, batch)
-        missing.update(dict.fromkeys(found))
-    if missing:
-        raise UserError(
-            "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\nFix "
-            "it with the commands above, or pass --data_dir with the folder that holds the data."
-        )
-    try:
-        described = as_launcher(command_launchers.REGISTRY[launcher]).check(env)
-        return f"{launcher}: {described}" if described else launcher
-    except UserError as error:
-        raise UserError(f"launcher {launcher}: {error}") from None
 
 
 def execute(

@@ -96,7 +96,7 @@ def test_inputs_that_are_not_rgb_or_grayscale_images_are_refused_before_anything
         ({"sfmoe_blocks": "5,11"}, "sfmoe_blocks"),
         ({"sfmoe_expert_init": "upcycle"}, "'random', 'copy'"),
         ({"sfmoe_second_policy": "sometimes"}, "sfmoe_second_policy"),
-        ({"sfmoe_capacity_train": 0.0}, "must be > 0"),
+        ({"sfmoe_capacity_train": 0.0}, "must be a number > 0"),
         ({"sfmoe_experts": 1}, ">= 2"),
     ],
 )

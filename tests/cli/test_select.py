@@ -15,8 +15,9 @@ import torch
 from domainbed import algorithms, datasets
 from domainbed.lib import misc
 
+from dmg_domainbed.preflight.sweep import check_against_domainbed
 from dmg_domainbed.sweep import plan
-from dmg_domainbed.sweep.config import check_against_domainbed, load_sweep
+from dmg_domainbed.sweep.config import load_sweep, resolve
 from tests.helpers import cli, domainbed_env, snapshot
 
 HARD = "DMG-KnownDomain, hard masks"
@@ -51,7 +52,7 @@ def paper_run(tmp_path_factory):
     (root / "paper.toml").write_text(SWEEP_FILE)
     config = load_sweep(root / "paper.toml")
     check_against_domainbed(config)
-    sweep = plan.resolve(config, str(root / "data"), str(root / "sweep"))
+    sweep = resolve(config, str(root / "data"), str(root / "sweep"))
     (job,) = [j for j in plan.jobs(sweep, sweep.groups[0]) if j.train_args["test_envs"] == [0]]
     assert "--save_model_every_checkpoint  --seed" in job.command_str  # a bare switch
     os.makedirs(job.output_dir)

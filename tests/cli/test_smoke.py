@@ -2,7 +2,6 @@
 fresh processes, a table of what ran; missing data and weights named as the doctor and the
 sweep name them; nothing written into the sweep's folder or the user's caches."""
 
-import os
 import re
 
 import pytest
@@ -12,9 +11,8 @@ from dmg_domainbed import synthetic
 from dmg_domainbed.cli import main
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import doctor, environment
-from dmg_domainbed.sweep import config, plan
-from dmg_domainbed.sweep.run import check_ready
-from tests.helpers import fresh_process_that_registers_erm_and_pacs
+from dmg_domainbed.sweep import config
+from tests.helpers import fresh_process_that_registers_erm_and_pacs, machine_check
 
 SWEEP = """
 [sweep]
@@ -103,9 +101,9 @@ def test_missing_data_and_weights_are_named_alike_by_smoke_doctor_and_sweep(
     assert "NOT READY: 1 job(s) did not run: ERM on PACS" in out
 
     sweep_config = config.load_sweep(user)
-    sweep = plan.resolve(sweep_config, str(data), None)
+    sweep = config.resolve(sweep_config, str(data), None)
     with pytest.raises(UserError) as refused:
-        check_ready(sweep, "local", os.environ)
+        machine_check(sweep)
     assert all(text in str(refused.value) for text in expected), refused.value
 
     registered = fresh_process_that_registers_erm_and_pacs()

@@ -108,6 +108,37 @@ def test_a_sweep_that_cannot_run_stops_before_any_job_folder(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "command, given, allowed",
+    [
+        (["sweep", "{file}", "--dry-run"], "[sweep] n_hparams = 1000000000", "1 and 1000"),
+        (["sweep", "{file}", "--dry-run"], "[sweep] n_trials = 1000000000", "1 and 100"),
+        (
+            ["demo", "--hparams_samples", "1000000000"],
+            "--hparams_samples = 1000000000",
+            "1 and 1000",
+        ),
+        (["demo", "--trials", "1000000000"], "--trials = 1000000000", "1 and 100"),
+    ],
+    ids=["sweep n_hparams", "sweep n_trials", "demo hparams samples", "demo trials"],
+)
+def test_a_sweep_too_large_to_plan_is_refused_before_any_work(
+    command, given, allowed, tmp_path, capsys
+):
+    # DomainBed makes every job of a sweep in memory first: a billion would fill it for minutes.
+    key = given.split()[-3]
+    sweep_file = tmp_path / "huge.toml"
+    sweep_file.write_text(
+        f'[sweep]\nalgorithms = ["ERM"]\ndatasets = ["RotatedDigits"]\n{key} = 1000000000\n'
+    )
+    out = tmp_path / "out"
+    argv = [part.format(file=sweep_file) for part in command] + ["--output_dir", str(out)]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"{given} is not valid: it must be an integer between {allowed}" in error
+    assert not out.exists()
+
+
 def test_demo_sweep_runs_through_both_launchers_and_collect_results_reads_it(
     job_env, tmp_path, capfd
 ):

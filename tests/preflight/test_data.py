@@ -3,7 +3,6 @@ counts and headers, nothing decoded) summed up, each problem with the command or
 fixes it."""
 
 import io
-import os
 import struct
 
 import pytest
@@ -21,9 +20,8 @@ from dmg_domainbed.preflight.data import (
     PRESENT,
     dataset_status,
 )
-from dmg_domainbed.sweep import config, plan
-from dmg_domainbed.sweep.run import check_ready
-from tests.helpers import fresh_process_that_registers_erm_and_pacs
+from dmg_domainbed.sweep import config
+from tests.helpers import fresh_process_that_registers_erm_and_pacs, machine_check
 
 
 def tiny_jpeg() -> bytes:
@@ -141,9 +139,9 @@ def test_the_sweep_preflight_and_the_doctor_name_a_broken_copy_before_any_job(
     sweep_file.write_text(
         f'[sweep]\nalgorithms = ["ERM"]\ndatasets = ["PACS"]\noutput_dir = "{output}"\n'
     )
-    sweep = plan.resolve(config.load_sweep(sweep_file), str(tmp_path / "data"), None)
+    sweep = config.resolve(config.load_sweep(sweep_file), str(tmp_path / "data"), None)
     with pytest.raises(UserError, match="the jobs would fail before their first step") as refused:
-        check_ready(sweep, "local", os.environ)
+        machine_check(sweep)
     assert expected in str(refused.value) and not output.exists()
 
     registered = fresh_process_that_registers_erm_and_pacs()
@@ -168,18 +166,18 @@ def test_the_sweep_preflight_refuses_domains_that_cannot_fill_the_largest_batch(
         f'output_dir = "{tmp_path / "sweep"}"\n'
     )
     sweep_file.write_text(text)
-    sweep = plan.resolve(config.load_sweep(sweep_file), str(data), None)
+    sweep = config.resolve(config.load_sweep(sweep_file), str(data), None)
     with pytest.raises(UserError, match="the jobs would fail before their first step") as refused:
-        check_ready(sweep, "local", os.environ)
+        machine_check(sweep)
     message = str(refused.value)
     for domain in layout.domains:
         assert f"domain {domain!r} of PACS trains on 28 images (35 less 7 held out" in message
     assert "(the largest that the sweep's jobs of ERM draw)" in message
     assert "lower the hparam batch_size to at most 28" in message
     sweep_file.write_text(text + "[sweep.hparams]\nbatch_size = 8\n")
-    sweep = plan.resolve(config.load_sweep(sweep_file), str(data), None)
+    sweep = config.resolve(config.load_sweep(sweep_file), str(data), None)
     try:
-        check_ready(sweep, "local", os.environ)
+        machine_check(sweep)
     except UserError as error:  # for other reasons only, e.g. no pretrained weights here
         assert "batch" not in str(error)
     assert not (tmp_path / "sweep").exists()

@@ -5,11 +5,8 @@ from pathlib import Path
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.sweep.config import (
-    check_against_domainbed,
-    load_sweep,
-    parse_sweep,
-)
+from dmg_domainbed.preflight.sweep import check_against_domainbed
+from dmg_domainbed.sweep.config import load_sweep, parse_sweep, resolve
 
 SWEEPS = sorted((Path(__file__).parents[2] / "sweeps").glob("*.toml"))
 
@@ -23,6 +20,7 @@ def parse(text, tmp_path):
 def checked(text, tmp_path):
     config = parse(text, tmp_path)
     check_against_domainbed(config)
+    resolve(config, str(tmp_path), str(tmp_path))  # its launcher
     return config
 
 
@@ -31,8 +29,10 @@ BASE = '[sweep]\nalgorithms = ["ERM", "DMG"]\ndatasets = ["RotatedDigits"]\n'
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
-def test_shipped_sweep_files_are_valid_and_their_networks_build(path):
-    assert check_against_domainbed(load_sweep(path)) == []
+def test_shipped_sweep_files_are_valid_and_their_networks_build(path, tmp_path):
+    config = load_sweep(path)
+    resolve(config, str(tmp_path), str(tmp_path))  # its launcher
+    assert check_against_domainbed(config) == []
 
 
 def test_the_paper_and_standard_files_are_shipped():
@@ -66,7 +66,7 @@ def test_defaults_are_domainbed_s(tmp_path):
         ('[sweep]\ndatasets = ["PACS"]\n', r"\[sweep\] needs algorithms"),
         (
             BASE + "n_trials = 0\n",
-            r"\[sweep\] n_trials = 0 is not valid: it must be an integer >= 1",
+            r"\[sweep\] n_trials = 0 is not valid: it must be an integer between 1 and 100",
         ),
         (BASE + "steps = 2.5\n", r"steps = 2.5 is not valid"),
         (

@@ -11,7 +11,7 @@ from domainbed import hparams_registry
 
 from dmg_domainbed.algorithms.importance_mask import ImportanceMask
 from dmg_domainbed.sweep import plan
-from dmg_domainbed.sweep.config import load_sweep
+from dmg_domainbed.sweep.config import load_sweep, resolve
 from dmg_domainbed.sweep.run import launcher_environment
 
 from ..helpers import run_domainbed
@@ -31,7 +31,7 @@ def effective(job):
 
 
 def test_pacs_resnet50_expands_to_the_paper_s_comparison(tmp_path):
-    sweep = plan.resolve(
+    sweep = resolve(
         load_sweep(SWEEPS / "pacs_resnet50.toml"), str(tmp_path / "data"), str(tmp_path / "sweep")
     )
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
@@ -72,7 +72,7 @@ def test_resnet18_files_switch_augmix_off_too():
 
 
 def test_groups_share_one_folder(tmp_path):
-    sweep = plan.resolve(load_sweep(SWEEPS / "pacs_resnet50.toml"), "data", str(tmp_path))
+    sweep = resolve(load_sweep(SWEEPS / "pacs_resnet50.toml"), "data", str(tmp_path))
     first, second = sweep.groups
     assert first.algorithms == ("Aggregate", "MultiHead") and second.algorithms == ("DMG",)
     assert json.loads(second.hparams_json)["lambda_overlap"] == 0.1
@@ -83,7 +83,7 @@ def test_groups_share_one_folder(tmp_path):
 
 def test_jobs_are_the_ones_domainbed_sweep_script_makes(tmp_path):
     config = load_sweep(SWEEPS / "demo.toml")
-    sweep = plan.resolve(config, ".", str(tmp_path / "sweep"))
+    sweep = resolve(config, ".", str(tmp_path / "sweep"))
     ours = {job.output_dir for group in sweep.groups for job in plan.jobs(sweep, group)}
     printed = run_domainbed(
         "sweep",
@@ -116,7 +116,7 @@ def test_checkpoint_freq_and_sized_hparams_reach_every_job(tmp_path):
         steps=40,
         checkpoint_freq=10,
     )
-    sweep = plan.resolve(config, ".", str(tmp_path))
+    sweep = resolve(config, ".", str(tmp_path))
     by_algorithm = {g.algorithms: g for g in sweep.groups}
     assert set(by_algorithm) == {("DMG",), ("ImportanceMask",)}
     assert by_algorithm[("ImportanceMask",)].hparams == ImportanceMask.run_length_hparams(40)
@@ -128,8 +128,8 @@ def test_checkpoint_freq_and_sized_hparams_reach_every_job(tmp_path):
 
 def test_save_model_every_checkpoint_reaches_every_job_as_a_bare_switch(tmp_path):
     config = replace(load_sweep(SWEEPS / "demo.toml"), save_model_every_checkpoint=True)
-    sweep = plan.resolve(config, ".", str(tmp_path))
-    plain = plan.resolve(load_sweep(SWEEPS / "demo.toml"), ".", str(tmp_path))
+    sweep = resolve(config, ".", str(tmp_path))
+    plain = resolve(load_sweep(SWEEPS / "demo.toml"), ".", str(tmp_path))
     for group, plain_group in zip(sweep.groups, plain.groups, strict=True):
         jobs, plain_jobs = plan.jobs(sweep, group), plan.jobs(plain, plain_group)
         for job, plain_job in zip(jobs, plain_jobs, strict=True):

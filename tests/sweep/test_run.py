@@ -136,7 +136,7 @@ def incomplete_and_done(tmp_path):
     done; (sweep, incomplete folders)."""
     from dmg_domainbed.sweep import config, plan
 
-    sweep = plan.resolve(config.load_sweep(small_sweep(tmp_path, steps=5)), None, None)
+    sweep = config.resolve(config.load_sweep(small_sweep(tmp_path, steps=5)), None, None)
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
     for n, job in enumerate(jobs):
         Path(job.output_dir).mkdir(parents=True)
