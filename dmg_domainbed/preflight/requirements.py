@@ -42,8 +42,10 @@ def own_weights(
     featurizer's, or ``None`` when it has none."""
     from domainbed import algorithms
 
-    check = getattr(algorithms.get_algorithm_class(algorithm), "check_weights", None)
-    return check(effective_hparams(algorithm, dataset, overrides)) if check else None
+    from dmg_domainbed.algorithms.base import declarations_of
+
+    declared = declarations_of(algorithms.get_algorithm_class(algorithm))
+    return declared.check_weights(effective_hparams(algorithm, dataset, overrides))
 
 
 def missing(

@@ -182,6 +182,6 @@ def write_selection(
 
 
 def _has_known_domain(run: Run) -> bool:
-    from dmg_domainbed.algorithms.base import known_domain_predictions
+    from dmg_domainbed.algorithms.base import declarations_of
 
-    return bool(known_domain_predictions(run_files.algorithm_class(run)))
+    return bool(declarations_of(run_files.algorithm_class(run)).KNOWN_DOMAIN_PREDICTIONS)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from dmg_domainbed.algorithms.base import known_domain_predictions
+from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs as run_files
 from dmg_domainbed.reporting.divergence import warnings
@@ -40,7 +40,7 @@ def predictors(run: Run, algorithm) -> dict[str, Predictor]:
     """Row label -> function ``(x, d)`` giving logits, for every prediction the algorithm has;
     ``predict`` comes first."""
     rows: dict[str, Predictor] = {f"{run.algorithm} ({PREDICT})": lambda x, d: algorithm.predict(x)}
-    for mode, label in known_domain_predictions(type(algorithm)).items():
+    for mode, label in declarations_of(type(algorithm)).KNOWN_DOMAIN_PREDICTIONS.items():
         rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: algorithm.predict_known_domain(
             x, d, mode
         )
