@@ -374,6 +374,15 @@ def register_hparams(module: ModuleType) -> None:
     module._hparams = _hparams
 
 
+def domainbed_hparams(algorithm: str, dataset: str, random_seed: int) -> dict[str, tuple]:
+    """(default, random) of the hparams DomainBed's own registry gives ``algorithm`` on
+    ``dataset``, without any plugin's declarations."""
+    from domainbed import hparams_registry
+
+    own = getattr(hparams_registry._hparams, "__wrapped__", hparams_registry._hparams)
+    return own(algorithm, dataset, random_seed)
+
+
 # Each registrar, and the module attribute it leaves its mark on: DomainBed's code defines that
 # attribute afresh when it runs again (``importlib.reload``), which tells a reloaded module from
 # a registered one.
