@@ -72,24 +72,36 @@ class PluginImportError(ImportError):
     plugin's own traceback."""
 
 
+def _initializing(module_name: str) -> bool:
+    """True while a module of ``module_name``'s top-level package is half-way through its first
+    import (the plugin module itself, or a module of its package that it imports).
+
+    Python marks such a module's spec ``_initializing``; no public API tells it."""
+    package = module_name.partition(".")[0]
+    return any(
+        getattr(getattr(module, "__spec__", None), "_initializing", False)
+        for name, module in list(sys.modules.items())
+        if name == package or name.startswith(f"{package}.")
+    )
+
+
 def load(group: str, name: str) -> Any | None:
     """Load one entry point; a failure is reported once and gives ``None``.
 
-    A plugin module that imports DomainBed triggers registration while it is still being
-    imported: Python has put the half-run module in ``sys.modules`` and the object the entry
-    point names is not defined yet. Such a failure is left for a later call instead of being
-    reported (:func:`require` reports it if it persists).
+    A plugin module that imports DomainBed triggers registration while it (or a module of its
+    package) is still being imported; its entry point is then left for a later call instead of
+    failing.
     """
     key = (group, name)
     if key in _loaded:
         return _loaded[key]
     entry_point = entry_points(group)[name]
+    if _initializing(entry_point.module):
+        return None
     try:
         _loaded[key] = entry_point.load()
     except Exception as error:
         _failures[key] = error
-        if entry_point.module in sys.modules:
-            return None
         dist = getattr(entry_point.dist, "name", "an installed package")
         report_once(
             f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
