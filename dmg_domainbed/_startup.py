@@ -40,8 +40,12 @@ def disabled() -> bool:
 
 
 def _report(message: str) -> None:
+    """Hand a problem to :func:`dmg_domainbed.errors.report_once`, imported only when there is
+    one (it is stdlib only, but the hook loads nothing a process does not need)."""
     try:
-        sys.stderr.write(f"dmg-domainbed: {message}\n")
+        from dmg_domainbed.errors import report_once
+
+        report_once(message)
     except Exception:
         pass
 

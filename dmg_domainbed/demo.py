@@ -100,7 +100,7 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
     """The sweep report (its summary echoed), then the pictures of what each run learned
     (``masks_<algorithm>_test_env<i>.*``) and the in-domain Table 3 per test domain, of the
     runs of the first trial with DomainBed's default hparams (one data split per test domain)."""
-    from dmg_domainbed.algorithms.base import learned_pictures
+    from dmg_domainbed.algorithms.base import declarations_of
     from dmg_domainbed.reporting import in_domain
     from dmg_domainbed.reporting.learned import draw_learned
     from dmg_domainbed.reporting.report import write_report
@@ -113,7 +113,7 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
         if job.train_args["hparams_seed"] == 0 and job.train_args["trial_seed"] == 0:
             run_ = runs.read_run(job.output_dir)
             by_test_env.setdefault(run_.test_envs[0], []).append(run_)
-            if learned_pictures(runs.algorithm_class(run_)):
+            if declarations_of(runs.algorithm_class(run_)).LEARNED_PICTURES:
                 stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
                 try:
                     files += draw_learned(run_, report_dir, stem).files

@@ -34,10 +34,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import traceback
 from collections.abc import Container
 from importlib import metadata
 from types import ModuleType
 from typing import Any
+
+from dmg_domainbed.errors import UserError, report_once
 
 ALGORITHM_GROUP = "domainbed.algorithms"
 DATASET_GROUP = "domainbed.datasets"
@@ -46,23 +49,13 @@ _MARK = "__dmg_domainbed_registered__"
 LOADER_WORKERS_VARIABLE = "DMG_DOMAINBED_LOADER_WORKERS"
 
 
-_reported: set[str] = set()
-
-
-def _report(message: str) -> None:
-    """Write a problem to stderr, once per process."""
-    if message not in _reported:
-        _reported.add(message)
-        sys.stderr.write(f"dmg-domainbed: {message}\n")
-
-
 @functools.cache
 def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
     """The installed entry points of ``group`` by name; a name claimed twice keeps the first."""
     found: dict[str, metadata.EntryPoint] = {}
     for entry_point in metadata.entry_points(group=group):
         if entry_point.name in found and found[entry_point.name].value != entry_point.value:
-            _report(
+            report_once(
                 f"entry point '{entry_point.name}' of group '{group}' is declared twice "
                 f"('{found[entry_point.name].value}' and '{entry_point.value}'); "
                 "using the first. Uninstall one of the two packages."
@@ -73,11 +66,20 @@ def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
 
 
 _loaded: dict[tuple[str, str], Any | None] = {}
+# The exception each entry point that could not be loaded raised, with its traceback.
+_failures: dict[tuple[str, str], BaseException] = {}
+
+
+class PluginImportError(ImportError):
+    """A plugin that was asked for by name could not be imported; the message holds the
+    plugin's own traceback."""
 
 
 def _initializing(module_name: str) -> bool:
     """True while a module of ``module_name``'s top-level package is half-way through its first
-    import (the plugin module itself, or a module of its package that it imports)."""
+    import (the plugin module itself, or a module of its package that it imports).
+
+    Python marks such a module's spec ``_initializing``; no public API tells it."""
     package = module_name.partition(".")[0]
     return any(
         getattr(getattr(module, "__spec__", None), "_initializing", False)
@@ -102,14 +104,37 @@ def load(group: str, name: str) -> Any | None:
     try:
         _loaded[key] = entry_point.load()
     except Exception as error:
+        _failures[key] = error
         dist = getattr(entry_point.dist, "name", "an installed package")
-        _report(
+        report_once(
             f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
             f"from {dist}): {type(error).__name__}: {error}. DomainBed and the other plugins "
             f"still work; fix or uninstall {dist} to use '{name}'."
         )
         _loaded[key] = None
     return _loaded[key]
+
+
+def require(group: str, name: str) -> Any | None:
+    """The plugin ``name`` of ``group``, for a caller that asked for it by name: ``None`` if no
+    installed package declares it, :class:`PluginImportError` with the plugin's traceback if
+    its entry point cannot be loaded."""
+    if name not in entry_points(group):
+        return None
+    obj = load(group, name)
+    if obj is not None:
+        return obj
+    if (group, name) not in _failures:  # still being imported: asked for from inside it
+        return None
+    error = _failures[(group, name)]
+    entry_point = entry_points(group)[name]
+    dist = getattr(entry_point.dist, "name", "an installed package")
+    trace = "".join(traceback.format_exception(error)).rstrip()
+    raise PluginImportError(
+        f"DomainBed plugin '{name}' ('{entry_point.value}', group '{group}', from {dist}) "
+        f"cannot be imported:\n\n{trace}\n\nFix {dist} (the traceback above ends where the "
+        f"error is), or uninstall it, to use '{name}'."
+    )
 
 
 def plugins(group: str) -> dict[str, Any]:
@@ -132,7 +157,7 @@ def _add_to_namespace(module: ModuleType, names: list[str], group: str, what: st
             continue
         existing = module.__dict__.get(name)
         if existing is not None and existing is not obj:
-            _report(
+            report_once(
                 f"plugin {what} '{name}' (group '{group}') is not registered: DomainBed "
                 f"already has a {what} of that name. Rename the entry point."
             )
@@ -154,11 +179,13 @@ def _open_namespace(module: ModuleType, names: str, group: str, what: str, looku
     @functools.wraps(domainbed_lookup)
     def lookup_with_plugins(name: str):
         complete()
+        require(group, name)
         return domainbed_lookup(name)
 
     def module_getattr(name: str):
         if name in entry_points(group):
             complete()
+            require(group, name)
             if name in module.__dict__:
                 return module.__dict__[name]
         raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
@@ -198,6 +225,48 @@ def register_datasets(module: ModuleType) -> None:
     _open_namespace(module, "DATASETS", DATASET_GROUP, "dataset", "get_dataset_class")
     register_manifest_datasets(module)
     cap_loader_workers(module)
+    check_test_envs_when_built(module.MultipleDomainDataset)
+
+
+def check_test_envs(dataset_class: type, test_envs) -> None:
+    """Raise :class:`UserError` unless ``test_envs`` are distinct domain numbers of
+    ``dataset_class`` that leave at least one domain to train on.
+
+    DomainBed's ``train.py`` does not check them: an out-of-range test environment trains on
+    every domain while the algorithm is built for one domain fewer, and fails later in the
+    algorithm (an ``IndexError`` in a per-domain layer), far from its cause.
+    """
+    environments = list(getattr(dataset_class, "ENVIRONMENTS", None) or ())
+    if not environments or test_envs is None:
+        return
+    name, count = dataset_class.__name__, len(environments)
+    domains = ", ".join(f"{i}: {env!r}" for i, env in enumerate(environments))
+    given = " ".join(str(env) for env in test_envs)
+    allowed = f"{name} has {count} domains ({domains}): test_envs are numbers 0 to {count - 1}"
+    fix = (
+        f"Give --test_envs between 0 and {count - 1} (--test_envs 0 tests on {environments[0]!r})."
+    )
+    for env in test_envs:
+        if isinstance(env, bool) or not isinstance(env, int) or not 0 <= env < count:
+            raise UserError(f"test environment {env!r} (--test_envs {given}): {allowed}. {fix}")
+    if len(set(test_envs)) != len(test_envs):
+        raise UserError(f"--test_envs {given} names a domain twice: {allowed}, each once. {fix}")
+    if len(test_envs) >= count:
+        raise UserError(f"--test_envs {given} leaves no domain to train on: {allowed}. {fix}")
+
+
+def check_test_envs_when_built(base: type) -> None:
+    """Have every dataset of DomainBed's family check its ``test_envs`` (:func:`check_test_envs`)
+    before it reads any data: DomainBed builds a dataset as ``cls(root, test_envs, hparams)``,
+    so ``__new__`` of their common base sees them first, whatever the algorithm. Unpickling
+    (``cls.__new__(cls)``, in data-loader workers) passes nothing and is not checked."""
+
+    def __new__(cls, *args, **kwargs):
+        test_envs = args[1] if len(args) > 1 else kwargs.get("test_envs")
+        check_test_envs(cls, test_envs)
+        return object.__new__(cls)
+
+    base.__new__ = staticmethod(__new__)
 
 
 def register_manifest_datasets(module: ModuleType, environ=os.environ) -> list[str]:
@@ -215,12 +284,12 @@ def register_manifest_datasets(module: ModuleType, environ=os.environ) -> list[s
 
     manifests, problems = read_manifests(environ)
     for problem in problems:
-        _report(f"{problem}. It is not registered.")
+        report_once(f"{problem}. It is not registered.")
     registered = []
     for manifest in manifests:
         refusal = manifest_refusal(module, manifest)
         if refusal is not None:
-            _report(refusal)
+            report_once(refusal)
             continue
         module.__dict__[manifest.name] = dataset_class(manifest)
         if manifest.name not in module.DATASETS:
@@ -270,7 +339,7 @@ def loader_workers_budget(environ=os.environ) -> int | None:
     if not text:
         return None
     if not text.isdigit():
-        _report(
+        report_once(
             f"{LOADER_WORKERS_VARIABLE}={text!r} is not a whole number >= 0: ignored, "
             "DomainBed's own data-loader workers are used. Fix or unset the variable."
         )
@@ -282,13 +351,14 @@ def cap_loader_workers(module: ModuleType, environ=os.environ) -> None:
     """Cap the data-loader workers of every dataset class of ``domainbed.datasets``' family.
 
     DomainBed's ``train.py`` gives each of its loaders ``dataset.N_WORKERS`` worker processes
-    (8 unless a dataset says otherwise), with one training loader per source domain, all
-    prefetching at once. ``DMG_DOMAINBED_LOADER_WORKERS=N`` is a budget per job: each loader of
-    a dataset with ``E`` domains gets ``max(1, N // (E - 1))`` workers (its ``E - 1`` training
-    loaders together about ``N``, with one test domain), never more than the dataset's own
-    number and never 0 where that is not 0 (0 would move augmentation into the training
-    process and change its random stream). Unset, every class gets its own number back.
-    Called at registration and again by a forked job with its own environment.
+    (DomainBed's default unless a dataset says otherwise; docs/sweeps.md), with one training
+    loader per source domain, all prefetching at once. ``DMG_DOMAINBED_LOADER_WORKERS=N`` is a
+    budget per job: each loader of a dataset with ``E`` domains gets ``max(1, N // (E - 1))``
+    workers (its ``E - 1`` training loaders together about ``N``, with one test domain), never
+    more than the dataset's own number and never 0 where that is not 0 (0 would move
+    augmentation into the training process and change its random stream). Unset, every class
+    gets its own number back. Called at registration and again by a forked job with its own
+    environment.
     """
     budget = loader_workers_budget(environ)
     classes = _subclasses(module.MultipleDomainDataset)
@@ -313,9 +383,7 @@ def plugin_hparams(
 ) -> dict[str, tuple[Any, Any]]:
     """(default, random) of the hparams that plugin ``name`` of ``group`` declares for runs on
     ``dataset``, given the names already ``defined``."""
-    if name not in entry_points(group):
-        return {}
-    component = load(group, name)
+    component = require(group, name)
     space = getattr(component, "HPARAMS", None)
     if space is None:
         return {}
@@ -342,6 +410,15 @@ def register_hparams(module: ModuleType) -> None:
         return hparams
 
     module._hparams = _hparams
+
+
+def domainbed_hparams(algorithm: str, dataset: str, random_seed: int) -> dict[str, tuple]:
+    """(default, random) of the hparams DomainBed's own registry gives ``algorithm`` on
+    ``dataset``, without any plugin's declarations."""
+    from domainbed import hparams_registry
+
+    own = getattr(hparams_registry._hparams, "__wrapped__", hparams_registry._hparams)
+    return own(algorithm, dataset, random_seed)
 
 
 # Each registrar, and the module attribute it leaves its mark on: DomainBed's code defines that

@@ -202,3 +202,35 @@ def test_any_installed_package_adds_an_algorithm_through_an_entry_point(tmp_path
     # the broken entry point is reported once, clearly, and stops nothing
     assert result.stderr.count("skipping DomainBed plugin 'Broken") == 1
     assert "tiny_dg_plugin.missing" in result.stderr
+
+
+def test_a_test_env_out_of_range_stops_train_before_any_step_naming_the_domains(tmp_path):
+    out = tmp_path / "run"
+    args = ["--algorithm", "DMG", "--dataset", "RotatedDigits", "--test_envs", "7"]
+    result = run_domainbed("train", *args, "--output_dir", str(out), check=False)
+    output = result.stdout + result.stderr  # DomainBed's train tees its stderr to stdout
+    assert result.returncode != 0
+    assert "UserError: test environment 7 (--test_envs 7): RotatedDigits has 4 domains" in output
+    assert "test_envs are numbers 0 to 3" in output
+    assert "IndexError" not in output and not (out / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "test_envs, problem",
+    [
+        ([3], "test environment 3"),
+        ([-1], "test environment -1"),
+        ([0, 0], "names a domain twice"),
+        ([0, 1, 2], "leaves no domain to train on"),
+    ],
+)
+def test_every_dataset_checks_its_test_envs_when_built(test_envs, problem):
+    from domainbed import datasets
+
+    from dmg_domainbed.errors import UserError
+
+    hparams = {"data_augmentation": False}
+    with pytest.raises(UserError, match=problem) as refused:
+        datasets.get_dataset_class("Debug28")("", test_envs, hparams)
+    assert "Debug28 has 3 domains (0: '0', 1: '1', 2: '2')" in str(refused.value)
+    assert len(datasets.get_dataset_class("Debug28")("", [2], hparams)) == 3

@@ -1,9 +1,11 @@
 """What the algorithms of this package share, and what the rest of the package asks of one.
 
-DomainBed's contract is ``__init__(input_shape, num_classes, num_domains, hparams)``,
-``update(minibatches, unlabeled) -> dict`` and ``predict(x)``. On top of it an algorithm of this
-package declares, in its own file next to its class, everything that reporting, the CLI and the
-demo need to know about it; they ask the algorithm class and never test its name:
+A plugin's contract is DomainBed's: ``__init__(input_shape, num_classes, num_domains,
+hparams)``, ``update(minibatches, unlabeled) -> dict`` of floats and ``predict(x)``; with an
+``HPARAMS`` declaration (:mod:`dmg_domainbed.integration`) it is complete. Everything else is
+optional: :class:`PluginAlgorithm` declares each question the reports, the CLI and the demo ask
+of an algorithm, with a default that means "nothing of this"; a subclass overrides what it
+offers. The callers ask the class, through :func:`declarations_of`, and never test its name:
 
 ============================== ===============================================================
 ``HPARAMS``                    its hparams (:class:`~dmg_domainbed.hparams.HParamSpace`),
@@ -11,22 +13,22 @@ demo need to know about it; they ask the algorithm class and never test its name
                                ones (:mod:`dmg_domainbed.hparams.trainable`); a name that
                                neither DomainBed nor the algorithm defines is refused
 ``KNOWN_DOMAIN_PREDICTIONS``   known-domain predictions (paper Table 3) as ``{mode: label}``,
-                               served by ``predict_known_domain(x, domain, mode)``
-``run_length_hparams(steps)``  hparams whose value depends on the run's number of steps
+                               served by ``predict_known_domain(x, domain, mode)``; none
+``run_length_hparams(steps)``  hparams whose value depends on the run's number of steps; none
 ``LEARNED_PICTURES``           what ``draw_learned(run, output_dir, stem)`` draws of a finished
                                run (``dmg-domainbed masks``); empty: nothing. ``run`` is plain
                                data (:class:`~dmg_domainbed.drawing.FinishedRun`)
 ``SAMPLE_IMAGES``              held-out images per environment ``draw_learned`` needs in
-                               ``run.samples`` (0: none)
+                               ``run.samples``; 0
 ``training_curves(runs, envs)`` a figure of its logged diagnostics over training, for sweep
-                               reports; ``None``: none
-``check_input_shape(shape)``   classmethod: ``UserError`` for inputs it cannot take (``doctor``)
-``check_weights(hparams)``     classmethod of an algorithm that loads its own pretrained weights:
-                               a ``WeightsCheck`` (``doctor``, ``sweep``)
+                               reports; ``None``
+``check_input_shape(shape)``   ``UserError`` for inputs it cannot take (``doctor``); takes any
+``check_weights(hparams)``     a ``WeightsCheck`` of the pretrained weights it loads itself
+                               (``doctor``, ``sweep``); ``None``: only DomainBed's featurizer's
 ============================== ===============================================================
 
-DomainBed's own algorithms declare none of this; the functions at the end of this module give
-the answer for any DomainBed algorithm class.
+An algorithm that subclasses DomainBed's ``Algorithm`` directly (another package's, or
+DomainBed's own) declares nothing: :func:`declarations_of` answers for it with these defaults.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from dmg_domainbed.drawing import Drawn, FinishedRun
+    from dmg_domainbed.weight_files import WeightsCheck
 
 
 class PluginAlgorithm(Algorithm):
@@ -70,6 +73,11 @@ class PluginAlgorithm(Algorithm):
         """Hparams sized for a run of ``steps`` steps (none by default)."""
         return {}
 
+    def predict_known_domain(self, x: torch.Tensor, domain: int, mode: str) -> torch.Tensor:
+        """Logits of ``x`` known to come from source domain ``domain``, in one of the modes of
+        ``KNOWN_DOMAIN_PREDICTIONS``."""
+        raise NotImplementedError(f"{type(self).__name__} has no known-domain predictions")
+
     def draw_learned(self, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
         """Pictures and tables of what a finished run learned, named ``<stem>*``."""
         raise NotImplementedError(f"{type(self).__name__} draws nothing of a finished run")
@@ -80,6 +88,16 @@ class PluginAlgorithm(Algorithm):
     ) -> Figure | None:
         """A figure of the diagnostics ``update`` logs, over training, for one run per choice of
         test environments (its records by step); ``None`` when the algorithm has none."""
+        return None
+
+    @classmethod
+    def check_input_shape(cls, input_shape: tuple[int, ...]) -> None:
+        """Raise ``UserError`` for an input shape the algorithm cannot take (any by default)."""
+
+    @classmethod
+    def check_weights(cls, hparams: Mapping[str, Any]) -> WeightsCheck | None:
+        """The pretrained weights the algorithm loads itself, not through DomainBed's
+        featurizer; ``None`` when it loads none."""
         return None
 
 
@@ -100,28 +118,8 @@ def featurizer_classifier(
     return nn.Sequential(OrderedDict(featurizer=featurizer, classifier=classifier))
 
 
-def known_domain_predictions(algorithm_class: type) -> Mapping[str, str]:
-    """``{mode: label}`` of the known-domain predictions ``algorithm_class`` offers."""
-    return getattr(algorithm_class, "KNOWN_DOMAIN_PREDICTIONS", {})
-
-
-def run_length_hparams(algorithm_class: type, steps: int) -> dict[str, Any]:
-    """The hparams ``algorithm_class`` sizes for a run of ``steps`` steps."""
-    scale = getattr(algorithm_class, "run_length_hparams", None)
-    return scale(steps) if scale is not None else {}
-
-
-def learned_pictures(algorithm_class: type) -> str:
-    """What ``algorithm_class`` draws of a finished run; empty when nothing."""
-    return getattr(algorithm_class, "LEARNED_PICTURES", "")
-
-
-def sample_images(algorithm_class: type) -> int:
-    """Held-out images per environment that ``algorithm_class`` draws what it learned from."""
-    return getattr(algorithm_class, "SAMPLE_IMAGES", 0)
-
-
-def training_curves(algorithm_class: type, runs, environments) -> Figure | None:
-    """``algorithm_class``'s figure of diagnostics over training, or ``None``."""
-    draw = getattr(algorithm_class, "training_curves", None)
-    return draw(runs, environments) if draw is not None else None
+def declarations_of(algorithm_class: type) -> type[PluginAlgorithm]:
+    """The class that answers the package's questions about ``algorithm_class``: itself when it
+    is a :class:`PluginAlgorithm`, else :class:`PluginAlgorithm`, whose defaults declare
+    nothing (a DomainBed ``Algorithm`` from elsewhere)."""
+    return algorithm_class if issubclass(algorithm_class, PluginAlgorithm) else PluginAlgorithm

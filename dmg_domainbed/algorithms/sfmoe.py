@@ -84,6 +84,7 @@ class SFMOE(PluginAlgorithm):
             minimum=MIN_LR,
             maximum=MAX_LR,
             per_dataset={name: lr for name, (lr, _) in PAPER_DATASETS.items()},
+            where_defined=True,  # DomainBed's own lr, with the paper's values
             help="Adam learning rate",
         ),
         HParam(
@@ -94,6 +95,7 @@ class SFMOE(PluginAlgorithm):
             maximum=MAX_WEIGHT_DECAY,
             per_dataset={name: wd for name, (_, wd) in PAPER_DATASETS.items()},
             datasets=tuple(PAPER_DATASETS),
+            where_defined=True,  # DomainBed's own weight_decay, with the paper's values
             help="Adam (coupled) weight decay; DomainBed's on other datasets",
         ),
         HParam(

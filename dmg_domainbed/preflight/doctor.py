@@ -133,12 +133,14 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
 
 
 def _input_check(algorithm: str, dataset: str | None) -> list[Check]:
-    """An algorithm that takes some input shapes only offers ``check_input_shape(shape)``."""
+    """Whether the algorithm takes the dataset's inputs (its ``check_input_shape(shape)``)."""
     from domainbed import algorithms
 
-    check = getattr(algorithms.get_algorithm_class(algorithm), "check_input_shape", None)
+    from dmg_domainbed.algorithms.base import declarations_of
+
+    check = declarations_of(algorithms.get_algorithm_class(algorithm)).check_input_shape
     shape = input_shape(dataset) if dataset else None
-    if check is None or shape is None:
+    if shape is None:
         return []
     try:
         check(shape)

@@ -49,8 +49,9 @@ def own_weights(
 def _own_weights(algorithm: str, hparams: Mapping[str, Any]) -> WeightsCheck | None:
     from domainbed import algorithms
 
-    check = getattr(algorithms.get_algorithm_class(algorithm), "check_weights", None)
-    return check(hparams) if check else None
+    from dmg_domainbed.algorithms.base import declarations_of
+
+    return declarations_of(algorithms.get_algorithm_class(algorithm)).check_weights(hparams)
 
 
 def missing(

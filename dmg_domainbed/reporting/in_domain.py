@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from dmg_domainbed.algorithms.base import known_domain_predictions
+from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs as run_files
 from dmg_domainbed.reporting import tables
@@ -50,7 +50,7 @@ def predictors(run: Run, algorithm) -> dict[str, Predictor]:
     """Row label -> function ``(x, d)`` giving logits, for every prediction the algorithm has;
     ``predict`` comes first."""
     rows: dict[str, Predictor] = {f"{run.algorithm} ({PREDICT})": lambda x, d: algorithm.predict(x)}
-    for mode, label in known_domain_predictions(type(algorithm)).items():
+    for mode, label in declarations_of(type(algorithm)).KNOWN_DOMAIN_PREDICTIONS.items():
         rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: algorithm.predict_known_domain(
             x, d, mode
         )
@@ -299,7 +299,9 @@ def write_selection(
     sweep = run_files.require_sweep(sweep_dir)
     runs = [run_files.read_run(folder) for folder in run_files.run_folders(sweep)]
     with_known_domain = [
-        run for run in runs if known_domain_predictions(run_files.algorithm_class(run))
+        run
+        for run in runs
+        if declarations_of(run_files.algorithm_class(run)).KNOWN_DOMAIN_PREDICTIONS
     ]
     without = [run for run in with_known_domain if not run_files.checkpoint_models(run)]
     if with_known_domain and len(without) == len(with_known_domain):

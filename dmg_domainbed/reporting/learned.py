@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmg_domainbed.algorithms.base import learned_pictures, sample_images
+from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import Drawn, FinishedRun, Sample
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting.runs import (
@@ -31,12 +31,12 @@ def require_drawing(run: Run, command: str) -> None:
     algorithms that do and up to four runs of theirs next to ``run``."""
     from domainbed import algorithms
 
-    if learned_pictures(algorithm_class(run)):
+    if declarations_of(algorithm_class(run)).LEARNED_PICTURES:
         return
     drawing = [
         name
         for name in algorithms.ALGORITHMS
-        if learned_pictures(algorithms.get_algorithm_class(name))
+        if declarations_of(algorithms.get_algorithm_class(name)).LEARNED_PICTURES
     ]
     siblings = []
     for folder in run_folders(run.path.parent):
@@ -77,5 +77,5 @@ def draw_learned(run: Run, output_dir: Path, stem: str) -> Drawn:
     """Load the run's algorithm (on CPU) and let it draw what it learned into ``output_dir``,
     files named ``<stem>*``."""
     algorithm = load_algorithm(run, "cpu")
-    drawn_from = finished_run(run, sample_images(type(algorithm)))
+    drawn_from = finished_run(run, declarations_of(type(algorithm)).SAMPLE_IMAGES)
     return algorithm.draw_learned(drawn_from, output_dir, stem)

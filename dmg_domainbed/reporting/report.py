@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from dmg_domainbed.algorithms.base import training_curves
+from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import colours, figure, save
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import ranks, selected, tables
@@ -109,7 +109,8 @@ def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> di
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
             runs = first_runs(records, dataset, algorithm)
-            curves = training_curves(algorithms.get_algorithm_class(algorithm), runs, environments)
+            declared = declarations_of(algorithms.get_algorithm_class(algorithm))
+            curves = declared.training_curves(runs, environments)
             if curves is not None:
                 drawn[f"{algorithm.lower()}_diagnostics_{dataset}.png"] = curves
     return drawn

@@ -223,14 +223,14 @@ class Sweep:
         file's common hparams, then its own; later ones win."""
         from domainbed import algorithms
 
-        from dmg_domainbed.algorithms.base import run_length_hparams
+        from dmg_domainbed.algorithms.base import declarations_of
 
         by_hparams: dict[str, list[str]] = {}
         for algorithm in self.config.algorithms:
             sized = {}
             if self.config.steps is not None and algorithm in algorithms.ALGORITHMS:
                 cls = algorithms.get_algorithm_class(algorithm)
-                sized = run_length_hparams(cls, self.config.steps)
+                sized = declarations_of(cls).run_length_hparams(self.config.steps)
             fixed = {**sized, **self.config.hparams_of(algorithm)}
             by_hparams.setdefault(json.dumps(fixed, sort_keys=True), []).append(algorithm)
         return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]

@@ -1,0 +1,192 @@
+"""``dmg-domainbed check-algorithm`` names what is wrong with a broken plugin, and where; a plugin
+that cannot be imported is named with its traceback wherever it is asked for by name."""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .helpers import domainbed_env, run_domainbed, run_python
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+BROKEN_PLUGINS = {
+    "pyproject.toml": """
+        [build-system]
+        requires = ["hatchling"]
+        build-backend = "hatchling.build"
+
+        [project]
+        name = "broken-dg-plugins"
+        version = "0.0.1"
+
+        [project.entry-points."domainbed.algorithms"]
+        ImportBroken = "broken_dg_plugins.missing_dependency:ImportBroken"
+        TensorUpdate = "broken_dg_plugins:TensorUpdate"
+        WrongShape = "broken_dg_plugins:WrongShape"
+        NoReload = "broken_dg_plugins:NoReload"
+        BadHparams = "broken_dg_plugins:BadHparams"
+        """,
+    "broken_dg_plugins/missing_dependency.py": """
+        import a_module_nobody_installed  # noqa: F401
+        """,
+    "broken_dg_plugins/__init__.py": """
+        import random
+
+        import torch
+        from domainbed.algorithms import ERM
+
+
+        class TensorUpdate(ERM):
+            def update(self, minibatches, unlabeled=None):
+                return {"loss": torch.tensor(super().update(minibatches)["loss"])}
+
+
+        class WrongShape(ERM):
+            # class indices in evaluation, not one logit per class
+            def predict(self, x):
+                logits = super().predict(x)
+                return logits if self.training else logits.argmax(1)
+
+
+        class NoReload(ERM):
+            # a running count kept in a plain tensor: not in state_dict(), left by .to()
+            def __init__(self, *args):
+                super().__init__(*args)
+                self.updates = torch.zeros(())
+
+            def update(self, minibatches, unlabeled=None):
+                self.updates += 1
+                return super().update(minibatches)
+
+            def predict(self, x):
+                return super().predict(x) + self.updates
+
+
+        class BadHparams(ERM):
+            HPARAMS = {
+                "lr": (0.5, lambda r: 0.5),
+                "noise": (0.0, lambda r: random.random()),
+            }
+        """,
+}
+
+
+def install(files: dict[str, str], root: Path) -> Path:
+    """Install the package of ``files`` into a folder of its own; returns that folder."""
+    source, target = root / "source", root / "site"
+    for name, text in files.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(textwrap.dedent(text))
+    run_python(
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(target),
+        str(source),
+    )
+    return target
+
+
+@pytest.fixture(scope="module")
+def broken_env(tmp_path_factory) -> dict[str, str]:
+    site = install(BROKEN_PLUGINS, tmp_path_factory.mktemp("broken"))
+    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}", HF_HUB_OFFLINE="1")
+
+
+def sections(output: str) -> dict[str, str]:
+    """The report of each algorithm, by name."""
+    parts = re.split(r"^check-algorithm (\w+) on \w+$", output, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+@pytest.fixture(scope="module")
+def checked(broken_env):
+    names = ["ImportBroken", "TensorUpdate", "WrongShape", "NoReload", "BadHparams"]
+    result = run_python(
+        "-m", "dmg_domainbed", "check-algorithm", *names, env=broken_env, check=False
+    )
+    return result, sections(result.stdout)
+
+
+def failed(report: str) -> set[str]:
+    return set(re.findall(r"^  FAIL  (.+?)\s{2,}", report, flags=re.M))
+
+
+def test_a_broken_plugin_fails_the_check_with_exit_status_1(checked):
+    result, found = checked
+    assert result.returncode == 1, result.stderr
+    assert sorted(found) == ["BadHparams", "ImportBroken", "NoReload", "TensorUpdate", "WrongShape"]
+
+
+def test_an_import_error_is_shown_with_the_plugins_traceback(checked):
+    report = checked[1]["ImportBroken"]
+    assert failed(report) == {"import"}
+    assert "No module named 'a_module_nobody_installed'" in report
+    assert "broken_dg_plugins/missing_dependency.py" in report  # the line that failed
+    assert "from broken-dg-plugins" in report
+
+
+def test_update_returning_a_tensor_is_named_with_the_key_and_the_method(checked):
+    report = checked[1]["TensorUpdate"]
+    assert failed(report) == {"update"}
+    assert "'loss': torch.Tensor" in report
+    assert "broken_dg_plugins.TensorUpdate.update" in report and "loss.item()" in report
+
+
+def test_predict_of_the_wrong_shape_names_the_expected_shape(checked):
+    report = checked[1]["WrongShape"]
+    assert failed(report) == {"predict"}
+    assert "must give logits of shape [8, 2]" in report and "gave [8]" in report
+    assert "broken_dg_plugins.WrongShape.predict" in report
+
+
+def test_state_kept_outside_the_state_dict_fails_reload_and_device_move(checked):
+    report = checked[1]["NoReload"]
+    assert failed(report) == {"state dict", "to(device)"}
+    assert "predict the same logits; they differ up to 2" in report  # two updates counted
+    assert "stayed on the CPU: updates" in report
+
+
+def test_hparams_that_shadow_domainbeds_or_draw_unseeded_are_named(checked):
+    report = checked[1]["BadHparams"]
+    assert {"hparam names", "random hparams"} <= failed(report)
+    assert "'lr' (on " in report and "silently replaces DomainBed's" in report
+    assert "'noise' on " in report
+
+
+def test_an_unknown_name_is_refused_with_the_registered_ones(broken_env):
+    result = run_python(
+        "-m", "dmg_domainbed", "check-algorithm", "SmothERM", env=broken_env, check=False
+    )
+    assert result.returncode == 2
+    assert "no algorithm 'SmothERM' is registered" in result.stderr and "ERM" in result.stderr
+
+
+def test_train_names_a_plugin_that_does_not_import_with_its_traceback(broken_env, tmp_path):
+    result = run_domainbed(
+        "train",
+        "--algorithm",
+        "ImportBroken",
+        "--dataset",
+        "Debug28",
+        "--output_dir",
+        str(tmp_path / "run"),
+        env=broken_env,
+        check=False,
+    )
+    assert result.returncode != 0
+    output = result.stdout + result.stderr  # DomainBed's train tees its stderr to stdout
+    assert "PluginImportError: DomainBed plugin 'ImportBroken'" in output
+    assert "broken_dg_plugins/missing_dependency.py" in output
+    assert "No module named 'a_module_nobody_installed'" in output
+    assert "Algorithm not found" not in output
+    assert not (tmp_path / "run" / "results.jsonl").exists()

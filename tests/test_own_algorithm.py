@@ -1,0 +1,69 @@
+"""docs/own_algorithm.md, followed as written: its package, made of the page's own code blocks
+and installed, passes ``check-algorithm``, trains under DomainBed's ``train``, and its runs are
+read by DomainBed's ``collect_results`` and this package's ``report``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from .helpers import domainbed_env, run_domainbed, run_python
+from .test_check_algorithm import install
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+PAGE = REPOSITORY / "docs" / "own_algorithm.md"
+STEPS = "5"
+
+
+def page_files() -> dict[str, str]:
+    """The page's code blocks that name a file (```toml pyproject.toml), by file name."""
+    blocks = re.findall(r"^```\w+ (\S+)\n(.*?)^```", PAGE.read_text(), flags=re.M | re.S)
+    return dict(blocks)
+
+
+@pytest.fixture(scope="module")
+def page_env(tmp_path_factory) -> dict[str, str]:
+    site = install(page_files(), tmp_path_factory.mktemp("own_algorithm"))
+    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}", HF_HUB_OFFLINE="1")
+
+
+def test_the_page_holds_a_whole_package_of_three_methods_and_an_hparam():
+    files = page_files()
+    assert sorted(files) == ["my_dg/__init__.py", "pyproject.toml"]
+    assert 'SmoothERM = "my_dg:SmoothERM"' in files["pyproject.toml"]
+    code = files["my_dg/__init__.py"]
+    assert re.findall(r"^    def (\w+)", code, flags=re.M) == ["__init__", "update", "predict"]
+    assert "HPARAMS = " in code and "dmg_domainbed" not in code
+
+
+def test_the_pages_algorithm_passes_check_algorithm(page_env):
+    ran = run_python("-m", "dmg_domainbed", "check-algorithm", "SmoothERM", env=page_env)
+    assert "SmoothERM: passed" in ran.stdout
+
+
+def test_the_pages_algorithm_trains_and_shows_in_collect_results_and_report(page_env, tmp_path):
+    sweep = tmp_path / "sweep"
+    run_domainbed(
+        "train",
+        *("--algorithm", "SmoothERM", "--dataset", "RotatedDigits", "--test_envs", "0"),
+        *("--data_dir", str(tmp_path), "--steps", STEPS, "--output_dir", str(sweep / "run")),
+        *("--hparams", '{"smoothing": 0.05}'),
+        env=page_env,
+    )
+    record = json.loads((sweep / "run" / "results.jsonl").read_text().splitlines()[-1])
+    assert record["args"]["algorithm"] == "SmoothERM" and record["hparams"]["smoothing"] == 0.05
+    collected = run_domainbed("collect_results", "--input_dir", str(sweep), env=page_env)
+    assert re.search(r"^SmoothERM +[\d.]+ \+/- ", collected.stdout, flags=re.M), collected.stdout
+    report = tmp_path / "report"
+    run_python(
+        "-m",
+        "dmg_domainbed",
+        "report",
+        *("--input_dir", str(sweep), "--output_dir", str(report)),
+        env=page_env,
+    )
+    assert "SmoothERM" in (report / "results.md").read_text()
