@@ -18,7 +18,8 @@ from dmg_domainbed import masks
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.moe import SparseMoE
 from dmg_domainbed.preflight.hparams import effective_hparams
-from dmg_domainbed.sweep.config import check_against_domainbed, load_sweep
+from dmg_domainbed.preflight.sweep import check_against_domainbed
+from dmg_domainbed.sweep.config import load_sweep
 
 from .helpers import domainbed_env
 

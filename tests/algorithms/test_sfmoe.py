@@ -318,7 +318,7 @@ def test_domainbeds_train_runs_sfmoe(trained_run):
     last = trained_run.records[-1]
     assert last["hparams"]["sfmoe_blocks"] == [5, 11] and last["hparams"]["lr"] == 3e-5
     assert 0 < last["balance"] < 0.1 and "dropped/block11" in last
-    assert trained_run.model_path.is_file()
+    assert (trained_run.path / "model.pkl").is_file()
 
 
 def test_evaluation_reproduces_the_accuracy_train_py_logged(trained_run):
