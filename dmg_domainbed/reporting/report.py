@@ -44,8 +44,7 @@ class SweepReport:
     status: str  # the jobs' states and what the flags in the tables mean
 
     def summary(self) -> str:
-        """What ``report`` prints after the results: the jobs' states and the flags, the
-        comparisons over each dataset (or why there are none) and the ranks."""
+        """What ``report`` prints after the results: jobs and flags, comparisons and ranks."""
         names = ", ".join(self.results["algorithm"].unique())
         compared = (
             f"Paired comparisons left out: {DEFAULT_REFERENCE}, the default reference, is "
@@ -189,7 +188,6 @@ def _bars(axis, rows, algorithms, domains, palette, value: str, error: str) -> N
 
 
 def _flag_notes(frame: pd.DataFrame) -> list[str]:
-    """What the flags of :func:`.tables.flag_results` say about the bars, one line each."""
     if "partial" not in frame:
         return []
     notes = []
@@ -255,7 +253,6 @@ def write_report(
 
 
 def _reference(reference: str | None, names: list[str], sweep: Path) -> str | None:
-    """The algorithm to compare with: ``reference`` if the sweep has it, else ERM if present."""
     if reference is None:
         return DEFAULT_REFERENCE if DEFAULT_REFERENCE in names else None
     if reference not in names:

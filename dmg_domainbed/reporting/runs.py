@@ -60,8 +60,7 @@ def missing_fields(record: Mapping[str, Any], needs: tuple) -> list[str]:
 
 
 def check_fields(records: Iterable[Mapping[str, Any]], path: Path, needs: tuple) -> None:
-    """:class:`UserError` naming ``path`` and the fields the first incomplete record lacks
-    (records of another tool, or of an older or modified train.py)."""
+    """:class:`UserError` naming ``path`` and the fields the first incomplete record lacks."""
     for number, record in enumerate(records, start=1):
         if absent := missing_fields(record, needs):
             raise UserError(
@@ -86,12 +85,10 @@ class Run:
     test_envs = property(lambda self: list(self.args["test_envs"]))
 
     def environments(self) -> list[str]:
-        """The names of the dataset's environments (DomainBed's ``ENVIRONMENTS``)."""
         return list(dataset_class(self.dataset, self.path).ENVIRONMENTS)
 
     def source_envs(self) -> list[int]:
-        """Environment index of each source domain ``d``: the training environments in
-        increasing order, test environments skipped, as DomainBed's ``update`` sees them."""
+        """Environment of each source domain ``d``, as DomainBed's ``update`` sees them."""
         return [env for env in range(len(self.environments())) if env not in self.test_envs]
 
     def domain_names(self) -> list[str]:
@@ -111,12 +108,8 @@ class Run:
 
 
 def read_records(results_path: Path) -> list[dict[str, Any]]:
-    """The records of one ``results.jsonl``.
-
-    A half-written last line (what a job killed while writing leaves) is left out with a
-    warning on stderr that names the file; a damaged line before the last one is a
-    :class:`UserError` naming the file and the line.
-    """
+    """The records of one ``results.jsonl``; a half-written last line is left out with a warning,
+    a damaged line before it is a :class:`UserError`."""
     lines = Path(results_path).read_text().splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
@@ -173,8 +166,7 @@ def read_run(run_dir: str | Path) -> Run:
 
 
 def dataset_class(name: str, where: Path) -> type:
-    """DomainBed's class of dataset ``name``, or :class:`UserError` saying how to make it known
-    (a manifest dataset is known where ``DMG_DOMAINBED_DATASETS`` names its manifest)."""
+    """DomainBed's class of dataset ``name``, or :class:`UserError` saying how to make it known."""
     from domainbed import datasets
 
     try:
@@ -264,8 +256,7 @@ def algorithm_class(run: Run) -> type:
 
 
 def checkpoint_models(run: Run) -> dict[int, Path]:
-    """``{step: path}`` of the models train.py saved at its checkpoints
-    (``model_step<step>.pkl``, written with ``--save_model_every_checkpoint``)."""
+    """``{step: path}`` of the ``model_step<step>.pkl`` train.py saved at its checkpoints."""
     found = {p.stem.removeprefix("model_step"): p for p in run.path.glob("model_step*.pkl")}
     return dict(sorted((int(step), p) for step, p in found.items() if step.isdigit()))
 
@@ -316,8 +307,7 @@ def seeded_like_train(seed: int) -> Iterator[None]:
 
 
 def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
-    """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
-    overrides); ``augment=False`` switches DomainBed's training augmentation off."""
+    """The run's dataset, built with train.py's arguments, hparams and seed."""
     check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
     root = data_dir if data_dir is not None else run.args.get("data_dir")
     hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
@@ -377,8 +367,7 @@ def rebuild_splits(dataset, args: dict[str, Any]) -> list[EnvSplit]:
 
 
 def divergence(records: Iterable[Mapping[str, Any]]) -> str | None:
-    """``'loss nan at step 300'``: the first loss a record logged that is not finite; ``None``
-    when every logged loss is finite."""
+    """``'loss nan at step 300'``: the first loss a record logged that is not finite, or None."""
     for record in records:
         for key, value in record.items():
             if "loss" in key.lower() and isinstance(value, float) and not math.isfinite(value):

@@ -45,7 +45,7 @@ def load_sweep_records(sweep_dir: str | Path):
 
 def mean_and_error(accuracies: Sequence[float]) -> tuple[float, float] | None:
     """Mean and standard error in percent, as collect_results computes them; None if empty."""
-    if len(accuracies) == 0:
+    if not len(accuracies):
         return None
     values = np.asarray(list(accuracies), dtype=float)
     return 100 * np.mean(values), 100 * np.std(values / np.sqrt(len(values)))
@@ -96,10 +96,9 @@ def selected_accuracies(records, methods: Sequence[type] | None = None) -> pd.Da
 
 
 def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
-    """collect_results' cell for every key of ``grid`` (values of ``keys``): ``accuracy`` and
-    ``stderr`` (percent) of ``accuracies``' ``sweep_acc`` over trials, ``n_trials`` and ``text``;
-    after the cells that share all keys but the last, their average (last key ``Avg``, ``X``
-    when a cell has no result)."""
+    """collect_results' cell for every key of ``grid``: mean and standard error (percent) of
+    ``sweep_acc`` over trials, ``n_trials``, ``text``; after the cells that share all keys but the
+    last, their average (``Avg``; ``X`` when a cell has no result)."""
     lists = dict(accuracies.groupby(keys)["sweep_acc"].agg(list)) if len(accuracies) else {}
     rows = []
     for key in grid:
@@ -146,8 +145,8 @@ def with_domains(frame: pd.DataFrame, names: dict[str, list[str]]) -> pd.DataFra
 
 
 def averages_frame(records) -> pd.DataFrame:
-    """collect_results' "Averages" table: per algorithm and dataset, the mean over test domains
-    of each trial seed, then mean and standard error over trial seeds; ``Avg`` over datasets."""
+    """collect_results' "Averages": per algorithm and dataset, each trial's mean over test domains,
+    then mean and standard error over trials; ``Avg`` over datasets."""
     keys = ["selection_method", "algorithm", "dataset"]
     accuracies = selected_accuracies(records)
     trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
