@@ -12,13 +12,11 @@ in the difference. For selection method ``m``, algorithm ``a`` and reference ``r
   of the dataset for both (the per-trial average over test domains is how collect_results'
   "Averages" table treats a trial, so the two means are that table's numbers).
 
-Interval: Student's t interval ``mean(d) +/- t_{0.975, n-1} s / sqrt(n)`` (the quantile from
-``scipy.stats.t``; the interval ``scipy.stats.ttest_1samp`` gives). Assumptions: the trials
-are independent replicates (new splits, new initialisation, new hparams draw for random
-searches) and the paired differences are roughly normal; test domains are fixed, not a sample.
-With three to five trials the t quantile (4.30 for 3 trials) keeps the interval honest where a
-bootstrap of three values is far too narrow, and averaging over test domains within a trial
-keeps the dependence between the test domains of one trial (they share splits) out of the
+Interval: Student's t interval ``mean(d) +/- t_{0.975, n-1} s / sqrt(n)`` (``scipy.stats.t``,
+as ``ttest_1samp`` gives it). Assumptions: trials are independent replicates and the paired
+differences roughly normal; test domains are fixed, not a sample. With three to five trials the
+t quantile (4.30 for 3 trials) keeps the interval honest where a bootstrap is far too narrow;
+averaging over test domains within a trial keeps their dependence (shared splits) out of the
 error. Each interval is a 95% interval on its own, not simultaneous over all comparisons.
 
 Probability of beating the reference on a new trial: ``P(d_new > 0)`` under the same normal
@@ -44,16 +42,14 @@ BETTER, WORSE, UNCLEAR = "better", "worse", "unclear"
 ONE_TRIAL = "one trial"
 DEFAULT_REFERENCE = "ERM"
 
-COLUMNS = (
-    "selection_method dataset algorithm reference test_env test_domain n_trials accuracy "
-    "reference_accuracy difference ci_low ci_high p_beats verdict"
-).split()
+COLUMNS = "selection_method dataset algorithm reference test_env test_domain n_trials accuracy"
+COLUMNS = f"{COLUMNS} reference_accuracy difference ci_low ci_high p_beats verdict".split()
 
 
 def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised over comparisons: from the number of pairs, the mean difference and its
-    sample standard deviation, the 95% Student-t interval (low, high) and the predictive
-    probability of beating the reference on a new trial; NaN where ``n < 2``."""
+    """From the number of pairs, mean difference and its sample standard deviation (arrays): the
+    95% Student-t interval and the predictive probability of beating the reference on a new
+    trial; NaN where ``n < 2``."""
     from scipy import stats
 
     n, mean, spread = (np.asarray(a, dtype=float) for a in (n, mean, spread))
@@ -68,22 +64,16 @@ def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def verdicts(n, low, high) -> np.ndarray:
-    """``better`` / ``worse`` where the interval excludes zero, ``unclear`` where it does
-    not, ``one trial`` without interval."""
+    """``better`` / ``worse`` where the interval excludes zero, else ``unclear``/``one trial``."""
     return np.select([n < 2, low > 0, high < 0], [ONE_TRIAL, BETTER, WORSE], UNCLEAR)
 
 
 def compare(
     selected: pd.DataFrame, reference: str, algorithms: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """Every algorithm against ``reference``, per selection method and dataset: one row per
-    test domain and one (``test_env`` ``Avg``) over the dataset, columns :data:`COLUMNS`.
-
-    ``selected``: one row per (selection method, dataset, algorithm, test env, trial seed)
-    with the selected ``accuracy`` (%) and the ``test_domain`` name
-    (:func:`.selected.selected_frame`). ``algorithms`` gives the row order (default: as they
-    come). Datasets without runs of ``reference`` are left out.
-    """
+    """Every algorithm against ``reference``, per selection method and dataset: one row per test
+    domain and one (``Avg``) over the dataset, from :func:`.selected.selected_frame`'s rows;
+    ``algorithms`` gives the row order. Datasets without runs of ``reference`` are left out."""
     names = list(algorithms) if algorithms is not None else list(selected["algorithm"].unique())
     cell = ["selection_method", "dataset", "test_env"]
     wide = selected.pivot(index=[*cell, "trial_seed"], columns="algorithm", values="accuracy")
@@ -105,10 +95,8 @@ def compare(
         per_domain["test_domain"] = domains.reindex(per_domain.index).to_numpy()
         by_trial = pairs.groupby([*cell[:2], "trial_seed"])
         trials = by_trial.mean().assign(count=by_trial.size())
-        complete = (
-            trials["count"].to_numpy()
-            == n_domains.reindex(trials.index.droplevel("trial_seed")).to_numpy()
-        )
+        expected = n_domains.reindex(trials.index.droplevel("trial_seed")).to_numpy()
+        complete = trials["count"].to_numpy() == expected
         overall = _summaries(trials[complete], cell[:2])
         overall["test_env"] = overall["test_domain"] = AVERAGE
         overall = overall.set_index("test_env", append=True)
@@ -120,11 +108,8 @@ def compare(
     rows = rows.assign(reference=reference, ci_low=low, ci_high=high, p_beats=p_beats)
     rows["verdict"] = verdicts(rows["n_trials"].to_numpy(), low, high)
     # Methods and datasets as they came; algorithms in the given order; domains, then Avg.
-    order = {
-        "selection_method": list(selected["selection_method"].unique()),
-        "dataset": list(selected["dataset"].unique()),
-        "algorithm": names,
-    }
+    order = {c: list(selected[c].unique()) for c in ("selection_method", "dataset")}
+    order["algorithm"] = names
     rows["is_average"] = rows["test_env"].eq(AVERAGE)
     rows["env_order"] = pd.to_numeric(rows["test_env"], errors="coerce")
     rows = rows.sort_values(
@@ -136,8 +121,8 @@ def compare(
 
 
 def flag_comparisons(comparisons: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
-    """``comparisons`` with ``diverged_runs``: how many of the selected runs each compares (the
-    algorithm's and the reference's, over the trials) diverged (``selected``'s ``diverged``)."""
+    """``comparisons`` with ``diverged_runs``: how many of the selected runs each compares
+    diverged."""
     broken = selected[selected["diverged"] != ""]
     counts = [
         broken.loc[
@@ -157,8 +142,7 @@ def _diverged(row: pd.Series) -> str:
 
 
 def _summaries(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per group of ``keys``: number of pairs, mean accuracies and difference, and the
-    differences' sample standard deviation (``spread``)."""
+    """Per group: number of pairs, mean accuracies and difference, its sample std (``spread``)."""
     groups = pairs.groupby(keys)
     summary = groups[["accuracy", "reference_accuracy", "difference"]].mean()
     summary["n_trials"] = groups.size()
@@ -167,8 +151,7 @@ def _summaries(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def interval_text(row: pd.Series) -> str:
-    """``+1.2 [-0.3, +2.7]`` (difference and 95% interval, points), with the verdict where
-    the interval excludes zero; the difference alone with one trial."""
+    """``+1.2 [-0.3, +2.7]`` (difference and 95% interval, points), with a clear verdict."""
     if row["n_trials"] < 2:
         return f"{row['difference']:+.1f} (one trial){_diverged(row)}"
     text = f"{row['difference']:+.1f} [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
@@ -177,9 +160,8 @@ def interval_text(row: pd.Series) -> str:
 
 
 def comparisons_markdown(comparisons: pd.DataFrame) -> str:
-    """One table per selection method and dataset: algorithms down, test domains across,
-    each cell the paired difference with its interval; the dataset's verdict and the
-    probability of beating the reference on a new trial last."""
+    """One table per selection method and dataset: algorithms down, test domains across, each
+    cell the paired difference with its interval; P(new trial) and the verdict last."""
     from dmg_domainbed.reporting.tables import markdown_table
 
     parts = [
@@ -215,9 +197,10 @@ def brief(comparisons: pd.DataFrame) -> str:
     average = comparisons[comparisons["test_env"] == AVERAGE]
     for (method, dataset), block in average.groupby(["selection_method", "dataset"], sort=False):
         lines.append(f"{dataset}, {method}:")
-        for _, row in block.iterrows():
-            sentence = _sentence(row) + _diverged(row)
-            lines.append(f"  {row['algorithm']} vs {row['reference']}: {sentence}")
+        lines += [
+            f"  {row['algorithm']} vs {row['reference']}: {_sentence(row)}{_diverged(row)}"
+            for _, row in block.iterrows()
+        ]
     return "\n".join(lines)
 
 
@@ -226,11 +209,8 @@ def _sentence(row: pd.Series) -> str:
     difference = f"{row['difference']:+.1f} points"
     if n < 2:
         return f"{difference} (one trial: no interval; run 2 or more trials)"
-    verdict = {
-        BETTER: "better",
-        WORSE: "worse",
-        UNCLEAR: "no clear difference (the interval includes 0)",
-    }[row["verdict"]]
+    verdict = {UNCLEAR: "no clear difference (the interval includes 0)"}.get(row["verdict"])
+    verdict = verdict or row["verdict"]
     return (
         f"{difference}, 95% CI [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}] over {n} "
         f"trials, beats {row['reference']} on a new trial with probability "

@@ -1,34 +1,25 @@
 """In-domain evaluation of a finished run (paper Sec. 4, Table 3).
 
-Each source domain's held-out part (train.py's ``env<i>_out`` split, rebuilt by
-:func:`~dmg_domainbed.reporting.runs.rebuild_splits`) is classified in several ways:
-
-* ``predict``: DomainBed's out-of-domain prediction (DMG: raw logits averaged over the source
-  domains' soft masks; MultiHead: averaged heads), the number train.py logs as
-  ``env<i>_out_acc``;
-* known-domain prediction, for algorithms that declare ``KNOWN_DOMAIN_PREDICTIONS`` (served by
-  ``predict_known_domain(x, domain, mode)``): the example's own source domain is used
-  (DMG-KnownDomain with soft masks ``m_d`` or hard masks ``m_d > 0.5``; MultiHead with its own
-  head).
-
-Source domain ``d`` is the ``d``-th training environment in increasing order, test
+Each source domain's held-out part (train.py's ``env<i>_out`` split, rebuilt) is classified by
+``predict`` (DomainBed's out-of-domain prediction, the number train.py logs as ``env<i>_out_acc``)
+and by each known-domain prediction an algorithm declares in ``KNOWN_DOMAIN_PREDICTIONS``
+(``predict_known_domain(x, domain, mode)``: the example's own source domain, e.g. DMG's soft or
+hard masks ``m_d > 0.5``). Source domain ``d`` is the ``d``-th training environment, test
 environments skipped, as in DomainBed's ``update``.
 
-Checkpoint selection by known-domain accuracy (``select``): the DMG authors select the
-checkpoint with the best mean in-domain validation accuracy of the source domains, DMG with
-its hard masks. train.py evaluates only ``predict`` at its checkpoints, but with
-``--save_model_every_checkpoint`` saves each checkpoint's model (``model_step<N>.pkl``). Every
-such model is evaluated here with every prediction, and DomainBed's own
-``IIDAccuracySelectionMethod`` (best checkpoint of each run, then best hparams, per trial and
-test domain) selects on records whose source domains' ``env<i>_out_acc`` is that prediction's
-accuracy. For ``predict`` the records are train.py's own: its rows are ``collect_results``'.
+Checkpoint selection (``select``), as the DMG authors select: every model train.py saved with
+``--save_model_every_checkpoint`` is evaluated with every prediction, and DomainBed's own
+``IIDAccuracySelectionMethod`` (best checkpoint of each run, then best hparams, per trial and test
+domain) selects on records whose source domains' ``env<i>_out_acc`` is that prediction's
+accuracy; test-domain accuracy is then the mean and standard error over trials. For ``predict``
+the records are train.py's own: its rows are ``collect_results``'.
 """
 
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -47,13 +38,11 @@ Predictor = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 def predictors(run: Run, algorithm) -> dict[str, Predictor]:
-    """Row label -> function ``(x, d)`` giving logits, for every prediction the algorithm has;
-    ``predict`` comes first."""
+    """Row label -> function ``(x, d)`` giving logits, ``predict`` first."""
     rows: dict[str, Predictor] = {f"{run.algorithm} ({PREDICT})": lambda x, d: algorithm.predict(x)}
+    known = getattr(algorithm, "predict_known_domain", None)
     for mode, label in declarations_of(type(algorithm)).KNOWN_DOMAIN_PREDICTIONS.items():
-        rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: algorithm.predict_known_domain(
-            x, d, mode
-        )
+        rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: known(x, d, mode)
     return rows
 
 
@@ -66,17 +55,10 @@ def _classes(logits: torch.Tensor) -> torch.Tensor:
 def evaluate_run(
     run: Run, data_dir: str | None = None, device: str | None = None, step: int | None = None
 ) -> pd.DataFrame:
-    """Accuracy of every prediction of ``run`` on each source domain's held-out split.
-
-    Columns: ``run``, ``algorithm``, ``prediction``, ``env``, ``domain`` (environment name),
-    ``n_examples``, ``accuracy`` (%), ``changed`` (% of examples whose class differs from
-    ``predict``'s) and ``logged`` (train.py's last ``env<i>_out_acc`` in %, ``predict`` only;
-    empty where train.py classified the images augmented, see
-    :func:`~dmg_domainbed.reporting.runs.augmented_evaluation`).
-
-    ``step``: evaluate the model train.py saved at that checkpoint (``model_step<step>.pkl``)
-    against the record of that step, instead of the final ``model.pkl`` and the last record.
-    """
+    """Accuracy (%) of every prediction of ``run`` on each source domain's held-out split, the
+    % of examples whose class differs from ``predict``'s (``changed``), and train.py's logged
+    ``env<i>_out_acc`` (``predict`` only, where it did not classify them augmented). ``step``:
+    the model saved at that checkpoint and its record, instead of ``model.pkl`` and the last."""
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
@@ -94,11 +76,8 @@ def evaluate_run(
     ways = predictors(run, algorithm)
     reference_name = next(iter(ways))
     for d, env in enumerate(run.source_envs()):
-        loader = FastDataLoader(
-            dataset=Subset(dataset[env], splits[env].out_keys),
-            batch_size=64,
-            num_workers=dataset.N_WORKERS,
-        )
+        held_out = Subset(dataset[env], splits[env].out_keys)
+        loader = FastDataLoader(dataset=held_out, batch_size=64, num_workers=dataset.N_WORKERS)
         batches: dict[str, list[torch.Tensor]] = {name: [] for name in ways}
         labels = []
         for x, y in loader:
@@ -112,20 +91,12 @@ def evaluate_run(
             predicted = torch.cat(predicted)
             logged = record.get(f"env{env}_out_acc") if name == reference_name else None
             logged = 100 * logged if logged is not None and comparable else None
-            rows.append(
-                {
-                    "run": str(run.path),
-                    "algorithm": run.algorithm,
-                    "prediction": name,
-                    "env": env,
-                    "domain": environments[env],
-                    "n_examples": len(y),
-                    "accuracy": 100 * predicted.eq(y).sum().item() / len(y),
-                    "changed": 100 * predicted.ne(reference).sum().item() / len(y),
-                    "logged": logged,
-                }
-            )
-    return pd.DataFrame(rows)
+            accuracy = 100 * predicted.eq(y).sum().item() / len(y)
+            changed = 100 * predicted.ne(reference).sum().item() / len(y)
+            rows.append([str(run.path), run.algorithm, name, env, environments[env], len(y)])
+            rows[-1] += [accuracy, changed, logged]
+    columns = ["run", "algorithm", "prediction", "env", "domain", "n_examples", "accuracy"]
+    return pd.DataFrame(rows, columns=[*columns, "changed", "logged"])
 
 
 def check_comparable(runs: list[Run]) -> None:
@@ -181,19 +152,12 @@ def table3_title(runs: Sequence[Run]) -> str:
     )
 
 
-@dataclass
-class Written:
-    """What ``evaluate`` or ``select`` produced: every row, the titled tables, the files, and
-    the notes said after the tables."""
-
-    frame: pd.DataFrame
-    sections: list[tuple[str, pd.DataFrame]]
-    files: list[Path]
-    notes: list[str]
+#: What ``evaluate`` or ``select`` produced: every row, the titled tables, files, notes.
+Written = namedtuple("Written", "frame sections files notes")
 
 
 def logged_mismatches(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows of :func:`evaluate_run` where ``predict``'s accuracy differs from the logged one."""
+    """Rows where ``predict``'s accuracy differs from the logged one."""
     logged = frame.dropna(subset=["logged"])
     return logged[(logged["accuracy"] - logged["logged"]).abs() > 1e-6]
 
@@ -218,16 +182,13 @@ def logged_notes(frame: pd.DataFrame, when: str) -> list[str]:
 def write_in_domain(
     groups: Sequence[Sequence[Run]], output_dir: Path, data_dir: str | None = None
 ) -> Written:
-    """One Table 3 per group of comparable runs (see :func:`check_comparable`), written as
-    ``in_domain.csv`` (every row of :func:`evaluate_run`) and ``in_domain.md``."""
+    """One Table 3 per group of comparable runs: ``in_domain.csv`` (every row) and ``.md``."""
     for group in groups:
         check_comparable(list(group))
     frames = [evaluate_run(run, data_dir) for group in groups for run in group]
     frame = pd.concat(frames, ignore_index=True)
-    sections = []
-    for group in groups:
-        rows = frame[frame["run"].isin([str(run.path) for run in group])]
-        sections.append((table3_title(group), table3(rows)))
+    in_group = [frame["run"].isin([str(run.path) for run in group]) for group in groups]
+    sections = [(table3_title(g), table3(frame[r])) for g, r in zip(groups, in_group, strict=True)]
     files = write_table(frame, sections, output_dir, "in_domain", "Prediction")
     notes = warnings(run for group in groups for run in group)
     if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
@@ -241,10 +202,9 @@ def write_in_domain(
 
 
 def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
-    """DomainBed records (a ``domainbed.lib.query.Q``) to select from, one set per prediction:
-    ``args.algorithm`` becomes the prediction's name and the source domains' ``env<i>_out_acc``
-    its accuracy at that step. ``predict`` keeps every record as train.py logged it; another
-    prediction keeps the steps whose model was saved."""
+    """DomainBed records (a ``Q``) to select from, one set per prediction: ``args.algorithm``
+    the prediction's name, the source domains' ``env<i>_out_acc`` its accuracy at that step
+    (``predict``: train.py's records; another: the steps whose model was saved)."""
     from domainbed.lib.query import Q
 
     records = []
@@ -268,41 +228,33 @@ def _renamed(record: dict, prediction: str, accuracies: dict) -> dict:
 
 def selection_frame(records) -> pd.DataFrame:
     """Per dataset, prediction and test domain: test-domain accuracy (%) of the checkpoint and
-    hparams the prediction's validation accuracy selects, mean and standard error over trials
-    (columns as :func:`.tables.results_frame`'s, ``prediction`` for ``algorithm``), with the
-    average over test domains."""
+    hparams the prediction's validation accuracy selects, mean and standard error over trials,
+    and the average over test domains (as :func:`.tables.results_frame`)."""
     from domainbed import datasets
     from domainbed.model_selection import IIDAccuracySelectionMethod
 
     selected = tables.selected_accuracies(records, [IIDAccuracySelectionMethod])
     selected = selected.rename(columns={"algorithm": "prediction"})
-    names = {
-        d: datasets.get_dataset_class(d).ENVIRONMENTS for d in sorted(set(selected["dataset"]))
-    }
+    names = {d: datasets.get_dataset_class(d).ENVIRONMENTS for d in sorted(set(selected.dataset))}
     grid = [
         (dataset, prediction, env)
         for dataset, environments in names.items()
         for prediction in sorted(set(selected.loc[selected["dataset"] == dataset, "prediction"]))
         for env in range(len(environments))
     ]
-    return tables.with_domains(
-        tables.cells_frame(selected, ["dataset", "prediction", "test_env"], grid), names
-    )
+    cells = tables.cells_frame(selected, ["dataset", "prediction", "test_env"], grid)
+    return tables.with_domains(cells, names)
 
 
 def write_selection(
     sweep_dir: str | Path, output_dir: Path, data_dir: str | None = None
 ) -> Written:
-    """``checkpoints.csv`` (every checkpoint model's accuracies on the source validation
-    splits) and ``selection.csv`` / ``selection.md`` (the test-domain accuracy each prediction
-    selects) for the runs of a sweep."""
+    """``checkpoints.csv`` (each checkpoint model's accuracies on the source validation splits)
+    and ``selection.csv`` / ``.md`` (the test-domain accuracy each prediction selects)."""
     sweep = run_files.require_sweep(sweep_dir)
     runs = [run_files.read_run(folder) for folder in run_files.run_folders(sweep)]
-    with_known_domain = [
-        run
-        for run in runs
-        if declarations_of(run_files.algorithm_class(run)).KNOWN_DOMAIN_PREDICTIONS
-    ]
+    known = [declarations_of(run_files.algorithm_class(r)).KNOWN_DOMAIN_PREDICTIONS for r in runs]
+    with_known_domain = [run for run, has in zip(runs, known, strict=True) if has]
     without = [run for run in with_known_domain if not run_files.checkpoint_models(run)]
     if with_known_domain and len(without) == len(with_known_domain):
         raise UserError(
@@ -320,8 +272,7 @@ def write_selection(
     evaluations = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     selection = selection_frame(selection_records(runs, evaluations))
     sections = []
-    for dataset in selection["dataset"].unique():
-        of_dataset = selection[selection["dataset"] == dataset]
+    for dataset, of_dataset in selection.groupby("dataset", sort=False):
         wide = of_dataset.pivot(index="prediction", columns="test_domain", values="text")
         wide = wide.loc[of_dataset["prediction"].unique(), of_dataset["test_domain"].unique()]
         title = (

@@ -1,20 +1,12 @@
 """The jobs of a sweep folder as they stand: done, running or failed, and which diverged.
 
-DomainBed's sweep makes one folder per job before it launches any; train.py writes ``out.txt``
-and ``err.txt`` into it first, appends a record to ``results.jsonl`` at every checkpoint and
-writes ``done`` as its last act. A job folder (a sub-folder holding one of these files, or still
-empty) is
-
-* done: it has ``done``;
-* running: no ``done``, and something still works on it: the sweep's folder lock
-  (:mod:`dmg_domainbed.locks`) is held by a live command, or a registered launcher's
-  ``running_jobs`` says its job is queued or runs (a Slurm job an earlier command submitted);
-* failed: no ``done``, and nothing runs it;
-* diverged, whatever its state: a loss it logged is NaN or infinite (:func:`.runs.divergence`).
-
-Records are read as ``collect_results`` reads them (every sub-folder's ``results.jsonl``, in
-``os.listdir`` order), checked (:func:`.runs.check_fields`, :func:`.runs.check_environments`),
-and a run not in fp32 is named ``<algorithm> (<precision>)`` (:func:`labelled_precision`).
+DomainBed's sweep makes one folder per job; train.py writes ``out.txt`` and ``err.txt`` first,
+a record in ``results.jsonl`` at every checkpoint and ``done`` last. A job folder (a sub-folder
+holding one of these files, or still empty) is done when it has ``done``; running when the
+sweep's folder lock is held by a live command or a registered launcher's ``running_jobs`` says
+its job is queued or runs; failed otherwise; and diverged, whatever its state, when a loss it
+logged is not finite. Records are read in ``os.listdir`` order, as ``collect_results`` reads
+them, checked, and a run not in fp32 is named ``<algorithm> (<precision>)``.
 """
 
 from __future__ import annotations
@@ -64,17 +56,14 @@ class Job:
     def name(self) -> str:
         if not self.records:
             return f"{self.folder.name} (no record yet)"
-        args = self.records[-1]["args"]
-        envs = ",".join(str(env) for env in args["test_envs"])
-        return (
-            f"{args['algorithm']} on {args['dataset']}, test env {envs}, hparams "
-            f"{args['hparams_seed']}, trial {args['trial_seed']} ({self.folder.name})"
-        )
+        a = self.records[-1]["args"]
+        envs = ",".join(str(env) for env in a["test_envs"])
+        seeds = f"hparams {a['hparams_seed']}, trial {a['trial_seed']}"
+        return f"{a['algorithm']} on {a['dataset']}, test env {envs}, {seeds} ({self.folder.name})"
 
 
 def read_jobs(sweep_dir: str | Path) -> list[Job]:
-    """Every job folder of the sweep with its records (checked), in ``os.listdir`` order; the
-    state is not looked at yet (:func:`sweep_jobs`)."""
+    """Every job folder of the sweep with its records (checked), in ``os.listdir`` order."""
     jobs = []
     for name in os.listdir(sweep_dir):
         folder = Path(sweep_dir) / name
@@ -96,8 +85,8 @@ def precision(record: dict[str, Any]) -> str:
 
 
 def labelled_precision(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with its algorithm named ``<algorithm> (<precision>)`` unless it ran in fp32,
-    so that DomainBed's grouping (by algorithm) never pools runs of two precisions in a cell."""
+    """``record`` with its algorithm named ``<algorithm> (<precision>)`` unless in fp32, so that
+    DomainBed's grouping never pools runs of two precisions in a cell."""
     if precision(record) == FP32:
         return record
     args = record["args"]
@@ -106,8 +95,7 @@ def labelled_precision(record: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class SweepJobs:
-    """A sweep's jobs; ``why_running`` says what runs the running ones, ``notes`` what could
-    not be asked."""
+    """A sweep's jobs; what runs the running ones; what could not be asked."""
 
     jobs: tuple[Job, ...]
     why_running: str = ""
@@ -126,18 +114,15 @@ class SweepJobs:
         return Q([record for job in self.jobs for record in job.records])
 
     def unfinished_cells(self) -> set[Cell]:
-        """Cells holding records of a job that is not done: their numbers will change."""
         return {cell for job in self.jobs if job.state != DONE for cell in job.cells()}
 
     def diverged_cells(self) -> Counter[Cell]:
-        """How many diverged runs each cell holds."""
         return Counter(cell for job in self.diverged() for cell in job.cells())
 
     def complete(self) -> bool:
         return all(job.state == DONE for job in self.jobs)
 
     def summary(self) -> str:
-        """Lines saying how many jobs are done, running, failed and diverged, naming a few."""
         done, running, failed = self.of(DONE), self.of(RUNNING), self.of(FAILED)
         diverged = self.diverged()
         if self.complete() and not diverged:
@@ -161,7 +146,6 @@ class SweepJobs:
         return "\n".join(lines)
 
     def precisions_note(self) -> str:
-        """What the report says of the runs' precisions: nothing when every run is fp32."""
         found = sorted({precision(r) for job in self.jobs for r in job.records[-1:]})
         if found in ([], [FP32]):
             return ""
@@ -182,13 +166,10 @@ def sweep_jobs(sweep_dir: str | Path) -> SweepJobs:
     from dmg_domainbed.locks import FolderLock
 
     jobs = [
-        replace(
-            job,
-            state=DONE if (job.folder / DONE_FILE).exists() else FAILED,
-            diverged=divergence(job.records),
-        )
+        replace(job, state=DONE if (job.folder / DONE_FILE).exists() else FAILED)
         for job in read_jobs(sweep_dir)
     ]
+    jobs = [replace(job, diverged=divergence(job.records)) for job in jobs]
     unfinished = [job.folder for job in jobs if job.state != DONE]
     why, running, notes = "", set(), ()
     if unfinished:
@@ -202,8 +183,7 @@ def sweep_jobs(sweep_dir: str | Path) -> SweepJobs:
 
 
 def _launchers_running(folders: list[Path]) -> tuple[str, set[Path], tuple[str, ...]]:
-    """Which of ``folders`` a registered launcher says still run, which launchers said so, and
-    the launchers that could not answer."""
+    """Which of ``folders`` registered launchers say still run, who said so, who could not."""
     from domainbed import command_launchers
 
     running: set[Path] = set()

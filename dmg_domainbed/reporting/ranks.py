@@ -15,10 +15,7 @@ average rank and joins those that Nemenyi's post-hoc test
 (``scikit_posthocs.posthoc_nemenyi_friedman``) cannot tell apart at the 5% level; its bar is
 Nemenyi's critical difference ``q_0.05 sqrt(k(k+1) / 6N)`` for ``k`` algorithms and ``N``
 tasks (Demsar, eq. 5), ``q`` from SciPy's studentized range.
-
-scikit-posthocs rather than autorank: autorank picks its test itself (a repeated-measures
-ANOVA when the data look normal) and draws through pyplot's global state, while
-scikit-posthocs gives the Nemenyi p-values and draws on the axes it is handed.
+scikit-posthocs, not autorank (which picks its test itself and draws through pyplot's state).
 """
 
 from __future__ import annotations
@@ -62,15 +59,13 @@ def task_scores(
     selected: pd.DataFrame, method: str, algorithms: Sequence[str] | None = None
 ) -> tuple[pd.DataFrame, int]:
     """Tasks (``dataset``, ``test_domain``) down, algorithms across (in the order of
-    ``algorithms``, default as they come), mean selected accuracy over trial seeds; with the
-    number of tasks left out for a missing algorithm."""
+    ``algorithms``), mean selected accuracy over trial seeds; with the number of tasks left out
+    for a missing algorithm."""
     rows = selected[selected["selection_method"] == method]
-    scores = rows.pivot_table(
-        index=["dataset", "test_domain"], columns="algorithm", values="accuracy", sort=False
-    )
-    present = set(scores.columns)
+    tasks = ["dataset", "test_domain"]
+    scores = rows.pivot_table(index=tasks, columns="algorithm", values="accuracy", sort=False)
     order = algorithms if algorithms is not None else rows["algorithm"].unique()
-    scores = scores[[name for name in order if name in present]]
+    scores = scores[[name for name in order if name in set(scores.columns)]]
     complete = scores.dropna()
     return complete, len(scores) - len(complete)
 
@@ -80,9 +75,7 @@ def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
     Friedman and Nemenyi tests when there are enough tasks and algorithms."""
     from scipy import stats
 
-    ranks = pd.DataFrame(
-        stats.rankdata(-scores.to_numpy(), axis=1), index=scores.index, columns=scores.columns
-    )
+    ranks = pd.DataFrame(stats.rankdata(-scores.to_numpy(), axis=1), columns=scores.columns)
     average = ranks.mean().sort_values()
     n_tasks, k = scores.shape
     ranking = Ranking(method, scores, average, left_out_tasks)
@@ -102,18 +95,12 @@ def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
     nemenyi.index = nemenyi.columns = scores.columns
     q = stats.studentized_range.ppf(1 - ALPHA, k, np.inf) / math.sqrt(2)
     difference = q * math.sqrt(k * (k + 1) / (6 * n_tasks))
-    return replace(
-        ranking,
-        statistic=float(statistic),
-        p_value=float(p_value),
-        nemenyi=nemenyi,
-        critical_difference=float(difference),
-    )
+    tests = {"statistic": float(statistic), "p_value": float(p_value), "nemenyi": nemenyi}
+    return replace(ranking, **tests, critical_difference=float(difference))
 
 
 def rankings(selected: pd.DataFrame, algorithms: Sequence[str] | None = None) -> list[Ranking]:
-    """A :class:`Ranking` for every selection method with results (``algorithms``: their
-    order, which sets their colours)."""
+    """A :class:`Ranking` for every selection method with results, algorithms in that order."""
     found = []
     for method in selected["selection_method"].unique():
         scores, left_out = task_scores(selected, method, algorithms)
@@ -126,14 +113,12 @@ def ranks_frame(found: list[Ranking]) -> pd.DataFrame:
     """One row per selection method and algorithm: average rank, tasks, and the method's
     Friedman statistic and p-value (empty when left out)."""
     columns = "selection_method algorithm average_rank n_tasks friedman_statistic friedman_p"
-    return pd.DataFrame(
-        [
-            [r.selection_method, name, rank, len(r.scores), r.statistic, r.p_value]
-            for r in found
-            for name, rank in r.average_ranks.items()
-        ],
-        columns=columns.split(),
-    )
+    rows = [
+        [r.selection_method, name, rank, len(r.scores), r.statistic, r.p_value]
+        for r in found
+        for name, rank in r.average_ranks.items()
+    ]
+    return pd.DataFrame(rows, columns=columns.split())
 
 
 def ranks_markdown(found: list[Ranking]) -> str:
@@ -146,10 +131,9 @@ def ranks_markdown(found: list[Ranking]) -> str:
         "algorithm has a result; each task's score is the mean test accuracy over trials.\n",
     ]
     for ranking in found:
-        parts.append(f"## Model selection: {ranking.selection_method}\n")
         table = ranking.average_ranks.map(lambda r: f"{r:.2f}").to_frame("average rank")
-        parts.append(markdown_table(table, "Algorithm"))
-        parts.append(summary(ranking) + "\n")
+        parts.append(f"## Model selection: {ranking.selection_method}\n")
+        parts += [markdown_table(table, "Algorithm"), summary(ranking) + "\n"]
     return "\n".join(parts)
 
 
@@ -169,8 +153,7 @@ def summary(ranking: Ranking) -> str:
 
 
 def ranks_figure(found: list[Ranking]) -> Figure | None:
-    """The critical-difference diagram of every tested selection method, one panel each;
-    None when no method was tested."""
+    """The critical-difference diagram of every tested selection method; None without any."""
     import scikit_posthocs
 
     tested = [ranking for ranking in found if ranking.tested]
@@ -182,18 +165,18 @@ def ranks_figure(found: list[Ranking]) -> Figure | None:
     fig.get_layout_engine().set(w_pad=1.3)
     axes = fig.subplots(len(tested), 1, squeeze=False)[:, 0]
     for axis, ranking in zip(axes, tested, strict=True):
+        palette = colours(list(ranking.scores.columns))
         scikit_posthocs.critical_difference_diagram(
             ranking.average_ranks,
             ranking.nemenyi,
             cd=ranking.critical_difference,
             alpha=ALPHA,
             ax=axis,
-            color_palette=colours(list(ranking.scores.columns)),
+            color_palette=palette,
         )
-        axis.set_title(
-            f"{ranking.selection_method}: average rank over {len(ranking.scores)} tasks\n"
-            f"Friedman p = {ranking.p_value:.3g}; bars join what Nemenyi's test cannot separate",
-            fontsize=9,
-            pad=28,
+        title = f"{ranking.selection_method}: average rank over {len(ranking.scores)} tasks\n"
+        title += (
+            f"Friedman p = {ranking.p_value:.3g}; bars join what Nemenyi's test cannot separate"
         )
+        axis.set_title(title, fontsize=9, pad=28)
     return fig

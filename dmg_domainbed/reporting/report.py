@@ -44,19 +44,17 @@ class SweepReport:
     status: str  # the jobs' states and what the flags in the tables mean
 
     def summary(self) -> str:
-        """What ``report`` prints after the results: the jobs' states and the flags, the
-        comparisons over each dataset (or why there are none) and the ranks."""
-        if self.reference is None:
-            names = ", ".join(self.results["algorithm"].unique())
-            compared = (
-                f"Paired comparisons left out: {DEFAULT_REFERENCE}, the default reference, is "
-                f"not in this sweep. Pass --reference with one of: {names}."
-            )
-        elif self.comparisons.empty:
+        """What ``report`` prints after the results: jobs and flags, comparisons and ranks."""
+        names = ", ".join(self.results["algorithm"].unique())
+        compared = (
+            f"Paired comparisons left out: {DEFAULT_REFERENCE}, the default reference, is "
+            f"not in this sweep. Pass --reference with one of: {names}."
+        )
+        if self.reference is not None and self.comparisons.empty:
             compared = (
                 f"Paired comparisons: no other algorithm shares a dataset with {self.reference}."
             )
-        else:
+        elif self.reference is not None:
             compared = (
                 "Paired comparisons over each dataset (test accuracy, percentage points; "
                 "comparisons.md has each test domain):\n" + comparisons_brief(self.comparisons)
@@ -79,22 +77,17 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
         args = record["args"]
         if args["algorithm"] == algorithm and args["dataset"] == dataset:
             runs[args["output_dir"]].append(record)
-
-    def rank(run: list[dict]) -> tuple[int, int]:
-        return run[0]["args"]["hparams_seed"], run[0]["args"]["trial_seed"]
-
     chosen: dict[tuple, list[dict]] = {}
-    for run in runs.values():
-        key = tuple(run[0]["args"]["test_envs"])
-        if key not in chosen or rank(run) < rank(chosen[key]):
-            chosen[key] = run
+    for run in sorted(
+        runs.values(), key=lambda r: (r[0]["args"]["hparams_seed"], r[0]["args"]["trial_seed"])
+    ):
+        chosen.setdefault(tuple(run[0]["args"]["test_envs"]), run)
     return [sorted(chosen[key], key=lambda r: r["step"]) for key in sorted(chosen)]
 
 
 def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> dict[str, Figure]:
     """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
-    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics
-    over training, from its own runs on that dataset."""
+    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics."""
     from domainbed import algorithms, datasets
 
     drawn = {}
@@ -104,14 +97,16 @@ def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> di
         own = set(records.filter_equals("args.dataset", dataset).select("args.algorithm"))
         paired = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
         drawn[f"accuracy_{dataset}.png"] = accuracy_figure(
-            shown[shown["algorithm"].isin(own)], dataset, paired
+            shown[shown.algorithm.isin(own)], dataset, paired
         )
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
-            runs = first_runs(records, dataset, algorithm)
             declared = declarations_of(algorithms.get_algorithm_class(algorithm))
-            curves = declared.training_curves(runs, environments)
-            if curves is not None:
+            if (
+                curves := declared.training_curves(
+                    first_runs(records, dataset, algorithm), environments
+                )
+            ) is not None:
                 drawn[f"{algorithm.lower()}_diagnostics_{dataset}.png"] = curves
     return drawn
 
@@ -119,13 +114,11 @@ def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> di
 def accuracy_figure(
     results: pd.DataFrame, dataset: str, comparisons: pd.DataFrame | None = None
 ) -> Figure:
-    """One row of panels per model-selection method that has results (leave-one-domain-out
-    needs runs holding out two domains). Left: grouped bars of the test accuracy per test
-    domain (and their average) for each algorithm, the standard error over trial seeds as
-    error bars (zero with one trial). Right, where ``comparisons`` (:func:`.comparisons.compare`)
-    has rows: each algorithm's paired difference to the reference, in points, with its 95%
-    interval, where the 1-3 points that separate DG algorithms are visible. A note under the
-    panels names the bars flagged partial or diverged (:func:`.tables.flag_results`)."""
+    """One row of panels per model-selection method that has results. Left: bars of the test
+    accuracy per test domain (and average) for each algorithm, the standard error over trial
+    seeds as error bars. Right, with ``comparisons``: each algorithm's paired difference to the
+    reference, in points, with its 95% interval. A note names the bars flagged partial or
+    diverged."""
     frame = results[results["dataset"] == dataset]
     has_result = frame.groupby("selection_method", sort=False)["accuracy"].count() > 0
     methods = list(has_result.index[has_result]) or list(has_result.index)
@@ -166,8 +159,7 @@ def accuracy_figure(
 
 
 def _bars(axis, rows, algorithms, domains, palette, value: str, error: str) -> None:
-    """Grouped bars of ``value`` per test domain and algorithm, labelled with one decimal;
-    ``error`` is a column of symmetric errors, or ``ci`` for ``ci_low`` / ``ci_high``."""
+    """Bars of ``value`` per test domain and algorithm; ``error``: a column, or ``ci``."""
     shown = [name for name in algorithms if name in set(rows["algorithm"])]
     width = 0.8 / len(algorithms)
     for algorithm in shown:
@@ -181,16 +173,13 @@ def _bars(axis, rows, algorithms, domains, palette, value: str, error: str) -> N
             np.arange(len(domains))
             + (algorithms.index(algorithm) - (len(algorithms) - 1) / 2) * width
         )
-        bars = axis.bar(
-            x,
-            heights,
-            width,
-            yerr=errors,
-            capsize=2,
-            label=algorithm,
-            color=palette[algorithm],
-            error_kw={"elinewidth": 0.8},
-        )
+        style = {
+            "capsize": 2,
+            "label": algorithm,
+            "color": palette[algorithm],
+            "error_kw": {"elinewidth": 0.8},
+        }
+        bars = axis.bar(x, heights, width, yerr=errors, **style)
         sign = "+" if error == "ci" else ""
         labels = ["" if np.isnan(h) else f"{h:{sign}.1f}" for h in heights]
         axis.bar_label(bars, labels=labels, fontsize=6, padding=1)
@@ -199,7 +188,6 @@ def _bars(axis, rows, algorithms, domains, palette, value: str, error: str) -> N
 
 
 def _flag_notes(frame: pd.DataFrame) -> list[str]:
-    """What the flags of :func:`.tables.flag_results` say about the bars, one line each."""
     if "partial" not in frame:
         return []
     notes = []
@@ -216,23 +204,11 @@ def _flag_notes(frame: pd.DataFrame) -> list[str]:
 def write_report(
     sweep_dir: str | Path, output_dir: str | Path, reference: str | None = None
 ) -> SweepReport:
-    """Everything ``report`` writes for a sweep:
-
-    * ``results.csv``, ``averages.csv``, ``results.md``: collect_results' numbers (in the
-      Markdown, a selection method without any result is one line, not a table of X), each
-      cell flagged ``partial`` or ``diverged`` where it is (:func:`.tables.flag_results`), the
-      runs' precisions when not all fp32 (:func:`.jobs.labelled_precision`), and the state
-      of the sweep's jobs (:mod:`.jobs`);
-    * ``selected_hparams.csv``: the run, hparams and step each selection method selected;
-    * ``comparisons.csv`` / ``.md``: every algorithm paired with ``reference`` (default ERM
-      when the sweep has it), see :mod:`.comparisons`;
-    * ``ranks.csv`` / ``.md`` and, with enough tasks, ``ranks.png`` (:mod:`.ranks`);
-    * ``accuracy_<dataset>.png``, and ``<algorithm>_diagnostics_<dataset>.png`` for each
-      algorithm that draws its diagnostics over training (e.g. DMG).
-
-    Everything is computed before the first file is written: a :class:`UserError` (e.g. a
-    ``reference`` the sweep does not have) leaves the output folder as it was.
-    """
+    """Everything ``report`` writes for a sweep: ``results.csv``, ``averages.csv``, ``results.md``
+    (collect_results' numbers, flagged, and the jobs' states), ``selected_hparams.csv``,
+    ``comparisons.csv`` / ``.md`` (paired with ``reference``, default ERM), ``ranks.csv`` / ``.md``
+    / ``.png`` and the pictures. All is computed before the first file is written, so a
+    :class:`UserError` leaves the output folder as it was."""
     sweep = require_sweep(sweep_dir)
     output = check_output_dir(Path(output_dir), sweep)
     jobs = sweep_jobs(sweep)
@@ -277,7 +253,6 @@ def write_report(
 
 
 def _reference(reference: str | None, names: list[str], sweep: Path) -> str | None:
-    """The algorithm to compare with: ``reference`` if the sweep has it, else ERM if present."""
     if reference is None:
         return DEFAULT_REFERENCE if DEFAULT_REFERENCE in names else None
     if reference not in names:

@@ -1,21 +1,11 @@
 """A DomainBed training run on disk: finding it, checking it, and rebuilding what it trained.
 
-A run is the ``--output_dir`` of one ``domainbed.scripts.train`` process: ``results.jsonl``
-(one record per checkpoint, each with train.py's ``args`` and ``hparams``), ``model.pkl``
-(written when training ends) and ``done``. A sweep folder holds one run per sub-folder.
-
-Records are checked before they are read: each reader asks only for the fields it uses (a
-:class:`Needs`; another tool's or an older train.py's record is refused naming the field, not
-a ``KeyError`` deep in DomainBed), and a run's dataset must be known here and have the
-environments the run recorded (train.py logs ``env<i>_in_acc`` for each environment ``i``; a
-dataset whose manifest gained or lost a domain since would put numbers under other domains'
-headers). A run diverged when a loss it logged is NaN or infinite (``json`` reads train.py's
-``NaN`` / ``Infinity``): its exit status is still 0, so every place that shows its numbers
-flags it.
-
-Reading records needs only the standard library (the ``local_parallel`` launcher asks
-:func:`folder_divergence` about each job that ends); rebuilding the trained algorithm, its
-dataset and train.py's splits uses DomainBed's own code, exactly as train.py does.
+A run is the ``--output_dir`` of one ``domainbed.scripts.train`` process: ``results.jsonl`` (one
+record per checkpoint, with train.py's ``args`` and ``hparams``), ``model.pkl`` and ``done``.
+Records are checked for the fields each reader uses, and a run's dataset must still have the
+environments it recorded. A run diverged when a loss it logged is not finite (its exit status is
+still 0), so every place that shows its numbers flags it. Reading records needs only the standard
+library; rebuilding the algorithm, dataset and splits uses DomainBed's own code, as train.py does.
 """
 
 from __future__ import annotations
@@ -39,8 +29,8 @@ RESULTS_FILE = "results.jsonl"
 MODEL_FILE = "model.pkl"
 DONE_FILE = "done"
 #: What train.py's ``save_checkpoint`` puts into ``model.pkl`` and ``model_step<N>.pkl``.
-CHECKPOINT_KEYS = ("model_input_shape", "model_num_classes", "model_num_domains")
-CHECKPOINT_KEYS += ("model_hparams", "model_dict")
+CHECKPOINT_KEYS = ("model_input_shape", "model_num_classes", "model_num_domains", "model_hparams")
+CHECKPOINT_KEYS += ("model_dict",)
 #: What each reader needs of a record: its purpose, fields (``args.x``: key ``x`` of ``args``)
 #: and whether it reads the test domains' ``env<i>_in_acc`` / ``env<i>_out_acc``.
 _FIELDS = ("step", "hparams", "args", "args.algorithm", "args.dataset", "args.test_envs")
@@ -70,8 +60,7 @@ def missing_fields(record: Mapping[str, Any], needs: tuple) -> list[str]:
 
 
 def check_fields(records: Iterable[Mapping[str, Any]], path: Path, needs: tuple) -> None:
-    """:class:`UserError` naming ``path`` and the fields the first incomplete record lacks
-    (records of another tool, or of an older or modified train.py)."""
+    """:class:`UserError` naming ``path`` and the fields the first incomplete record lacks."""
     for number, record in enumerate(records, start=1):
         if absent := missing_fields(record, needs):
             raise UserError(
@@ -89,34 +78,17 @@ class Run:
 
     path: Path
     records: tuple[dict[str, Any], ...]
-
-    @property
-    def args(self) -> dict[str, Any]:
-        return self.records[-1]["args"]
-
-    @property
-    def hparams(self) -> dict[str, Any]:
-        return self.records[-1]["hparams"]
-
-    @property
-    def algorithm(self) -> str:
-        return self.args["algorithm"]
-
-    @property
-    def dataset(self) -> str:
-        return self.args["dataset"]
-
-    @property
-    def test_envs(self) -> list[int]:
-        return list(self.args["test_envs"])
+    args = property(lambda self: self.records[-1]["args"])
+    hparams = property(lambda self: self.records[-1]["hparams"])
+    algorithm = property(lambda self: self.args["algorithm"])
+    dataset = property(lambda self: self.args["dataset"])
+    test_envs = property(lambda self: list(self.args["test_envs"]))
 
     def environments(self) -> list[str]:
-        """The names of the dataset's environments (DomainBed's ``ENVIRONMENTS``)."""
         return list(dataset_class(self.dataset, self.path).ENVIRONMENTS)
 
     def source_envs(self) -> list[int]:
-        """Environment index of each source domain ``d``: the training environments in
-        increasing order, test environments skipped, as DomainBed's ``update`` sees them."""
+        """Environment of each source domain ``d``, as DomainBed's ``update`` sees them."""
         return [env for env in range(len(self.environments())) if env not in self.test_envs]
 
     def domain_names(self) -> list[str]:
@@ -126,26 +98,19 @@ class Run:
 
     def title(self) -> str:
         """``<dataset>, test domain <names> (hparams <i>, trial <j>, step <n>)``."""
-        names = self.environments()
-        held_out = ", ".join(names[e] for e in self.test_envs)
-        return (
-            f"{self.dataset}, test domain {held_out} (hparams {self.args['hparams_seed']}, "
-            f"trial {self.args['trial_seed']}, step {self.records[-1]['step']})"
-        )
+        held_out = ", ".join(self.environments()[e] for e in self.test_envs)
+        a, step = self.args, self.records[-1]["step"]
+        seeds = f"hparams {a['hparams_seed']}, trial {a['trial_seed']}"
+        return f"{self.dataset}, test domain {held_out} ({seeds}, step {step})"
 
     def describe(self) -> str:
         return f"{self.algorithm} on {self.dataset}, test envs {self.test_envs} ({self.path})"
 
 
 def read_records(results_path: Path) -> list[dict[str, Any]]:
-    """The records of one ``results.jsonl``.
-
-    A half-written last line (what a job killed while writing leaves) is left out with a
-    warning on stderr that names the file; a damaged line before the last one is a
-    :class:`UserError` naming the file and the line.
-    """
-    with open(results_path) as stream:
-        lines = stream.read().splitlines()
+    """The records of one ``results.jsonl``; a half-written last line is left out with a warning,
+    a damaged line before it is a :class:`UserError`."""
+    lines = Path(results_path).read_text().splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
         try:
@@ -165,7 +130,6 @@ def read_records(results_path: Path) -> list[dict[str, Any]]:
 
 
 def warn(message: str) -> None:
-    """A warning the user should see, on stderr."""
     print(f"dmg-domainbed: warning: {message}", file=sys.stderr, flush=True)
 
 
@@ -184,13 +148,9 @@ def read_run(run_dir: str | Path) -> Run:
         )
     results = path / RESULTS_FILE
     if not results.is_file():
-        hint = ""
         inside = run_folders(path)
-        if inside:
-            hint = (
-                f" It looks like a sweep folder with {len(inside)} runs; give one of them, "
-                f"e.g. --run_dir {inside[0]}"
-            )
+        hint = f" It looks like a sweep folder with {len(inside)} runs; give one of them, e.g."
+        hint = f"{hint} --run_dir {inside[0]}" if inside else ""
         raise UserError(
             f"'{path}' is not a DomainBed training run: it has no {RESULTS_FILE}.{hint}"
         )
@@ -206,8 +166,7 @@ def read_run(run_dir: str | Path) -> Run:
 
 
 def dataset_class(name: str, where: Path) -> type:
-    """DomainBed's class of dataset ``name``, or :class:`UserError` saying how to make it known
-    (a manifest dataset is known where ``DMG_DOMAINBED_DATASETS`` names its manifest)."""
+    """DomainBed's class of dataset ``name``, or :class:`UserError` saying how to make it known."""
     from domainbed import datasets
 
     try:
@@ -226,12 +185,9 @@ _ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
 
 
 def check_environments(records: Iterable[Mapping[str, Any]], path: Path) -> None:
-    """:class:`UserError` unless the dataset of ``records`` is known and has the environments
-    they recorded: as many as train.py logged accuracies for (``env<i>_in_acc``), and each test
-    environment among them. Otherwise its domains changed since the run (a manifest edited: a
-    domain added or removed) and each number would be shown under another domain's header.
-    DomainBed's records do not name the environments, so a reordering that keeps their number
-    is not seen here (``evaluate`` then finds predict's accuracy unlike the logged one)."""
+    """:class:`UserError` unless the dataset of ``records`` is known and has as many environments
+    as train.py logged accuracies for (``env<i>_in_acc``), each test environment among them (a
+    reordering that keeps their number is not seen here; ``evaluate`` then finds it)."""
     for record in records:
         args = record["args"]
         names = list(dataset_class(args["dataset"], path).ENVIRONMENTS)
@@ -270,11 +226,9 @@ def require_sweep(sweep_dir: str | Path) -> Path:
             "domainbed.scripts.sweep (or of 'dmg-domainbed demo', its 'sweep' sub-folder)."
         )
     if not run_folders(path):
-        hint = ""
+        hint = f" Did you mean --input_dir {path / 'sweep'}?" if (path / "sweep").is_dir() else ""
         if (path / RESULTS_FILE).is_file():
             hint = " It is a single run; give the folder that holds the runs (its parent)."
-        elif (path / "sweep").is_dir():
-            hint = f" Did you mean --input_dir {path / 'sweep'}?"
         raise UserError(
             f"no training runs in '{path}': expected sub-folders with {RESULTS_FILE}, as "
             f"domainbed.scripts.sweep writes them.{hint}"
@@ -283,7 +237,6 @@ def require_sweep(sweep_dir: str | Path) -> Path:
 
 
 def device() -> str:
-    """The device train.py picks: CUDA when available."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -303,23 +256,14 @@ def algorithm_class(run: Run) -> type:
 
 
 def checkpoint_models(run: Run) -> dict[int, Path]:
-    """``{step: path}`` of the models train.py saved at its checkpoints
-    (``model_step<step>.pkl``, written with ``--save_model_every_checkpoint``)."""
-    found = {}
-    for path in run.path.glob("model_step*.pkl"):
-        step = path.stem.removeprefix("model_step")
-        if step.isdigit():
-            found[int(step)] = path
-    return dict(sorted(found.items()))
+    """``{step: path}`` of the ``model_step<step>.pkl`` train.py saved at its checkpoints."""
+    found = {p.stem.removeprefix("model_step"): p for p in run.path.glob("model_step*.pkl")}
+    return dict(sorted((int(step), p) for step, p in found.items() if step.isdigit()))
 
 
 def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = None):
-    """The algorithm saved in the run's ``model.pkl`` (or ``model_file``), in eval mode.
-
-    Built as DomainBed's scripts reload models: ``torch.load(..., weights_only=False)``, then
-    ``algorithm_class(model_input_shape, model_num_classes, model_num_domains, model_hparams)``
-    and ``load_state_dict(model_dict)``.
-    """
+    """The algorithm saved in the run's ``model.pkl`` (or ``model_file``), in eval mode, rebuilt
+    as DomainBed's scripts reload models (``torch.load``, the class, ``load_state_dict``)."""
     import torch
 
     path = model_file if model_file is not None else require_model(run)
@@ -331,8 +275,9 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
             f"'{path}' cannot be read ({type(error).__name__}: {error}): it is damaged or was "
             "cut short (a job stopped while saving it?). Rerun the run to write it again."
         ) from None
-    absent = [k for k in CHECKPOINT_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint]
-    if absent:
+    if absent := [
+        k for k in CHECKPOINT_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint
+    ]:
         raise UserError(
             f"'{path}' is not a model saved by DomainBed's train.py: it has no "
             f"{', '.join(absent)}. Rerun the run to write it again."
@@ -344,8 +289,7 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
 
 @contextlib.contextmanager
 def seeded_like_train(seed: int) -> Iterator[None]:
-    """Seed Python, NumPy and torch as train.py does right before it builds the dataset (a
-    dataset that draws random data, like DomainBed's ``Debug224``, draws the same), and give the
+    """Seed Python, NumPy and torch as train.py does before it builds the dataset, and give the
     caller's random states back afterwards."""
     import numpy as np
     import torch
@@ -363,8 +307,7 @@ def seeded_like_train(seed: int) -> Iterator[None]:
 
 
 def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
-    """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
-    overrides); ``augment=False`` switches DomainBed's training augmentation off."""
+    """The run's dataset, built with train.py's arguments, hparams and seed."""
     check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
     root = data_dir if data_dir is not None else run.args.get("data_dir")
     hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
@@ -381,19 +324,13 @@ def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
 
 
 def augmented_evaluation(run: Run) -> bool:
-    """Whether train.py classified the training domains' held-out images augmented.
-
-    DomainBed's image and WILDS datasets give a training domain's whole dataset the training
-    augmentation when ``data_augmentation`` is on (its default), held-out split included, so
-    the ``env<i>_out_acc`` train.py logs for those domains come from randomly augmented images.
-    """
+    """Whether train.py classified the training domains' held-out images augmented: DomainBed's
+    image and WILDS datasets augment a training domain's whole dataset, held-out split included,
+    when ``data_augmentation`` is on (its default)."""
     from domainbed import datasets
 
-    augmenting = tuple(
-        getattr(datasets, name)
-        for name in ("MultipleEnvironmentImageFolder", "WILDSDataset", "SpawriousBenchmark")
-        if hasattr(datasets, name)
-    )
+    names = ("MultipleEnvironmentImageFolder", "WILDSDataset", "SpawriousBenchmark")
+    augmenting = tuple(getattr(datasets, n) for n in names if hasattr(datasets, n))
     built = dataset_class(run.dataset, run.path)
     return bool(run.hparams.get("data_augmentation")) and issubclass(built, augmenting)
 
@@ -409,20 +346,14 @@ class EnvSplit:
 
 
 def rebuild_splits(dataset, args: dict[str, Any]) -> list[EnvSplit]:
-    """Every environment's split, given train.py's ``args`` (from ``results.jsonl``).
-
-    train.py splits environment ``i`` with ``misc.split_dataset(env, int(len(env) *
-    holdout_fraction), misc.seed_hash(trial_seed, i))`` into ``out`` (the held-out part,
-    first) and ``in``; a test environment's ``in`` part is split again the same way for domain
-    adaptation (``uda_holdout_fraction``). The same calls with the same seeds give the same
-    example indices.
-    """
+    """Every environment's split, given train.py's ``args``: train.py's own calls and seeds
+    (``misc.split_dataset(env, int(len(env) * holdout_fraction), misc.seed_hash(trial_seed, i))``
+    into ``out`` and ``in``; a test environment's ``in`` split again by uda_holdout_fraction)."""
     from domainbed.lib import misc
 
-    trial_seed = args["trial_seed"]
     splits = []
     for env_i, env in enumerate(dataset):
-        seed = misc.seed_hash(trial_seed, env_i)
+        seed = misc.seed_hash(args["trial_seed"], env_i)
         out, in_ = misc.split_dataset(env, int(len(env) * args["holdout_fraction"]), seed)
         uda_keys: list[int] = []
         in_keys = list(in_.keys)
@@ -436,8 +367,7 @@ def rebuild_splits(dataset, args: dict[str, Any]) -> list[EnvSplit]:
 
 
 def divergence(records: Iterable[Mapping[str, Any]]) -> str | None:
-    """``'loss nan at step 300'``: the first loss a record logged that is not finite; ``None``
-    when every logged loss is finite."""
+    """``'loss nan at step 300'``: the first loss a record logged that is not finite, or None."""
     for record in records:
         for key, value in record.items():
             if "loss" in key.lower() and isinstance(value, float) and not math.isfinite(value):
@@ -447,29 +377,23 @@ def divergence(records: Iterable[Mapping[str, Any]]) -> str | None:
 
 def folder_divergence(folder: Path) -> str | None:
     """:func:`divergence` of the records in ``folder``'s ``results.jsonl`` (none when it is
-    missing; lines that are not JSON, like a half-written last one, are passed over)."""
+    missing; lines that are not JSON objects, like a half-written last one, are passed over)."""
     try:
         lines = (Path(folder) / RESULTS_FILE).read_text().splitlines()
     except (OSError, UnicodeDecodeError):
         return None
-    return divergence(filter(None, map(_json_object, lines)))
-
-
-def _json_object(line: str) -> dict | None:
-    with contextlib.suppress(json.JSONDecodeError):
-        value = json.loads(line)
-        return value if isinstance(value, dict) else None
-    return None
+    records = []
+    for line in lines:
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return divergence(r for r in records if isinstance(r, dict))
 
 
 def warnings(runs: Iterable[Any]) -> list[str]:
     """A warning line for each diverged one of ``runs`` (:class:`~.runs.Run`)."""
-    lines = []
-    for run in runs:
-        diverged = divergence(run.records)
-        if diverged:
-            lines.append(
-                f"WARNING: {run.describe()} diverged ({diverged}): its numbers come from the "
-                "weights that non-finite losses left. Lower lr or the penalty weights and rerun it."
-            )
-    return lines
+    return [
+        f"WARNING: {run.describe()} diverged ({diverged}): its numbers come from the "
+        "weights that non-finite losses left. Lower lr or the penalty weights and rerun it."
+        for run in runs
+        if (diverged := divergence(run.records))
+    ]

@@ -8,11 +8,7 @@ accuracies it chose inside a run but not at which checkpoint, so the subclasses 
 step to what it returns and change nothing else: the accuracies, their order and the
 tie-breaking are DomainBed's own.
 
-Every hparams setting a method ranks in a group is a row of :func:`ranked_runs` (rank 0 is
-the one selected, its ``accuracy`` collect_results' number for that trial); each row has the
-run folder, hparams seed, hparams, the checkpoint's step, and its validation and test
-accuracy (%). The selected rows (:func:`selected_frame`) are ``selected_hparams.csv``, and the
-paired comparisons and ranks are computed from them; the TensorBoard export marks them.
+The selected rows are ``selected_hparams.csv``; the paired comparisons and ranks use them.
 """
 
 from __future__ import annotations
@@ -23,15 +19,12 @@ import pandas as pd
 
 from dmg_domainbed.reporting import tables
 
-COLUMNS = (
-    "selection_method dataset algorithm test_env test_domain trial_seed hparams_seed step "
-    "val_acc accuracy run diverged"
-).split()
+COLUMNS = "selection_method dataset algorithm test_env test_domain trial_seed hparams_seed"
+COLUMNS = f"{COLUMNS} step val_acc accuracy run diverged".split()
 
 
 def with_steps() -> dict[str, type]:
-    """DomainBed's three reported selection methods (by class name), each made to return the
-    chosen step."""
+    """DomainBed's three reported selection methods (by class name), returning the step too."""
     from domainbed import model_selection as ms
 
     class IIDWithStep(ms.IIDAccuracySelectionMethod):
@@ -64,11 +57,8 @@ def with_steps() -> dict[str, type]:
 
 def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Every hparams setting each method ranks in every group, best first (``rank`` 0 is the
-    selected one): columns :data:`COLUMNS`, ``rank`` and ``hparams`` (the run's hparams
-    dict). ``run`` is the folder of the run that holds out only the group's test domain (as
-    train.py logged it), ``diverged`` its entry in ``diverged`` (run -> its first non-finite
-    loss, :mod:`.divergence`) or empty. Groups a method selects nothing in
-    (leave-one-domain-out without runs holding out two domains) have no row."""
+    selected one, its ``accuracy`` collect_results' number): :data:`COLUMNS`, ``rank`` and
+    ``hparams``; ``diverged`` is the run's first non-finite loss (from ``diverged``) or empty."""
     from domainbed import datasets
     from domainbed.lib import reporting
     from domainbed.model_selection import get_test_records
@@ -81,26 +71,15 @@ def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFr
             environments = datasets.get_dataset_class(group["dataset"]).ENVIRONMENTS
             ranked = tracked[method.__name__].hparams_accs(group["records"])
             for position, (chosen, run_records) in enumerate(ranked):
-                record = next(
-                    r for r in get_test_records(run_records) if r["step"] == chosen["step"]
-                )
-                args = record["args"]
-                rows.append(
-                    [
-                        method.name,
-                        *(group[k] for k in ("dataset", "algorithm", "test_env")),
-                        environments[group["test_env"]],
-                        group["trial_seed"],
-                        args["hparams_seed"],
-                        chosen["step"],
-                        100 * chosen["val_acc"],
-                        100 * chosen["test_acc"],
-                        args["output_dir"],
-                        (diverged or {}).get(args["output_dir"], ""),
-                        position,
-                        record["hparams"],
-                    ]
-                )
+                step = chosen["step"]
+                record = next(r for r in get_test_records(run_records) if r["step"] == step)
+                args, run = record["args"], record["args"]["output_dir"]
+                cell = [group[k] for k in ("dataset", "algorithm", "test_env")]
+                seeds = [group["trial_seed"], args["hparams_seed"], step]
+                accuracies = [100 * chosen["val_acc"], 100 * chosen["test_acc"]]
+                tail = [run, (diverged or {}).get(run, ""), position, record["hparams"]]
+                domain = environments[group["test_env"]]
+                rows.append([method.name, *cell, domain, *seeds, *accuracies, *tail])
     frame = pd.DataFrame(rows, columns=[*COLUMNS, "rank", "hparams"])
     methods = {method.name: i for i, method in enumerate(tables.selection_methods())}
     return frame.sort_values(
@@ -111,16 +90,13 @@ def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFr
 
 
 def selected_frame(ranked: pd.DataFrame) -> pd.DataFrame:
-    """The selected run of every group (rank 0 of :func:`ranked_runs`): its ``accuracy`` is
-    the group's number in collect_results."""
+    """The selected run of every group (rank 0 of :func:`ranked_runs`)."""
     return ranked[ranked["rank"] == 0].drop(columns="rank").reset_index(drop=True)
 
 
 def selected_hparams(selected: pd.DataFrame) -> pd.DataFrame:
-    """:func:`selected_frame` with one column per hparam (empty where an algorithm has no such
-    hparam); an hparam named like one of :data:`COLUMNS` gets the suffix `` (hparam)``."""
-    # Object columns keep each value as train.py logged it (an int stays an int where
-    # another algorithm has no such hparam).
+    """:func:`selected_frame` with one object column per hparam (values as logged; empty where
+    an algorithm has none); one named like a column of :data:`COLUMNS` gets `` (hparam)``."""
     hparams = pd.DataFrame(selected["hparams"].tolist(), index=selected.index, dtype=object)
     hparams = hparams.rename(columns=lambda name: f"{name} (hparam)" if name in COLUMNS else name)
     return pd.concat([selected[COLUMNS], hparams], axis=1)

@@ -1,18 +1,13 @@
 """Results tables of a sweep, computed with DomainBed's own selection and grouping code, their
-flags, the Markdown they are shown in and the files they are written to.
+flags, their Markdown and their files.
 
-The numbers are those of ``python -m domainbed.scripts.collect_results``: records are grouped
-by ``domainbed.lib.reporting.get_grouped_records``, each group's accuracy is
-``selection_method.sweep_acc`` of ``domainbed.model_selection``, and a cell is the mean over
-trial seeds with its standard error (``std / sqrt(n)``), in percent. Only the layout differs:
-a long pandas DataFrame, one row per cell, ready for CSV.
-
-Flags stand next to a number, never instead of it. collect_results prints a cell's mean over
-whatever trials have records, so a sweep that is not done gives numbers that later change,
-with no mark, and a diverged run takes part like any other. Each cell gets ``partial`` (fewer
-trials than the dataset's fullest cell of that selection method, or records of a job that is
-not done; cells of an algorithm or test domain the sweep never ran are not counted as
-lacking) and ``diverged_runs``; an average carries the flags of the cells it averages.
+The numbers are those of ``python -m domainbed.scripts.collect_results``: records grouped by
+``reporting.get_grouped_records``, each group's accuracy ``selection_method.sweep_acc``, a cell
+the mean over trial seeds with its standard error (``std / sqrt(n)``), in percent; laid out as a
+long DataFrame, one row per cell. Flags stand next to a number: ``partial`` (fewer trials than the
+dataset's fullest cell of that selection method, or records of a job not done; cells of an
+algorithm or test domain the sweep never ran are not counted as lacking) and ``diverged_runs``;
+an average carries the flags of the cells it averages.
 """
 
 from __future__ import annotations
@@ -28,11 +23,8 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.jobs import SweepJobs, read_jobs
 
-SELECTION_METHOD_NAMES = (
-    "IIDAccuracySelectionMethod",
-    "LeaveOneOutSelectionMethod",
-    "OracleSelectionMethod",
-)
+SELECTION_METHOD_NAMES = ("IIDAccuracySelectionMethod", "LeaveOneOutSelectionMethod")
+SELECTION_METHOD_NAMES += ("OracleSelectionMethod",)
 AVERAGE = "Avg"
 MISSING = "X"  # collect_results' mark for a cell without results
 CELL = ["selection_method", "dataset", "algorithm", "test_env"]
@@ -46,16 +38,14 @@ def selection_methods() -> list[type]:
 
 
 def load_sweep_records(sweep_dir: str | Path):
-    """Every record of the sweep, as DomainBed's ``reporting.load_records`` reads them (each
-    sub-folder's ``results.jsonl``, in ``os.listdir`` order, as a ``Q``), except that a
-    half-written last line is left out with a warning instead of stopping everything and that
-    records are checked first (:func:`.jobs.read_jobs`)."""
+    """Every record of the sweep as a ``Q``, as DomainBed's ``reporting.load_records`` reads them,
+    but checked first and without a half-written last line (:func:`.jobs.read_jobs`)."""
     return SweepJobs(tuple(read_jobs(sweep_dir))).records()
 
 
 def mean_and_error(accuracies: Sequence[float]) -> tuple[float, float] | None:
     """Mean and standard error in percent, as collect_results computes them; None if empty."""
-    if len(accuracies) == 0:
+    if not len(accuracies):
         return None
     values = np.asarray(list(accuracies), dtype=float)
     return 100 * np.mean(values), 100 * np.std(values / np.sqrt(len(values)))
@@ -63,9 +53,7 @@ def mean_and_error(accuracies: Sequence[float]) -> tuple[float, float] | None:
 
 def cell_text(mean: float | None, error: float | None) -> str:
     """A cell as collect_results prints it: ``mean +/- error`` with one decimal."""
-    if mean is None:
-        return MISSING
-    return f"{mean:.1f} +/- {error:.1f}"
+    return MISSING if mean is None else f"{mean:.1f} +/- {error:.1f}"
 
 
 def ordered_algorithms(records) -> list[str]:
@@ -97,8 +85,7 @@ def selected_groups(records, selection_method):
 
 
 def selected_accuracies(records, methods: Sequence[type] | None = None) -> pd.DataFrame:
-    """One row per group a selection method selects in: ``selection_method``, ``trial_seed``,
-    ``dataset``, ``algorithm``, ``test_env`` and ``sweep_acc`` (a fraction, as DomainBed's)."""
+    """One row per group a selection method selects in, with its ``sweep_acc`` (a fraction)."""
     keys = ["trial_seed", "dataset", "algorithm", "test_env"]
     rows = [
         [method.name, *(group[key] for key in keys), group["sweep_acc"]]
@@ -109,10 +96,9 @@ def selected_accuracies(records, methods: Sequence[type] | None = None) -> pd.Da
 
 
 def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
-    """collect_results' cell for every key of ``grid`` (values of ``keys``): ``accuracy`` and
-    ``stderr`` (percent) of ``accuracies``' ``sweep_acc`` over trials, ``n_trials`` and ``text``;
-    after the cells that share all keys but the last, their average (last key ``Avg``, ``X``
-    when a cell has no result)."""
+    """collect_results' cell for every key of ``grid``: mean and standard error (percent) of
+    ``sweep_acc`` over trials, ``n_trials``, ``text``; after the cells that share all keys but the
+    last, their average (``Avg``; ``X`` when a cell has no result)."""
     lists = dict(accuracies.groupby(keys)["sweep_acc"].agg(list)) if len(accuracies) else {}
     rows = []
     for key in grid:
@@ -133,12 +119,8 @@ def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) ->
 
 
 def results_frame(records) -> pd.DataFrame:
-    """Per-dataset tables of every selection method, one row per (algorithm, test domain).
-
-    Columns: ``selection_method``, ``dataset``, ``algorithm``, ``test_env`` (index, or ``Avg``),
-    ``test_domain`` (environment name or ``Avg``), ``accuracy`` and ``stderr`` (percent),
-    ``n_trials`` and ``text`` (the cell exactly as collect_results prints it).
-    """
+    """Per-dataset tables of every selection method, one row per (algorithm, test domain or
+    ``Avg``): ``accuracy``, ``stderr`` (percent), ``n_trials``, ``text`` (as collect_results)."""
     from domainbed import datasets
 
     names = {d: datasets.get_dataset_class(d).ENVIRONMENTS for d in ordered_datasets(records)}
@@ -153,8 +135,7 @@ def results_frame(records) -> pd.DataFrame:
 
 
 def with_domains(frame: pd.DataFrame, names: dict[str, list[str]]) -> pd.DataFrame:
-    """``frame`` with ``test_domain`` after ``test_env``: each dataset's environment name
-    (``names``: dataset -> environments), or ``Avg``."""
+    """``frame`` with ``test_domain`` (environment name of ``names[dataset]``, or ``Avg``)."""
     domains = [
         AVERAGE if env == AVERAGE else names[dataset][env]
         for dataset, env in zip(frame["dataset"], frame["test_env"], strict=True)
@@ -164,8 +145,8 @@ def with_domains(frame: pd.DataFrame, names: dict[str, list[str]]) -> pd.DataFra
 
 
 def averages_frame(records) -> pd.DataFrame:
-    """collect_results' "Averages" table: per algorithm and dataset, the mean over test domains
-    of each trial seed, then mean and standard error over trial seeds; ``Avg`` over datasets."""
+    """collect_results' "Averages": per algorithm and dataset, each trial's mean over test domains,
+    then mean and standard error over trials; ``Avg`` over datasets."""
     keys = ["selection_method", "algorithm", "dataset"]
     accuracies = selected_accuracies(records)
     trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
@@ -194,16 +175,14 @@ def flag_results(results: pd.DataFrame, jobs: SweepJobs) -> pd.DataFrame:
     )
     trials = frame["n_trials"].fillna(0).where(counted)
     fullest = trials.groupby([frame["selection_method"], frame["dataset"]]).transform("max")
-    frame["partial"] = counted & (
-        (trials < fullest) | pd.Series([key in unfinished for key in keys], frame.index)
-    )
+    unfinished_rows = pd.Series([key in unfinished for key in keys], frame.index)
+    frame["partial"] = counted & ((trials < fullest) | unfinished_rows)
     frame["diverged_runs"] = [diverged.get(key, 0) for key in keys]
     return _carry_flags(frame, frame[cell], ~cell)
 
 
 def flag_averages(averages: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
-    """``averages`` (:func:`averages_frame`) with the flags of the :func:`flag_results` cells
-    each average is made of (a dataset's, or every dataset's for ``Avg``)."""
+    """``averages`` with the flags of the ``results`` cells each average is made of."""
     cells = results[results["test_env"] != AVERAGE]
     cells = pd.concat([cells, cells.assign(dataset=AVERAGE)])
     frame = averages.assign(partial=False, diverged_runs=0)
@@ -211,8 +190,8 @@ def flag_averages(averages: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame
 
 
 def _carry_flags(frame: pd.DataFrame, cells: pd.DataFrame, rows) -> pd.DataFrame:
-    """``frame`` whose ``rows`` (averages) carry the flags of ``cells`` of their (selection
-    method, dataset, algorithm): partial if any is, the diverged runs summed."""
+    """``frame`` whose ``rows`` carry the flags of ``cells`` of their (selection method, dataset,
+    algorithm): partial if any is, the diverged runs summed."""
     keys = ["selection_method", "dataset", "algorithm"]
     flags = cells.groupby(keys).agg(
         partial=("partial", "any"), diverged_runs=("diverged_runs", "sum")
@@ -244,27 +223,17 @@ def flags_summary(results: pd.DataFrame, jobs: SweepJobs) -> str:
 
 
 def wide_table(frame: pd.DataFrame, columns: str = "test_domain") -> pd.DataFrame:
-    """One selection method's (and dataset's) rows as collect_results lays them out:
-    algorithms down, test domains (or datasets) across, cells as text with their flags."""
-    table = frame.assign(shown=marked_text(frame)).pivot(
-        index="algorithm", columns=columns, values="shown"
-    )
+    """One selection method's (and dataset's) rows as collect_results lays them out: algorithms
+    down, test domains (or datasets) across, text with its flags (``27.4 +/- 3.1 (partial)``)."""
+    shown = frame["text"]
+    if "partial" in frame:
+        flags = [
+            ", ".join(name for name, on in (("partial", p), ("diverged", d)) if on)
+            for p, d in zip(frame["partial"], frame["diverged_runs"] > 0, strict=True)
+        ]
+        shown = [f"{text} ({flag})" if flag else text for text, flag in zip(shown, flags)]
+    table = frame.assign(shown=shown).pivot(index="algorithm", columns=columns, values="shown")
     return table.loc[frame["algorithm"].unique(), frame[columns].unique()]
-
-
-def marked_text(frame: pd.DataFrame) -> pd.Series:
-    """Each cell's ``text`` followed by its flags, if the frame has them:
-    ``27.4 +/- 3.1 (partial, diverged)``."""
-    if "partial" not in frame:
-        return frame["text"]
-    flags = [
-        ", ".join(name for name, on in (("partial", partial), ("diverged", diverged)) if on)
-        for partial, diverged in zip(frame["partial"], frame["diverged_runs"] > 0, strict=True)
-    ]
-    return pd.Series(
-        [f"{text} ({flag})" if flag else text for text, flag in zip(frame["text"], flags)],
-        frame.index,
-    )
 
 
 def without_results(results: pd.DataFrame) -> list[str]:
@@ -277,24 +246,22 @@ def no_result_line(method_name: str) -> str:
     """One line instead of a table of X: which method, why it has no result, how to get one."""
     from domainbed import model_selection
 
+    why = (
+        "it selects among runs that hold out exactly one test domain, and this sweep has "
+        "none. Sweep every single test domain (DomainBed's sweep does unless its test "
+        "environments are restricted)"
+    )
     if method_name == model_selection.LeaveOneOutSelectionMethod.name:
         why = (
             "it validates on runs that hold out two domains (the test domain and one "
             "validation domain), and this sweep has none. Sweep without --single_test_envs "
             "(sweep file: single_test_envs = false) to train every pair of held-out domains too"
         )
-    else:
-        why = (
-            "it selects among runs that hold out exactly one test domain, and this sweep has "
-            "none. Sweep every single test domain (DomainBed's sweep does unless its test "
-            "environments are restricted)"
-        )
     return f"Model selection {method_name}: no result for any cell: {why}."
 
 
 def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
-    """Every table of collect_results with a result, in its order, as Markdown sections; a
-    method without any result is one line (:func:`no_result_line`)."""
+    """Every table of collect_results with a result, in its order, as Markdown sections."""
     parts = [
         "# Results\n",
         "Test-domain accuracy (%), mean +/- standard error over trial seeds, as printed by "
@@ -307,27 +274,23 @@ def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
             continue
         parts.append(f"## Model selection: {method}\n")
         of_method = results[results["selection_method"] == method]
-        for dataset in of_method["dataset"].unique():
-            parts.append(f"### {dataset}\n")
-            table = wide_table(of_method[of_method["dataset"] == dataset])
-            parts.append(markdown_table(table, "Algorithm"))
-        parts.append("### Averages\n")
+        for dataset, rows in of_method.groupby("dataset", sort=False):
+            parts += [f"### {dataset}\n", markdown_table(wide_table(rows), "Algorithm")]
         table = wide_table(averages[averages["selection_method"] == method], "dataset")
-        parts.append(markdown_table(table, "Algorithm"))
+        parts += ["### Averages\n", markdown_table(table, "Algorithm")]
     return "\n".join(parts)
 
 
 def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
-    """``table`` with its index as the first column (tabulate's pipe table); numbers are
-    written as they are, missing cells are empty and ``|`` in a cell is escaped."""
+    """``table`` as a pipe table, its index first; missing cells empty, ``|`` escaped."""
     label = index_label if index_label is not None else (table.index.name or "")
     cells = table.astype(object).where(table.notna(), "").map(lambda c: str(c).replace("|", r"\|"))
     return cells.rename_axis(label).to_markdown(tablefmt="pipe", disable_numparse=True) + "\n"
 
 
 def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
-    """``output_dir``, unless it lies inside a folder the report reads (which stays untouched),
-    cannot be created, or holds a file this user may not overwrite (an earlier report's)."""
+    """``output_dir``, unless it lies inside a folder the report reads, cannot be created, or
+    holds a file this user may not overwrite (an earlier report's)."""
     check_creatable(output_dir, "--output_dir")
     resolved = output_dir.resolve()
     for folder in inputs:
@@ -357,7 +320,6 @@ def write_table(
     output_dir.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = output_dir / f"{stem}.csv", output_dir / f"{stem}.md"
     long.to_csv(csv_path, index=False)
-    md_path.write_text(
-        "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
-    )
+    md = (f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
+    md_path.write_text("\n".join(md))
     return [csv_path, md_path]

@@ -1,17 +1,11 @@
 """A sweep as TensorBoard logs: every run's scalars per step, its hparams and the test
 accuracy each selection method takes from it (TensorBoard's HParams dashboard).
 
-Each run folder becomes one TensorBoard run, named ``<algorithm>/<dataset>/test_env<e>/
-hparams<h>_trial<t>_<folder>``, holding every number train.py logged in ``results.jsonl``
-(accuracies, losses, an algorithm's diagnostics) at its step, written with
-``torch.utils.tensorboard.SummaryWriter``. The hparams go through TensorBoard's HParams plugin
-(``tensorboard.plugins.hparams.summary_v2``): the log folder's top level describes the
-experiment (every hparam, with its values, and the metrics), each run states its values,
-with ``algorithm``, ``dataset``, ``test_envs``, ``hparams_seed`` and ``trial_seed`` added so
-the dashboard filters by them too. Metrics, per selection method: ``selected_test_acc/<method>``,
-the test accuracy (fraction, as train.py logs it) at the checkpoint the method picks in the
-run, logged at that step; and ``selected/<method>``, 1 for the run the method selects for its
-(dataset, algorithm, test domain, trial) and 0 for the others.
+Each run folder is one TensorBoard run, ``<algorithm>/<dataset>/test_env<e>/hparams<h>_trial<t>_
+<folder>``, with every number train.py logged at its step; its hparams (and algorithm, dataset,
+test_envs, seeds) go through the HParams plugin. Metrics per selection method:
+``selected_test_acc/<method>`` (the test accuracy, a fraction, at the checkpoint it picks, at
+that step) and ``selected/<method>`` (1 for the run it selects for its cell and trial, else 0).
 """
 
 from __future__ import annotations
@@ -62,24 +56,21 @@ def check_log_dir(log_dir: Path, sweep: Path) -> Path:
 def run_name(args: dict, folder: Path) -> str:
     """The TensorBoard run of a run folder (unique: ends with the folder's name)."""
     envs = "_".join(str(e) for e in args["test_envs"])
-    return (
-        f"{args['algorithm']}/{args['dataset']}/test_env{envs}/"
-        f"hparams{args['hparams_seed']}_trial{args['trial_seed']}_{folder.name}"
-    )
+    seeds = f"hparams{args['hparams_seed']}_trial{args['trial_seed']}"
+    return f"{args['algorithm']}/{args['dataset']}/test_env{envs}/{seeds}_{folder.name}"
 
 
 def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
-    """Write the sweep's runs into ``log_dir`` (see the module's description); ``ranked`` is
-    :func:`.selected.ranked_runs` of the sweep. Returns the TensorBoard run names."""
+    """Write the sweep's runs (``ranked``: :func:`.selected.ranked_runs`) into ``log_dir``;
+    the TensorBoard run names."""
     from tensorboard.plugins.hparams import summary_v2 as hp
     from torch.utils.tensorboard import SummaryWriter
 
     by_run = {Path(run): rows for run, rows in ranked.groupby("run", sort=False)}
-    runs = []
-    for folder in run_folders(sweep):
-        records = [r for r in read_records(folder / RESULTS_FILE) if "args" in r]
-        if records:
-            runs.append((folder, records))
+    runs = [
+        (f, [r for r in read_records(f / RESULTS_FILE) if "args" in r]) for f in run_folders(sweep)
+    ]
+    runs = [(folder, records) for folder, records in runs if records]
     values = {folder: _hparam_values(records[-1]) for folder, records in runs}
     log_dir.mkdir(parents=True, exist_ok=True)
     with SummaryWriter(log_dir=str(log_dir)) as writer:
@@ -98,7 +89,8 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
                 for key, value in record.items():
                     if key != "step" and _is_number(value):
                         writer.add_scalar(key, value, record["step"])
-            for _, row in by_run.get(_output_dir(records), pd.DataFrame()).iterrows():
+            output_dir = Path(records[-1]["args"]["output_dir"])
+            for _, row in by_run.get(output_dir, pd.DataFrame()).iterrows():
                 tag = METHOD_TAGS[row["selection_method"]]
                 writer.add_scalar(f"selected_test_acc/{tag}", row["accuracy"] / 100, row["step"])
                 writer.add_scalar(f"selected/{tag}", float(row["rank"] == 0), records[-1]["step"])
@@ -106,17 +98,12 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
     return names
 
 
-def _output_dir(records: list[dict]) -> Path:
-    return Path(records[-1]["args"]["output_dir"])
-
-
 def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _hparam_values(record: dict) -> dict:
-    """The run's hparams and identity as values the HParams plugin takes (bool, number,
-    string); others (lists, None) as JSON text."""
+    """The run's hparams and identity as the HParams plugin takes them; lists, None as JSON."""
     args = record["args"]
     found = {key: args[key] for key in RUN_KEYS}
     found["test_envs"] = ",".join(str(e) for e in args["test_envs"])
@@ -128,8 +115,7 @@ def _hparam_values(record: dict) -> dict:
 
 
 def _hparams(runs_values) -> list:
-    """Every hparam of the runs, with its domain: the values seen for text and booleans, the
-    range seen for numbers, none where runs give it values of different kinds."""
+    """Every hparam of the runs, with the values (text, bool) or range (numbers) seen."""
     from tensorboard.plugins.hparams import summary_v2 as hp
 
     seen: dict[str, list] = {}
