@@ -54,6 +54,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 MANIFESTS_VARIABLE = "DMG_DOMAINBED_DATASETS"
+#: The hparam in which a manifest dataset records the domains it was built with, in order
+#: (:class:`dmg_domainbed.datasets.manifest_dataset.ManifestImageFolder`).
+DOMAINS_HPARAM = "manifest_domains"
 CSV_COLUMNS = ("path", "label", "domain")
 # Input side -> the featurizer DomainBed's networks.Featurizer builds for it.
 INPUT_SIZES = {28: "MNIST_CNN", 32: "Wide_ResNet", 224: "ResNet"}

@@ -8,6 +8,12 @@ DomainBed's ``SMALL_IMAGES``) and its image augmentation for training domains wh
 ``data_augmentation`` is on. What differs: the domains are the manifest's, in its order; the
 labels number the classes of all domains together; ``--data_dir`` is not read (the manifest
 names its root); and the images are resized to the manifest's input side instead of 224.
+
+A manifest can change between training and reporting (domains reordered, renamed or added). So
+that a run's numbers are never shown under another domain's name, the dataset writes the domains
+it was built with into the run's hparams (``hparams["manifest_domains"]``): DomainBed's
+``train.py`` records that dict in every record of ``results.jsonl`` and in ``model.pkl``, and
+``report`` and ``evaluate`` compare it with the manifest of today.
 """
 
 from __future__ import annotations
@@ -19,7 +25,13 @@ from torch.utils.data import Dataset
 from torchvision import transforms
 from torchvision.datasets.folder import default_loader
 
-from dmg_domainbed.datasets.manifest import Manifest, class_names, file_problems, list_files
+from dmg_domainbed.datasets.manifest import (
+    DOMAINS_HPARAM,
+    Manifest,
+    class_names,
+    file_problems,
+    list_files,
+)
 from dmg_domainbed.errors import UserError
 
 # DomainBed's image statistics (ImageNet's), with which its image datasets normalise.
@@ -63,7 +75,9 @@ class LabelledImages(Dataset):
 
 
 class ManifestImageFolder(MultipleEnvironmentImageFolder):
-    """The base of every manifest dataset class; ``MANIFEST`` is the class's manifest."""
+    """The base of every manifest dataset class; ``MANIFEST`` is the class's manifest.
+
+    Building one records the manifest's domains in ``hparams[DOMAINS_HPARAM]``."""
 
     MANIFEST: Manifest
 
@@ -73,6 +87,7 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
         problems = file_problems(manifest, domains)
         if problems:
             raise UserError("\n".join(problems))
+        hparams[DOMAINS_HPARAM] = list(manifest.domains)
         self.classes = class_names(domains)
         label = {name: i for i, name in enumerate(self.classes)}
         plain, augmented = image_transforms(manifest.input_size)

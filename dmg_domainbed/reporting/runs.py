@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE
+from dmg_domainbed.datasets.manifest import DOMAINS_HPARAM, MANIFESTS_VARIABLE
 from dmg_domainbed.errors import UserError
 
 RESULTS_FILE = "results.jsonl"
@@ -186,11 +186,20 @@ _ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
 
 def check_environments(records: Iterable[Mapping[str, Any]], path: Path) -> None:
     """:class:`UserError` unless the dataset of ``records`` is known and has as many environments
-    as train.py logged accuracies for (``env<i>_in_acc``), each test environment among them (a
-    reordering that keeps their number is not seen here; ``evaluate`` then finds it)."""
+    as train.py logged accuracies for (``env<i>_in_acc``), each test environment among them, and
+    the same domains in the same order where the run recorded them (a manifest dataset does)."""
     for record in records:
         args = record["args"]
         names = list(dataset_class(args["dataset"], path).ENVIRONMENTS)
+        trained_on = record.get("hparams", {}).get(DOMAINS_HPARAM, names)
+        if list(trained_on) != names:
+            raise UserError(
+                f"'{path}' holds a run trained on the domains {', '.join(trained_on)} of "
+                f"{args['dataset']}, in that order, but its manifest lists "
+                f"{', '.join(names)} today: the run's numbers would be shown under other "
+                "domains' names. Restore the manifest's 'domains' as they were when the run "
+                "trained, or move this run out of the folder read."
+            )
         logged = {int(m[1]) for key in record if (m := _ACCURACY_KEY.fullmatch(key))}
         recorded = max(logged) + 1 if logged else None
         beyond = max(args["test_envs"], default=-1) >= len(names)

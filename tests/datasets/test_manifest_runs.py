@@ -73,12 +73,39 @@ def test_a_sweep_through_local_parallel_and_its_report(manifest, tmp_path, regis
     assert "Dataset: TinyDomains" in collected
 
 
-def test_train_py_in_a_new_process_started_in_another_folder(manifest, tmp_path):
-    output = tmp_path / "run"
+@pytest.fixture(scope="module")
+def trained_run(manifest, tmp_path_factory):
+    """One train.py run on the manifest, started as a new process in another folder."""
+    folder = tmp_path_factory.mktemp("trained")
     args = ["--dataset", "TinyDomains", "--algorithm", "ERM", "--test_envs", "1"]
-    args += ["--output_dir", str(output), "--hparams", '{"batch_size": 4}']
-    run_domainbed("train", *args, cwd=tmp_path, env=environment(manifest))
-    records = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+    args += ["--output_dir", str(folder / "run"), "--hparams", '{"batch_size": 4}']
+    run_domainbed("train", *args, cwd=folder, env=environment(manifest))
+    return folder / "run"
+
+
+def test_train_py_in_a_new_process_started_in_another_folder(trained_run):
+    lines = (trained_run / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
     assert [r["step"] for r in records] == [0, 2]  # the manifest's steps and checkpoint_freq
     assert records[0]["args"]["dataset"] == "TinyDomains"
-    assert (output / "done").is_file()
+    assert all(r["hparams"]["manifest_domains"] == ["indoor", "outdoor"] for r in records)
+    assert (trained_run / "done").is_file()
+
+
+def test_a_run_is_refused_once_its_manifest_reorders_the_domains(
+    manifest, trained_run, tmp_path, registered
+):
+    reordered = tmp_path / "tiny.toml"
+    root = manifest.parent / "images"
+    text = manifest.read_text().replace('root = "images"', f'root = "{root}"')
+    reordered.write_text(f'{text}domains = ["outdoor", "indoor"]\n')
+    registered(reordered)
+    for command in (
+        ("report", "--input_dir", str(trained_run.parent), "--output_dir", str(tmp_path / "r")),
+        ("evaluate", "--run_dir", str(trained_run), "--output_dir", str(tmp_path / "e")),
+    ):
+        code, _, message = cli(*command)
+        assert code == 2, command
+        assert "trained on the domains indoor, outdoor of TinyDomains" in message, command
+        assert "its manifest lists outdoor, indoor today" in message, command
+    assert not (tmp_path / "r").exists() and not (tmp_path / "e").exists()
