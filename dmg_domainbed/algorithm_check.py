@@ -16,7 +16,7 @@ with a :class:`Finding` that says what was expected, what was found and where:
 ``hparam names``    no declared name silently replaces one of DomainBed's (an override is an
                     ``HParam(..., where_defined=True)``)
 ``build``           ``cls(input_shape, num_classes, num_domains, hparams)`` on the debug dataset
-``update``          two updates, each returning ``{name: float}``
+``update``          three updates, each returning ``{name: float}``
 ``predict``         logits of shape ``[images, classes]``, the same twice in eval mode
 ``state dict``      a new instance loaded with ``state_dict()`` predicts the same logits
 ``to(device)``      after ``.to("meta")`` no tensor of the model is left on the CPU
@@ -39,7 +39,8 @@ import torch
 from dmg_domainbed.errors import UserError
 
 DEBUG_DATASETS = ("Debug28", "Debug224")
-BATCH_SIZE = 8  # as DomainBed's test_models
+BATCH_SIZE = 8  # images per domain, as DomainBed's test_models
+DEBUG_IMAGES = 16  # per domain in DomainBed's debug datasets
 UPDATES = 3  # as DomainBed's test_models
 SEEDS = (0,)  # as DomainBed's test_hparams_registry
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
@@ -98,14 +99,23 @@ def algorithm_class(name: str) -> type:
     return algorithms.get_algorithm_class(name)
 
 
-def check_algorithm(name: str, dataset: str = "Debug28") -> list[Finding]:
-    """Every check of this module on algorithm ``name``, built on the debug ``dataset``."""
+def check_algorithm(
+    name: str, dataset: str = "Debug28", images_per_domain: int = BATCH_SIZE
+) -> list[Finding]:
+    """Every check of this module on algorithm ``name``, built on the debug ``dataset``, with
+    minibatches of ``images_per_domain`` images per domain."""
     from dmg_domainbed.integration import PluginImportError
 
     if dataset not in DEBUG_DATASETS:
         raise UserError(
             f"--dataset {dataset!r}: the check builds on DomainBed's debug datasets, "
             f"{' or '.join(DEBUG_DATASETS)}"
+        )
+    if not 1 <= images_per_domain <= DEBUG_IMAGES:
+        raise UserError(
+            f"--images_per_domain {images_per_domain}: DomainBed's debug datasets hold "
+            f"{DEBUG_IMAGES} images per domain; give 1 to {DEBUG_IMAGES} (default {BATCH_SIZE}, "
+            "as DomainBed's test_models)"
         )
     try:
         cls = algorithm_class(name)
@@ -116,7 +126,7 @@ def check_algorithm(name: str, dataset: str = "Debug28") -> list[Finding]:
     if any(f.check == "hparams" and not f.passed for f in found):
         return found  # the model cannot be built without its hparams
     try:
-        _model_checks(cls, name, dataset, found)
+        _model_checks(cls, name, dataset, images_per_domain, found)
     except _Stop:
         pass
     return found
@@ -198,19 +208,21 @@ def _shadowing(name: str) -> Finding:
     )
 
 
-def _minibatches(dataset) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``BATCH_SIZE`` images and labels per environment, as DomainBed's test helpers make them
+def _minibatches(dataset, images: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``images`` images and labels per environment, as DomainBed's test helpers make them
     (on the CPU)."""
     batches = []
     for environment in dataset:
-        items = [environment[i] for i in range(BATCH_SIZE)]
+        items = [environment[i] for i in range(images)]
         x = torch.stack([x for x, _ in items])
         y = torch.stack([torch.as_tensor(y) for _, y in items])
         batches.append((x, y))
     return batches
 
 
-def _model_checks(cls: type, name: str, dataset_name: str, found: list[Finding]) -> None:
+def _model_checks(
+    cls: type, name: str, dataset_name: str, images: int, found: list[Finding]
+) -> None:
     from domainbed import datasets, hparams_registry
 
     hparams = hparams_registry.default_hparams(name, dataset_name)
@@ -234,7 +246,7 @@ def _model_checks(cls: type, name: str, dataset_name: str, found: list[Finding])
 
     algorithm = build(0)
     found.append(Finding("build", True, call))
-    minibatches = _minibatches(dataset)
+    minibatches = _minibatches(dataset, images)
     found.append(_updates(algorithm, minibatches))
     x = minibatches[0][0]
     algorithm.eval()

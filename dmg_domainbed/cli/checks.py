@@ -99,6 +99,13 @@ def add_parsers(subparsers) -> None:
         help="DomainBed's debug dataset to build on (default: %(default)s; Debug224 loads "
         "DomainBed's pretrained ResNet-50)",
     )
+    check_algorithm.add_argument(
+        "--images_per_domain",
+        type=int,
+        default=8,
+        help="images per domain in each minibatch (default: %(default)s, as DomainBed's "
+        "test_models; fewer for a large network on a laptop CPU)",
+    )
     check_algorithm.set_defaults(func=check_algorithm_command)
 
     data = subparsers.add_parser("data", help="check datasets before a sweep trains on them")
@@ -156,7 +163,7 @@ def check_algorithm_command(args: argparse.Namespace) -> int:
 
     failed = False
     for name in args.names:
-        findings = check_algorithm(name, args.dataset)
+        findings = check_algorithm(name, args.dataset, args.images_per_domain)
         print(render(name, args.dataset, findings), flush=True)
         failed |= not all(f.passed for f in findings)
     return 1 if failed else 0
