@@ -5,10 +5,12 @@ DomainNet: DomainBed's ImageFolder loaders and augmentations at 224x224, and its
 featurizer built with ``pretrained=True`` from random weights written into the very cache files
 torchvision and timm read (offline). One real path per ResNet family: DMG with ResNet-50
 (DomainBed's default: torchvision's, replaced by timm's resnet50.ram_in1k) on the PACS-shaped
-folder; with the paper's cheaper ResNet-18 on the DomainNet-shaped one, every other algorithm
-that trains DomainBed's ResNet (SFMOE trains its DeiT-S in ``test_sfmoe``). These runs are where
-the algorithms' update and predict meet 224x224 images and DomainBed's ResNets; DomainBed's own
-``test_models`` holds them to its contract on ``Debug28`` (``test_domainbed_contract``).
+folder; with the paper's cheaper ResNet-18 on the DomainNet-shaped one, the algorithms whose
+networks depend on the backbone (masks on its layers, heads on its features; CorGrad works on
+gradients whatever the network, SFMOE trains its DeiT-S in ``test_sfmoe``). These runs are
+where the algorithms' update and predict meet 224x224 images and DomainBed's ResNets; DomainBed's
+own ``test_models`` holds every algorithm to its contract on ``Debug28``
+(``test_domainbed_contract``).
 Two worker processes share the runs (see train_worker.py).
 """
 
@@ -30,10 +32,7 @@ from ..helpers import domainbed_env
 
 RUNS = (
     ("resnet50", "DMG"),
-    *(
-        ("resnet18", name)
-        for name in ("Aggregate", "MultiHead", "DMG", "ImportanceMask", "CorGrad")
-    ),
+    *(("resnet18", name) for name in ("Aggregate", "MultiHead", "DMG", "ImportanceMask")),
 )
 STEPS = 2
 # Two classes and three images per domain with half held out: one batch of 2 per domain, and
@@ -59,7 +58,7 @@ BACKBONES = {
     ),
 }
 # Rough relative cost of a run, to give both workers the same load.
-_COST = {"Aggregate": 1, "MultiHead": 1, "DMG": 1.6, "ImportanceMask": 1.6, "CorGrad": 1.3}
+_COST = {"Aggregate": 1, "MultiHead": 1, "DMG": 1.6, "ImportanceMask": 1.6}
 _BACKBONE_COST = {"resnet50": 2.3, "resnet18": 1.3}
 
 
