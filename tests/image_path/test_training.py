@@ -92,7 +92,14 @@ def test_dmg_masks_one_value_per_channel_of_the_real_resnet(image_runs, offline_
     torch.testing.assert_close(seen["layer3"], seen["layer2"] * mask)
 
 
-def test_evaluate_classifies_the_held_out_images_unaugmented(image_runs, offline_caches, tmp_path):
+def test_evaluate_classifies_the_held_out_images_unaugmented(
+    image_runs, offline_caches, tmp_path, monkeypatch
+):
+    # A few tiny images: load them in this process, as the trainings did (train_worker.py).
+    classes = [datasets.MultipleDomainDataset]
+    for cls in classes:
+        monkeypatch.setattr(cls, "N_WORKERS", 0)
+        classes += cls.__subclasses__()
     runs = [image_runs[("resnet18", name)] for name in ("Aggregate", "MultiHead", "DMG")]
     code, printed, _ = cli("evaluate", "--run_dir", *map(str, runs), "--output_dir", str(tmp_path))
     assert code == 0
