@@ -201,3 +201,26 @@ def machine_check(sweep, launcher: str = "local") -> str:
     if checked.problem is not None:
         raise checked.problem
     return checked.launcher
+
+
+def domainbed_script_output(script: str, *args: str) -> str:
+    """What ``python -m domainbed.scripts.SCRIPT ARGS`` prints, run in this process: for
+    DomainBed's scripts that only read runs (``collect_results``, ``list_top_hparams``), where a
+    new interpreter would check nothing more than the start-up that other tests check."""
+    import runpy
+    from unittest import mock
+
+    import numpy as np
+
+    out = io.StringIO()
+    with (
+        contextlib.redirect_stdout(out),
+        mock.patch.object(sys, "argv", [script, *args]),
+        np.printoptions(),  # the scripts set numpy's print options
+    ):
+        try:
+            runpy.run_module(f"domainbed.scripts.{script}", run_name="__main__")
+        finally:
+            if sys.stdout is not out:  # collect_results tees what it prints into results.txt
+                sys.stdout.file.close()
+    return out.getvalue()

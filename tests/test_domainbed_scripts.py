@@ -1,4 +1,5 @@
-"""DomainBed's own, unmodified scripts run the plugin algorithms (in subprocesses, on CPU)."""
+"""DomainBed's own, unmodified scripts run the plugin algorithms (on CPU): ``train`` in
+subprocesses, the scripts that only read its runs in this process."""
 
 import json
 
@@ -8,7 +9,7 @@ from domainbed import algorithms, datasets
 from domainbed.lib import misc
 from domainbed.lib.fast_data_loader import FastDataLoader
 
-from .helpers import DEMO_ALGORITHMS, run_domainbed
+from .helpers import DEMO_ALGORITHMS, domainbed_script_output, run_domainbed
 
 PLUGINS = ("Aggregate", "MultiHead", "DMG")
 
@@ -38,7 +39,7 @@ def test_sweep_trains_every_algorithm_on_every_test_domain(demo_sweep):
 
 
 def test_collect_results_prints_the_plugin_rows_beside_erm(demo_sweep):
-    out = run_domainbed("collect_results", "--input_dir", str(demo_sweep)).stdout
+    out = domainbed_script_output("collect_results", "--input_dir", str(demo_sweep))
     assert "RotatedDigits" in out
     for method in ("training-domain validation set", "test-domain validation set (oracle)"):
         header = f"Dataset: RotatedDigits, model selection method: {method}"
@@ -48,7 +49,7 @@ def test_collect_results_prints_the_plugin_rows_beside_erm(demo_sweep):
 
 
 def test_list_top_hparams_reads_dmg_runs(demo_sweep):
-    out = run_domainbed(
+    out = domainbed_script_output(
         "list_top_hparams",
         "--input_dir",
         str(demo_sweep),
@@ -58,7 +59,7 @@ def test_list_top_hparams_reads_dmg_runs(demo_sweep):
         "DMG",
         "--test_env",
         "0",
-    ).stdout
+    )
     assert "lambda_overlap" in out
 
 

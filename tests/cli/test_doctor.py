@@ -30,14 +30,6 @@ def doctor(capsys, *args):
     return code, captured.out, captured.err
 
 
-def test_ready_for_the_embedded_dataset(env, capsys):
-    code, out, _ = doctor(capsys, "--dataset", "RotatedDigits")
-    assert code == 0
-    assert "READY: a run of DMG on RotatedDigits would start" in out
-    assert "algorithms registered: " in out and "DMG" in out.split("algorithms registered: ")[1]
-    assert "RotatedDigits: no files needed" in out
-
-
 def test_not_ready_without_data_and_weights(env, capsys, tmp_path):
     registered = environment.ProbeResult(
         python="python",
@@ -81,14 +73,17 @@ def test_not_ready_when_a_fresh_process_does_not_register_the_plugins(env, capsy
     assert ("DMG_DOMAINBED_DISABLE is set" in out) is blamed
 
 
-def test_the_python_checked_is_the_one_the_jobs_run(env, capsys, tmp_path):
+def test_ready_for_the_embedded_dataset_checked_in_the_python_the_jobs_run(env, capsys, tmp_path):
     # The sweep puts this interpreter's folder first on PATH for its jobs: so does the doctor,
-    # whatever `python` the shell's PATH would find.
+    # whatever `python` the shell's PATH would find (here: none).
     env.setenv("PATH", str(tmp_path))
     code, out, _ = doctor(capsys, "--dataset", "RotatedDigits")
+    assert code == 0
     jobs_python = os.path.join(os.path.dirname(sys.executable), "python")
     assert f"as the jobs start it ({jobs_python})" in out
-    assert code == 0
+    assert "READY: a run of DMG on RotatedDigits would start" in out
+    assert "algorithms registered: " in out and "DMG" in out.split("algorithms registered: ")[1]
+    assert "RotatedDigits: no files needed" in out
 
 
 @pytest.mark.parametrize(
