@@ -78,13 +78,14 @@ def pytest_terminal_summary(terminalreporter):
 def demo_run(tmp_path_factory):
     """One real ``dmg-domainbed demo`` shared by the tests: DomainBed's own sweep script and
     train processes, every algorithm of this package and ERM on every test domain of
-    RotatedDigits, one trial of the default hparams, 30 steps. Returns (output folder, what it
-    printed)."""
-    from .helpers import demo_args, run_cli
+    RotatedDigits, one trial of the default hparams, 30 steps. The command runs in this process
+    (its sweep's jobs are new processes). Returns (output folder, what it printed)."""
+    from .helpers import cli_launching, demo_args
 
     output = tmp_path_factory.mktemp("demo") / "demo"
-    result = run_cli(*demo_args(output))
-    return output, result.stdout
+    code, printed, errors = cli_launching(*demo_args(output))
+    assert code == 0, f"{printed[-4000:]}\n{errors[-4000:]}"
+    return output, printed
 
 
 @pytest.fixture(scope="session")

@@ -87,6 +87,20 @@ def cli(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def cli_launching(*args: str) -> tuple[int, str, str]:
+    """:func:`cli` in the environment :func:`run_cli` gives its subprocess (this interpreter
+    first on PATH, two jobs at once, one thread each): for commands whose jobs and DomainBed
+    scripts are new processes anyway, without the start-up of one more ``python``."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("DMG_DOMAINBED_DISABLE", raising=False)
+        for name, value in domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2").items():
+            if os.environ.get(name) != value:
+                patch.setenv(name, value)
+        return cli(*args)
+
+
 def runs_of(sweep_dir: Path) -> dict[tuple[str, int], Path]:
     """Run folders of a sweep by (algorithm, first test env)."""
     runs = {}

@@ -5,7 +5,15 @@ import re
 import shutil
 
 from dmg_domainbed.algorithms.importance_mask import ImportanceMask
-from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, demo_args, run_cli, runs_of, snapshot
+from tests.helpers import (
+    DEMO_ALGORITHMS,
+    DEMO_STEPS,
+    cli,
+    cli_launching,
+    demo_args,
+    runs_of,
+    snapshot,
+)
 
 N_JOBS = 4 * len(DEMO_ALGORITHMS)
 
@@ -75,7 +83,8 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
     (interrupted / "done").unlink()
     others = {key: snapshot(run) for key, run in runs.items() if run != interrupted}
 
-    printed = run_cli(*demo_args(output)).stdout
+    code, printed, _ = cli_launching(*demo_args(output))
+    assert code == 0
 
     assert f"{N_JOBS} jobs, {N_JOBS - 1} already done, 1 to run" in printed
     assert f"[{N_JOBS}/{N_JOBS}] done: DMG, test domain 60 of RotatedDigits" in printed
@@ -85,7 +94,7 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
 
 def test_trials_and_hparam_samples_give_standard_errors_and_intervals(tmp_path):
     output = tmp_path / "demo"
-    printed = run_cli(
+    code, printed, _ = cli_launching(
         "demo",
         "--output_dir",
         str(output),
@@ -98,7 +107,8 @@ def test_trials_and_hparam_samples_give_standard_errors_and_intervals(tmp_path):
         "2",
         "--hparams_samples",
         "2",
-    ).stdout
+    )
+    assert code == 0
 
     assert "2 hparam setting(s) x 2 trial(s): 32 jobs" in printed
     seeds, hparams = set(), {}

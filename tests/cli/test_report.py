@@ -13,7 +13,8 @@ import urllib.request
 import pandas as pd
 import pytest
 
-from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, run_domainbed, runs_of, snapshot
+from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, runs_of, snapshot
+from tests.slurm.test_sweep_on_slurm import domainbed_script
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -51,7 +52,7 @@ def report(demo_sweep, tmp_path_factory):
 def test_report_numbers_are_collect_results_numbers(report, demo_sweep):
     output, _, _ = report
     expected = collect_results_tables(
-        run_domainbed("collect_results", "--input_dir", str(demo_sweep)).stdout
+        domainbed_script("collect_results", "--input_dir", str(demo_sweep))
     )
     results = pd.read_csv(output / "results.csv", dtype=str)
     averages = pd.read_csv(output / "averages.csv", dtype=str)

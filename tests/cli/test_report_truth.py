@@ -11,7 +11,8 @@ import pytest
 
 from dmg_domainbed.locks import FolderLock
 from tests.cli.test_report import collect_results_tables
-from tests.helpers import cli, run_domainbed, runs_of, snapshot
+from tests.helpers import cli, runs_of, snapshot
+from tests.slurm.test_sweep_on_slurm import domainbed_script
 
 
 def records_of(demo_sweep: Path, target: Path) -> Path:
@@ -123,7 +124,7 @@ def test_a_diverged_run_is_flagged_wherever_its_numbers_appear(demo_sweep, tmp_p
     assert "(diverged)" in (output / "comparisons.md").read_text()
     # Flagged, not dropped: the numbers are still those collect_results prints.
     expected = collect_results_tables(
-        run_domainbed("collect_results", "--input_dir", str(sweep)).stdout
+        domainbed_script("collect_results", "--input_dir", str(sweep))
     )
     table = expected[
         "Dataset: RotatedDigits, model selection method: training-domain validation set"

@@ -33,10 +33,12 @@ batch_size = 2
 
 @pytest.fixture
 def user(monkeypatch, tmp_path):
-    """Empty weight caches standing for the user's; one thread per job."""
+    """Empty weight caches standing for the user's; one thread and one data-loader worker per
+    loader in each job (PACS's own 8 workers per loader fork dozens of processes)."""
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "user_cache" / "torch"))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "user_cache" / "hf"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("DMG_DOMAINBED_LOADER_WORKERS", "1")
     monkeypatch.delenv("DMG_DOMAINBED_DISABLE", raising=False)
     sweep_file = tmp_path / "pacs.toml"
     sweep_file.write_text(SWEEP.format(output=tmp_path / "sweep"))

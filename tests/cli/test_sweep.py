@@ -11,7 +11,8 @@ import pytest
 
 from dmg_domainbed.cli import main
 
-from ..helpers import domainbed_env, run_domainbed
+from ..helpers import domainbed_env
+from ..slurm.test_sweep_on_slurm import domainbed_script
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 
@@ -169,7 +170,9 @@ def test_demo_sweep_runs_through_both_launchers_and_collect_results_reads_it(
     assert main(["sweep", str(sweep_file), "--dry-run"]) == 0
     assert "4 job(s): 0 to launch, 4 done, 0 incomplete" in capfd.readouterr().out
 
-    table = run_domainbed("collect_results", "--input_dir", str(sweep_dir)).stdout
+    # DomainBed's collect_results in this process; a new process of it finds the plugin's
+    # algorithms too (tests/test_domainbed_scripts.py).
+    table = domainbed_script("collect_results", "--input_dir", str(sweep_dir))
     assert "Total records: 8" in table  # 4 jobs x 2 checkpoints (steps 0 and 19)
     selection = table.split("training-domain validation set")[1]
     row = next(line for line in selection.splitlines() if line.startswith("DMG"))

@@ -75,11 +75,13 @@ def test_a_sweep_through_local_parallel_and_its_report(manifest, tmp_path, regis
 
 @pytest.fixture(scope="module")
 def trained_run(manifest, tmp_path_factory):
-    """One train.py run on the manifest, started as a new process in another folder."""
+    """One train.py run on the manifest, started as a new process in another folder; one
+    data-loader worker per loader (an image folder's own 8 fork dozens of processes)."""
     folder = tmp_path_factory.mktemp("trained")
     args = ["--dataset", "TinyDomains", "--algorithm", "ERM", "--test_envs", "1"]
     args += ["--output_dir", str(folder / "run"), "--hparams", '{"batch_size": 4}']
-    run_domainbed("train", *args, cwd=folder, env=environment(manifest))
+    env = environment(manifest, DMG_DOMAINBED_LOADER_WORKERS="1")
+    run_domainbed("train", *args, cwd=folder, env=env)
     return folder / "run"
 
 

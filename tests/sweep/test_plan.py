@@ -14,7 +14,7 @@ from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import load_sweep, resolve
 from dmg_domainbed.sweep.run import launcher_environment
 
-from ..helpers import run_domainbed
+from ..slurm.test_sweep_on_slurm import domainbed_script
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 PAPER_MASK_LAYERS = ["featurizer.network.layer3", "featurizer.network.layer4", "classifier"]
@@ -85,7 +85,7 @@ def test_jobs_are_the_ones_domainbed_sweep_script_makes(tmp_path):
     config = load_sweep(SWEEPS / "demo.toml")
     sweep = resolve(config, ".", str(tmp_path / "sweep"))
     ours = {job.output_dir for group in sweep.groups for job in plan.jobs(sweep, group)}
-    printed = run_domainbed(
+    printed = domainbed_script(
         "sweep",
         "delete_incomplete",
         "--datasets",
@@ -104,7 +104,7 @@ def test_jobs_are_the_ones_domainbed_sweep_script_makes(tmp_path):
         "--command_launcher",
         "local",
         "--skip_confirmation",
-    ).stdout
+    )
     theirs = set(re.findall(r"Not launched: (\S+) ", printed))
     assert len(ours) == 96 and ours == theirs
 

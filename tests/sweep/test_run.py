@@ -12,7 +12,15 @@ from types import SimpleNamespace
 
 from dmg_domainbed.launchers.common import output_dir_of
 from dmg_domainbed.sweep.run import watch_done
-from tests.helpers import alive, cli, descendants, domainbed_env, interrupt_once_jobs_run, snapshot
+from tests.helpers import (
+    alive,
+    cli,
+    cli_launching,
+    descendants,
+    domainbed_env,
+    interrupt_once_jobs_run,
+    snapshot,
+)
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 HOLD = """
@@ -82,21 +90,10 @@ def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path)
         time.sleep(0.5)
     assert {pid for pid in below if alive(pid)} == set()
     # the killed command's lock is stale: the next command on the folder takes it over
-    rerun = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dmg_domainbed",
-            "sweep",
-            str(small_sweep(tmp_path, steps=5)),
-            "--delete-incomplete",
-        ],
-        env=domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2"),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    code, out, err = cli_launching(
+        "sweep", str(small_sweep(tmp_path, steps=5)), "--delete-incomplete"
     )
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert code == 0, out + err
     assert len(list(sweep_dir.glob("*/done"))) == 4
 
 
