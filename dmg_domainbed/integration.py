@@ -68,6 +68,9 @@ def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
 _loaded: dict[tuple[str, str], Any | None] = {}
 # The exception each entry point that could not be loaded raised, with its traceback.
 _failures: dict[tuple[str, str], BaseException] = {}
+# Entry points whose load is under way: importing the plugin may import DomainBed, whose
+# registration asks for the same entry point again.
+_loading: set[tuple[str, str]] = set()
 
 
 class PluginImportError(ImportError):
@@ -75,50 +78,73 @@ class PluginImportError(ImportError):
     plugin's own traceback."""
 
 
-def _initializing(module_name: str) -> bool:
-    """True while a module of ``module_name``'s top-level package is half-way through its first
-    import (the plugin module itself, or a module of its package that it imports).
+def _running_top_level_code(module_name: str) -> bool:
+    """True while a module of ``module_name``'s top-level package is half-way through its import:
+    a frame running its top-level code (``<module>``) is on the call stack."""
+    import inspect
 
-    Python marks such a module's spec ``_initializing``; no public API tells it."""
     package = module_name.partition(".")[0]
-    return any(
-        getattr(getattr(module, "__spec__", None), "_initializing", False)
-        for name, module in list(sys.modules.items())
-        if name == package or name.startswith(f"{package}.")
-    )
+    frame = inspect.currentframe()
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if frame.f_code.co_name == "<module>" and (
+            name == package or name.startswith(f"{package}.")
+        ):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def load(group: str, name: str) -> Any | None:
     """Load one entry point; a failure is reported once and gives ``None``.
 
     A plugin module that imports DomainBed triggers registration while it (or a module of its
-    package) is still being imported; its entry point is then left for a later call instead of
-    failing.
+    package) is still being imported; its entry point then gives ``None`` for now, unreported. An
+    ``ImportError`` or ``AttributeError`` raised while the plugin's package was already imported
+    (perhaps half-way) is not kept as final: a later call tries again.
     """
     key = (group, name)
     if key in _loaded:
         return _loaded[key]
-    entry_point = entry_points(group)[name]
-    if _initializing(entry_point.module):
+    if key in _loading:
         return None
+    entry_point = entry_points(group)[name]
+    package_imported = entry_point.module.partition(".")[0] in sys.modules
+    _loading.add(key)
     try:
-        _loaded[key] = entry_point.load()
+        obj = entry_point.load()
     except Exception as error:
-        _failures[key] = error
-        dist = getattr(entry_point.dist, "name", "an installed package")
-        report_once(
-            f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
-            f"from {dist}): {type(error).__name__}: {error}. DomainBed and the other plugins "
-            f"still work; fix or uninstall {dist} to use '{name}'."
-        )
+        retry = package_imported and isinstance(error, (ImportError, AttributeError))
+        return _failed(key, entry_point, error, retry)
+    finally:
+        _loading.discard(key)
+    _failures.pop(key, None)
+    _loaded[key] = obj
+    return obj
+
+
+def _failed(key: tuple[str, str], entry_point, error: Exception, retry: bool) -> None:
+    """Record and report a failed load; kept as final unless ``retry``."""
+    if retry and _running_top_level_code(entry_point.module):
+        _failures.pop(key, None)  # half-way through its own import: not a failure yet
+        return None
+    _failures[key] = error
+    group, name = key
+    dist = getattr(entry_point.dist, "name", "an installed package")
+    report_once(
+        f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
+        f"from {dist}): {type(error).__name__}: {error}. DomainBed and the other plugins "
+        f"still work; fix or uninstall {dist} to use '{name}'."
+    )
+    if not retry:
         _loaded[key] = None
-    return _loaded[key]
+    return None
 
 
 def require(group: str, name: str) -> Any | None:
     """The plugin ``name`` of ``group``, for a caller that asked for it by name: ``None`` if no
-    installed package declares it, :class:`PluginImportError` with the plugin's traceback if
-    its entry point cannot be loaded."""
+    installed package declares it (or it is still being imported), :class:`PluginImportError`
+    with the plugin's traceback if its entry point cannot be loaded, after one more try."""
     if name not in entry_points(group):
         return None
     obj = load(group, name)
@@ -152,7 +178,8 @@ def _add_to_namespace(module: ModuleType, names: list[str], group: str, what: st
     for name in entry_points(group):
         obj = load(group, name)
         if obj is None:
-            if (group, name) not in _loaded and name not in names:
+            late = (group, name) not in _loaded and (group, name) not in _failures
+            if late and name not in names:
                 names.append(name)
             continue
         existing = module.__dict__.get(name)

@@ -235,3 +235,77 @@ def test_every_dataset_checks_its_test_envs_when_built(test_envs, problem):
         datasets.get_dataset_class("Debug28")("", test_envs, hparams)
     assert "Debug28 has 3 domains (0: '0', 1: '1', 2: '2')" in str(refused.value)
     assert len(datasets.get_dataset_class("Debug28")("", [2], hparams)) == 3
+
+
+@pytest.fixture
+def fake_plugins(monkeypatch, tmp_path):
+    """Entry points of group ``test.group`` on modules written into ``tmp_path``."""
+    import importlib
+    import sys
+    from importlib import metadata
+
+    from dmg_domainbed import integration
+
+    points: dict[str, metadata.EntryPoint] = {}
+    real = integration.entry_points
+    monkeypatch.setattr(
+        integration, "entry_points", lambda group: points if group == "test.group" else real(group)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(integration, "_loaded", {})
+    monkeypatch.setattr(integration, "_failures", {})
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+
+    def add(name: str, value: str, files: dict[str, str]) -> None:
+        for path, text in files.items():
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_text(textwrap.dedent(text))
+        importlib.invalidate_caches()
+        points[name] = metadata.EntryPoint(name, value, "test.group")
+
+    return add
+
+
+def test_a_plugin_that_asks_for_itself_while_importing_gets_none_then_loads(fake_plugins):
+    from dmg_domainbed import integration
+
+    fake_plugins(
+        "Thing",
+        "reentrant_plugin:Thing",
+        {
+            "reentrant_plugin.py": """
+                from dmg_domainbed import integration
+                DURING_IMPORT = integration.load("test.group", "Thing")
+                class Thing: pass
+                """
+        },
+    )
+    thing = integration.load("test.group", "Thing")
+    assert thing.__name__ == "Thing"
+    assert __import__("reentrant_plugin").DURING_IMPORT is None
+
+
+def test_a_failure_of_an_imported_package_is_retried_and_require_raises(fake_plugins, tmp_path):
+    import importlib
+
+    from dmg_domainbed import integration
+
+    fake_plugins("Late", "late_plugin.late:Thing", {"late_plugin/__init__.py": ""})
+    importlib.import_module("late_plugin")  # the package is imported, its module not there yet
+    assert integration.load("test.group", "Late") is None
+    assert ("test.group", "Late") not in integration._loaded
+    with pytest.raises(integration.PluginImportError, match="No module named 'late_plugin.late'"):
+        integration.require("test.group", "Late")
+    (tmp_path / "late_plugin" / "late.py").write_text("class Thing: pass\n")
+    importlib.invalidate_caches()
+    assert integration.require("test.group", "Late").__name__ == "Thing"
+
+
+def test_a_failure_of_a_package_not_imported_before_is_final(fake_plugins):
+    from dmg_domainbed import integration
+
+    fake_plugins("Gone", "gone_plugin_nobody_wrote:Thing", {})
+    assert integration.load("test.group", "Gone") is None
+    assert integration._loaded[("test.group", "Gone")] is None
+    with pytest.raises(integration.PluginImportError, match="gone_plugin_nobody_wrote"):
+        integration.require("test.group", "Gone")
