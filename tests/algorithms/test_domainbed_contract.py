@@ -11,12 +11,12 @@ the CPU where there is no GPU (:mod:`.cuda_optional`).
 ``test_models`` runs on ``Debug28``. Its ``Debug224`` cases differ only in the backbone, which
 the image-path tests build and train through DomainBed's own ``train.py`` at 224x224 (ResNet-50
 and ResNet-18 from pretrained weight files, for the algorithms whose networks depend on the
-backbone; SFMOE's DeiT-S in ``test_sfmoe``). SFMOE always runs its DeiT-S at 224x224, so on ``Debug28`` its ``test_models``
-case is as costly as a ``Debug224`` one: what it checks, and more, is checked once, by
-``dmg-domainbed check-algorithm`` below, which runs ``test_models``' steps on ``Debug28`` for this
-package's algorithms and ERM. The DeiT-S weights are random files that
-:mod:`dmg_domainbed.synthetic` writes into a cache of the test's own, read by the loaders' own
-code with no network.
+backbone; SFMOE's DeiT-S in ``test_sfmoe``). SFMOE always runs its DeiT-S at 224x224, so on
+``Debug28`` its ``test_models`` case is as costly as a ``Debug224`` one: what it checks, and
+more, is checked once, by ``dmg-domainbed check-algorithm`` below, which runs ``test_models``'
+steps on ``Debug28`` for this package's algorithms and ERM. The DeiT-S weights are random files
+that :mod:`dmg_domainbed.synthetic` writes into a cache of the test's own, read by the loaders'
+own code with no network.
 """
 
 from __future__ import annotations
