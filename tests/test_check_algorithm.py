@@ -169,6 +169,13 @@ def test_an_unknown_name_is_refused_with_the_registered_ones():
     assert "no algorithm 'SmothERM' is registered" in err and "ERM" in err
 
 
+@pytest.mark.parametrize("images", ["0", "17"])
+def test_images_per_domain_beyond_the_debug_datasets_is_refused(images):
+    code, printed, err = cli("check-algorithm", "ERM", "--images_per_domain", images)
+    assert code == 2 and printed == ""
+    assert f"--images_per_domain {images}" in err and "give 1 to 16" in err
+
+
 def test_train_names_a_plugin_that_does_not_import_with_its_traceback(broken_env, tmp_path):
     result = run_domainbed(
         "train",
