@@ -217,11 +217,13 @@ def machine_check(sweep, launcher: str = "local") -> str:
     return checked.launcher
 
 
-def domainbed_script_output(script: str, *args: str) -> str:
-    """What ``python -m domainbed.scripts.SCRIPT ARGS`` prints, run in this process: for
-    DomainBed's scripts that only read runs (``collect_results``, ``list_top_hparams``), where a
-    new interpreter would check nothing more than the start-up that other tests check."""
+def domainbed_script(script: str, *args: str) -> str:
+    """What ``python -m domainbed.scripts.SCRIPT ARGS`` prints, run unmodified in this process:
+    for DomainBed's scripts whose work is not about a new interpreter (``collect_results``,
+    ``list_top_hparams``, ``sweep`` with its launchers), where one would check nothing more than
+    the start-up that other tests check."""
     import runpy
+    from importlib.util import find_spec
     from unittest import mock
 
     import numpy as np
@@ -233,7 +235,8 @@ def domainbed_script_output(script: str, *args: str) -> str:
         np.printoptions(),  # the scripts set numpy's print options
     ):
         try:
-            runpy.run_module(f"domainbed.scripts.{script}", run_name="__main__")
+            # by file: a module another test already imported would be run with a warning
+            runpy.run_path(find_spec(f"domainbed.scripts.{script}").origin, run_name="__main__")
         finally:
             if sys.stdout is not out:  # collect_results tees what it prints into results.txt
                 sys.stdout.file.close()

@@ -9,7 +9,7 @@ from domainbed import algorithms, datasets
 from domainbed.lib import misc
 from domainbed.lib.fast_data_loader import FastDataLoader
 
-from .helpers import DEMO_ALGORITHMS, domainbed_script_output, run_domainbed
+from .helpers import DEMO_ALGORITHMS, domainbed_script, run_domainbed
 
 PLUGINS = ("Aggregate", "MultiHead", "DMG")
 
@@ -39,7 +39,7 @@ def test_sweep_trains_every_algorithm_on_every_test_domain(demo_sweep):
 
 
 def test_collect_results_prints_the_plugin_rows_beside_erm(demo_sweep):
-    out = domainbed_script_output("collect_results", "--input_dir", str(demo_sweep))
+    out = domainbed_script("collect_results", "--input_dir", str(demo_sweep))
     assert "RotatedDigits" in out
     for method in ("training-domain validation set", "test-domain validation set (oracle)"):
         header = f"Dataset: RotatedDigits, model selection method: {method}"
@@ -49,7 +49,7 @@ def test_collect_results_prints_the_plugin_rows_beside_erm(demo_sweep):
 
 
 def test_list_top_hparams_reads_dmg_runs(demo_sweep):
-    out = domainbed_script_output(
+    out = domainbed_script(
         "list_top_hparams",
         "--input_dir",
         str(demo_sweep),

@@ -13,8 +13,7 @@ import urllib.request
 import pandas as pd
 import pytest
 
-from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, runs_of, snapshot
-from tests.slurm.test_sweep_on_slurm import domainbed_script
+from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, domainbed_script, runs_of, snapshot
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

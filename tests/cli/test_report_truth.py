@@ -11,8 +11,7 @@ import pytest
 
 from dmg_domainbed.locks import FolderLock
 from tests.cli.test_report import collect_results_tables
-from tests.helpers import cli, runs_of, snapshot
-from tests.slurm.test_sweep_on_slurm import domainbed_script
+from tests.helpers import cli, domainbed_script, runs_of, snapshot
 
 
 def records_of(demo_sweep: Path, target: Path) -> Path:

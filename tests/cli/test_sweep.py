@@ -11,8 +11,7 @@ import pytest
 
 from dmg_domainbed.cli import main
 
-from ..helpers import domainbed_env
-from ..slurm.test_sweep_on_slurm import domainbed_script
+from ..helpers import domainbed_env, domainbed_script
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 

@@ -11,8 +11,7 @@ import pytest
 
 from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE
 
-from ..helpers import cli, domainbed_env, run_domainbed, run_python
-from ..slurm.test_sweep_on_slurm import domainbed_script
+from ..helpers import cli, domainbed_env, domainbed_script, run_domainbed, run_python
 from .conftest import write_domains
 
 MANIFEST = """

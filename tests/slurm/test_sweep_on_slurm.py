@@ -6,15 +6,11 @@ DomainBed is already imported: on 2 cores each fresh import of DomainBed costs s
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
-import runpy
-import sys
-from importlib.util import find_spec
 
 from dmg_domainbed.cli import main
 
+from ..helpers import domainbed_script
 from .cluster import array_tasks
 from .conftest import wait_until
 
@@ -34,18 +30,6 @@ name = "submitit"
 cpus = 1
 mem_gb = 1
 """
-
-
-def domainbed_script(name: str, *args: str) -> str:
-    """One of DomainBed's own scripts, e.g. ``collect_results``; what it printed."""
-    argv, out = sys.argv, io.StringIO()
-    sys.argv = [name, *args]
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(find_spec(f"domainbed.scripts.{name}").origin, run_name="__main__")
-    finally:
-        sys.argv = argv
-    return out.getvalue()
 
 
 def test_a_sweep_runs_as_one_array_survives_scancel_and_a_rerun_submits_nothing(

@@ -14,7 +14,7 @@ from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import load_sweep, resolve
 from dmg_domainbed.sweep.run import launcher_environment
 
-from ..slurm.test_sweep_on_slurm import domainbed_script
+from ..helpers import domainbed_script
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 PAPER_MASK_LAYERS = ["featurizer.network.layer3", "featurizer.network.layer4", "classifier"]
