@@ -84,8 +84,9 @@ def test_start_up_hook_is_installed_without_importing_torch():
         "import sys; print(any(type(f).__name__ == 'DomainBedImportWatcher' "
         "for f in sys.meta_path), 'torch' in sys.modules)"
     )
-    assert run_python("-c", code).stdout.split() == ["True", "False"]
-    disabled = run_python("-c", code, env=domainbed_env(DMG_DOMAINBED_DISABLE="1"))
+    assert run_python("-c", code, new_interpreter=True).stdout.split() == ["True", "False"]
+    off = domainbed_env(DMG_DOMAINBED_DISABLE="1")
+    disabled = run_python("-c", code, env=off, new_interpreter=True)
     assert disabled.stdout.split() == ["False", "False"]
 
 

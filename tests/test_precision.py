@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.preflight.sweep import check_against_domainbed
 from dmg_domainbed.sweep.config import load_sweep
 
-from .helpers import domainbed_env
+from .helpers import run_python
 
 BF16 = {"precision": "bf16"}
 NUM_CLASSES = 10
@@ -253,15 +251,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             args += ["--hparams", json.dumps(hparams)]
         jobs.append((args, with_hook))
     (root / "jobs.json").write_text(json.dumps(jobs))
-    result = subprocess.run(
-        [sys.executable, "-c", TRAIN_WORKER, str(root / "jobs.json")],
-        env=domainbed_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_python("-c", TRAIN_WORKER, str(root / "jobs.json"))
     return {name: root / name for name in RUNS}
 
 

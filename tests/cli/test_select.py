@@ -5,7 +5,7 @@ checkpoint's model saved)."""
 
 import json
 import os
-import subprocess
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ from domainbed.lib import misc
 from dmg_domainbed.preflight.sweep import check_against_domainbed
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import load_sweep, resolve
-from tests.helpers import cli, domainbed_env, snapshot
+from tests.helpers import cli, run_python, snapshot
 
 HARD = "DMG-KnownDomain, hard masks"
 
@@ -56,7 +56,9 @@ def paper_run(tmp_path_factory):
     (job,) = [j for j in plan.jobs(sweep, sweep.groups[0]) if j.train_args["test_envs"] == [0]]
     assert "--save_model_every_checkpoint  --seed" in job.command_str  # a bare switch
     os.makedirs(job.output_dir)
-    subprocess.run(["bash", "-c", job.command_str], env=domainbed_env(), check=True, timeout=600)
+    python, *args = shlex.split(job.command_str)  # as the launchers' shell splits it
+    assert python == "python"
+    run_python(*args)
     return Path(sweep.output_dir), Path(job.output_dir)
 
 

@@ -119,7 +119,7 @@ def test_a_new_process_and_a_warm_job_get_the_same_settings(tmp_path, job_enviro
     from ..helpers import run_python
 
     fresh = tmp_path / "fresh.json"
-    run_python("-m", PROBE, "settings", str(fresh), env=job_environ)
+    run_python("-m", PROBE, "settings", str(fresh), env=job_environ, new_interpreter=True)
     forked = tmp_path / "forked.json"
     assert run_warm(tmp_path, ["settings", str(forked)], job_environ)[0] == 0
     fresh, forked = json.loads(fresh.read_text()), json.loads(forked.read_text())
