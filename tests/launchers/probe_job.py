@@ -2,7 +2,7 @@
 
 ``report PATH`` writes what the job sees (ids, environment, threads, streams) to PATH as JSON,
 ``settings PATH`` only torch's threads and DomainBed's data-loader workers; the other modes end
-the job in one way each; ``sleep SECONDS [MARKER]`` writes its pid into MARKER and sleeps.
+the job in one way each.
 Like DomainBed's train.py, its top level imports torch and DomainBed, which the fork server of
 warm jobs imports once.
 """
@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import sys
-import time
 
 import torch
 from domainbed import datasets
@@ -80,11 +79,6 @@ def main(mode: str, *args: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif mode == "oom":
         out_of_gpu_memory()
-    elif mode == "sleep":
-        if len(args) > 1:
-            with open(args[1], "w") as marker:  # the job is running, with this pid
-                marker.write(str(os.getpid()))
-        time.sleep(float(args[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")
 

@@ -13,15 +13,15 @@ import pytest
 from ..helpers import alive, descendants, domainbed_env
 
 ROOT = Path(__file__).parents[2]
-PROBE = "tests.launchers.probe_job"
-# A launcher process: every command at once; the probe module's commands start warm.
+JOB = "tests.launchers.sleep_job"
+# A launcher process: every command at once; the job module's commands start warm.
 LAUNCHER = f"""
 import sys
 from dmg_domainbed.launchers.local_parallel import Plan, run_commands
 
 commands = sys.argv[1:]
 plan = Plan(jobs=len(commands), gpus=(), threads=1, loader_workers=1, warm=True)
-run_commands(commands, plan, warm_module="{PROBE}")
+run_commands(commands, plan, warm_module="{JOB}")
 """
 
 
@@ -48,8 +48,8 @@ def start_launcher(tmp_path, leftovers):
     python = os.path.basename(sys.executable)
     warm_marker, fresh_marker = tmp_path / "warm_started", tmp_path / "fresh_started"
     commands = [
-        f"{python} -m {PROBE} sleep 600 {warm_marker}",
-        f"{python} -u -m {PROBE} sleep 600 {fresh_marker}",  # not the bare module: a new process
+        f"{python} -m {JOB} 600 {warm_marker}",
+        f"{python} -u -m {JOB} 600 {fresh_marker}",  # not the bare module: a new process
     ]
     launcher = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, *commands],
