@@ -7,6 +7,7 @@ instructions; only the modules marked ``no_domainbed`` (pure maths on torch) run
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sys
 
@@ -29,16 +30,24 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", f"{NO_DOMAINBED}: pure maths on torch, runs without DomainBed installed"
     )
+    controller = bool(getattr(config.option, "numprocesses", 0)) and not hasattr(
+        config, "workerinput"
+    )
     try:
-        import domainbed.algorithms  # noqa: F401
+        if controller:  # pytest-xdist's, which runs no test: finding DomainBed is enough
+            if importlib.util.find_spec("domainbed.algorithms") is None:
+                raise ImportError("No module named 'domainbed.algorithms'")
+        else:
+            import domainbed.algorithms  # noqa: F401
     except ImportError as error:
         _domainbed_error = error
         # Modules that import DomainBed fail to collect; the pure ones still run.
         config.option.continue_on_collection_errors = True
-    import torch
+    if not controller:
+        import torch
 
-    # The in-process tests use tiny tensors: extra threads only contend for the cores.
-    torch.set_num_threads(1)
+        # The in-process tests use tiny tensors: extra threads only contend for the cores.
+        torch.set_num_threads(1)
 
 
 # Fixtures computed once per worker process, and the tests that need them.
