@@ -30,7 +30,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs as run_files
 from dmg_domainbed.reporting import tables
 from dmg_domainbed.reporting.runs import Run, warnings
-from dmg_domainbed.reporting.tables import write_table
+from dmg_domainbed.reporting.tables import sections_markdown, write_table
 
 PREDICT = "predict"
 
@@ -189,7 +189,7 @@ def write_in_domain(
     frame = pd.concat(frames, ignore_index=True)
     in_group = [frame["run"].isin([str(run.path) for run in group]) for group in groups]
     sections = [(table3_title(g), table3(frame[r])) for g, r in zip(groups, in_group, strict=True)]
-    files = write_table(frame, sections, output_dir, "in_domain", "Prediction")
+    files = write_table(frame, sections_markdown(sections, "Prediction"), output_dir, "in_domain")
     notes = warnings(run for group in groups for run in group)
     if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
         notes.append(
@@ -280,7 +280,8 @@ def write_selection(
             "each prediction's source validation accuracy"
         )
         sections.append((title, wide))
-    files = write_table(selection, sections, output_dir, "selection", "Selected by")
+    markdown = sections_markdown(sections, "Selected by")
+    files = write_table(selection, markdown, output_dir, "selection")
     if len(evaluations):
         files.insert(0, output_dir / "checkpoints.csv")
         evaluations.to_csv(files[0], index=False)

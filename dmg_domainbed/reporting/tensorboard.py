@@ -20,6 +20,7 @@ import pandas as pd
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.runs import RESULTS_FILE, read_records, run_folders
+from dmg_domainbed.reporting.tables import check_outside
 
 OPTION = "--tensorboard"
 METHOD_TAGS = {
@@ -39,12 +40,7 @@ def check_log_dir(log_dir: Path, sweep: Path) -> Path:
             "with: pip install 'dmg-domainbed[tensorboard]'"
         )
     check_creatable(log_dir, OPTION)
-    resolved = log_dir.resolve()
-    if resolved == sweep.resolve() or sweep.resolve() in resolved.parents:
-        raise UserError(
-            f"{OPTION} folder '{log_dir}' lies inside the sweep folder '{sweep}', which is only "
-            f"read. Choose a {OPTION} folder outside it."
-        )
+    check_outside(log_dir, [sweep], f"{OPTION} folder", "sweep", f"a {OPTION} folder")
     if log_dir.is_dir() and any(log_dir.iterdir()):
         raise UserError(
             f"{OPTION} folder '{log_dir}' is not empty; writing into it would mix two "
@@ -61,7 +57,7 @@ def run_name(args: dict, folder: Path) -> str:
 
 
 def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
-    """Write the sweep's runs (``ranked``: :func:`.selected.ranked_runs`) into ``log_dir``;
+    """Write the sweep's runs (``ranked``: :func:`.tables.ranked_runs`) into ``log_dir``;
     the TensorBoard run names."""
     from tensorboard.plugins.hparams import summary_v2 as hp
     from torch.utils.tensorboard import SummaryWriter
