@@ -87,10 +87,9 @@ def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> di
     shown = shown if len(shown) else results
     for dataset in results["dataset"].unique():
         own = set(records.filter_equals("args.dataset", dataset).select("args.algorithm"))
-        paired = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
-        drawn[f"accuracy_{dataset}.png"] = accuracy_figure(
-            shown[shown.algorithm.isin(own)], dataset, paired
-        )
+        pairs = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
+        of_dataset = shown[shown.algorithm.isin(own)]
+        drawn[f"accuracy_{dataset}.png"] = accuracy_figure(of_dataset, dataset, pairs)
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
             declared = declarations_of(algorithms.get_algorithm_class(algorithm))
@@ -114,17 +113,17 @@ def accuracy_figure(
     algorithms = list(frame["algorithm"].unique())
     domains = list(frame["test_domain"].unique())
     palette, positions = colours(algorithms), np.arange(len(domains))
-    paired = comparisons is not None and len(comparisons) > 0
+    compared = comparisons is not None and len(comparisons) > 0
     width = max(6.5, 0.32 * len(algorithms) * len(domains) + 2.5)
-    fig = figure(width * (1.8 if paired else 1), 2.6 * len(methods) + 0.6)
-    axes = fig.subplots(len(methods), 2 if paired else 1, sharex=True, squeeze=False)
+    fig = figure(width * (1.8 if compared else 1), 2.6 * len(methods) + 0.6)
+    axes = fig.subplots(len(methods), 2 if compared else 1, sharex=True, squeeze=False)
     for row, method in enumerate(methods):
         panel = frame[frame["selection_method"] == method]
         _bars(axes[row, 0], panel, algorithms, domains, palette, "accuracy", "stderr")
         axes[row, 0].set_title(f"model selection: {method}", fontsize=10)
         axes[row, 0].set_ylabel("test accuracy (%)")
         axes[row, 0].set_ylim(0, 105)
-        if paired:
+        if compared:
             rows = comparisons[comparisons["selection_method"] == method]
             _bars(axes[row, 1], rows, algorithms, domains, palette, "difference", "ci")
             axes[row, 1].axhline(0, color="black", linewidth=0.8)

@@ -83,7 +83,7 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
             writer.file_writer.add_summary(hp.hparams_pb(values[folder], trial_id=name))
             for record in records:
                 for key, value in record.items():
-                    if key != "step" and _is_number(value):
+                    if key != "step" and type(value) in (int, float):  # JSON numbers, not bools
                         writer.add_scalar(key, value, record["step"])
             output_dir = Path(records[-1]["args"]["output_dir"])
             for _, row in by_run.get(output_dir, pd.DataFrame()).iterrows():
@@ -92,10 +92,6 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
                 writer.add_scalar(f"selected/{tag}", float(row["rank"] == 0), records[-1]["step"])
         names.append(name)
     return names
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _hparam_values(record: dict) -> dict:
