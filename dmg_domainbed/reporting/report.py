@@ -199,9 +199,8 @@ def write_report(
     reference = _reference(reference, names, sweep)
     results = tables.flag_results(tables.results_frame(records), jobs)
     averages = tables.flag_averages(tables.averages_frame(records), results)
-    status = "\n".join(
-        filter(None, [jobs.summary(), jobs.precisions_note(), tables.flags_summary(results, jobs)])
-    )
+    notes = [jobs.summary(), jobs.precisions_note(), tables.flags_summary(results, jobs)]
+    status = "\n".join(filter(None, notes))
     diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
     ranked = tables.ranked_runs(records, diverged)
     chosen = tables.selected_frame(ranked)

@@ -76,9 +76,8 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
             for kind in ("selected_test_acc", "selected")
         ]
         writer.file_writer.add_summary(hp.hparams_config_pb(_hparams(values.values()), metrics))
-    names = []
-    for folder, records in runs:
-        name = run_name(records[-1]["args"], folder)
+    names = [run_name(records[-1]["args"], folder) for folder, records in runs]
+    for (folder, records), name in zip(runs, names):
         with SummaryWriter(log_dir=str(log_dir / name)) as writer:
             writer.file_writer.add_summary(hp.hparams_pb(values[folder], trial_id=name))
             for record in records:
@@ -90,7 +89,6 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
                 tag = METHOD_TAGS[row["selection_method"]]
                 writer.add_scalar(f"selected_test_acc/{tag}", row["accuracy"] / 100, row["step"])
                 writer.add_scalar(f"selected/{tag}", float(row["rank"] == 0), records[-1]["step"])
-        names.append(name)
     return names
 
 
