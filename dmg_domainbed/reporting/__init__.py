@@ -6,8 +6,8 @@ grouping, dataset splits), from that code, so the reports agree with ``collect_r
 number is flagged, never dropped, where the sweep is not done or a run diverged.
 
 :mod:`.runs` (a run on disk), :mod:`.jobs` (a sweep's jobs), :mod:`.tables` (collect_results'
-numbers, flags, files), :mod:`.selected` (what each selection method selects),
-:mod:`.comparisons` (paired intervals), :mod:`.ranks` (ranks, Friedman test),
-:mod:`.report` (a sweep's report and pictures), :mod:`.in_domain` (``evaluate``, ``select``),
-:mod:`.learned` (``masks``), :mod:`.tensorboard`.
+numbers, what each selection method selects, flags, files), :mod:`.comparisons` (paired
+intervals), :mod:`.ranks` (ranks, Friedman test), :mod:`.report` (a sweep's report and
+pictures), :mod:`.in_domain` (``evaluate``, ``select``), :mod:`.learned` (``masks``),
+:mod:`.tensorboard`.
 """

@@ -3,29 +3,14 @@
 What is paired is what DomainBed pairs: runs of the same dataset, test domains and trial seed
 train on the same data splits (train.py seeds the split of environment ``i`` with
 ``misc.seed_hash(trial_seed, i)``, whatever the algorithm), so split-to-split variation cancels
-in the difference. For selection method ``m``, algorithm ``a`` and reference ``r``, with
-``acc`` the test accuracy (%) ``m`` selects (:mod:`.selected`):
-
-* per test domain ``e``: ``d_t = acc(a, e, t) - acc(r, e, t)`` over the trial seeds ``t``
-  both have;
-* over the dataset: ``D_t = mean_e d_t(e)`` over the trial seeds that have every test domain
-  of the dataset for both (the per-trial average over test domains is how collect_results'
-  "Averages" table treats a trial, so the two means are that table's numbers).
-
-Interval: Student's t interval ``mean(d) +/- t_{0.975, n-1} s / sqrt(n)`` (``scipy.stats.t``,
-as ``ttest_1samp`` gives it). Assumptions: trials are independent replicates and the paired
-differences roughly normal; test domains are fixed, not a sample. With three to five trials the
-t quantile (4.30 for 3 trials) keeps the interval honest where a bootstrap is far too narrow;
-averaging over test domains within a trial keeps their dependence (shared splits) out of the
-error. Each interval is a 95% interval on its own, not simultaneous over all comparisons.
-
-Probability of beating the reference on a new trial: ``P(d_new > 0)`` under the same normal
-model, from the posterior predictive distribution with the usual non-informative prior,
-Student's t with ``n-1`` degrees of freedom, location ``mean(d)`` and scale
-``s sqrt(1 + 1/n)`` (Gelman et al., *Bayesian Data Analysis*, Sec. 3.2).
-
-"better" / "worse" are said only where the interval excludes zero; one trial gives a
-difference but no interval.
+in the difference of the test accuracies (%) a selection method selects
+(:func:`.tables.selected_frame`): per test domain, over the trial seeds both have; over the
+dataset, of the per-trial means over test domains (as collect_results' "Averages" table treats
+a trial), over the trials that have every test domain for both. Intervals are Student's t
+(``scipy.stats.t``); the probability of beating the reference on a new trial is that of the t
+posterior predictive distribution (Gelman et al., *Bayesian Data Analysis*, Sec. 3.2); "better"
+and "worse" are said only where the interval excludes zero. docs/reports.md gives the formulas,
+their assumptions and why a bootstrap would not do.
 """
 
 from __future__ import annotations
@@ -36,8 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from dmg_domainbed.reporting.tables import AVERAGE, markdown_table
+
 CONFIDENCE = 0.95
-AVERAGE = "Avg"
 BETTER, WORSE, UNCLEAR = "better", "worse", "unclear"
 ONE_TRIAL = "one trial"
 DEFAULT_REFERENCE = "ERM"
@@ -72,7 +58,7 @@ def compare(
     selected: pd.DataFrame, reference: str, algorithms: Sequence[str] | None = None
 ) -> pd.DataFrame:
     """Every algorithm against ``reference``, per selection method and dataset: one row per test
-    domain and one (``Avg``) over the dataset, from :func:`.selected.selected_frame`'s rows;
+    domain and one (``Avg``) over the dataset, from :func:`.tables.selected_frame`'s rows;
     ``algorithms`` gives the row order. Datasets without runs of ``reference`` are left out."""
     names = list(algorithms) if algorithms is not None else list(selected["algorithm"].unique())
     cell = ["selection_method", "dataset", "test_env"]
@@ -159,11 +145,9 @@ def interval_text(row: pd.Series) -> str:
     return text + _diverged(row)
 
 
-def comparisons_markdown(comparisons: pd.DataFrame) -> str:
+def markdown(comparisons: pd.DataFrame) -> str:
     """One table per selection method and dataset: algorithms down, test domains across, each
     cell the paired difference with its interval; P(new trial) and the verdict last."""
-    from dmg_domainbed.reporting.tables import markdown_table
-
     parts = [
         "# Paired comparisons\n",
         "Test-accuracy difference (percentage points) of each algorithm minus the reference, "

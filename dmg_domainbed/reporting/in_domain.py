@@ -1,18 +1,16 @@
 """In-domain evaluation of a finished run (paper Sec. 4, Table 3).
 
 Each source domain's held-out part (train.py's ``env<i>_out`` split, rebuilt) is classified by
-``predict`` (DomainBed's out-of-domain prediction, the number train.py logs as ``env<i>_out_acc``)
-and by each known-domain prediction an algorithm declares in ``KNOWN_DOMAIN_PREDICTIONS``
-(``predict_known_domain(x, domain, mode)``: the example's own source domain, e.g. DMG's soft or
-hard masks ``m_d > 0.5``). Source domain ``d`` is the ``d``-th training environment, test
-environments skipped, as in DomainBed's ``update``.
+``predict`` (DomainBed's out-of-domain prediction, logged by train.py as ``env<i>_out_acc``) and
+by each known-domain prediction an algorithm declares in ``KNOWN_DOMAIN_PREDICTIONS``
+(``predict_known_domain(x, domain, mode)``, e.g. DMG's soft or hard masks ``m_d > 0.5``). Source
+domain ``d`` is the ``d``-th training environment, test environments skipped, as in ``update``.
 
-Checkpoint selection (``select``), as the DMG authors select: every model train.py saved with
+``select`` selects checkpoints as the DMG authors do: every model train.py saved with
 ``--save_model_every_checkpoint`` is evaluated with every prediction, and DomainBed's own
-``IIDAccuracySelectionMethod`` (best checkpoint of each run, then best hparams, per trial and test
-domain) selects on records whose source domains' ``env<i>_out_acc`` is that prediction's
-accuracy; test-domain accuracy is then the mean and standard error over trials. For ``predict``
-the records are train.py's own: its rows are ``collect_results``'.
+``IIDAccuracySelectionMethod`` selects (per trial and test domain) on records whose source
+domains' ``env<i>_out_acc`` is that prediction's accuracy; for ``predict`` the records are
+train.py's own, so its rows are ``collect_results``'.
 """
 
 from __future__ import annotations
@@ -30,16 +28,16 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import runs as run_files
 from dmg_domainbed.reporting import tables
 from dmg_domainbed.reporting.runs import Run, warnings
-from dmg_domainbed.reporting.tables import write_table
+from dmg_domainbed.reporting.tables import sections_markdown, write_table
 
 PREDICT = "predict"
+SELECTED = "test-domain accuracy (%) at the checkpoint and hparams selected by each prediction's"
+SELECTED += " source validation accuracy"
 
-Predictor = Callable[[torch.Tensor, int], torch.Tensor]
 
-
-def predictors(run: Run, algorithm) -> dict[str, Predictor]:
+def predictors(run: Run, algorithm) -> dict[str, Callable]:
     """Row label -> function ``(x, d)`` giving logits, ``predict`` first."""
-    rows: dict[str, Predictor] = {f"{run.algorithm} ({PREDICT})": lambda x, d: algorithm.predict(x)}
+    rows: dict[str, Callable] = {f"{run.algorithm} ({PREDICT})": lambda x, d: algorithm.predict(x)}
     known = getattr(algorithm, "predict_known_domain", None)
     for mode, label in declarations_of(type(algorithm)).KNOWN_DOMAIN_PREDICTIONS.items():
         rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: known(x, d, mode)
@@ -74,25 +72,20 @@ def evaluate_run(
     rows = []
     record = run.records[-1] if step is None else next(r for r in run.records if r["step"] == step)
     ways = predictors(run, algorithm)
-    reference_name = next(iter(ways))
     for d, env in enumerate(run.source_envs()):
         held_out = Subset(dataset[env], splits[env].out_keys)
         loader = FastDataLoader(dataset=held_out, batch_size=64, num_workers=dataset.N_WORKERS)
-        batches: dict[str, list[torch.Tensor]] = {name: [] for name in ways}
-        labels = []
+        batches = []
         for x, y in loader:
             x = x.to(on)
-            for name, predict in ways.items():
-                batches[name].append(_classes(predict(x, d)).cpu())
-            labels.append(y)
-        y = torch.cat(labels)
-        reference = torch.cat(batches[reference_name])
-        for name, predicted in batches.items():
-            predicted = torch.cat(predicted)
-            logged = record.get(f"env{env}_out_acc") if name == reference_name else None
+            batches.append((y, [_classes(predict(x, d)).cpu() for predict in ways.values()]))
+        y = torch.cat([labels for labels, _ in batches])
+        predicted = [torch.cat(classes) for classes in zip(*(c for _, c in batches))]
+        for i, name in enumerate(ways):  # the first is predict: what train.py logged
+            logged = record.get(f"env{env}_out_acc") if i == 0 else None
             logged = 100 * logged if logged is not None and comparable else None
-            accuracy = 100 * predicted.eq(y).sum().item() / len(y)
-            changed = 100 * predicted.ne(reference).sum().item() / len(y)
+            accuracy = 100 * predicted[i].eq(y).sum().item() / len(y)
+            changed = 100 * predicted[i].ne(predicted[0]).sum().item() / len(y)
             rows.append([str(run.path), run.algorithm, name, env, environments[env], len(y)])
             rows[-1] += [accuracy, changed, logged]
     columns = ["run", "algorithm", "prediction", "env", "domain", "n_examples", "accuracy"]
@@ -189,7 +182,7 @@ def write_in_domain(
     frame = pd.concat(frames, ignore_index=True)
     in_group = [frame["run"].isin([str(run.path) for run in group]) for group in groups]
     sections = [(table3_title(g), table3(frame[r])) for g, r in zip(groups, in_group, strict=True)]
-    files = write_table(frame, sections, output_dir, "in_domain", "Prediction")
+    files = write_table(frame, sections_markdown(sections, "Prediction"), output_dir, "in_domain")
     notes = warnings(run for group in groups for run in group)
     if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
         notes.append(
@@ -209,10 +202,8 @@ def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
 
     records = []
     for run in runs:
-        evaluated = evaluations[evaluations["run"] == str(run.path)] if len(evaluations) else None
         records += [_renamed(r, f"{run.algorithm} ({PREDICT})", {}) for r in run.records]
-        if evaluated is None or evaluated.empty:
-            continue
+        evaluated = evaluations[evaluations["run"] == str(run.path)]
         for (prediction, step), rows in evaluated.groupby(["prediction", "step"], sort=False):
             if prediction.endswith(f"({PREDICT})"):
                 continue
@@ -269,18 +260,16 @@ def write_selection(
         for run in with_known_domain
         for step in run_files.checkpoint_models(run)
     ]
-    evaluations = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    no_frames = pd.DataFrame(columns=["run", "prediction", "step"])
+    evaluations = pd.concat(frames, ignore_index=True) if frames else no_frames
     selection = selection_frame(selection_records(runs, evaluations))
     sections = []
     for dataset, of_dataset in selection.groupby("dataset", sort=False):
         wide = of_dataset.pivot(index="prediction", columns="test_domain", values="text")
         wide = wide.loc[of_dataset["prediction"].unique(), of_dataset["test_domain"].unique()]
-        title = (
-            f"## {dataset}: test-domain accuracy (%) at the checkpoint and hparams selected by "
-            "each prediction's source validation accuracy"
-        )
-        sections.append((title, wide))
-    files = write_table(selection, sections, output_dir, "selection", "Selected by")
+        sections.append((f"## {dataset}: {SELECTED}", wide))
+    markdown = sections_markdown(sections, "Selected by")
+    files = write_table(selection, markdown, output_dir, "selection")
     if len(evaluations):
         files.insert(0, output_dir / "checkpoints.csv")
         evaluations.to_csv(files[0], index=False)

@@ -18,15 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.runs import (
-    DONE_FILE,
-    RESULTS_FILE,
-    SWEEP,
-    check_environments,
-    check_fields,
-    divergence,
-    read_records,
-)
+from dmg_domainbed.reporting import runs
+from dmg_domainbed.reporting.runs import DONE_FILE, RESULTS_FILE
 
 DONE, RUNNING, FAILED = "done", "running", "failed"
 FP32 = "fp32"
@@ -69,9 +62,9 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
         folder = Path(sweep_dir) / name
         results = folder / RESULTS_FILE
         if results.is_file():
-            records = read_records(results)
-            check_fields(records, results, SWEEP)
-            check_environments(records, results)
+            records = runs.read_records(results)
+            runs.check_fields(records, results, runs.SWEEP)
+            runs.check_environments(records, results)
             jobs.append(Job(folder, tuple(map(labelled_precision, records))))
         elif not name.startswith(".") and folder.is_dir():
             if any((folder / file).exists() for file in JOB_FILES) or not any(folder.iterdir()):
@@ -169,7 +162,7 @@ def sweep_jobs(sweep_dir: str | Path) -> SweepJobs:
         replace(job, state=DONE if (job.folder / DONE_FILE).exists() else FAILED)
         for job in read_jobs(sweep_dir)
     ]
-    jobs = [replace(job, diverged=divergence(job.records)) for job in jobs]
+    jobs = [replace(job, diverged=runs.divergence(job.records)) for job in jobs]
     unfinished = [job.folder for job in jobs if job.state != DONE]
     why, running, notes = "", set(), ()
     if unfinished:

@@ -1,21 +1,12 @@
 """Algorithms ranked across tasks, with a Friedman test and a critical-difference diagram.
 
-A task is one dataset and test domain of the sweep; an algorithm's score on it is the mean
-over trial seeds of the test accuracy a selection method selects (collect_results' cell). On
-each task the algorithms are ranked (1 = best, ties share the average rank) and the ranks
-averaged over tasks (Demsar, *Statistical comparisons of classifiers over multiple data
-sets*, JMLR 2006, Sec. 3.2.2). Only tasks where every algorithm has a score take part.
-
-The Friedman test (``scipy.stats.friedmanchisquare``) asks whether the average ranks differ
-more than chance would make them; its p-value rests on a chi-square approximation that Demsar
-and SciPy consider reliable from more than 10 tasks, so with fewer (a single dataset of 4 to 6
-test domains) it is left out, together with the diagram, and the report says why. The
-diagram (``scikit_posthocs.critical_difference_diagram``) places each algorithm at its
-average rank and joins those that Nemenyi's post-hoc test
-(``scikit_posthocs.posthoc_nemenyi_friedman``) cannot tell apart at the 5% level; its bar is
-Nemenyi's critical difference ``q_0.05 sqrt(k(k+1) / 6N)`` for ``k`` algorithms and ``N``
-tasks (Demsar, eq. 5), ``q`` from SciPy's studentized range.
-scikit-posthocs, not autorank (which picks its test itself and draws through pyplot's state).
+A task is one dataset and test domain; an algorithm's score on it is collect_results' cell (the
+mean over trial seeds of the test accuracy a selection method selects). The algorithms are ranked
+on each task (1 = best, ties share the average rank) and the ranks averaged over the tasks where
+every algorithm has a score (Demsar, *Statistical comparisons of classifiers over multiple data
+sets*, JMLR 2006). The Friedman test (scipy) and the diagram that joins what Nemenyi's post-hoc
+test cannot tell apart (scikit-posthocs) are left out below :data:`MIN_TASKS` tasks, where the
+test's chi-square p-value is unreliable; docs/reports.md says more.
 """
 
 from __future__ import annotations
@@ -29,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from dmg_domainbed.drawing import colours, figure
+from dmg_domainbed.reporting.tables import markdown_table
 
 MIN_TASKS = 11
 MIN_ALGORITHMS = 3
@@ -123,8 +115,6 @@ def ranks_frame(found: list[Ranking]) -> pd.DataFrame:
 
 def ranks_markdown(found: list[Ranking]) -> str:
     """Average ranks per selection method, and what the Friedman test says."""
-    from dmg_domainbed.reporting.tables import markdown_table
-
     parts = [
         "# Ranks across tasks\n",
         "Average rank (1 = best) over the tasks (dataset x test domain) where every "

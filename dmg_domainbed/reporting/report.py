@@ -3,7 +3,6 @@ ranks, as CSV and Markdown, and its pictures (drawn with :mod:`dmg_domainbed.dra
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,17 +13,11 @@ from matplotlib.figure import Figure
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import colours, figure, save
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import ranks, selected, tables
-from dmg_domainbed.reporting.comparisons import (
-    DEFAULT_REFERENCE,
-    compare,
-    comparisons_markdown,
-    flag_comparisons,
-)
-from dmg_domainbed.reporting.comparisons import brief as comparisons_brief
+from dmg_domainbed.reporting import comparisons as paired
+from dmg_domainbed.reporting import ranks, tables
 from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
 from dmg_domainbed.reporting.runs import require_sweep
-from dmg_domainbed.reporting.tables import AVERAGE, check_output_dir, flags_summary
+from dmg_domainbed.reporting.tables import AVERAGE, write_table
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 
@@ -47,7 +40,7 @@ class SweepReport:
         """What ``report`` prints after the results: jobs and flags, comparisons and ranks."""
         names = ", ".join(self.results["algorithm"].unique())
         compared = (
-            f"Paired comparisons left out: {DEFAULT_REFERENCE}, the default reference, is "
+            f"Paired comparisons left out: {paired.DEFAULT_REFERENCE}, the default reference, is "
             f"not in this sweep. Pass --reference with one of: {names}."
         )
         if self.reference is not None and self.comparisons.empty:
@@ -57,7 +50,7 @@ class SweepReport:
         elif self.reference is not None:
             compared = (
                 "Paired comparisons over each dataset (test accuracy, percentage points; "
-                "comparisons.md has each test domain):\n" + comparisons_brief(self.comparisons)
+                "comparisons.md has each test domain):\n" + paired.brief(self.comparisons)
             )
         ranked = "\n".join(
             f"  {r.selection_method}: "
@@ -72,17 +65,16 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
     """The runs of ``algorithm`` on ``dataset``: for each set of test environments, the records
     (by step) of the run with the lowest (hparams_seed, trial_seed), i.e. default hparams when
     the sweep has them."""
-    runs: dict[str, list[dict]] = defaultdict(list)
-    for record in records:
-        args = record["args"]
-        if args["algorithm"] == algorithm and args["dataset"] == dataset:
-            runs[args["output_dir"]].append(record)
-    chosen: dict[tuple, list[dict]] = {}
-    for run in sorted(
-        runs.values(), key=lambda r: (r[0]["args"]["hparams_seed"], r[0]["args"]["trial_seed"])
-    ):
-        chosen.setdefault(tuple(run[0]["args"]["test_envs"]), run)
-    return [sorted(chosen[key], key=lambda r: r["step"]) for key in sorted(chosen)]
+    own = [
+        r for r in records if (r["args"]["dataset"], r["args"]["algorithm"]) == (dataset, algorithm)
+    ]
+    first: dict[tuple, str] = {}  # test envs -> the folder of their first run
+    for record in sorted(own, key=lambda r: (r["args"]["hparams_seed"], r["args"]["trial_seed"])):
+        first.setdefault(tuple(record["args"]["test_envs"]), record["args"]["output_dir"])
+    return [
+        sorted((r for r in own if r["args"]["output_dir"] == first[envs]), key=lambda r: r["step"])
+        for envs in sorted(first)
+    ]
 
 
 def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> dict[str, Figure]:
@@ -95,18 +87,14 @@ def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> di
     shown = shown if len(shown) else results
     for dataset in results["dataset"].unique():
         own = set(records.filter_equals("args.dataset", dataset).select("args.algorithm"))
-        paired = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
-        drawn[f"accuracy_{dataset}.png"] = accuracy_figure(
-            shown[shown.algorithm.isin(own)], dataset, paired
-        )
+        pairs = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
+        of_dataset = shown[shown.algorithm.isin(own)]
+        drawn[f"accuracy_{dataset}.png"] = accuracy_figure(of_dataset, dataset, pairs)
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
             declared = declarations_of(algorithms.get_algorithm_class(algorithm))
-            if (
-                curves := declared.training_curves(
-                    first_runs(records, dataset, algorithm), environments
-                )
-            ) is not None:
+            runs = first_runs(records, dataset, algorithm)
+            if (curves := declared.training_curves(runs, environments)) is not None:
                 drawn[f"{algorithm.lower()}_diagnostics_{dataset}.png"] = curves
     return drawn
 
@@ -125,17 +113,17 @@ def accuracy_figure(
     algorithms = list(frame["algorithm"].unique())
     domains = list(frame["test_domain"].unique())
     palette, positions = colours(algorithms), np.arange(len(domains))
-    paired = comparisons is not None and len(comparisons) > 0
+    compared = comparisons is not None and len(comparisons) > 0
     width = max(6.5, 0.32 * len(algorithms) * len(domains) + 2.5)
-    fig = figure(width * (1.8 if paired else 1), 2.6 * len(methods) + 0.6)
-    axes = fig.subplots(len(methods), 2 if paired else 1, sharex=True, squeeze=False)
+    fig = figure(width * (1.8 if compared else 1), 2.6 * len(methods) + 0.6)
+    axes = fig.subplots(len(methods), 2 if compared else 1, sharex=True, squeeze=False)
     for row, method in enumerate(methods):
         panel = frame[frame["selection_method"] == method]
         _bars(axes[row, 0], panel, algorithms, domains, palette, "accuracy", "stderr")
         axes[row, 0].set_title(f"model selection: {method}", fontsize=10)
         axes[row, 0].set_ylabel("test accuracy (%)")
         axes[row, 0].set_ylim(0, 105)
-        if paired:
+        if compared:
             rows = comparisons[comparisons["selection_method"] == method]
             _bars(axes[row, 1], rows, algorithms, domains, palette, "difference", "ci")
             axes[row, 1].axhline(0, color="black", linewidth=0.8)
@@ -169,17 +157,11 @@ def _bars(axis, rows, algorithms, domains, palette, value: str, error: str) -> N
             errors = np.nan_to_num([heights - own["ci_low"], own["ci_high"] - heights])
         else:
             errors = np.nan_to_num(own[error].astype(float).to_numpy())
-        x = (
-            np.arange(len(domains))
-            + (algorithms.index(algorithm) - (len(algorithms) - 1) / 2) * width
+        offset = (algorithms.index(algorithm) - (len(algorithms) - 1) / 2) * width
+        style = dict(
+            capsize=2, label=algorithm, color=palette[algorithm], error_kw=dict(elinewidth=0.8)
         )
-        style = {
-            "capsize": 2,
-            "label": algorithm,
-            "color": palette[algorithm],
-            "error_kw": {"elinewidth": 0.8},
-        }
-        bars = axis.bar(x, heights, width, yerr=errors, **style)
+        bars = axis.bar(np.arange(len(domains)) + offset, heights, width, yerr=errors, **style)
         sign = "+" if error == "ci" else ""
         labels = ["" if np.isnan(h) else f"{h:{sign}.1f}" for h in heights]
         axis.bar_label(bars, labels=labels, fontsize=6, padding=1)
@@ -210,22 +192,21 @@ def write_report(
     / ``.png`` and the pictures. All is computed before the first file is written, so a
     :class:`UserError` leaves the output folder as it was."""
     sweep = require_sweep(sweep_dir)
-    output = check_output_dir(Path(output_dir), sweep)
+    output = tables.check_output_dir(Path(output_dir), sweep)
     jobs = sweep_jobs(sweep)
     records = jobs.records()
     names = tables.ordered_algorithms(records)
     reference = _reference(reference, names, sweep)
     results = tables.flag_results(tables.results_frame(records), jobs)
     averages = tables.flag_averages(tables.averages_frame(records), results)
-    status = "\n".join(
-        filter(None, [jobs.summary(), jobs.precisions_note(), flags_summary(results, jobs)])
-    )
+    notes = [jobs.summary(), jobs.precisions_note(), tables.flags_summary(results, jobs)]
+    status = "\n".join(filter(None, notes))
     diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
-    ranked = selected.ranked_runs(records, diverged)
-    chosen = selected.selected_frame(ranked)
-    comparisons = compare(chosen, reference, names) if reference else pd.DataFrame()
+    ranked = tables.ranked_runs(records, diverged)
+    chosen = tables.selected_frame(ranked)
+    comparisons = paired.compare(chosen, reference, names) if reference else pd.DataFrame()
     if len(comparisons):
-        comparisons = flag_comparisons(comparisons, chosen)
+        comparisons = paired.flag_comparisons(comparisons, chosen)
     found = ranks.rankings(chosen, names)
     diagram = ranks.ranks_figure(found)
     figures = pictures_of(results, records, comparisons)
@@ -236,14 +217,10 @@ def write_report(
     averages.to_csv(files[1], index=False)
     files[2].write_text(f"{tables.results_markdown(results, averages)}\n{status}\n")
     files.append(output / "selected_hparams.csv")
-    selected.selected_hparams(chosen).to_csv(files[-1], index=False)
-    written = [(ranks.ranks_frame(found), ranks.ranks_markdown(found), "ranks")]
+    tables.selected_hparams(chosen).to_csv(files[-1], index=False)
     if len(comparisons):
-        written.insert(0, (comparisons, comparisons_markdown(comparisons), "comparisons"))
-    for frame, markdown, stem in written:
-        files += [output / f"{stem}.csv", output / f"{stem}.md"]
-        frame.to_csv(files[-2], index=False)
-        files[-1].write_text(markdown)
+        files += write_table(comparisons, paired.markdown(comparisons), output, "comparisons")
+    files += write_table(ranks.ranks_frame(found), ranks.ranks_markdown(found), output, "ranks")
     if diagram is not None:
         files.append(save(diagram, output / "ranks.png"))
     files += [save(drawn, output / name) for name, drawn in figures.items()]
@@ -254,7 +231,7 @@ def write_report(
 
 def _reference(reference: str | None, names: list[str], sweep: Path) -> str | None:
     if reference is None:
-        return DEFAULT_REFERENCE if DEFAULT_REFERENCE in names else None
+        return paired.DEFAULT_REFERENCE if paired.DEFAULT_REFERENCE in names else None
     if reference not in names:
         raise UserError(
             f"--reference '{reference}' is not an algorithm of the sweep '{sweep}', which has "

@@ -17,6 +17,7 @@ import pickle
 import random
 import re
 import sys
+from collections import namedtuple
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,15 +123,14 @@ def read_records(results_path: Path) -> list[dict[str, Any]]:
                     "only a half-written last line can be left out. Rerun that job (delete its "
                     "folder, then launch the sweep again), or remove the line by hand."
                 ) from None
-            warn(
-                f"'{results_path}': its last line is half-written (a job stopped while writing "
-                f"it?); the {len(records)} complete record(s) before it are used"
+            print(
+                f"dmg-domainbed: warning: '{results_path}': its last line is half-written (a job "
+                f"stopped while writing it?); the {len(records)} complete record(s) before it "
+                "are used",
+                file=sys.stderr,
+                flush=True,
             )
     return records
-
-
-def warn(message: str) -> None:
-    print(f"dmg-domainbed: warning: {message}", file=sys.stderr, flush=True)
 
 
 def run_folders(sweep_dir: Path) -> list[Path]:
@@ -344,14 +344,8 @@ def augmented_evaluation(run: Run) -> bool:
     return bool(run.hparams.get("data_augmentation")) and issubclass(built, augmenting)
 
 
-@dataclass(frozen=True)
-class EnvSplit:
-    """Indices (into environment ``env``) of train.py's ``in``, ``out`` and ``uda`` parts."""
-
-    env: int
-    in_keys: list[int]
-    out_keys: list[int]
-    uda_keys: list[int]
+#: Indices (into environment ``env``) of train.py's ``in``, ``out`` and ``uda`` parts.
+EnvSplit = namedtuple("EnvSplit", "env in_keys out_keys uda_keys")
 
 
 def rebuild_splits(dataset, args: dict[str, Any]) -> list[EnvSplit]:

@@ -1,5 +1,5 @@
 """Results tables of a sweep, computed with DomainBed's own selection and grouping code, their
-flags, their Markdown and their files.
+flags, their Markdown and their files; and the run and checkpoint each selection method selects.
 
 The numbers are those of ``python -m domainbed.scripts.collect_results``: records grouped by
 ``reporting.get_grouped_records``, each group's accuracy ``selection_method.sweep_acc``, a cell
@@ -8,12 +8,17 @@ long DataFrame, one row per cell. Flags stand next to a number: ``partial`` (few
 dataset's fullest cell of that selection method, or records of a job not done; cells of an
 algorithm or test domain the sweep never ran are not counted as lacking) and ``diverged_runs``;
 an average carries the flags of the cells it averages.
+
+A selection method ranks a group's hparams settings (``SelectionMethod.hparams_accs``); the first
+one's ``test_acc`` is ``sweep_acc``. Its ``run_acc`` does not say at which checkpoint, so
+:func:`with_steps` adds the step and changes nothing else: the accuracies, their order and the
+tie-breaking are DomainBed's own (``selected_hparams.csv``; comparisons and ranks use them).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,18 +28,18 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.jobs import SweepJobs, read_jobs
 
-SELECTION_METHOD_NAMES = ("IIDAccuracySelectionMethod", "LeaveOneOutSelectionMethod")
-SELECTION_METHOD_NAMES += ("OracleSelectionMethod",)
 AVERAGE = "Avg"
 MISSING = "X"  # collect_results' mark for a cell without results
 CELL = ["selection_method", "dataset", "algorithm", "test_env"]
+COLUMNS = "selection_method dataset algorithm test_env test_domain trial_seed hparams_seed"
+COLUMNS = f"{COLUMNS} step val_acc accuracy run diverged".split()
 
 
 def selection_methods() -> list[type]:
     """The selection methods collect_results reports (without ``--auto_lr``), in its order."""
-    from domainbed import model_selection
+    from domainbed import model_selection as ms
 
-    return [getattr(model_selection, name) for name in SELECTION_METHOD_NAMES]
+    return [ms.IIDAccuracySelectionMethod, ms.LeaveOneOutSelectionMethod, ms.OracleSelectionMethod]
 
 
 def load_sweep_records(sweep_dir: str | Path):
@@ -159,6 +164,74 @@ def averages_frame(records) -> pd.DataFrame:
     ]
     frame = cells_frame(trial_means, keys, grid).assign(test_env=AVERAGE, test_domain=AVERAGE)
     return frame[[*CELL, "test_domain", "accuracy", "stderr", "n_trials", "text"]]
+
+
+def with_steps() -> list[type]:
+    """Subclasses of :func:`selection_methods`, in that order, that return the step too."""
+    from domainbed import model_selection as ms
+
+    class IIDWithStep(ms.IIDAccuracySelectionMethod):
+        @classmethod
+        def _step_acc(cls, record):
+            return {**super()._step_acc(record), "step": record["step"]}
+
+    class LeaveOneOutWithStep(ms.LeaveOneOutSelectionMethod):
+        @classmethod
+        def _step_acc(cls, records):
+            chosen = super()._step_acc(records)
+            return None if chosen is None else {**chosen, "step": records[0]["step"]}
+
+    class OracleWithStep(ms.OracleSelectionMethod):
+        # The oracle takes the last checkpoint of a run (no early stopping).
+        @classmethod
+        def run_acc(cls, run_records):
+            chosen = super().run_acc(run_records)
+            if chosen is None:
+                return None
+            steps = ms.get_test_records(run_records).select("step")
+            return {**chosen, "step": max(steps)}
+
+    return [IIDWithStep, LeaveOneOutWithStep, OracleWithStep]
+
+
+def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Every hparams setting each method ranks in every group, best first (``rank`` 0 is the
+    selected one, its ``accuracy`` collect_results' number): :data:`COLUMNS`, ``rank`` and
+    ``hparams``; ``diverged`` is the run's first non-finite loss (from ``diverged``) or empty."""
+    from domainbed import datasets
+    from domainbed.lib import reporting
+    from domainbed.model_selection import get_test_records
+
+    keys = ("dataset", "algorithm", "test_env", "trial_seed")  # the rows' order
+    groups = sorted(reporting.get_grouped_records(records), key=lambda g: [g[k] for k in keys])
+    rows = []
+    for method in with_steps():
+        for group in groups:
+            environments = datasets.get_dataset_class(group["dataset"]).ENVIRONMENTS
+            for position, (chosen, run_records) in enumerate(method.hparams_accs(group["records"])):
+                step = chosen["step"]
+                record = next(r for r in get_test_records(run_records) if r["step"] == step)
+                args, run = record["args"], record["args"]["output_dir"]
+                cell = [group[k] for k in keys[:3]]
+                seeds = [group["trial_seed"], args["hparams_seed"], step]
+                accuracies = [100 * chosen["val_acc"], 100 * chosen["test_acc"]]
+                tail = [run, (diverged or {}).get(run, ""), position, record["hparams"]]
+                domain = environments[group["test_env"]]
+                rows.append([method.name, *cell, domain, *seeds, *accuracies, *tail])
+    return pd.DataFrame(rows, columns=[*COLUMNS, "rank", "hparams"])
+
+
+def selected_frame(ranked: pd.DataFrame) -> pd.DataFrame:
+    """The selected run of every group (rank 0 of :func:`ranked_runs`)."""
+    return ranked[ranked["rank"] == 0].drop(columns="rank").reset_index(drop=True)
+
+
+def selected_hparams(selected: pd.DataFrame) -> pd.DataFrame:
+    """:func:`selected_frame` with one object column per hparam (values as logged; empty where
+    an algorithm has none); one named like a column of :data:`COLUMNS` gets `` (hparam)``."""
+    hparams = pd.DataFrame(selected["hparams"].tolist(), index=selected.index, dtype=object)
+    hparams = hparams.rename(columns=lambda name: f"{name} (hparam)" if name in COLUMNS else name)
+    return pd.concat([selected[COLUMNS], hparams], axis=1)
 
 
 def flag_results(results: pd.DataFrame, jobs: SweepJobs) -> pd.DataFrame:
@@ -292,13 +365,7 @@ def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
     """``output_dir``, unless it lies inside a folder the report reads, cannot be created, or
     holds a file this user may not overwrite (an earlier report's)."""
     check_creatable(output_dir, "--output_dir")
-    resolved = output_dir.resolve()
-    for folder in inputs:
-        if resolved == folder.resolve() or folder.resolve() in resolved.parents:
-            raise UserError(
-                f"output folder '{output_dir}' lies inside the input folder '{folder}', which "
-                "is only read. Choose an --output_dir outside it."
-            )
+    check_outside(output_dir, inputs, "output folder", "input", "an --output_dir")
     if output_dir.is_dir():
         for path in output_dir.iterdir():
             if path.is_file() and not os.access(path, os.W_OK):
@@ -309,17 +376,26 @@ def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
     return output_dir
 
 
-def write_table(
-    long: pd.DataFrame,
-    sections: list[tuple[str, pd.DataFrame]],
-    output_dir: Path,
-    stem: str,
-    index_label: str = "",
-) -> list[Path]:
-    """``<stem>.csv`` from ``long``; ``<stem>.md`` with one titled Markdown table per section."""
+def check_outside(output: Path, inputs, name: str, read: str, choose: str) -> None:
+    """:class:`UserError` if ``output`` (``name``) is or lies inside a folder of ``inputs``
+    (``read`` folders, which are only read): choose another (``choose``) outside it."""
+    for folder in inputs:
+        if output.resolve() == folder.resolve() or folder.resolve() in output.resolve().parents:
+            raise UserError(
+                f"{name} '{output}' lies inside the {read} folder '{folder}', which is only "
+                f"read. Choose {choose} outside it."
+            )
+
+
+def sections_markdown(sections: list[tuple[str, pd.DataFrame]], index_label: str = "") -> str:
+    """One Markdown table per ``(title, table)`` section, each under its title."""
+    return "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
+
+
+def write_table(long: pd.DataFrame, markdown: str, output_dir: Path, stem: str) -> list[Path]:
+    """``<stem>.csv`` from ``long`` and ``<stem>.md`` holding ``markdown``."""
     output_dir.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = output_dir / f"{stem}.csv", output_dir / f"{stem}.md"
     long.to_csv(csv_path, index=False)
-    md = (f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
-    md_path.write_text("\n".join(md))
+    md_path.write_text(markdown)
     return [csv_path, md_path]

@@ -20,6 +20,7 @@ import pandas as pd
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.runs import RESULTS_FILE, read_records, run_folders
+from dmg_domainbed.reporting.tables import check_outside
 
 OPTION = "--tensorboard"
 METHOD_TAGS = {
@@ -39,12 +40,7 @@ def check_log_dir(log_dir: Path, sweep: Path) -> Path:
             "with: pip install 'dmg-domainbed[tensorboard]'"
         )
     check_creatable(log_dir, OPTION)
-    resolved = log_dir.resolve()
-    if resolved == sweep.resolve() or sweep.resolve() in resolved.parents:
-        raise UserError(
-            f"{OPTION} folder '{log_dir}' lies inside the sweep folder '{sweep}', which is only "
-            f"read. Choose a {OPTION} folder outside it."
-        )
+    check_outside(log_dir, [sweep], f"{OPTION} folder", "sweep", f"a {OPTION} folder")
     if log_dir.is_dir() and any(log_dir.iterdir()):
         raise UserError(
             f"{OPTION} folder '{log_dir}' is not empty; writing into it would mix two "
@@ -61,7 +57,7 @@ def run_name(args: dict, folder: Path) -> str:
 
 
 def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
-    """Write the sweep's runs (``ranked``: :func:`.selected.ranked_runs`) into ``log_dir``;
+    """Write the sweep's runs (``ranked``: :func:`.tables.ranked_runs`) into ``log_dir``;
     the TensorBoard run names."""
     from tensorboard.plugins.hparams import summary_v2 as hp
     from torch.utils.tensorboard import SummaryWriter
@@ -80,26 +76,20 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
             for kind in ("selected_test_acc", "selected")
         ]
         writer.file_writer.add_summary(hp.hparams_config_pb(_hparams(values.values()), metrics))
-    names = []
-    for folder, records in runs:
-        name = run_name(records[-1]["args"], folder)
+    names = [run_name(records[-1]["args"], folder) for folder, records in runs]
+    for (folder, records), name in zip(runs, names):
         with SummaryWriter(log_dir=str(log_dir / name)) as writer:
             writer.file_writer.add_summary(hp.hparams_pb(values[folder], trial_id=name))
             for record in records:
                 for key, value in record.items():
-                    if key != "step" and _is_number(value):
+                    if key != "step" and type(value) in (int, float):  # JSON numbers, not bools
                         writer.add_scalar(key, value, record["step"])
             output_dir = Path(records[-1]["args"]["output_dir"])
             for _, row in by_run.get(output_dir, pd.DataFrame()).iterrows():
                 tag = METHOD_TAGS[row["selection_method"]]
                 writer.add_scalar(f"selected_test_acc/{tag}", row["accuracy"] / 100, row["step"])
                 writer.add_scalar(f"selected/{tag}", float(row["rank"] == 0), records[-1]["step"])
-        names.append(name)
     return names
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _hparam_values(record: dict) -> dict:

@@ -3,7 +3,7 @@ difference about 95% of the time, an algorithm identical to the reference is sel
 better, and pairing on the trial seed (the same data splits) removes split-to-split noise.
 
 Each simulated sweep is one "dataset" of the selected-accuracy table the report builds
-(:func:`dmg_domainbed.reporting.selected.selected_frame`), so thousands of sweeps are compared
+(:func:`dmg_domainbed.reporting.tables.selected_frame`), so thousands of sweeps are compared
 in one call, without training."""
 
 import re
@@ -20,8 +20,8 @@ from dmg_domainbed.reporting.comparisons import (
     WORSE,
     brief,
     compare,
-    comparisons_markdown,
     intervals,
+    markdown,
 )
 
 pytestmark = pytest.mark.no_domainbed
@@ -167,11 +167,9 @@ def test_one_trial_gives_a_difference_but_no_interval_and_no_verdict():
 
 def test_markdown_and_brief_say_better_only_where_the_interval_excludes_zero(three_trials):
     first = three_trials[three_trials["dataset"] == 0]
-    markdown = comparisons_markdown(first)
-    assert "## 0, model selection: training-domain validation set (reference: ERM)" in markdown
-    assert "| Algorithm | 0 | 1 | 2 | 3 | Avg | P(new trial) | verdict |" in re.sub(
-        " +", " ", markdown
-    )
+    text = markdown(first)
+    assert "## 0, model selection: training-domain validation set (reference: ERM)" in text
+    assert "| Algorithm | 0 | 1 | 2 | 3 | Avg | P(new trial) | verdict |" in re.sub(" +", " ", text)
     for _, row in first.iterrows():
         sure = row["ci_low"] > 0 or row["ci_high"] < 0
         assert (row["verdict"] in (BETTER, WORSE)) == sure

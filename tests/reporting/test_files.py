@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.tables import check_output_dir, write_table
+from dmg_domainbed.reporting.tables import check_output_dir, sections_markdown, write_table
 
 
 def test_an_output_folder_inside_an_input_folder_is_refused(tmp_path):
@@ -21,9 +21,8 @@ def test_an_output_folder_inside_an_input_folder_is_refused(tmp_path):
 def test_a_table_is_written_as_long_csv_and_titled_markdown(tmp_path):
     long = pd.DataFrame({"prediction": ["a", "b"], "accuracy": [50.0, 75.5]})
     wide = long.set_index("prediction")
-    paths = write_table(
-        long, [("## First", wide), ("## Second", wide)], tmp_path / "o", "t", "Prediction"
-    )
+    markdown = sections_markdown([("## First", wide), ("## Second", wide)], "Prediction")
+    paths = write_table(long, markdown, tmp_path / "o", "t")
     assert [p.name for p in paths] == ["t.csv", "t.md"]
     assert pd.read_csv(paths[0]).equals(long)
     markdown = re.sub(" +", " ", paths[1].read_text())

@@ -9,7 +9,7 @@ from domainbed import model_selection
 from domainbed.lib import reporting
 from domainbed.lib.query import Q
 
-from dmg_domainbed.reporting import selected
+from dmg_domainbed.reporting import tables
 
 STEPS = (0, 10, 20)
 
@@ -43,12 +43,12 @@ def sweep_records(seed: int = 0) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ranked():
-    return selected.ranked_runs(Q(sweep_records()))
+    return tables.ranked_runs(Q(sweep_records()))
 
 
 def test_selected_accuracy_is_domainbeds_for_every_method_and_group(ranked):
     records = Q(sweep_records())
-    chosen = selected.selected_frame(ranked)
+    chosen = tables.selected_frame(ranked)
     for method in (
         model_selection.IIDAccuracySelectionMethod,
         model_selection.LeaveOneOutSelectionMethod,
@@ -70,7 +70,7 @@ def test_step_hparams_and_run_are_those_of_the_chosen_checkpoint(ranked):
     by_folder = {}
     for record in sweep_records():
         by_folder.setdefault(record["args"]["output_dir"], []).append(record)
-    chosen = selected.selected_frame(ranked)
+    chosen = tables.selected_frame(ranked)
     for _, row in chosen.iterrows():
         run = by_folder[row["run"]]
         assert run[0]["args"]["test_envs"] == [row["test_env"]]
@@ -96,7 +96,7 @@ def test_ranks_order_every_hparams_setting_by_validation_accuracy(ranked):
 
 
 def test_selected_hparams_has_one_column_per_hparam(ranked):
-    table = selected.selected_hparams(selected.selected_frame(ranked))
+    table = tables.selected_hparams(tables.selected_frame(ranked))
     assert {"lr", "batch_size", "hparams_seed", "step", "run"} <= set(table.columns)
     first = table.iloc[0]
     assert first["lr"] == 10.0 ** -(first["hparams_seed"] + 2)
