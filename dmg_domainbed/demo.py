@@ -15,10 +15,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from dmg_domainbed import runs
 from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight.sweep import check_sweep
-from dmg_domainbed.reporting import runs
 from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
 

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from dmg_domainbed.cli import add_output_dir
-from dmg_domainbed.reporting.runs import read_run, require_model, require_sweep
+from dmg_domainbed.runs import read_run, require_model, require_sweep
 
 RUNS_DATA_DIR = "dataset folder, if not the one the runs were trained with"
 
@@ -193,7 +193,7 @@ def select_command(args: argparse.Namespace) -> int:
 
 def masks_command(args: argparse.Namespace) -> int:
     from dmg_domainbed.reporting.learned import draw_learned, require_drawing
-    from dmg_domainbed.reporting.runs import warnings
+    from dmg_domainbed.runs import warnings
 
     run = read_run(args.run_dir)
     require_drawing(run, "masks")

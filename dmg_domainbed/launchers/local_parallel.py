@@ -61,7 +61,7 @@ from dmg_domainbed.launchers.common import (
     output_dir_of,
     read_options,
 )
-from dmg_domainbed.reporting.runs import folder_divergence
+from dmg_domainbed.runs import folder_divergence
 
 _JOBS, _PER_GPU = "DMG_LOCAL_PARALLEL_JOBS", "DMG_LOCAL_PARALLEL_JOBS_PER_GPU"
 _HELP = {

@@ -23,12 +23,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from dmg_domainbed import runs as run_files
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import runs as run_files
 from dmg_domainbed.reporting import tables
-from dmg_domainbed.reporting.runs import Run, warnings
 from dmg_domainbed.reporting.tables import sections_markdown, write_table
+from dmg_domainbed.runs import Run, warnings
 
 PREDICT = "predict"
 SELECTED = "test-domain accuracy (%) at the checkpoint and hparams selected by each prediction's"

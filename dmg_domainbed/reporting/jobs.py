@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed import runs
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import runs
-from dmg_domainbed.reporting.runs import DONE_FILE, RESULTS_FILE
+from dmg_domainbed.runs import DONE_FILE, RESULTS_FILE
 
 DONE, RUNNING, FAILED = "done", "running", "failed"
 FP32 = "fp32"

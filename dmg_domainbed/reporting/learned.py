@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dmg_domainbed import runs
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import Drawn, FinishedRun, Sample
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting import runs
-from dmg_domainbed.reporting.runs import Run
+from dmg_domainbed.runs import Run
 
 
 def require_drawing(run: Run, command: str) -> None:

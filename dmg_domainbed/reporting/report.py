@@ -16,8 +16,8 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import comparisons as paired
 from dmg_domainbed.reporting import ranks, tables
 from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
-from dmg_domainbed.reporting.runs import require_sweep
 from dmg_domainbed.reporting.tables import AVERAGE, write_table
+from dmg_domainbed.runs import require_sweep
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 

@@ -27,7 +27,7 @@ from typing import IO
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.common import Launcher, as_launcher
 from dmg_domainbed.locks import FolderLock
-from dmg_domainbed.reporting.runs import DONE_FILE
+from dmg_domainbed.runs import DONE_FILE
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
 

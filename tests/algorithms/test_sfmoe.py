@@ -19,7 +19,7 @@ from dmg_domainbed.algorithms.sfmoe import SFMOE
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.moe import SparseMoE
 from dmg_domainbed.reporting import in_domain
-from dmg_domainbed.reporting.runs import read_run
+from dmg_domainbed.runs import read_run
 
 from ..helpers import run_domainbed
 

@@ -9,7 +9,7 @@ from domainbed.lib.fast_data_loader import FastDataLoader
 from torch.utils.data import Subset
 
 from dmg_domainbed.reporting import in_domain
-from dmg_domainbed.reporting.runs import load_algorithm, load_dataset, read_run, rebuild_splits
+from dmg_domainbed.runs import load_algorithm, load_dataset, read_run, rebuild_splits
 from tests.helpers import cli, runs_of, snapshot
 
 

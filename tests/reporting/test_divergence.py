@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from dmg_domainbed.reporting.runs import divergence, folder_divergence
+from dmg_domainbed.runs import divergence, folder_divergence
 
 pytestmark = pytest.mark.no_domainbed
 

@@ -5,7 +5,7 @@ import pytest
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting.in_domain import check_comparable, logged_mismatches, table3
-from dmg_domainbed.reporting.runs import Run
+from dmg_domainbed.runs import Run
 
 ARGS = {
     "algorithm": "DMG",

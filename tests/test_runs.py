@@ -6,7 +6,7 @@ import pytest
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting.learned import require_drawing
-from dmg_domainbed.reporting.runs import (
+from dmg_domainbed.runs import (
     read_records,
     read_run,
     require_model,
