@@ -46,10 +46,14 @@ def hparams_table(algorithm: str) -> str:
     from domainbed import algorithms
     from domainbed.lib import misc
 
-    rows = []
+    def seeded(seed: int) -> np.random.RandomState:
+        state.seed(seed)  # as np.random.RandomState(seed), without building one each draw
+        return state
+
+    rows, state = [], np.random.RandomState()
     for hparam in algorithms.get_algorithm_class(algorithm).HPARAMS:
         draws = [
-            hparam.sample(np.random.RandomState(misc.seed_hash(seed, hparam.name)))
+            hparam.sample(seeded(misc.seed_hash(seed, hparam.name)))
             for seed in range(1, SEARCH_DRAWS + 1)
         ]
         seen = list({repr(value): value for value in map(_plain, draws)}.values())
