@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +25,7 @@ from dmg_domainbed.algorithms.corgrad import chunk_layout
 from dmg_domainbed.preflight.weights import needed_weights
 from dmg_domainbed.weight_files import Caches
 
-from ..helpers import domainbed_env
+from ..helpers import domainbed_env, run_python
 
 pytestmark = [
     pytest.mark.gpu,
@@ -66,17 +64,8 @@ def pacs(tmp_path_factory):
 
 
 def run(args: list[str], environment: dict, cwd: Path | None = None) -> str:
-    result = subprocess.run(
-        [sys.executable, *args],
-        env=environment,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 0, f"{args}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return result.stdout
+    """What ``python ARGS`` prints, run in a new interpreter (CUDA starts in it as in a user's)."""
+    return run_python(*args, env=environment, cwd=cwd, timeout=900, new_interpreter=True).stdout
 
 
 def on_gpu(environment: dict) -> dict:
