@@ -111,7 +111,11 @@ def _stop_preloaded() -> None:
     for server in _preloaded.values():
         server.stdin.close()
     for server in _preloaded.values():
-        server.wait()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a child still running: end both
+            server.kill()
+            server.wait()
 
 
 def _reply(server: subprocess.Popen, deadline: float) -> dict | None:

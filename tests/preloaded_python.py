@@ -12,7 +12,7 @@ handlers, non-daemon threads joined), with the exit status ``python`` would give
 
 Protocol, a JSON line each way on stdin/stdout: the request ``{"args", "cwd", "env", "stdout",
 "stderr"}`` is answered by ``{"pid"}`` once the child is forked and ``{"status"}`` when it has
-ended (a negative status: killed by that signal). End of stdin ends the server.
+ended (a negative status: killed by that signal). End of stdin ends the server at once.
 """
 
 import importlib
@@ -122,6 +122,8 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         replies.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
         replies.flush()
+    # End at once: nothing here needs finalising, and no thread the imports left may hold it up.
+    os._exit(0)
 
 
 if __name__ == "__main__":
