@@ -23,13 +23,15 @@ def domainbed_env(**extra: str) -> dict[str, str]:
 
     DomainBed's sweep launches jobs as ``python -m domainbed.scripts.train`` with the ``python``
     found on PATH, so this interpreter's folder goes first. One thread per job keeps parallel
-    jobs from oversubscribing the cores.
+    jobs from oversubscribing the cores, and one data-loader worker per loader keeps a run from
+    forking DomainBed's 8 per loader (dozens of processes a run).
     """
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.pop("DMG_DOMAINBED_DISABLE", None)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
+    env.setdefault("DMG_DOMAINBED_LOADER_WORKERS", "1")
     env.update(extra)
     return env
 

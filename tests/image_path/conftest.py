@@ -1,6 +1,6 @@
 """The runs the image-path tests share.
 
-Runs of 2 steps through DomainBed's own train script on synthetic folders laid out like PACS and
+Runs of a step or two through DomainBed's own train script on synthetic folders laid out like PACS and
 DomainNet: DomainBed's ImageFolder loaders and augmentations at 224x224, and its ResNet
 featurizer built with ``pretrained=True`` from random weights written into the very cache files
 torchvision and timm read (offline). One real path per ResNet family: DMG with ResNet-50
@@ -11,7 +11,7 @@ gradients whatever the network, SFMOE trains its DeiT-S in ``test_sfmoe``). Thes
 where the algorithms' update and predict meet 224x224 images and DomainBed's ResNets; DomainBed's
 own ``test_models`` holds every algorithm to its contract on ``Debug28``
 (``test_domainbed_contract``).
-Two worker processes share the runs (see train_worker.py).
+One worker process runs them all, one after the other (see train_worker.py).
 """
 
 from __future__ import annotations
@@ -34,14 +34,19 @@ RUNS = (
     ("resnet50", "DMG"),
     *(("resnet18", name) for name in ("Aggregate", "MultiHead", "DMG", "ImportanceMask")),
 )
-STEPS = 2
-# Two classes and three images per domain with half held out: one batch of 2 per domain, and
-# an evaluation of 12 (PACS) or 18 (DomainNet) images at each of the two steps.
-CLASSES, IMAGES_PER_DOMAIN, HOLDOUT_FRACTION, BATCH_SIZE = 2, 3, 0.5, 2
-# ImportanceMask ends phase 1 after one step, so the second step and the saved model are phase 2.
+# One step, which train.py also evaluates on every split (step 0 is always evaluated), and two for
+# ImportanceMask: it ends phase 1 after one step, so its second step and saved model are phase 2.
+STEPS = {"ImportanceMask": 2}
 ALGORITHM_HPARAMS = {
     "ImportanceMask": {"phase1_steps": 1, "freeze_step": 1, "unimportant_lr_half_life": 1}
 }
+# Two classes and three images per domain with half held out: one batch of 2 per domain, and
+# an evaluation of 12 (PACS) or 18 (DomainNet) images at each evaluated step.
+CLASSES, IMAGES_PER_DOMAIN, HOLDOUT_FRACTION, BATCH_SIZE = 2, 3, 0.5, 2
+
+
+def steps(algorithm: str) -> int:
+    return STEPS.get(algorithm, 1)
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,6 @@ BACKBONES = {
         "DomainNet", {"resnet18": True, "resnet50_augmix": False}, (128, 256, 512)
     ),
 }
-# Rough relative cost of a run, to give both workers the same load.
-_COST = {"Aggregate": 1, "MultiHead": 1, "DMG": 1.6, "ImportanceMask": 1.6}
-_BACKBONE_COST = {"resnet50": 2.3, "resnet18": 1.3}
-
-
 @dataclass(frozen=True)
 class ImagePath:
     data_dir: Path
@@ -95,38 +95,28 @@ def _train_args(image_path: ImagePath, backbone: str, algorithm: str, output: Pa
     return [
         *("--algorithm", algorithm, "--dataset", BACKBONES[backbone].dataset),
         *("--data_dir", str(image_path.data_dir), "--output_dir", str(output)),
-        *("--steps", str(STEPS), "--holdout_fraction", str(HOLDOUT_FRACTION)),
+        *("--steps", str(steps(algorithm)), "--holdout_fraction", str(HOLDOUT_FRACTION)),
         *("--test_envs", "0", "--hparams", json.dumps(hparams)),
     ]
 
 
 @pytest.fixture(scope="session")
 def image_runs(image_path, tmp_path_factory) -> dict[tuple[str, str], Path]:
-    """Run folder of every (backbone, algorithm) of RUNS, trained by two worker processes."""
+    """Run folder of every (backbone, algorithm) of RUNS, trained by one worker process."""
     root = tmp_path_factory.mktemp("image_runs")
     runs = {(backbone, algorithm): root / f"{backbone}_{algorithm}" for backbone, algorithm in RUNS}
-    loads, shares = [0.0, 0.0], [[], []]
-    for key in sorted(runs, key=lambda k: -_COST[k[1]] * _BACKBONE_COST[k[0]]):
-        worker = loads.index(min(loads))
-        loads[worker] += _COST[key[1]] * _BACKBONE_COST[key[0]]
-        shares[worker].append(_train_args(image_path, *key, runs[key]))
-    workers = []
-    for index, share in enumerate(shares):
-        jobs = root / f"worker{index}.json"
-        jobs.write_text(json.dumps(share))
-        log = open(root / f"worker{index}.log", "w")
-        workers.append(
-            subprocess.Popen(
-                [sys.executable, str(Path(__file__).with_name("train_worker.py")), str(jobs)],
-                env=domainbed_env(**image_path.environment),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+    jobs, log = root / "jobs.json", root / "worker.log"
+    jobs.write_text(json.dumps([_train_args(image_path, *key, run) for key, run in runs.items()]))
+    with open(log, "w") as output:
+        worker = subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("train_worker.py")), str(jobs)],
+            env=domainbed_env(**image_path.environment),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=1800,
         )
-        log.close()
-    for index, worker in enumerate(workers):
-        assert worker.wait(timeout=1800) == 0, (root / f"worker{index}.log").read_text()[-4000:]
+    assert worker.returncode == 0, log.read_text()[-4000:]
     return runs
 
 
