@@ -73,7 +73,9 @@ def run_python(
 
 
 # Environment variables a Python process, or a library it imports, reads at start-up or import:
-# a preloaded interpreter serves only requests whose values of these are the ones it started with.
+# a preloaded interpreter serves only requests whose values of these are the ones it started with
+# (an empty value counts as unset). PYTHONPATH only adds folders to sys.path: where they hold
+# nothing already imported, the child forked for the request applies it (use_python_path).
 START_UP_VARIABLES = (
     "PYTHON",
     "DMG_DOMAINBED_DISABLE",
@@ -91,7 +93,16 @@ _preloaded: dict[tuple, subprocess.Popen] = {}
 
 def _preloaded_python(env: dict) -> subprocess.Popen:
     """The preloaded interpreter for ``env``'s start-up variables, started if it is not running."""
-    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(START_UP_VARIABLES)))
+    applied_in_child = _python_path_applied_in_child(env.get("PYTHONPATH", ""))
+    key = tuple(
+        sorted(
+            (name, value)
+            for name, value in env.items()
+            if name.startswith(START_UP_VARIABLES)
+            and value
+            and not (name == "PYTHONPATH" and applied_in_child)
+        )
+    )
     server = _preloaded.get(key)
     if server is None or server.poll() is not None:
         script = Path(__file__).with_name("preloaded_python.py")
@@ -105,6 +116,29 @@ def _preloaded_python(env: dict) -> subprocess.Popen:
         )
         _preloaded[key] = server
     return server
+
+
+def _python_path_applied_in_child(python_path: str) -> bool:
+    """Whether the child forked for a request can apply ``PYTHONPATH=python_path`` itself: no
+    folder of it holds a module that this process imported from elsewhere (a preloaded
+    interpreter imports a part of what this process has; a module it imported before the
+    request would not be replaced)."""
+    for folder in filter(None, python_path.split(os.pathsep)):
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            module = sys.modules.get(entry.removesuffix(".py"))
+            if module is None:
+                continue
+            location = getattr(module, "__file__", None) or ""
+            if os.path.basename(location) == "__init__.py":
+                location = os.path.dirname(location)
+            here = os.path.join(folder, entry)
+            if not (os.path.exists(location) and os.path.samefile(here, location)):
+                return False
+    return True
 
 
 @atexit.register

@@ -6,7 +6,8 @@ DomainBed's own code runs; a child forked from this one starts with them importe
 DomainBed or of this package is imported here, so import order, plugin registration and
 everything after it happen in the child as in a new interpreter: the ``.pth`` start-up hook ran
 at this interpreter's start, with the same start-up environment (``helpers`` keeps one server
-per such environment). The child takes its arguments, folder and environment from the request,
+per such environment), but for ``PYTHONPATH``, which only adds folders to ``sys.path``: the
+child puts the request's folders where a new interpreter has them. The child takes its arguments, folder and environment from the request,
 writes its output into the files named there, and ends as an interpreter ends (``atexit``
 handlers, non-daemon threads joined), with the exit status ``python`` would give.
 
@@ -21,6 +22,8 @@ import os
 import sys
 import threading
 import time
+
+STARTED_WITH_PYTHON_PATH = os.environ.get("PYTHONPATH", "")
 
 # DomainBed's third-party imports (its algorithms, datasets, networks and train script).
 PRELOAD = (
@@ -59,6 +62,7 @@ def run_child(request: dict, requests, replies) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    use_python_path(request["env"].get("PYTHONPATH", ""))
     try:
         run_as_main(*request["args"])
         status = 0
@@ -70,6 +74,20 @@ def run_child(request: dict, requests, replies) -> None:
         sys.excepthook(*sys.exc_info())
         status = 1
     end(status)
+
+
+def use_python_path(python_path: str) -> None:
+    """Make ``sys.path`` what a new interpreter started here with ``PYTHONPATH=python_path``
+    has: its folders, made absolute, right after the script's folder, instead of the server's.
+    (``helpers`` sends no PYTHONPATH whose folders hold a module the server may have imported.)"""
+
+    def folders(path: str) -> list[str]:
+        return [os.path.abspath(folder) for folder in path.split(os.pathsep) if folder]
+
+    for folder in folders(STARTED_WITH_PYTHON_PATH):
+        if folder in sys.path:
+            sys.path.remove(folder)
+    sys.path[1:1] = folders(python_path)
 
 
 def run_as_main(option: str, target: str, *rest: str) -> None:

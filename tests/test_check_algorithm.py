@@ -99,7 +99,7 @@ def install(files: dict[str, str], root: Path) -> Path:
 @pytest.fixture(scope="module")
 def broken_env(tmp_path_factory) -> dict[str, str]:
     site = install(BROKEN_PLUGINS, tmp_path_factory.mktemp("broken"))
-    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}", HF_HUB_OFFLINE="1")
+    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}")
 
 
 def sections(output: str) -> dict[str, str]:

@@ -28,7 +28,7 @@ def page_files() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def page_env(tmp_path_factory) -> dict[str, str]:
     site = install(page_files(), tmp_path_factory.mktemp("own_algorithm"))
-    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}", HF_HUB_OFFLINE="1")
+    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}")
 
 
 def test_the_page_holds_a_whole_package_of_three_methods_and_an_hparam():
