@@ -1,7 +1,7 @@
 """The runs the image-path tests share.
 
-Runs of a step or two through DomainBed's own train script on synthetic folders laid out like PACS and
-DomainNet: DomainBed's ImageFolder loaders and augmentations at 224x224, and its ResNet
+Runs of a step or two through DomainBed's own train script on synthetic folders laid out like
+PACS and DomainNet: DomainBed's ImageFolder loaders and augmentations at 224x224, and its ResNet
 featurizer built with ``pretrained=True`` from random weights written into the very cache files
 torchvision and timm read (offline). One real path per ResNet family: DMG with ResNet-50
 (DomainBed's default: torchvision's, replaced by timm's resnet50.ram_in1k) on the PACS-shaped
@@ -62,6 +62,8 @@ BACKBONES = {
         "DomainNet", {"resnet18": True, "resnet50_augmix": False}, (128, 256, 512)
     ),
 }
+
+
 @dataclass(frozen=True)
 class ImagePath:
     data_dir: Path
