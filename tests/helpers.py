@@ -75,10 +75,10 @@ def run_python(
 # Environment variables a Python process, or a library it imports, reads at start-up or import:
 # a preloaded interpreter serves only requests whose values of these are the ones it started with
 # (an empty value counts as unset). PYTHONPATH only adds folders to sys.path: where they hold
-# nothing already imported, the child forked for the request applies it (use_python_path).
+# nothing already imported, the child forked for the request applies it (use_python_path); the
+# child also installs the start-up hook as its .pth line would, under DMG_DOMAINBED_DISABLE.
 START_UP_VARIABLES = (
     "PYTHON",
-    "DMG_DOMAINBED_DISABLE",
     "OMP_",
     "MKL_",
     "HF_",

@@ -7,7 +7,9 @@ DomainBed or of this package is imported here, so import order, plugin registrat
 everything after it happen in the child as in a new interpreter: the ``.pth`` start-up hook ran
 at this interpreter's start, with the same start-up environment (``helpers`` keeps one server
 per such environment), but for ``PYTHONPATH``, which only adds folders to ``sys.path``: the
-child puts the request's folders where a new interpreter has them. The child takes its
+child puts the request's folders where a new interpreter has them; and for
+``DMG_DOMAINBED_DISABLE``, which the hook reads when its ``.pth`` line installs it: the child
+installs it again, in its own environment. The child takes its
 arguments, folder and environment from the request, writes its output into the files named
 there, and ends as an interpreter ends (``atexit`` handlers, non-daemon threads joined), with
 the exit status ``python`` would give.
@@ -64,6 +66,7 @@ def run_child(request: dict, requests, replies) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     use_python_path(request["env"].get("PYTHONPATH", ""))
+    install_start_up_hook()
     try:
         run_as_main(*request["args"])
         status = 0
@@ -89,6 +92,16 @@ def use_python_path(python_path: str) -> None:
         if folder in sys.path:
             sys.path.remove(folder)
     sys.path[1:1] = folders(python_path)
+
+
+def install_start_up_hook() -> None:
+    """Install this package's start-up hook as its ``.pth`` line does at an interpreter's start
+    (``install``, which reads ``DMG_DOMAINBED_DISABLE``), in the child's environment."""
+    hook = sys.modules.get("dmg_domainbed._startup")  # imported by the .pth line, if installed
+    if hook is None:
+        return
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, hook.DomainBedImportWatcher)]
+    hook.install()
 
 
 def run_as_main(option: str, target: str, *rest: str) -> None:
