@@ -1,10 +1,9 @@
 """Without DomainBed, the pure-maths tests still run and everything else fails with set-up help."""
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from .helpers import domainbed_env, run_python
 
 ROOT = Path(__file__).parents[1]
 
@@ -14,28 +13,15 @@ def test_pure_maths_runs_and_the_rest_fails_with_the_set_up_instructions(tmp_pat
     hidden = tmp_path / "hide" / "domainbed"
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text('raise ImportError("DomainBed is hidden")\n')
-    env = dict(os.environ, PYTHONPATH=str(hidden.parent))
+    env = domainbed_env(PYTHONPATH=str(hidden.parent))
     pure, needs_domainbed = "tests/test_masks.py", "tests/algorithms/test_aggregate.py"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-rA",  # a line per test: PASSED tests/test_masks.py::...
-            "-p",
-            "no:cacheprovider",
-            "-n",
-            "0",
-            pure,
-            needs_domainbed,
-            "tests/cli/test_report.py",
-        ],
+    result = run_python(
+        *("-m", "pytest", "-q", "-rA"),  # -rA: a line per test, PASSED tests/test_masks.py::...
+        *("-p", "no:cacheprovider", "-n", "0"),
+        *(pure, needs_domainbed, "tests/cli/test_report.py"),
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        check=False,
     )
     summary = result.stdout.splitlines()[-1]
     assert result.returncode != 0, result.stdout

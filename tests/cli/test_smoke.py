@@ -67,7 +67,7 @@ def test_smoke_runs_a_sweep_s_job_through_train_on_a_pacs_shaped_folder(user, tm
         "--data_dir",
         str(data),
         "--steps",
-        "2",
+        "1",
         "--synthetic",
     )
 
