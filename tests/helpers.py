@@ -129,7 +129,7 @@ def _python_path_applied_in_child(python_path: str) -> bool:
         except OSError:
             continue
         for entry in entries:
-            module = sys.modules.get(entry.removesuffix(".py"))
+            module = sys.modules.get(entry.partition(".")[0])  # a package, .py or extension
             if module is None:
                 continue
             location = getattr(module, "__file__", None) or ""

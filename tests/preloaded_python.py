@@ -6,13 +6,13 @@ DomainBed's own code runs; a child forked from this one starts with them importe
 DomainBed or of this package is imported here, so import order, plugin registration and
 everything after it happen in the child as in a new interpreter: the ``.pth`` start-up hook ran
 at this interpreter's start, with the same start-up environment (``helpers`` keeps one server
-per such environment), but for ``PYTHONPATH``, which only adds folders to ``sys.path``: the
-child puts the request's folders where a new interpreter has them; and for
-``DMG_DOMAINBED_DISABLE``, which the hook reads when its ``.pth`` line installs it: the child
-installs it again, in its own environment. The child takes its
-arguments, folder and environment from the request, writes its output into the files named
-there, and ends as an interpreter ends (``atexit`` handlers, non-daemon threads joined), with
-the exit status ``python`` would give.
+per such environment), but for two the child applies itself: ``PYTHONPATH``, which only adds
+folders to ``sys.path`` (the child puts the request's where a new interpreter has them), and
+``DMG_DOMAINBED_DISABLE``, which the hook reads when its ``.pth`` line installs it (the child
+installs it again, in its own environment). The child takes its arguments, folder and
+environment from the request, writes its output into the files named there, and ends as an
+interpreter ends (``atexit`` handlers, non-daemon threads joined), with the exit status
+``python`` would give.
 
 Protocol, a JSON line each way on stdin/stdout: the request ``{"args", "cwd", "env", "stdout",
 "stderr"}`` is answered by ``{"pid"}`` once the child is forked and ``{"status"}`` when it has
