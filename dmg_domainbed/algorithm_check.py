@@ -15,7 +15,8 @@ with a :class:`Finding` that says what was expected, what was found and where:
 ``random hparams``  ``random_hparams(name, dataset, seed)`` is the same twice, on every dataset
 ``hparam names``    no declared name silently replaces one of DomainBed's (an override is an
                     ``HParam(..., where_defined=True)``)
-``build``           ``cls(input_shape, num_classes, num_domains, hparams)`` on the debug dataset
+``build``           ``cls(input_shape, num_classes, num_domains, hparams)`` on the debug dataset,
+                    built with the same hparams: the hparam names rule of every run applies
 ``update``          three updates, each returning ``{name: float}``
 ``predict``         logits of shape ``[images, classes]``, the same twice in eval mode
 ``state dict``      a new instance loaded with ``state_dict()`` predicts the same logits

@@ -3,14 +3,19 @@
 Every check of user input (a name, an hparam value, a folder, a sweep file, a launcher
 setting, the machine's set-up) raises :class:`UserError` with a message that says what was
 given, what is allowed and how to fix it. The ``dmg-domainbed`` commands print that message
-without a traceback and exit with status 2; any other exception is a bug of the package and
-keeps its traceback. A problem that stops nothing (a plugin that cannot be registered) is
-written once to stderr by :func:`report_once`.
+without a traceback and exit with status 2; so do DomainBed's scripts (``train``, ``sweep``),
+with status 1. Any other exception is a bug of the package and keeps its traceback. A problem
+that stops nothing (a plugin that cannot be registered) is written once to stderr by
+:func:`report_once`.
 
 Stdlib only: launchers and the start-up hook import it.
 """
 
 import sys
+
+#: What starts the message of a UserError that ended one of DomainBed's scripts
+#: (:func:`dmg_domainbed.integration.end_scripts_with_user_message`).
+SCRIPT_ERROR_PREFIX = "dmg-domainbed: error: "
 
 
 class UserError(ValueError):

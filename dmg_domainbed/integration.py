@@ -21,8 +21,15 @@ algorithm hparams come last. DomainBed's own algorithms on DomainBed's own datas
 the hparams they get without plugins. This package's algorithms are registered through the same
 groups. A broken entry point is reported once on stderr and skipped.
 
-The ``precision`` hparam (:mod:`dmg_domainbed.precision`) is applied here to every algorithm
-DomainBed builds, its own included (see :func:`register_precision`).
+Every algorithm DomainBed builds, its own and every plugin's, has its hparam names checked
+(:mod:`dmg_domainbed.hparams.names`) and its ``precision`` hparam (:mod:`dmg_domainbed.precision`)
+applied here (see :func:`check_and_apply_when_built`).
+
+A :class:`~dmg_domainbed.errors.UserError` that ends one of DomainBed's scripts (``train``,
+``sweep``: a misspelt hparam, ``--test_envs`` out of range, a launcher setting) is printed as
+the package's message alone, without a traceback: :func:`end_scripts_with_user_message`, a
+``sys.excepthook`` installed with the first registration, handles it and hands every other
+exception to the hook that was there before.
 
 Two settings are applied here too, because they write into DomainBed's datasets:
 ``DMG_DOMAINBED_DATASETS`` registers the datasets of manifest files (see
@@ -41,7 +48,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
-from dmg_domainbed.errors import UserError, report_once
+from dmg_domainbed.errors import SCRIPT_ERROR_PREFIX, UserError, report_once
 
 ALGORITHM_GROUP = "domainbed.algorithms"
 DATASET_GROUP = "domainbed.datasets"
@@ -224,17 +231,23 @@ def _open_namespace(module: ModuleType, names: str, group: str, what: str, looku
 
 def register_algorithms(module: ModuleType) -> None:
     _open_namespace(module, "ALGORITHMS", ALGORITHM_GROUP, "algorithm", "get_algorithm_class")
-    register_precision(module)
+    check_and_apply_when_built(module)
 
 
-def register_precision(module: ModuleType) -> None:
-    """Apply the ``precision`` hparam to every algorithm built from ``module.Algorithm``.
+def check_and_apply_when_built(module: ModuleType) -> None:
+    """Check the hparam names of every algorithm built from ``module.Algorithm``, and apply
+    its ``precision`` hparam.
 
-    DomainBed's algorithms and every plugin's call ``Algorithm.__init__`` first; after it,
-    :func:`dmg_domainbed.precision.apply` runs their ``update`` and ``predict`` under bf16
-    autocast when the hparams say ``"bf16"`` and does nothing otherwise.
+    DomainBed's algorithms and every plugin's call ``Algorithm.__init__`` first, before they
+    build anything. Before it, :func:`dmg_domainbed.hparams.names.reject_unknown` refuses a
+    name the run does not read, on the dataset built with this very hparams dict
+    (:func:`dataset_built_with`; DomainBed's ``train.py`` builds the dataset, then the
+    algorithm, with one dict), else on any registered dataset. After it,
+    :func:`dmg_domainbed.precision.apply` runs ``update`` and ``predict`` under bf16 autocast
+    when the hparams say ``"bf16"`` and does nothing otherwise.
     """
     from dmg_domainbed import precision
+    from dmg_domainbed.hparams import reject_unknown
 
     domainbed_init = module.Algorithm.__init__
     if getattr(domainbed_init, _MARK, False):
@@ -242,6 +255,7 @@ def register_precision(module: ModuleType) -> None:
 
     @functools.wraps(domainbed_init)
     def __init__(self, input_shape, num_classes, num_domains, hparams):
+        reject_unknown(type(self), hparams, dataset_built_with(hparams), input_shape)
         domainbed_init(self, input_shape, num_classes, num_domains, hparams)
         precision.apply(self, hparams)
 
@@ -283,21 +297,36 @@ def check_test_envs(dataset_class: type, test_envs) -> None:
         raise UserError(f"--test_envs {given} leaves no domain to train on: {allowed}. {fix}")
 
 
+# The hparams dict the last dataset was built with, and its class.
+_last_built: tuple[Any, type] | None = None
+
+
+def dataset_built_with(hparams) -> type | None:
+    """The dataset class last built with this very ``hparams`` object (not an equal copy), or
+    ``None``: the algorithm that ``train.py`` then builds with it runs on that dataset."""
+    if _last_built is not None and _last_built[0] is hparams:
+        return _last_built[1]
+    return None
+
+
 def check_and_record_when_built(base: type) -> None:
     """Have every dataset of DomainBed's family check its ``test_envs`` (:func:`check_test_envs`)
     before it reads any data, and write what it records into the run's hparams
     (:func:`dmg_domainbed.hparams.recorded.record`): DomainBed builds a dataset as
     ``cls(root, test_envs, hparams)``, so ``__new__`` of their common base sees them first,
-    whatever the algorithm. Unpickling (``cls.__new__(cls)``, in data-loader workers) passes
-    nothing and is not checked."""
+    whatever the algorithm; it also notes which class was built with that hparams dict
+    (:func:`dataset_built_with`). Unpickling (``cls.__new__(cls)``, in data-loader workers)
+    passes nothing and is not checked."""
     from dmg_domainbed.hparams.recorded import record
 
     def __new__(cls, *args, **kwargs):
+        global _last_built
         test_envs = args[1] if len(args) > 1 else kwargs.get("test_envs")
         hparams = args[2] if len(args) > 2 else kwargs.get("hparams")
         check_test_envs(cls, test_envs)
         if hparams is not None:
             record(cls, hparams)
+            _last_built = (hparams, cls)
         return object.__new__(cls)
 
     base.__new__ = staticmethod(__new__)
@@ -466,6 +495,41 @@ _REGISTRARS = {
 }
 
 
+def _through_domainbed_script(trace) -> bool:
+    """Whether a traceback passes through the top level of one of DomainBed's scripts run as
+    the program: ``python -m domainbed.scripts.NAME``, or a warm job of ``local_parallel``,
+    which runs ``train`` as ``__main__`` too."""
+    while trace is not None:
+        module = trace.tb_frame.f_globals
+        spec = module.get("__spec__")
+        name = getattr(spec, "name", "") or ""
+        if module.get("__name__") == "__main__" and name.startswith("domainbed.scripts."):
+            return True
+        trace = trace.tb_next
+    return False
+
+
+def end_scripts_with_user_message() -> None:
+    """Have a :class:`UserError` that ends one of DomainBed's scripts print
+    ``dmg-domainbed: error: MESSAGE`` alone on stderr (``train.py`` copies its stderr into
+    ``err.txt``), without a traceback, as the ``dmg-domainbed`` commands do; the process still
+    exits with status 1, as on any uncaught exception. Any other exception, and a
+    :class:`UserError` that ends a program of one's own, goes to the hook that was there
+    before, traceback and all."""
+    previous = sys.excepthook
+    if getattr(previous, _MARK, False):
+        return
+
+    def excepthook(kind, error, trace):
+        if issubclass(kind, UserError) and _through_domainbed_script(trace):
+            print(f"{SCRIPT_ERROR_PREFIX}{error}", file=sys.stderr, flush=True)
+        else:
+            previous(kind, error, trace)
+
+    setattr(excepthook, _MARK, True)
+    sys.excepthook = excepthook
+
+
 def register_into(module: ModuleType) -> None:
     """Register every plugin into one DomainBed module, unless it is registered already.
 
@@ -476,6 +540,7 @@ def register_into(module: ModuleType) -> None:
     registrar, marked = _REGISTRARS.get(module.__name__, (None, ""))
     if registrar is None or getattr(module, _MARK, None) is getattr(module, marked):
         return
+    end_scripts_with_user_message()
     registrar(module)
     setattr(module, _MARK, getattr(module, marked))
 

@@ -8,7 +8,7 @@ carries ``"precision": "bf16"`` in the hparams of every record of ``results.json
 ``model.pkl``.
 
 With ``"bf16"``, every algorithm DomainBed builds (its own and every plugin's; see
-:func:`dmg_domainbed.integration.register_precision`) runs ``update``, ``predict`` and
+:func:`dmg_domainbed.integration.check_and_apply_when_built`) runs ``update``, ``predict`` and
 ``predict_known_domain`` under ``torch.autocast(device_type, dtype=torch.bfloat16)``:
 matrix products and convolutions take bf16 inputs and produce bf16 outputs, the weights, their
 gradients and the optimiser state stay fp32 (mixed precision: bf16 has fp32's exponent range,

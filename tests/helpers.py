@@ -353,17 +353,19 @@ def machine_check(sweep, launcher: str = "local") -> str:
 def domainbed_script(script: str, *args: str) -> str:
     """What ``python -m domainbed.scripts.SCRIPT ARGS`` prints, run unmodified in this process:
     for DomainBed's scripts whose work is not about a new interpreter (``collect_results``,
-    ``list_top_hparams``, ``sweep`` with its launchers), where one would check nothing more than
-    the start-up that other tests check."""
+    ``list_top_hparams``, ``sweep`` with its launchers, what ``train`` does before its first
+    step), where one would check nothing more than the start-up that other tests check."""
     import runpy
     from importlib.util import find_spec
     from unittest import mock
 
     import numpy as np
+    from domainbed.lib.misc import Tee
 
     out = io.StringIO()
     with (
         contextlib.redirect_stdout(out),
+        mock.patch.object(sys, "stderr", sys.stderr),
         mock.patch.object(sys, "argv", [script, *args]),
         np.printoptions(),  # the scripts set numpy's print options
     ):
@@ -371,6 +373,8 @@ def domainbed_script(script: str, *args: str) -> str:
             # by file: a module another test already imported would be run with a warning
             runpy.run_path(find_spec(f"domainbed.scripts.{script}").origin, run_name="__main__")
         finally:
-            if sys.stdout is not out:  # collect_results tees what it prints into results.txt
-                sys.stdout.file.close()
+            # collect_results tees what it prints into results.txt, train both streams
+            for stream in (sys.stdout, sys.stderr):
+                if isinstance(stream, Tee):
+                    stream.file.close()
     return out.getvalue()

@@ -62,3 +62,23 @@ def test_the_pages_algorithm_trains_and_shows_in_collect_results_and_report(page
     code, _, err = cli("report", "--input_dir", str(sweep), "--output_dir", str(report))
     assert code == 0, err
     assert "SmoothERM" in (report / "results.md").read_text()
+
+
+def test_a_misspelt_hparam_of_the_pages_algorithm_stops_train_with_the_message(page_env, tmp_path):
+    """A plugin that declares its hparams as a plain mapping, without this package's base
+    class: the names are checked all the same, and the process ends with the message alone."""
+    run = tmp_path / "run"
+    result = run_domainbed(
+        "train",
+        *("--algorithm", "SmoothERM", "--dataset", "RotatedDigits", "--steps", STEPS),
+        *("--data_dir", str(tmp_path), "--output_dir", str(run)),
+        *("--hparams", '{"smoothin": 0.05}'),
+        env=page_env,
+        check=False,
+    )
+    assert result.returncode == 1
+    err = (run / "err.txt").read_text()
+    message = "SmoothERM does not know hparam 'smoothin' (did you mean 'smoothing'?)"
+    assert err.startswith(f"dmg-domainbed: error: {message}: ") and err.count("\n") == 1
+    assert "(for SmoothERM on RotatedDigits)" in err and "Traceback" not in result.stdout
+    assert not (run / "results.jsonl").exists()

@@ -9,9 +9,10 @@ offers. The callers ask the class, through :func:`declarations_of`, and never te
 
 ============================== ===============================================================
 ``HPARAMS``                    its hparams (:class:`~dmg_domainbed.hparams.HParamSpace`),
-                               validated when the algorithm is built, with DomainBed's shared
-                               ones (:mod:`dmg_domainbed.hparams.trainable`); a name that
-                               neither DomainBed nor the algorithm defines is refused
+                               their values validated when the algorithm is built, with
+                               DomainBed's shared ones (:mod:`dmg_domainbed.hparams.trainable`);
+                               the names of every algorithm's hparams are checked on building
+                               (:mod:`dmg_domainbed.hparams.names`)
 ``KNOWN_DOMAIN_PREDICTIONS``   known-domain predictions (paper Table 3) as ``{mode: label}``,
                                served by ``predict_known_domain(x, domain, mode)``; none
 ``run_length_hparams(steps)``  hparams whose value depends on the run's number of steps; none
@@ -43,7 +44,7 @@ from domainbed import networks
 from domainbed.algorithms import Algorithm
 from torch import nn
 
-from dmg_domainbed.hparams import HParamSpace, check_trainable, reject_unknown
+from dmg_domainbed.hparams import HParamSpace, check_trainable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
 
 class PluginAlgorithm(Algorithm):
-    """Base of this package's algorithms: hparam validation and the declarations above."""
+    """Base of this package's algorithms: hparam values validated and the declarations above."""
 
     HPARAMS: ClassVar[HParamSpace] = HParamSpace()
     KNOWN_DOMAIN_PREDICTIONS: ClassVar[Mapping[str, str]] = {}
@@ -62,7 +63,6 @@ class PluginAlgorithm(Algorithm):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
-        reject_unknown(type(self), hparams)
         self.HPARAMS.validate(hparams, type(self).__name__)
         check_trainable(hparams, type(self).__name__)
         self.num_domains = num_domains

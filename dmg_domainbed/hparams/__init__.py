@@ -3,8 +3,9 @@
 An algorithm or dataset plugin sets a class attribute ``HPARAMS = HParamSpace(HParam(...), ...)``.
 Each :class:`HParam` carries its default, the sampler of DomainBed's random search and what a
 valid value looks like; :mod:`dmg_domainbed.integration` merges resolved spaces into
-``domainbed.hparams_registry`` and the algorithms validate user overrides at construction,
-names (:func:`reject_unknown`) and values.
+``domainbed.hparams_registry``, the package's algorithms validate the values at construction and
+every algorithm's names are checked by one rule (:func:`reject_unknown`) when it is built and
+before a sweep.
 """
 
 from dmg_domainbed.hparams.names import reject_unknown

@@ -1,56 +1,102 @@
-"""Refuse hparam names that nothing reads.
+"""The one rule for hparam names: a name that nothing of the run reads is refused.
 
 DomainBed's ``train.py`` updates the registry's hparams with whatever ``--hparams`` holds, so a
-misspelt name (``lamda_overlap``) trains the whole run with the default and no word of warning.
-This package's algorithms check the names when they are built, before the first step. A run does
-not tell its algorithm the dataset, so a name is valid when DomainBed's registry defines it for
-the algorithm on any registered dataset (DomainBed's own and plugin datasets' declared hparams
-included), a registered dataset records it (:mod:`.recorded`) or the algorithm declares it;
-``precision`` (:mod:`dmg_domainbed.precision`) is valid for every algorithm. DomainBed's own
-algorithms are not checked.
+misspelt name (``lrr``, ``lamda_overlap``) trains the whole run with the default and no word of
+warning. A name is valid for an algorithm on a dataset when
+
+* DomainBed's registry gives it to that algorithm on that dataset: DomainBed's own names, the
+  dataset's and the algorithm's declared ``HPARAMS`` that apply there (the algorithm's are also
+  taken from the class, for a class built under no registered name);
+* the dataset records it in the run's hparams (:mod:`.recorded`);
+* DomainBed's featurizer reads it for the inputs: ``networks.MLP``, its featurizer for vector
+  inputs, reads :data:`VECTOR_INPUT_HPARAMS`, which the registry gives only to DANN, CDANN and
+  ADRMX (a dataset of vectors declares them, or a run gives them);
+* it is ``precision`` (:mod:`dmg_domainbed.precision`), valid for every algorithm.
+
+DomainBed's algorithms read their hparams by subscript, every name the registry gives them
+(none reads one with ``.get``), so a valid run of theirs gives no other name. Without a dataset
+(an algorithm built directly, as DomainBed's ``test_models`` does), a name valid on any
+registered dataset is valid.
+
+:mod:`dmg_domainbed.integration` applies :func:`reject_unknown` to every algorithm DomainBed
+builds, before anything of it is built; the preflight (``doctor``, ``sweep``, ``smoke``) and
+``check-algorithm`` call the same function.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.recorded import recorded_hparams
+from dmg_domainbed.hparams.space import resolve_space
+
+#: What DomainBed's ``networks.MLP`` reads: the featurizer of inputs of one dimension.
+VECTOR_INPUT_HPARAMS = ("mlp_width", "mlp_depth", "mlp_dropout")
 
 
-def known_hparams(algorithm_class: type) -> frozenset[str]:
-    """Every hparam name a run of ``algorithm_class`` can use, on any registered dataset."""
-    from domainbed import datasets
-
-    return _known_hparams(algorithm_class, tuple(datasets.DATASETS))
+def _registered_name(module, names: Sequence[str], cls: type) -> str:
+    """The name ``cls`` is registered under in a DomainBed module (``ALGORITHMS`` of
+    ``domainbed.algorithms``, ``DATASETS`` of ``domainbed.datasets``), else its own."""
+    return next((name for name in names if vars(module).get(name) is cls), cls.__name__)
 
 
 @functools.cache
-def _known_hparams(algorithm_class: type, dataset_names: tuple[str, ...]) -> frozenset[str]:
-    # Cached: DomainBed's registry draws every random value on each call.
-    from domainbed import datasets, hparams_registry
+def _names_on(
+    algorithm_class: type, algorithm: str, dataset_class: type | None, dataset: str
+) -> frozenset[str]:
+    """The names of :func:`known_names` on one dataset, but for the inputs' and ``precision``.
+    Cached: DomainBed's registry draws every random value on each call."""
+    from domainbed import hparams_registry
+    from domainbed.lib import misc
 
-    from dmg_domainbed import precision
-
-    # precision: every algorithm's, though absent from DomainBed's defaults (fp32 runs unchanged)
-    names = {h.name for h in algorithm_class.HPARAMS} | {precision.HPARAM}
-    for dataset in dataset_names:
-        names.update(hparams_registry.default_hparams(algorithm_class.__name__, dataset))
-        names.update(recorded_hparams(vars(datasets).get(dataset)))
+    names = set(hparams_registry.default_hparams(algorithm, dataset))
+    declared = getattr(algorithm_class, "HPARAMS", None) or {}
+    names.update(resolve_space(declared, 0, misc.seed_hash, dataset, frozenset(names)))
+    names.update(recorded_hparams(dataset_class))
     return frozenset(names)
 
 
-def reject_unknown(algorithm_class: type, hparams: Mapping[str, Any]) -> None:
-    """Raise :class:`UserError` for a name in ``hparams`` that neither DomainBed nor
-    ``algorithm_class`` defines, with the closest valid name."""
-    known = known_hparams(algorithm_class)
+def known_names(
+    algorithm_class: type,
+    dataset_class: type | None = None,
+    input_shape: Sequence[int] | None = None,
+) -> frozenset[str]:
+    """Every hparam name a run of ``algorithm_class`` on ``dataset_class`` (``None``: any
+    registered dataset) can give, for inputs of ``input_shape`` (``None``: not known)."""
+    from domainbed import algorithms, datasets
+
+    from dmg_domainbed import precision
+
+    algorithm = _registered_name(algorithms, algorithms.ALGORITHMS, algorithm_class)
+    if dataset_class is not None:
+        on = [(dataset_class, _registered_name(datasets, datasets.DATASETS, dataset_class))]
+    else:
+        on = [(vars(datasets).get(name), name) for name in datasets.DATASETS]
+    names = {precision.HPARAM}.union(*(_names_on(algorithm_class, algorithm, *d) for d in on))
+    if input_shape is None or len(input_shape) == 1:
+        names.update(VECTOR_INPUT_HPARAMS)
+    return frozenset(names)
+
+
+def reject_unknown(
+    algorithm_class: type,
+    hparams: Mapping[str, Any],
+    dataset_class: type | None = None,
+    input_shape: Sequence[int] | None = None,
+) -> None:
+    """Raise :class:`UserError` for a name in ``hparams`` that a run of ``algorithm_class`` on
+    ``dataset_class`` (``None``: any registered dataset) does not read (:func:`known_names`),
+    with the closest valid name."""
+    known = known_names(algorithm_class, dataset_class, input_shape)
     unknown = sorted(set(hparams) - known)
     if not unknown:
         return
     owner = algorithm_class.__name__
+    where = f"on {dataset_class.__name__}" if dataset_class is not None else "on any dataset"
     described = []
     for name in unknown:
         close = difflib.get_close_matches(name, known, n=1)
@@ -58,7 +104,7 @@ def reject_unknown(algorithm_class: type, hparams: Mapping[str, Any]) -> None:
     which, them = ("hparam", "it") if len(unknown) == 1 else ("hparams", "them")
     raise UserError(
         f"{owner} does not know {which} {', '.join(described)}: neither DomainBed's registry "
-        f"(for {owner}, on any dataset) nor {owner} defines {them}, so the run would train with "
-        f"the default. Fix the name in --hparams (or the sweep file); {owner}'s hparams are: "
-        f"{', '.join(sorted(known))}"
+        f"(for {owner} {where}) nor {owner} nor the dataset defines {them}, so the run would "
+        f"ignore {them}. Fix the name in --hparams (or the sweep file); {owner}'s hparams "
+        f"{where} are: {', '.join(sorted(known))}"
     )

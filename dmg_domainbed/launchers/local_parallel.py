@@ -16,9 +16,10 @@ imports started end (:mod:`.fork_server`). The child ends its group once the lau
 takes the job's environment, applies what a new process reads at import (torch's threads,
 capped at the physical cores as MKL's torch does; the data-loader cap) and runs DomainBed's
 unmodified ``train.py`` as ``__main__``; as train.py seeds every generator from ``--seed``, a
-warm job writes the results a new process writes (a test compares them). Left different: the
-hash seed, the code (a source file edited meanwhile reaches new processes only), the process
-name atop an uncaught traceback. Other commands run as new processes (plain words directly,
+warm job writes the results a new process writes (a test compares them), and an exception
+that ends it goes to ``sys.excepthook`` and exit status 1, as in a new process (multiprocessing
+would print its own traceback). Left different: the hash seed and the code (a source file edited
+meanwhile reaches new processes only). Other commands run as new processes (plain words directly,
 anything else by ``sh -c``), tied to the launcher by Linux's ``PR_SET_PDEATHSIG``, which no
 library offers.
 """
@@ -326,7 +327,11 @@ def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: P
         cap_loader_workers(sys.modules["domainbed.datasets"])
     sys.argv = [module, *arguments]  # runpy puts the module's file name first
     sys.modules.pop(module, None)  # imported by the server: run afresh as __main__
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except Exception:  # ended as a new interpreter ends: sys.excepthook, then status 1
+        sys.excepthook(*sys.exc_info())
+        sys.exit(1)
 
 
 def read_tail(path: Path | None) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from dmg_domainbed.errors import SCRIPT_ERROR_PREFIX
 from dmg_domainbed.preflight.environment import job_environment
 from dmg_domainbed.smoke.jobs import SmokeJob, Staged, Staging
 
@@ -143,10 +144,13 @@ def _wait(process: subprocess.Popen, timeout: float):
 
 
 def _error_line(log: str) -> str:
-    """The exception a failed train.py ended with (the last line of its traceback)."""
+    """What a failed train.py ended with: the package's message, or the exception (the last
+    line of its traceback)."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     for line in reversed(lines):
         head = line.split(":", 1)[0]
+        if line.startswith(SCRIPT_ERROR_PREFIX.strip()):
+            return line
         if head.endswith(("Error", "Exception", "Interrupt")) or head in ("Killed", "Aborted"):
             return line
     return lines[-1] if lines else "no output"

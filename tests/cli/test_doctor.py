@@ -92,7 +92,7 @@ def test_ready_for_the_embedded_dataset_checked_in_the_python_the_jobs_run(env, 
         (["--dataset", "PAC"], "unknown dataset 'PAC'; choose one of: .*PACS"),
         (["--algorithm", "DGM"], "unknown algorithm 'DGM'; choose one of: .*DMG"),
         (["--hparams", "{resnet18: true}"], "--hparams is not valid JSON"),
-        (["--hparams", '{"resnet_18": true}'], "'resnet_18' is not an hparam of DMG"),
+        (["--hparams", '{"resnet_18": true}'], "DMG does not know hparam 'resnet_18'"),
     ],
 )
 def test_bad_input_exits_2_with_the_choices(args, message, env, capsys):

@@ -125,7 +125,7 @@ def test_missing_data_and_weights_are_named_alike_by_smoke_doctor_and_sweep(
         (["--algorithms", "DGM", "--datasets", "PACS"], "unknown algorithm(s) DGM; valid"),
         (
             ["--algorithms", "DMG", "--datasets", "PACS", "--hparams", '{"lamda_overlap": 1}'],
-            "--hparams: 'lamda_overlap' is not an hparam of DMG on PACS",
+            "--hparams: DMG does not know hparam 'lamda_overlap'",
         ),
         (
             ["--algorithms", "DMG", "--datasets", "PACS", "--steps", "0"],

@@ -1,5 +1,6 @@
-"""This package's algorithms refuse an hparam name that nothing reads, naming the closest valid
-one, and accept every name DomainBed's registry gives them on any dataset."""
+"""Every algorithm, DomainBed's and its plugins', refuses an hparam name that nothing of the run
+reads, naming the closest valid one, on the dataset it is built for (on any dataset when that
+is not known); it accepts every name DomainBed's registry gives it there."""
 
 import pytest
 from domainbed import algorithms, datasets, hparams_registry
@@ -12,12 +13,17 @@ from dmg_domainbed.integration import ALGORITHM_GROUP, entry_points
 OURS = sorted(entry_points(ALGORITHM_GROUP))
 
 
-@pytest.mark.parametrize("name", OURS)
+@pytest.mark.parametrize("name", [*OURS, "ERM", "DANN"])
 def test_domainbed_s_names_on_every_dataset_are_accepted(name):
     algorithm_class = algorithms.get_algorithm_class(name)
     for dataset in datasets.DATASETS:
-        reject_unknown(algorithm_class, hparams_registry.default_hparams(name, dataset))
-        reject_unknown(algorithm_class, hparams_registry.random_hparams(name, dataset, 5))
+        dataset_class = vars(datasets)[dataset]
+        for hparams in (
+            hparams_registry.default_hparams(name, dataset),
+            hparams_registry.random_hparams(name, dataset, 5) | {"precision": "bf16"},
+        ):
+            reject_unknown(algorithm_class, hparams, dataset_class)
+            reject_unknown(algorithm_class, hparams)
 
 
 @pytest.mark.parametrize(
@@ -39,7 +45,7 @@ def test_a_misspelt_name_stops_the_algorithm_before_it_builds_anything(name, mis
     assert f"{name} does not know hparam '{misspelt}'" in message
     if meant:
         assert f"(did you mean '{meant}'?)" in message
-    listed = message.split(f"{name}'s hparams are: ")[1].split(", ")
+    listed = message.split(f"{name}'s hparams on any dataset are: ")[1].split(", ")
     assert {"batch_size", "lr"} <= set(listed) and misspelt not in listed
 
 
@@ -72,3 +78,41 @@ def test_several_unknown_names_are_named_together():
         reject_unknown(algorithms.get_algorithm_class("DMG"), hparams)
     assert "hparams 'lamda_overlap' (did you mean 'lambda_overlap'?), 'zzz': " in str(caught.value)
     assert "defines them" in str(caught.value)
+
+
+def test_a_name_is_checked_on_the_dataset_the_algorithm_is_built_for():
+    """train.py builds the dataset, then the algorithm, with one hparams dict: the dataset's
+    names decide. An algorithm built without a dataset accepts a name of any dataset."""
+    hparams = hparams_registry.default_hparams("ERM", "Debug28") | {"mlp_width": 16}
+    dataset = datasets.Debug28("", [0], hparams)
+    erm = algorithms.get_algorithm_class("ERM")
+    with pytest.raises(UserError) as caught:
+        erm(dataset.input_shape, dataset.num_classes, len(dataset) - 1, hparams)
+    assert "ERM does not know hparam 'mlp_width'" in str(caught.value)
+    assert "(for ERM on Debug28)" in str(caught.value)
+    # RotatedDigits declares DomainBed's MLP widths: without the dataset, a name of some dataset
+    erm(dataset.input_shape, dataset.num_classes, len(dataset) - 1, dict(hparams))
+
+
+def test_what_domainbed_s_featurizer_reads_for_vectors_is_valid_on_vector_inputs():
+    """networks.MLP reads mlp_width, mlp_depth and mlp_dropout, which DomainBed's registry gives
+    only DANN, CDANN and ADRMX: a dataset of vectors that does not declare them needs them."""
+    mlp = {"mlp_width": 16, "mlp_depth": 3, "mlp_dropout": 0.0}
+    hparams = hparams_registry.default_hparams("ERM", "PACS") | mlp
+    erm = algorithms.get_algorithm_class("ERM")
+    reject_unknown(erm, hparams, datasets.PACS, (8,))
+    with pytest.raises(UserError, match="hparams 'mlp_depth'.*'mlp_dropout'.*'mlp_width'"):
+        reject_unknown(erm, hparams, datasets.PACS, (3, 224, 224))
+
+
+def test_the_names_a_dataset_records_are_valid_on_that_dataset_only():
+    class Recording:  # the rule reads the declaration alone
+        @classmethod
+        def recorded_hparams(cls):
+            return {"recorded_domains": ["a", "b", "c"]}
+
+    hparams = hparams_registry.default_hparams("DMG", "Debug28") | {"recorded_domains": ["a"]}
+    dmg = algorithms.get_algorithm_class("DMG")
+    reject_unknown(dmg, hparams, Recording)
+    with pytest.raises(UserError, match="DMG does not know hparam 'recorded_domains'"):
+        reject_unknown(dmg, hparams, datasets.Debug28)

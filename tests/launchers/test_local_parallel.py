@@ -200,19 +200,28 @@ def test_a_job_killed_by_sigkill_is_reported_with_the_memory_settings(clean_env,
 
 
 def test_a_failing_domainbed_job_started_warm_is_reported(clean_env, tmp_path, capsys):
+    """As in a new process: a bug's exception with its traceback, the package's message for bad
+    input alone (train.py copies its stderr into err.txt)."""
     from domainbed.scripts.sweep import Job
 
     clean_env.setenv("PATH", domainbed_env()["PATH"])
     clean_env.setenv("DMG_LOCAL_PARALLEL_JOBS", "1")
     args = {"dataset": "RotatedDigits", "algorithm": "NoSuchAlgorithm", "steps": 1}
-    command = Job(args, str(tmp_path / "sweep")).command_str
-    with pytest.raises(UserError, match="1 of 1 job"):
-        local_parallel_launcher([command])
+    bug = Job(args, str(tmp_path / "sweep")).command_str
+    args = {**args, "algorithm": "ERM", "hparams": '{"lrr": 0.001}'}
+    misspelt = Job(args, str(tmp_path / "sweep")).command_str
+    with pytest.raises(UserError, match="2 of 2 job"):
+        local_parallel_launcher([bug, misspelt])
     printed = capsys.readouterr().out
-    assert "FAILED (exit 1, warm" in printed
-    job_dir = Path(output_dir_of(command))
-    assert "NotImplementedError" in (job_dir / LOG_NAME).read_text()
+    assert printed.count("FAILED (exit 1, warm") == 2
+    job_dir = Path(output_dir_of(bug))
+    log = (job_dir / LOG_NAME).read_text()
+    assert "Traceback" in log and "NotImplementedError" in log
     assert (job_dir / "err.txt").exists() and not (job_dir / "done").exists()
+    job_dir = Path(output_dir_of(misspelt))
+    err = (job_dir / "err.txt").read_text()
+    assert err.startswith("dmg-domainbed: error: ERM does not know hparam 'lrr'")
+    assert err.count("\n") == 1 and "Traceback" not in (job_dir / LOG_NAME).read_text()
 
 
 # nvidia-smi -L on a machine with GPU 0 split into two MIG instances and GPU 1 whole (driver 535).

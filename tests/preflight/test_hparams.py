@@ -18,9 +18,10 @@ def test_overrides_update_the_defaults():
         (
             "DMG",
             {"lamda_overlap": 0.1},
-            "'lamda_overlap' is not an hparam of DMG on PACS; its hparams are: .*lambda_overlap",
+            "DMG does not know hparam 'lamda_overlap' .*for DMG on PACS.*: .*lambda_overlap",
         ),
-        ("Aggregate", {"lambda_overlap": 0.1}, "not an hparam of Aggregate"),
+        ("Aggregate", {"lambda_overlap": 0.1}, "Aggregate does not know hparam"),
+        ("ERM", {"lrr": 0.1}, r"ERM does not know hparam 'lrr' \(did you mean 'lr'\?\)"),
         (
             "ERM",
             {"resnet18": "yes"},

@@ -156,9 +156,10 @@ def test_a_failing_job_is_reported_with_the_cause_from_its_error_output(preempte
     assert preempted_run.returncode != 0
     report = preempted_run.output.split("UserError: ", 1)[1]
     assert report.startswith("2 of 4 job(s) failed:")
-    # DomainBed's job: the exception at the end of its err.txt, without the traceback's frames.
+    # DomainBed's job: the end of its err.txt, without the traceback's frames.
     assert "CommandFailed: the command exited with status 1" in report
-    assert "UserError: DMG hparam 'lambda_overlap' = -1 is not valid: it must be a number" in report
+    bad_hparam = "DMG hparam 'lambda_overlap' = -1 is not valid: it must be a number"
+    assert f"dmg-domainbed: error: {bad_hparam}" in report  # the package's message alone
     assert "File " not in report and "_log.err" not in report
     # A command without an --output_dir: the end of its Slurm error log.
     assert "CommandFailed: the command exited with status 3" in report

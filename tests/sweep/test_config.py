@@ -91,7 +91,7 @@ def test_structure_mistakes(text, message, tmp_path):
         (BASE.replace("RotatedDigits", "PAC"), r"unknown dataset\(s\) PAC; valid datasets: .*PACS"),
         (
             BASE + "[sweep.hparams]\nlambda_overlap = 0.1\n",
-            r"\[sweep.hparams\]: 'lambda_overlap' is not an hparam of ERM"
+            r"\[sweep.hparams\]: ERM does not know hparam 'lambda_overlap'"
             r".*\[sweep.algorithm_hparams",
         ),
         (
