@@ -291,9 +291,21 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
             f"'{path}' is not a model saved by DomainBed's train.py: it has no "
             f"{', '.join(absent)}. Rerun the run to write it again."
         )
-    algorithm = cls(*(checkpoint[key] for key in CHECKPOINT_KEYS[:4]))
+    input_shape, num_classes, num_domains, hparams = (checkpoint[k] for k in CHECKPOINT_KEYS[:4])
+    algorithm = cls(input_shape, num_classes, num_domains, read_hparams(cls, hparams, input_shape))
     algorithm.load_state_dict(checkpoint["model_dict"])
     return algorithm.to(on or device()).eval()
+
+
+def read_hparams(cls: type, hparams: dict, input_shape) -> dict:
+    """The saved ``hparams`` a run's algorithm is rebuilt with: those of its names that a run of
+    ``cls`` reads. A run trained before the names rule (or by DomainBed without this package)
+    may carry a name nothing read, such as a misspelt one; it trained without it, so it is
+    rebuilt without it rather than refused."""
+    from dmg_domainbed.hparams.names import known_names
+
+    known = known_names(cls, input_shape=input_shape)
+    return {name: value for name, value in hparams.items() if name in known}
 
 
 @contextlib.contextmanager

@@ -109,3 +109,15 @@ def test_evaluate_of_a_sweep_folder_names_a_run_inside(demo_sweep):
     code, _, message = cli("evaluate", "--run_dir", str(demo_sweep))
     assert code == 2
     assert "is not a DomainBed training run" in message and "--run_dir " in message
+
+
+def test_a_run_saved_with_a_name_nothing_read_is_still_evaluated(copied_run, tmp_path):
+    # A run trained before the names rule, with a misspelt hparam it trained without.
+    run_dir = copied_run("DMG", 0)
+    checkpoint = torch.load(run_dir / "model.pkl", weights_only=False)
+    checkpoint["model_hparams"]["lamda_overlap"] = 0.5
+    torch.save(checkpoint, run_dir / "model.pkl")
+
+    code, _, errors = cli("evaluate", "--run_dir", str(run_dir), "--output_dir", str(tmp_path))
+    assert code == 0, errors
+    assert "DMG-KnownDomain, soft masks" in (tmp_path / "in_domain.csv").read_text()
