@@ -319,12 +319,34 @@ def list_files(manifest: Manifest) -> list[DomainFiles]:
     return list(domains.values())
 
 
+def _number(name: str) -> int | None:
+    """The whole number a class name writes (``7``, ``07``, `` 7``, ``-7``), else ``None``."""
+    try:
+        return int(name)
+    except ValueError:
+        return None
+
+
 def class_names(domains: list[DomainFiles]) -> list[str]:
-    """Every class of the dataset, in label order: sorted, numerically if all are numbers."""
+    """Every class of the dataset, in label order: sorted, numerically if all are numbers.
+
+    Names of one number (``1`` and ``01``) are ordered by the names themselves: the order is
+    total, so every process numbers the classes alike (a set's order, which a tie would keep,
+    changes with ``PYTHONHASHSEED``). :func:`file_problems` refuses such names anyway."""
     names = {name for domain in domains for name in domain.classes}
-    if all(name.strip().lstrip("-").isdigit() for name in names):
-        return sorted(names, key=int)
+    numbers = {name: _number(name) for name in names}
+    if None not in numbers.values():
+        return sorted(names, key=lambda name: (numbers[name], name))
     return sorted(names)
+
+
+def same_number_classes(classes: list[str]) -> list[list[str]]:
+    """Groups of class names that write one number in several ways (``1``, ``01``, `` 1``)."""
+    by_number = defaultdict(list)
+    for name in classes:
+        if (number := _number(name)) is not None:
+            by_number[number].append(name)
+    return [names for names in by_number.values() if len(names) > 1]
 
 
 def csv_problems(manifest: Manifest) -> list[str]:
@@ -375,6 +397,19 @@ def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
     Each says what was found and how to fix it."""
     problems = csv_problems(manifest)
     classes = class_names(domains)
+    for names in same_number_classes(classes):
+        written = " and ".join(repr(name) for name in names)
+        fix = (
+            f"write each label one way in every row of {manifest.csv}"
+            if manifest.csv
+            else "keep one folder of each class in every domain (move the images of the others "
+            "into it)"
+        )
+        problems.append(
+            f"{manifest.name} ({manifest.path}): classes {written} write the same number "
+            f"{_number(names[0])}: DomainBed would train them as {len(names)} classes with "
+            f"labels of their own; {fix}"
+        )
     for domain in domains:
         where = f"domain {domain.name!r} of {manifest.name} ({manifest.path})"
         problems += [f"{where}: {problem}" for problem in listing_problems(domain)]

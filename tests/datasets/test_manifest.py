@@ -3,12 +3,19 @@ with DomainBed's image hparams and augmentation; a bad manifest is refused with 
 and how to fix it."""
 
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
 from domainbed import algorithms, datasets, hparams_registry
 
-from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, load_manifest, read_manifests
+from dmg_domainbed.datasets.image_files import DomainFiles
+from dmg_domainbed.datasets.manifest import (
+    MANIFESTS_VARIABLE,
+    class_names,
+    load_manifest,
+    read_manifests,
+)
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.preflight.hparams import effective_hparams
@@ -262,3 +269,41 @@ def test_a_csv_row_with_missing_fields_is_named(tmp_path):
         f"{csv_file}: 2 row(s) without a path, a label or a domain (line(s) 82, 83): DomainBed "
         "would leave them out"
     ) in out
+
+
+def test_classes_of_one_number_are_ordered_alike_in_every_process():
+    """``1`` and ``01`` tie in a numeric sort: the names break the tie, whatever the order of
+    the set they come from (which changes with PYTHONHASHSEED)."""
+    names = ["1", "01", "001", "0001", "00001", "000001", "02", "2", "10"]
+    domain = DomainFiles("a", Path("a"), classes={name: [] for name in names})
+    expected = ["000001", "00001", "0001", "001", "01", "1", "02", "2", "10"]
+    assert class_names([domain]) == expected
+    assert class_names([DomainFiles("b", Path("b"), classes=dict.fromkeys(names[::-1]))]) == (
+        expected
+    )
+
+
+def test_labels_that_write_one_number_twice_are_refused(tmp_path, registered):
+    """A spreadsheet that drops a leading zero makes ``01`` and ``1`` two classes."""
+    write_domains(tmp_path / "images", domains=("a", "b"), classes=("x", "y"), per_class=20)
+    rows = ["path,label,domain"]
+    rows += [
+        f"{d}/{c}/{i}.png,{'1' if c == 'x' else '01'},{d}"
+        for d in "ab"
+        for c in "xy"
+        for i in range(20)
+    ]
+    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+    file = write_manifest(tmp_path, 'name = "Listed"\nroot = "images"\ncsv = "labels.csv"\n')
+    code, out, _ = cli("data", "check", "--manifest", str(file), "--quick")
+    assert code == 1 and "NOT READY" in out
+    assert (
+        f"Listed ({file}): classes '01' and '1' write the same number 1: DomainBed would train "
+        f"them as 2 classes with labels of their own; write each label one way in every row of "
+        f"{tmp_path / 'labels.csv'}"
+    ) in out
+    registered(file)
+    with pytest.raises(UserError, match="classes '01' and '1' write the same number 1"):
+        datasets.get_dataset_class("Listed")(
+            None, [0], hparams_registry.default_hparams("ERM", "Listed")
+        )
