@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 from torchvision import transforms
 from torchvision.datasets.folder import default_loader
 
+from dmg_domainbed.datacheck.batch_fit import batch_findings, training_holdout_fraction
 from dmg_domainbed.datasets.manifest import (
     DOMAINS_HPARAM,
     Manifest,
@@ -92,6 +93,7 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
         problems = file_problems(manifest, domains)
         if problems:
             raise UserError("\n".join(problems))
+        refuse_short_domains(manifest, domains, test_envs, hparams)
         self.classes = class_names(domains)
         label = {name: i for i, name in enumerate(self.classes)}
         plain, augmented = image_transforms(manifest.input_size)
@@ -104,6 +106,22 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
             self.datasets.append(LabelledImages(samples, augmented if augment else plain))
         self.input_shape = manifest.input_shape
         self.num_classes = len(self.classes)
+
+
+def refuse_short_domains(manifest: Manifest, domains, test_envs, hparams) -> None:
+    """:class:`UserError` when DomainBed's ``train.py`` builds the dataset and a training domain
+    cannot fill one batch: its loader would wait for ever (the rule of the data check,
+    :mod:`dmg_domainbed.datacheck.batch_fit`). Only ``train.py`` draws training batches, and
+    only there is ``holdout_fraction`` known; a class-balanced sampler draws a whole batch
+    from any domain."""
+    holdout_fraction = training_holdout_fraction()
+    if holdout_fraction is None or hparams.get("class_balanced"):
+        return
+    trained = [(d.name, d.images) for i, d in enumerate(domains) if i not in test_envs]
+    source = "the run's hparam batch_size"
+    short = batch_findings(manifest.name, trained, hparams["batch_size"], holdout_fraction, source)
+    if short:
+        raise UserError("\n".join(str(finding) for finding in short))
 
 
 def dataset_class(manifest: Manifest) -> type[ManifestImageFolder]:

@@ -110,3 +110,25 @@ def test_a_run_is_refused_once_its_manifest_reorders_the_domains(
         assert "trained on the domains indoor, outdoor of TinyDomains" in message, command
         assert "its manifest lists outdoor, indoor today" in message, command
     assert not (tmp_path / "r").exists() and not (tmp_path / "e").exists()
+
+
+def test_train_py_refuses_a_domain_smaller_than_one_batch_instead_of_waiting_for_ever(
+    manifest, tmp_path
+):
+    """12 images a domain, half held out (train.py's --holdout_fraction 0.5): 6 to train on,
+    fewer than a batch of 8 (with DomainBed's default 0.2 they would be 10, enough). DomainBed's
+    loader would drop the incomplete batch and wait for ever; the test domain trains on none."""
+    args = ["--dataset", "TinyDomains", "--algorithm", "ERM", "--test_envs", "1"]
+    args += ["--output_dir", str(tmp_path / "run"), "--holdout_fraction", "0.5"]
+    args += ["--hparams", '{"batch_size": 8}']
+    env = environment(manifest)
+    refused = run_domainbed("train", *args, cwd=tmp_path, env=env, check=False, timeout=300)
+    assert refused.returncode != 0
+    printed = refused.stdout + refused.stderr  # train.py tees stderr into stdout
+    assert (
+        "domain 'indoor' of TinyDomains trains on 6 images (12 less 6 held out, holdout_fraction "
+        "0.5): fewer than one batch of 8 (the run's hparam batch_size)"
+    ) in printed
+    assert "lower the hparam batch_size to at most 6" in printed
+    assert "domain 'outdoor'" not in printed
+    assert not (tmp_path / "run" / "results.jsonl").exists()
