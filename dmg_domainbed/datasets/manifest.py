@@ -45,6 +45,7 @@ from dmg_domainbed.datasets.image_files import (
     subfolders,
 )
 from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.datasets.within_root import leaves_root
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule
 
@@ -157,6 +158,11 @@ def _csv_rows(path: Path) -> list[tuple[int, dict[str, str | None]]]:
 def _complete(row: Mapping[str, str | None]) -> bool:
     """Whether a CSV row gives a path, a label and a domain (a short row leaves them None)."""
     return all((row.get(column) or "").strip() for column in CSV_COLUMNS)
+
+
+def _usable(row: Mapping[str, str | None], root: Path) -> bool:
+    """Whether a CSV row names a file of the dataset: complete, its path inside ``root``."""
+    return _complete(row) and not leaves_root(row["path"], root)
 
 
 def _visible(names: list[str]) -> list[str]:
@@ -308,8 +314,8 @@ def list_files(manifest: Manifest) -> list[DomainFiles]:
         return domains
     domains = {d: DomainFiles(d, manifest.root) for d in manifest.domains}
     for _, row in _csv_rows(manifest.csv):
-        domain = domains.get(row["domain"]) if _complete(row) else None
-        if domain is None:  # another domain's, or incomplete (csv_problems names it)
+        domain = domains.get(row["domain"]) if _usable(row, manifest.root) else None
+        if domain is None:  # another domain's, or a row csv_problems names
             continue
         path = str(manifest.root / row["path"])
         if os.path.isfile(path):
@@ -351,8 +357,9 @@ def same_number_classes(classes: list[str]) -> list[list[str]]:
 
 def csv_problems(manifest: Manifest) -> list[str]:
     """Rows of a manifest's CSV that DomainBed would misread: a row without a path, a label or a
-    domain (left out), a file listed in several rows (read once per row: one image counted
-    twice, or under two labels). Empty for a manifest without a CSV."""
+    domain (left out), a path that leaves the root (left out: nothing outside the root is the
+    dataset's, and no fix may touch it), a file listed in several rows (read once per row: one
+    image counted twice, or under two labels). Empty for a manifest without a CSV."""
     if manifest.csv is None:
         return []
     rows = _csv_rows(manifest.csv)
@@ -364,9 +371,19 @@ def csv_problems(manifest: Manifest) -> list[str]:
             f"(line(s) {shortlist(incomplete)}): DomainBed would leave them out; give each "
             "row every field, or delete it"
         )
+    outside = [(line, row["path"]) for line, row in rows if _complete(row)]
+    outside = [(line, path) for line, path in outside if leaves_root(path, manifest.root)]
+    if outside:
+        listed = shortlist([f"line {line}: {path}" for line, path in outside], separator="; ")
+        problems.append(
+            f"{manifest.csv}: {len(outside)} row(s) whose path leaves the root {manifest.root} "
+            f"({listed}): a manifest's dataset is what its root holds, and its paths are "
+            "relative to it; move those files under the root and give their paths from there, "
+            "or set root to a folder that holds every file"
+        )
     rows_of = defaultdict(list)
     for line, row in rows:
-        if _complete(row):
+        if _usable(row, manifest.root):
             rows_of[os.path.normpath(manifest.root / row["path"])].append((line, row))
     repeated = [(path, listed) for path, listed in rows_of.items() if len(listed) > 1]
     for path, listed in repeated[:SHOWN_REPEATS]:
@@ -412,7 +429,7 @@ def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
         )
     for domain in domains:
         where = f"domain {domain.name!r} of {manifest.name} ({manifest.path})"
-        problems += [f"{where}: {problem}" for problem in listing_problems(domain)]
+        problems += [f"{where}: {problem}" for problem in listing_problems(domain, manifest.root)]
         if domain.missing:
             shown = shortlist(domain.missing, 3)
             problems.append(
