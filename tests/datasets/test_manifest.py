@@ -3,6 +3,7 @@ with DomainBed's image hparams and augmentation; a bad manifest is refused with 
 and how to fix it."""
 
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ from dmg_domainbed.datasets.manifest import (
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.sweep import config
 
-from ..helpers import cli
+from ..helpers import cli, machine_check, snapshot
 from .conftest import DOMAINS, write_domains
 
 
@@ -307,3 +309,42 @@ def test_labels_that_write_one_number_twice_are_refused(tmp_path, registered):
         datasets.get_dataset_class("Listed")(
             None, [0], hparams_registry.default_hparams("ERM", "Listed")
         )
+
+
+def test_a_sweep_into_a_dataset_s_folder_or_the_file_system_s_root_is_refused(
+    manifest, registered, tmp_path
+):
+    """Job folders in a folder of domains would be domains (in a domain, classes); a sweep into
+    ``/`` would spread its job folders among the system's. Refused before anything is written."""
+    registered(manifest)
+    images, data = manifest.parent / "images", tmp_path / "data"
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(
+        '[sweep]\nalgorithms = ["ERM"]\ndatasets = ["MyData"]\nn_hparams = 1\nn_trials = 1\n'
+        "single_test_envs = true\n[sweep.hparams]\nbatch_size = 8\n"
+    )
+    refusals = {
+        images: f"lies inside the MyData dataset folder '{images}', which is only read: job "
+        "folders written in it would be read as the dataset's domains or classes",
+        images / "north" / "runs": "lies inside the MyData dataset folder",
+        data / "PACS" / "sweep": f"lies inside the PACS dataset folder '{data / 'PACS'}'",
+        Path("/"): "the sweep's output_dir '/' is the root of the file system",
+    }
+    for output, message in refusals.items():
+        sweep = config.read_sweep(sweep_file, str(data), str(output))
+        with pytest.raises(UserError, match=re.escape(message)):
+            machine_check(sweep)
+    assert machine_check(config.read_sweep(sweep_file, str(data), str(data / "sweep")))
+    before = snapshot(images)
+    code, _, err = cli(
+        "sweep",
+        str(sweep_file),
+        "--data_dir",
+        str(data),
+        "--output_dir",
+        str(images),
+        "--launcher",
+        "local",
+    )
+    assert code == 2 and refusals[images] in err
+    assert snapshot(images) == before and sorted(p.name for p in images.iterdir()) == list(DOMAINS)
