@@ -9,16 +9,20 @@ DomainBed's ``SMALL_IMAGES``) and its image augmentation for training domains wh
 labels number the classes of all domains together; ``--data_dir`` is not read (the manifest
 names its root); and the images are resized to the manifest's input side instead of 224.
 
-A manifest can change between training and reporting (domains reordered, renamed or added). So
-that a run's numbers are never shown under another domain's name, the dataset records the
-domains it was built with in the run's hparams (``hparams["manifest_domains"]``, declared by
-``recorded_hparams``, see :mod:`dmg_domainbed.hparams.recorded`): DomainBed's ``train.py``
-writes that dict into every record of ``results.jsonl`` and into ``model.pkl``, and ``report``
-and ``evaluate`` compare it with the manifest of today.
+A manifest's data can change between training and reporting (domains reordered, renamed or
+added; classes renamed or added; images added or removed). So that a run's numbers are never shown
+under another domain's name, nor a model scored on other classes or other splits, the dataset
+writes what it was built from into the run's hparams (:func:`recorded_hparams`:
+``manifest_domains``, ``manifest_classes``, ``manifest_images``, ``manifest_files``): DomainBed's
+``train.py`` records that dict in every record of ``results.jsonl`` and in ``model.pkl``; every
+command that reads runs compares the domains with the manifest of today, and every command that
+rebuilds a run's data compares the rest with what it rebuilt (:mod:`dmg_domainbed.runs`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,8 +32,12 @@ from torchvision import transforms
 from torchvision.datasets.folder import default_loader
 
 from dmg_domainbed.datacheck.batch_fit import batch_findings, training_holdout_fraction
+from dmg_domainbed.datasets.image_files import DomainFiles
 from dmg_domainbed.datasets.manifest import (
+    CLASSES_HPARAM,
     DOMAINS_HPARAM,
+    FILES_HPARAM,
+    IMAGES_HPARAM,
     Manifest,
     class_names,
     file_problems,
@@ -78,7 +86,9 @@ class LabelledImages(Dataset):
 
 
 class ManifestImageFolder(MultipleEnvironmentImageFolder):
-    """The base of every manifest dataset class; ``MANIFEST`` is the class's manifest."""
+    """The base of every manifest dataset class; ``MANIFEST`` is the class's manifest.
+
+    Building one records what it was built from in ``hparams`` (:func:`recorded_hparams`)."""
 
     MANIFEST: Manifest
 
@@ -95,6 +105,7 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
             raise UserError("\n".join(problems))
         refuse_short_domains(manifest, domains, test_envs, hparams)
         self.classes = class_names(domains)
+        hparams.update(recorded_hparams(manifest, domains, self.classes))
         label = {name: i for i, name in enumerate(self.classes)}
         plain, augmented = image_transforms(manifest.input_size)
         self.datasets = []
@@ -106,6 +117,27 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
             self.datasets.append(LabelledImages(samples, augmented if augment else plain))
         self.input_shape = manifest.input_shape
         self.num_classes = len(self.classes)
+
+
+def recorded_hparams(
+    manifest: Manifest, domains: list[DomainFiles], classes: list[str]
+) -> dict[str, Any]:
+    """What the dataset records into the run's hparams (``manifest.RECORDED_HPARAMS``): its domains,
+    its classes in label order, each domain's number of images, and a digest of every image's
+    domain, path under the root and class, in the order the dataset reads them. Paths are
+    relative to the root: a copy of the dataset in another folder records the same."""
+    digest = hashlib.sha256()
+    for domain in domains:
+        for name in classes:
+            for path in domain.classes[name]:
+                line = f"{domain.name}\t{os.path.relpath(path, manifest.root)}\t{name}\n"
+                digest.update(line.encode())
+    return {
+        DOMAINS_HPARAM: list(manifest.domains),
+        CLASSES_HPARAM: list(classes),
+        IMAGES_HPARAM: [domain.images for domain in domains],
+        FILES_HPARAM: digest.hexdigest()[:16],
+    }
 
 
 def refuse_short_domains(manifest: Manifest, domains, test_envs, hparams) -> None:
