@@ -356,11 +356,17 @@ def seeded_like_train(seed: int) -> Iterator[None]:
 def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
     """The run's dataset, built with train.py's arguments, hparams and seed, and checked against
     what the run recorded of it (:func:`check_rebuilt`)."""
+    from dmg_domainbed.hparams.recorded import recorded_hparams  # not at import: numpy
+
     check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
     root = data_dir if data_dir is not None else run.args.get("data_dir")
-    # A copy: a dataset may record into its hparams what it is built from (a manifest's does).
-    hparams = {**run.hparams} if augment else {**run.hparams, "data_augmentation": False}
     built = dataset_class(run.dataset, run.path)
+    # Rebuilt from the run's settings alone: what the dataset records of itself is written
+    # again as it is built, then compared with what the run recorded (check_rebuilt).
+    recorded = recorded_hparams(built)
+    hparams = {name: value for name, value in run.hparams.items() if name not in recorded}
+    if not augment:
+        hparams["data_augmentation"] = False
     try:
         with seeded_like_train(run.args.get("seed", 0)):
             dataset = built(root, run.test_envs, hparams)
@@ -389,9 +395,9 @@ def _changed(run: Run, detail: str) -> UserError:
 def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None:
     """:class:`UserError` unless ``dataset``, rebuilt for ``run``, holds the data the run trained
     on, as far as the run's records tell: for a manifest dataset, which records what it is built
-    from into its hparams (:data:`~dmg_domainbed.datasets.manifest.RECORDED_HPARAMS`; the rebuild
-    wrote them into ``rebuilt_hparams`` again), its classes, images per domain and files; for any
-    dataset, the size of its smallest training split (:func:`logged_smallest_split`)."""
+    from in its hparams (:mod:`dmg_domainbed.hparams.recorded`; the rebuild wrote them into
+    ``rebuilt_hparams`` again), its classes, images per domain and files; for any dataset, the
+    size of its smallest training split (:func:`logged_smallest_split`)."""
     then, today = run.hparams, rebuilt_hparams
     if CLASSES_HPARAM in then and then[CLASSES_HPARAM] != today.get(CLASSES_HPARAM):
         raise _changed(

@@ -56,14 +56,14 @@ except ModuleNotFoundError:  # Python 3.10
 
 MANIFESTS_VARIABLE = "DMG_DOMAINBED_DATASETS"
 #: The hparams in which a manifest dataset records what it was built from
-#: (:class:`dmg_domainbed.datasets.manifest_dataset.ManifestImageFolder`), so that a run can be
-#: compared with its dataset of today: the domains, in order; the classes, in label order; each
-#: domain's number of images; a digest of every image's domain, path under the root and class.
+#: (``recorded_hparams`` of :class:`dmg_domainbed.datasets.manifest_dataset.ManifestImageFolder`),
+#: so that a run can be compared with its dataset of today: the domains, in order; the classes,
+#: in label order; each domain's number of images; a digest of every image's domain, path under
+#: the root and class.
 DOMAINS_HPARAM = "manifest_domains"
 CLASSES_HPARAM = "manifest_classes"
 IMAGES_HPARAM = "manifest_images"
 FILES_HPARAM = "manifest_files"
-RECORDED_HPARAMS = (DOMAINS_HPARAM, CLASSES_HPARAM, IMAGES_HPARAM, FILES_HPARAM)
 CSV_COLUMNS = ("path", "label", "domain")
 # Input side -> the featurizer DomainBed's networks.Featurizer builds for it.
 INPUT_SIZES = {28: "MNIST_CNN", 32: "Wide_ResNet", 224: "ResNet"}

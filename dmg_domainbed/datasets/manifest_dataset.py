@@ -11,12 +11,13 @@ names its root); and the images are resized to the manifest's input side instead
 
 A manifest's data can change between training and reporting (domains reordered, renamed or
 added; classes renamed or added; images added or removed). So that a run's numbers are never shown
-under another domain's name, nor a model scored on other classes or other splits, the dataset
-writes what it was built from into the run's hparams (:func:`recorded_hparams`:
-``manifest_domains``, ``manifest_classes``, ``manifest_images``, ``manifest_files``): DomainBed's
-``train.py`` records that dict in every record of ``results.jsonl`` and in ``model.pkl``; every
-command that reads runs compares the domains with the manifest of today, and every command that
-rebuilds a run's data compares the rest with what it rebuilt (:mod:`dmg_domainbed.runs`).
+under another domain's name, nor its model scored on other classes or other splits, the dataset
+records what it was built from in the run's hparams (``recorded_hparams``, see
+:mod:`dmg_domainbed.hparams.recorded`): its domains, and, written as it reads its files, its
+classes, images per domain and a digest of its files (:func:`data_facts`). DomainBed's
+``train.py`` writes that dict into every record of ``results.jsonl`` and into ``model.pkl``;
+every command that reads runs compares the domains with the manifest of today, and every command
+that rebuilds a run's data compares the rest with what it rebuilt (:mod:`dmg_domainbed.runs`).
 """
 
 from __future__ import annotations
@@ -86,16 +87,16 @@ class LabelledImages(Dataset):
 
 
 class ManifestImageFolder(MultipleEnvironmentImageFolder):
-    """The base of every manifest dataset class; ``MANIFEST`` is the class's manifest.
-
-    Building one records what it was built from in ``hparams`` (:func:`recorded_hparams`)."""
+    """The base of every manifest dataset class; ``MANIFEST`` is the class's manifest."""
 
     MANIFEST: Manifest
 
     @classmethod
     def recorded_hparams(cls) -> dict[str, Any]:
-        """What a run on the dataset records in its hparams: the manifest's domains, in order."""
-        return {DOMAINS_HPARAM: list(cls.MANIFEST.domains)}
+        """What a run on the dataset records in its hparams: the manifest's domains, in order,
+        and what only its files tell, written as it is built (:func:`data_facts`)."""
+        known_once_built = dict.fromkeys((CLASSES_HPARAM, IMAGES_HPARAM, FILES_HPARAM))
+        return {DOMAINS_HPARAM: list(cls.MANIFEST.domains), **known_once_built}
 
     def __init__(self, root, test_envs, hparams) -> None:
         manifest = self.MANIFEST
@@ -105,7 +106,7 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
             raise UserError("\n".join(problems))
         refuse_short_domains(manifest, domains, test_envs, hparams)
         self.classes = class_names(domains)
-        hparams.update(recorded_hparams(manifest, domains, self.classes))
+        hparams.update(data_facts(manifest, domains, self.classes))
         label = {name: i for i, name in enumerate(self.classes)}
         plain, augmented = image_transforms(manifest.input_size)
         self.datasets = []
@@ -119,13 +120,13 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
         self.num_classes = len(self.classes)
 
 
-def recorded_hparams(
+def data_facts(
     manifest: Manifest, domains: list[DomainFiles], classes: list[str]
 ) -> dict[str, Any]:
-    """What the dataset records into the run's hparams (``manifest.RECORDED_HPARAMS``): its domains,
-    its classes in label order, each domain's number of images, and a digest of every image's
-    domain, path under the root and class, in the order the dataset reads them. Paths are
-    relative to the root: a copy of the dataset in another folder records the same."""
+    """What the dataset records of its files in a run's hparams: its classes in label order,
+    each domain's number of images, and a digest of every image's domain, path under the root
+    and class, in the order the dataset reads them. Paths are relative to the root: a copy of
+    the dataset in another folder gives the same."""
     digest = hashlib.sha256()
     for domain in domains:
         for name in classes:
@@ -133,7 +134,6 @@ def recorded_hparams(
                 line = f"{domain.name}\t{os.path.relpath(path, manifest.root)}\t{name}\n"
                 digest.update(line.encode())
     return {
-        DOMAINS_HPARAM: list(manifest.domains),
         CLASSES_HPARAM: list(classes),
         IMAGES_HPARAM: [domain.images for domain in domains],
         FILES_HPARAM: digest.hexdigest()[:16],

@@ -88,7 +88,9 @@ def test_the_preflight_checks_the_hparams_the_algorithm_is_built_with(manifest, 
     overrides = {"lambda_overlap": 0.5}
     built_with = hparams_registry.default_hparams("DMG", "MyData") | overrides
     datasets.get_dataset_class("MyData")(None, [0], built_with)
-    assert effective_hparams("DMG", "MyData", overrides) == built_with
+    # What only the files tell (classes, counts, their digest) is known once they are read.
+    from_files = {"manifest_classes": None, "manifest_images": None, "manifest_files": None}
+    assert effective_hparams("DMG", "MyData", overrides) == built_with | from_files
     # A run cannot set what the dataset records: the dataset would replace it.
     with pytest.raises(UserError, match="'manifest_domains' is recorded by dataset MyData"):
         effective_hparams("DMG", "MyData", {"manifest_domains": ["south", "north", "west"]})
