@@ -9,9 +9,16 @@ from dmg_domainbed.errors import UserError
 
 
 def check_creatable(folder: Path, option: str) -> Path:
-    """``folder``, if it is a folder this process can write into or can create; else a
+    """``folder``, if it is a folder this process can write into or can create, and not the file
+    system's root (where a command's folders and files would lie among the system's); else a
     :class:`UserError` naming ``option`` (e.g. ``--output_dir``) and what is in the way."""
     folder = Path(folder)
+    resolved = folder.resolve()
+    if resolved == resolved.parent:
+        raise UserError(
+            f"{option} '{folder}' is the root of the file system: what the command writes would "
+            "lie among the system's folders. Give a folder of its own, e.g. ./runs/NAME."
+        )
     for path in (folder, *folder.absolute().parents):
         if not path.exists():
             continue
@@ -38,3 +45,15 @@ def _user() -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except (ImportError, KeyError):
         return str(os.geteuid())
+
+
+def check_outside(output: Path, inputs, name: str, read: str, choose: str, why: str = "") -> None:
+    """:class:`UserError` if ``output`` (``name``) is or lies inside a folder of ``inputs``
+    (``read`` folders, which are only read; ``why`` it matters): choose another (``choose``)
+    outside it."""
+    for folder in inputs:
+        if output.resolve() == folder.resolve() or folder.resolve() in output.resolve().parents:
+            raise UserError(
+                f"{name} '{output}' lies inside the {read} folder '{folder}', which is only "
+                f"read{why}. Choose {choose} outside it."
+            )

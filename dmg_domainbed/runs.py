@@ -3,9 +3,11 @@
 A run is the ``--output_dir`` of one ``domainbed.scripts.train`` process: ``results.jsonl`` (one
 record per checkpoint, with train.py's ``args`` and ``hparams``), ``model.pkl`` and ``done``.
 Records are checked for the fields each reader uses, and a run's dataset must still have the
-environments it recorded. A run diverged when a loss it logged is not finite (its exit status is
-still 0), so every place that shows its numbers flags it. Reading records needs only the standard
-library; rebuilding the algorithm, dataset and splits uses DomainBed's own code, as train.py does.
+environments it recorded; rebuilt, it must still hold the data the run knows of (its classes,
+split sizes and, for a manifest dataset, its images). A run diverged when a loss it logged is not
+finite (its exit status is still 0), so every place that shows its numbers flags it. Reading
+records needs only the standard library; rebuilding the algorithm, dataset and splits uses
+DomainBed's own code, as train.py does.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmg_domainbed.datasets.manifest import DOMAINS_HPARAM, MANIFESTS_VARIABLE
+from dmg_domainbed.datacheck.batch_fit import training_examples
+from dmg_domainbed.datasets.manifest import (
+    CLASSES_HPARAM,
+    DOMAINS_HPARAM,
+    FILES_HPARAM,
+    IMAGES_HPARAM,
+    MANIFESTS_VARIABLE,
+)
+from dmg_domainbed.datasets.shortlist import shortlist
 from dmg_domainbed.errors import UserError
 
 RESULTS_FILE = "results.jsonl"
@@ -270,9 +280,11 @@ def checkpoint_models(run: Run) -> dict[int, Path]:
     return dict(sorted((int(step), p) for step, p in found.items() if step.isdigit()))
 
 
-def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = None):
+def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = None, dataset=None):
     """The algorithm saved in the run's ``model.pkl`` (or ``model_file``), in eval mode, rebuilt
-    as DomainBed's scripts reload models (``torch.load``, the class, ``load_state_dict``)."""
+    as DomainBed's scripts reload models (``torch.load``, the class, ``load_state_dict``); with
+    ``dataset`` (the run's, rebuilt), :class:`UserError` unless the model takes its inputs and
+    predicts its number of classes (train.py saves both with the model)."""
     import torch
 
     path = model_file if model_file is not None else require_model(run)
@@ -291,6 +303,8 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
             f"'{path}' is not a model saved by DomainBed's train.py: it has no "
             f"{', '.join(absent)}. Rerun the run to write it again."
         )
+    if dataset is not None:
+        check_model_fits(run, path, checkpoint, dataset)
     input_shape, num_classes, num_domains, hparams = (checkpoint[k] for k in CHECKPOINT_KEYS[:4])
     algorithm = cls(input_shape, num_classes, num_domains, read_hparams(cls, hparams, input_shape))
     algorithm.load_state_dict(checkpoint["model_dict"])
@@ -306,6 +320,18 @@ def read_hparams(cls: type, hparams: dict, input_shape) -> dict:
 
     known = known_names(cls, input_shape=input_shape)
     return {name: value for name, value in hparams.items() if name in known}
+
+
+def check_model_fits(run: Run, path: Path, checkpoint: Mapping[str, Any], dataset) -> None:
+    """:class:`UserError` unless the saved model's classes and input shape are ``dataset``'s."""
+    saved = (checkpoint["model_num_classes"], tuple(checkpoint["model_input_shape"]))
+    today = (dataset.num_classes, tuple(dataset.input_shape))
+    if saved != today:
+        raise _changed(
+            run,
+            f"'{path}' predicts {saved[0]} classes from inputs of shape {saved[1]}; the "
+            f"dataset gives {today[0]} classes and inputs of shape {today[1]} today",
+        )
 
 
 @contextlib.contextmanager
@@ -328,20 +354,107 @@ def seeded_like_train(seed: int) -> Iterator[None]:
 
 
 def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
-    """The run's dataset, built with train.py's arguments, hparams and seed."""
+    """The run's dataset, built with train.py's arguments, hparams and seed, and checked against
+    what the run recorded of it (:func:`check_rebuilt`)."""
+    from dmg_domainbed.hparams.recorded import recorded_hparams  # not at import: numpy
+
     check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
     root = data_dir if data_dir is not None else run.args.get("data_dir")
-    hparams = run.hparams if augment else {**run.hparams, "data_augmentation": False}
     built = dataset_class(run.dataset, run.path)
+    # Rebuilt from the run's settings alone: what the dataset records of itself is written
+    # again as it is built, then compared with what the run recorded (check_rebuilt).
+    recorded = recorded_hparams(built)
+    hparams = {name: value for name, value in run.hparams.items() if name not in recorded}
+    if not augment:
+        hparams["data_augmentation"] = False
     try:
         with seeded_like_train(run.args.get("seed", 0)):
-            return built(root, run.test_envs, hparams)
+            dataset = built(root, run.test_envs, hparams)
+    except UserError:
+        raise
     except (OSError, RuntimeError, ValueError) as error:
         raise UserError(
             f"cannot load dataset {run.dataset} from data_dir '{root}' "
             f"({type(error).__name__}: {error}). Pass --data_dir with the folder the run "
             "was trained on."
         ) from None
+    check_rebuilt(run, dataset, hparams)
+    return dataset
+
+
+def _changed(run: Run, detail: str) -> UserError:
+    """The error for a run whose dataset no longer holds the data it trained on."""
+    return UserError(
+        f"'{run.path}' holds a run of {run.dataset} whose data changed since it trained: "
+        f"{detail}. Its model would be scored on other classes or other data splits than it "
+        "trained and tested on. Restore the dataset as it was when the run trained (or pass "
+        "--data_dir with that copy), or train the run again."
+    )
+
+
+def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None:
+    """:class:`UserError` unless ``dataset``, rebuilt for ``run``, holds the data the run trained
+    on, as far as the run's records tell: for a manifest dataset, which records what it is built
+    from in its hparams (:mod:`dmg_domainbed.hparams.recorded`; the rebuild wrote them into
+    ``rebuilt_hparams`` again), its classes, images per domain and files; for any dataset, the
+    size of its smallest training split (:func:`logged_smallest_split`)."""
+    then, today = run.hparams, rebuilt_hparams
+    if CLASSES_HPARAM in then and then[CLASSES_HPARAM] != today.get(CLASSES_HPARAM):
+        raise _changed(
+            run,
+            f"it trained on the classes {shortlist(then[CLASSES_HPARAM])} (in label order), "
+            f"the dataset has {shortlist(today.get(CLASSES_HPARAM) or [])} today",
+        )
+    if IMAGES_HPARAM in then and then[IMAGES_HPARAM] != today.get(IMAGES_HPARAM):
+        names = type(dataset).ENVIRONMENTS
+
+        def counts(images: list[int]) -> str:
+            return shortlist([f"{name} {n:,}" for name, n in zip(names, images)])
+
+        raise _changed(
+            run,
+            f"its domains held {counts(then[IMAGES_HPARAM])} images, today "
+            f"{counts(today.get(IMAGES_HPARAM) or [])}",
+        )
+    if FILES_HPARAM in then and then[FILES_HPARAM] != today.get(FILES_HPARAM):
+        raise _changed(
+            run,
+            "the same classes and numbers of images, but other image files or labels (digest "
+            f"{then[FILES_HPARAM]} when it trained, {today.get(FILES_HPARAM)} today)",
+        )
+    logged = logged_smallest_split(run)
+    smallest = min(in_split_sizes(dataset, run.args))
+    if logged is not None and logged != smallest:
+        raise _changed(
+            run,
+            f"its smallest training split (train.py's in-split) held {logged:,} images, today "
+            f"{smallest:,}: images were added or removed",
+        )
+
+
+def logged_smallest_split(run: Run) -> int | None:
+    """The size of the run's smallest ``in`` split, from what train.py logs: ``epoch = step /
+    steps_per_epoch``, with ``steps_per_epoch = min(len(in_split)) / batch_size`` over every
+    environment; ``None`` until a record after step 0."""
+    batch_size = run.hparams.get("batch_size")
+    for record in run.records:
+        step, epoch = record.get("step"), record.get("epoch")
+        numbers = all(isinstance(v, int | float) and v > 0 for v in (step, epoch, batch_size))
+        if numbers:
+            return round(step * batch_size / epoch)
+    return None
+
+
+def in_split_sizes(dataset, args: Mapping[str, Any]) -> list[int]:
+    """Each environment's ``in`` split size as train.py makes it (:func:`rebuild_splits`), from
+    the environments' sizes alone."""
+    sizes = []
+    for env_i, env in enumerate(dataset):
+        size = training_examples(len(env), args["holdout_fraction"])
+        if env_i in args["test_envs"]:
+            size = training_examples(size, args.get("uda_holdout_fraction", 0))
+        sizes.append(size)
+    return sizes
 
 
 def augmented_evaluation(run: Run) -> bool:

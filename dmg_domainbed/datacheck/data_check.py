@@ -26,6 +26,7 @@ from dmg_domainbed.datacheck.wilds_check import check_wilds
 from dmg_domainbed.datasets.layouts import (
     IMAGE_LAYOUTS,
     MNIST_DATASETS,
+    MNIST_FOLDER,
     WILDS_LAYOUTS,
 )
 from dmg_domainbed.datasets.manifest import Manifest
@@ -87,20 +88,27 @@ def check_dataset(
     return report
 
 
-def found_under(data_dir: str | Path) -> list[str]:
-    """DomainBed's datasets with files whose folder (or MNIST's raw files) is in ``data_dir``."""
+def dataset_folders(data_dir: str | Path) -> dict[str, Path]:
+    """The folder under ``data_dir`` that holds each of DomainBed's datasets with files."""
     base = Path(data_dir).expanduser()
-    found = []
+    folders = {}
     for dataset in FILE_DATASETS:
         if dataset in IMAGE_LAYOUTS:
-            there = (base / IMAGE_LAYOUTS[dataset].folder).is_dir()
+            folders[dataset] = base / IMAGE_LAYOUTS[dataset].folder
         elif dataset in WILDS_LAYOUTS:
-            there = (base / WILDS_LAYOUTS[dataset].folder).is_dir()
+            folders[dataset] = base / WILDS_LAYOUTS[dataset].folder
         else:
-            there = (base / "MNIST" / "raw").is_dir()
-        if there:
-            found.append(dataset)
-    return found
+            folders[dataset] = base / MNIST_FOLDER
+    return folders
+
+
+def found_under(data_dir: str | Path) -> list[str]:
+    """DomainBed's datasets with files whose folder (or MNIST's raw files) is in ``data_dir``."""
+    return [
+        dataset
+        for dataset, folder in dataset_folders(data_dir).items()
+        if (folder / "raw" if dataset in MNIST_DATASETS else folder).is_dir()
+    ]
 
 
 def _table(report: DatasetReport) -> list[str]:

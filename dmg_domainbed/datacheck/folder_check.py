@@ -34,6 +34,7 @@ from dmg_domainbed.datasets.image_files import DomainFiles, list_image_folders, 
 from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
 from dmg_domainbed.datasets.manifest import Manifest, file_problems, list_files
 from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.datasets.within_root import changed_outside, outside_note
 
 _SHOWN = 8
 
@@ -112,9 +113,14 @@ def _domains(
 
 
 def _classes(
-    report: DatasetReport, domains: list[DomainFiles], expected: Sequence[str] | None, fix: str
+    report: DatasetReport,
+    domains: list[DomainFiles],
+    expected: Sequence[str] | None,
+    root: Path,
+    fix: str,
 ) -> None:
-    """Every domain must hold the same class folders (the download's, where known)."""
+    """Every domain must hold the same class folders (the download's, where known); renames are
+    given as commands where they change nothing outside ``root``."""
     lists = [tuple(d.classes) for d in domains]
     reference = list(expected or Counter(lists).most_common(1)[0][0])
     same_everywhere = len(set(lists)) == 1
@@ -145,27 +151,33 @@ def _classes(
                 f"move them out of {domain.folder}, or add them to every domain",
             )
         if renamed:
+            renames = (
+                outside_note([domain.folder / old for old, _ in renamed], root)
+                if changed_outside(domain.folder / renamed[0][0], root)
+                else shortlist(
+                    [f"mv '{domain.folder / o}' '{domain.folder / n}'" for o, n in renamed],
+                    _SHOWN,
+                    "; ",
+                )
+            )
             report.add(
                 WARNING if same_everywhere else ERROR,
                 f"{where} names class folder(s) as another copy does: "
                 + ", ".join(f"{old!r} for {new!r}" for old, new in renamed[:_SHOWN]),
                 "the download's names"
                 + ("" if same_everywhere else f", the same in every domain: {why}"),
-                "rename them: "
-                + shortlist(
-                    [f"mv '{domain.folder / o}' '{domain.folder / n}'" for o, n in renamed],
-                    _SHOWN,
-                    "; ",
-                ),
+                f"rename them: {renames}",
             )
 
 
-def _files(report: DatasetReport, domains: list[DomainFiles], manifest: bool = False) -> None:
+def _files(
+    report: DatasetReport, domains: list[DomainFiles], root: Path, manifest: bool = False
+) -> None:
     """Files DomainBed passes over, and, unless a manifest's problems name them already, folders
-    it cannot read, loops and class folders without images."""
+    it cannot read, loops and class folders without images (of the dataset in ``root``)."""
     for domain in domains:
         if not manifest:
-            for problem in listing_problems(domain):
+            for problem in listing_problems(domain, root):
                 report.add(ERROR, f"domain folder {domain.folder}: {problem}")
         empty = [] if manifest else [name for name, files in domain.classes.items() if not files]
         for name in empty:
@@ -250,14 +262,21 @@ def _deleted_by_download(report: DatasetReport, root: Path, listed_in: str) -> N
     names = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
     present = [n for n in names if (root / n).is_file()]
     if present:
+        outside = [root / n for n in present if changed_outside(root / n, root)]
+        remove = (
+            outside_note(outside, root)
+            if outside
+            else f"python -c \"import os; root = '{root}'; [os.remove(os.path.join(root, "
+            f"n.strip())) for n in open('{listing}') if os.path.isfile(os.path.join(root, "
+            'n.strip()))]"'
+        )
         report.add(
             ERROR,
             f"{len(present):,} of the {len(names):,} files DomainBed's download deletes are in "
             f"{root} (e.g. {present[0]})",
             f"{report.dataset} as DomainBed's download leaves it: without the files listed in "
             f"{listing}",
-            f"python -c \"import os; root = '{root}'; [os.remove(os.path.join(root, n.strip())) "
-            f"for n in open('{listing}') if os.path.isfile(os.path.join(root, n.strip()))]\"",
+            remove,
         )
 
 
@@ -275,7 +294,7 @@ def _look_at_files(
         add_header_findings(report, list(places), root)
         return
     results = decode_all(list(places), workers, f"{report.dataset}: decoding")
-    add_image_findings(report, results, places)
+    add_image_findings(report, results, root, places)
 
 
 def check_image_dataset(
@@ -312,8 +331,8 @@ def check_image_dataset(
     ours = [d for d in domains if d.name in matched]
     synthetic = (root / SYNTHETIC_MARKER).is_file()
     if ours:
-        _classes(report, ours, None if synthetic else layout.classes, fix)
-    _files(report, domains)
+        _classes(report, ours, None if synthetic else layout.classes, root, fix)
+    _files(report, domains, root)
     if synthetic:
         report.add(
             INFO,
@@ -335,6 +354,6 @@ def check_manifest_dataset(report: DatasetReport, manifest: Manifest, workers: i
     for problem in file_problems(manifest, domains):
         report.add(ERROR, problem)
     if manifest.csv is None:
-        _files(report, domains, manifest=True)
+        _files(report, domains, manifest.root, manifest=True)
     report.counts = [DomainCount(d.name, d.images) for d in domains]
     _look_at_files(report, domains, manifest.root, workers)

@@ -15,12 +15,15 @@ also fails the comparison of image counts.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from dmg_domainbed.datacheck.decoding import Decoded
 from dmg_domainbed.datacheck.findings import ERROR, INFO, WARNING, DatasetReport, Finding
 from dmg_domainbed.datasets.shortlist import SHOWN, shortlist
+from dmg_domainbed.datasets.within_root import changed_outside, outside_note
 
 _CLIPPED = (
     ERROR,
@@ -58,12 +61,16 @@ def _mode_of(result: Decoded) -> str:
     return "I" if result.mode.startswith("I;16") else result.mode
 
 
-def _undecodable(report: DatasetReport, results: Sequence[Decoded]) -> None:
+def _undecodable(report: DatasetReport, results: Sequence[Decoded], root: Path) -> None:
     findings = []
     for result in results:
         if result.error is None:
             continue
-        remove = f"replace it with the download's file, or delete it: rm '{result.path}'"
+        remove = (
+            outside_note([result.path], root)
+            if changed_outside(result.path, root)
+            else f"replace it with the download's file, or delete it: rm '{result.path}'"
+        )
         if result.decodes_as_domainbed:
             findings.append(
                 Finding(
@@ -105,8 +112,33 @@ def _modes(report: DatasetReport, results: Sequence[Decoded]) -> None:
         )
 
 
+def _removals(paths: Sequence[str], root: Path) -> tuple[list[str], list[str], list[str]]:
+    """Of the paths of files of one content: (those to delete so that one file is kept, those no
+    command may delete because their removal would change a folder outside ``root``, those that
+    reach a file named before through a link). The kept file is one outside the root where
+    there is one (a shared original reached through a link), else the first."""
+    beyond = [path for path in paths if changed_outside(path, root)]
+    kept = (beyond or paths)[0]
+    seen = {os.path.realpath(kept)}
+    remove, outside, again = [], [], []
+    for path in paths:
+        if path == kept:
+            continue
+        if os.path.realpath(path) in seen:  # deleting it would delete that file
+            again.append(path)
+        elif path in beyond:
+            outside.append(path)
+        else:
+            remove.append(path)
+        seen.add(os.path.realpath(path))
+    return remove, outside, again
+
+
 def _duplicates(
-    report: DatasetReport, results: Sequence[Decoded], places: Mapping[str, tuple[str, str]]
+    report: DatasetReport,
+    results: Sequence[Decoded],
+    places: Mapping[str, tuple[str, str]],
+    root: Path,
 ) -> None:
     groups: dict[str, list[str]] = defaultdict(list)
     for result in results:
@@ -120,14 +152,26 @@ def _duplicates(
         domains = {domain for domain, _ in where}
         across = "domains" if len(domains) > 1 else "classes"
         copies = f"{len(paths):,} files of " if len(paths) > SHOWN else ""
-        others = shortlist([f"rm '{p}'" for p in paths[1:]], SHOWN - 1, "; ")
+        remove, outside, again = _removals(paths, root)
+        fixes = []
+        if remove:
+            commands = shortlist([f"rm '{p}'" for p in remove], SHOWN - 1, "; ")
+            fixes.append(f"keep one, delete the others: {commands}")
+        if outside:
+            fixes.append(outside_note(outside, root))
+        if again:
+            fixes.append(
+                f"{shortlist(again)} reach(es) a file named before through a link, not a copy: "
+                f"no command is given for it; take the link out of {root} if the image belongs "
+                "in one place"
+            )
         findings.append(
             Finding(
                 WARNING,
                 f"{copies}same content in several {across}: {shortlist(paths)}",
                 "each image in one domain and one class: a copy in a test domain is also "
                 "trained on, a copy in two classes has two labels",
-                f"keep one, delete the others: {others}",
+                "; ".join(fixes),
             )
         )
     report.listed(WARNING, findings, "groups of files of the same content")
@@ -136,14 +180,16 @@ def _duplicates(
 def add_image_findings(
     report: DatasetReport,
     results: Sequence[Decoded],
+    root: Path,
     places: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
-    """Add the findings of decoded ``results``; ``places`` maps each path to its (domain,
-    class) for finding copies across them (left out: not looked for)."""
+    """Add the findings of decoded ``results``, files of the dataset in ``root`` (fixes touch
+    nothing outside it); ``places`` maps each path to its (domain, class) for finding copies
+    across them (left out: not looked for)."""
     report.decoded = len(results)
-    _undecodable(report, results)
+    _undecodable(report, results, root)
     _modes(report, results)
     if places is not None:
-        _duplicates(report, results, places)
+        _duplicates(report, results, places, root)
     bad = sum(result.error is not None for result in results)
     report.add(INFO, f"{len(results) - bad:,} of {len(results):,} images decoded")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dmg_domainbed.datacheck.downloads import download_command
 from dmg_domainbed.datacheck.findings import ERROR, INFO, DatasetReport, DomainCount
-from dmg_domainbed.datasets.layouts import MNIST_IMAGES, MNIST_SIDE
+from dmg_domainbed.datasets.layouts import MNIST_FOLDER, MNIST_IMAGES, MNIST_SIDE
 
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
 CLASSES = 10
@@ -45,7 +45,7 @@ def _read_idx(path: Path, images: bool) -> tuple[int, bytes, str | None]:
 
 
 def check_mnist(report: DatasetReport, data_dir: Path) -> None:
-    raw = data_dir / "MNIST" / "raw"
+    raw = data_dir / MNIST_FOLDER / "raw"
     report.location = str(raw)
     fix = f"delete it and download MNIST again: {download_command(report.dataset, data_dir)}"
     missing = [name for name in mnist_files() if not (raw / name).is_file()]

@@ -77,4 +77,5 @@ def check_wilds(
             fix,
         )
     if not report.quick:
-        add_image_findings(report, decode_all(files, workers, f"{report.dataset}: decoding"))
+        decoded = decode_all(files, workers, f"{report.dataset}: decoding")
+        add_image_findings(report, decoded, release)

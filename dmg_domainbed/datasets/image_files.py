@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.datasets.within_root import changed_outside, outside_note
 
 
 def image_extensions() -> tuple[str, ...]:
@@ -105,9 +106,10 @@ def list_domain(folder: Path, name: str | None = None) -> DomainFiles:
     return domain
 
 
-def listing_problems(domain: DomainFiles) -> list[str]:
-    """What the listing of ``domain`` found that would stop a job or change what it trains on:
-    folders that cannot be read, links that make a loop. Each says how to fix it."""
+def listing_problems(domain: DomainFiles, root: Path) -> list[str]:
+    """What the listing of ``domain`` (a domain of the dataset in ``root``) found that would stop
+    a job or change what it trains on: folders that cannot be read, links that make a loop. Each
+    says how to fix it, with a command only where it changes nothing outside ``root``."""
     problems = []
     if domain.unreadable:
         problems.append(
@@ -119,11 +121,11 @@ def listing_problems(domain: DomainFiles) -> list[str]:
         real = (os.path.realpath(f) for files in domain.classes.values() for f in files)
         copies = Counter(path for path in real if path.startswith(target + os.sep))
         times = max(copies.values(), default=0)
+        remove = outside_note([link], root) if changed_outside(link, root) else f"rm '{link}'"
         problems.append(
             f"link {link} points back to {target}, a folder it lies in: DomainBed follows it "
             f"level after level and reads each of the {len(copies):,} image(s) below it {times} "
-            "times, which multiplies their class. Remove the link: "
-            f"rm '{link}'"
+            f"times, which multiplies their class. Remove the link: {remove}"
         )
     return problems
 

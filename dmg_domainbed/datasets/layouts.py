@@ -285,6 +285,8 @@ WILDS_LAYOUTS = {
 }
 
 MNIST_DATASETS = ("ColoredMNIST", "RotatedMNIST")
+# torchvision's MNIST folder under DomainBed's --data_dir; its raw files are those both read.
+MNIST_FOLDER = "MNIST"
 # torchvision's MNIST files: (images in the file, source). DomainBed pools both files.
 MNIST_IMAGES = {
     "train": (60_000, "LeCun, Cortes and Burges, the MNIST database: 60,000 training images"),

@@ -45,6 +45,7 @@ from dmg_domainbed.datasets.image_files import (
     subfolders,
 )
 from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.datasets.within_root import leaves_root
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule
 
@@ -54,9 +55,15 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 MANIFESTS_VARIABLE = "DMG_DOMAINBED_DATASETS"
-#: The hparam in which a manifest dataset records the domains it was built with, in order
-#: (:class:`dmg_domainbed.datasets.manifest_dataset.ManifestImageFolder`).
+#: The hparams in which a manifest dataset records what it was built from
+#: (``recorded_hparams`` of :class:`dmg_domainbed.datasets.manifest_dataset.ManifestImageFolder`),
+#: so that a run can be compared with its dataset of today: the domains, in order; the classes,
+#: in label order; each domain's number of images; a digest of every image's domain, path under
+#: the root and class.
 DOMAINS_HPARAM = "manifest_domains"
+CLASSES_HPARAM = "manifest_classes"
+IMAGES_HPARAM = "manifest_images"
+FILES_HPARAM = "manifest_files"
 CSV_COLUMNS = ("path", "label", "domain")
 # Input side -> the featurizer DomainBed's networks.Featurizer builds for it.
 INPUT_SIZES = {28: "MNIST_CNN", 32: "Wide_ResNet", 224: "ResNet"}
@@ -157,6 +164,11 @@ def _csv_rows(path: Path) -> list[tuple[int, dict[str, str | None]]]:
 def _complete(row: Mapping[str, str | None]) -> bool:
     """Whether a CSV row gives a path, a label and a domain (a short row leaves them None)."""
     return all((row.get(column) or "").strip() for column in CSV_COLUMNS)
+
+
+def _usable(row: Mapping[str, str | None], root: Path) -> bool:
+    """Whether a CSV row names a file of the dataset: complete, its path inside ``root``."""
+    return _complete(row) and not leaves_root(row["path"], root)
 
 
 def _visible(names: list[str]) -> list[str]:
@@ -308,8 +320,8 @@ def list_files(manifest: Manifest) -> list[DomainFiles]:
         return domains
     domains = {d: DomainFiles(d, manifest.root) for d in manifest.domains}
     for _, row in _csv_rows(manifest.csv):
-        domain = domains.get(row["domain"]) if _complete(row) else None
-        if domain is None:  # another domain's, or incomplete (csv_problems names it)
+        domain = domains.get(row["domain"]) if _usable(row, manifest.root) else None
+        if domain is None:  # another domain's, or a row csv_problems names
             continue
         path = str(manifest.root / row["path"])
         if os.path.isfile(path):
@@ -319,18 +331,41 @@ def list_files(manifest: Manifest) -> list[DomainFiles]:
     return list(domains.values())
 
 
+def _number(name: str) -> int | None:
+    """The whole number a class name writes (``7``, ``07``, `` 7``, ``-7``), else ``None``."""
+    try:
+        return int(name)
+    except ValueError:
+        return None
+
+
 def class_names(domains: list[DomainFiles]) -> list[str]:
-    """Every class of the dataset, in label order: sorted, numerically if all are numbers."""
+    """Every class of the dataset, in label order: sorted, numerically if all are numbers.
+
+    Names of one number (``1`` and ``01``) are ordered by the names themselves: the order is
+    total, so every process numbers the classes alike (a set's order, which a tie would keep,
+    changes with ``PYTHONHASHSEED``). :func:`file_problems` refuses such names anyway."""
     names = {name for domain in domains for name in domain.classes}
-    if all(name.strip().lstrip("-").isdigit() for name in names):
-        return sorted(names, key=int)
+    numbers = {name: _number(name) for name in names}
+    if None not in numbers.values():
+        return sorted(names, key=lambda name: (numbers[name], name))
     return sorted(names)
+
+
+def same_number_classes(classes: list[str]) -> list[list[str]]:
+    """Groups of class names that write one number in several ways (``1``, ``01``, `` 1``)."""
+    by_number = defaultdict(list)
+    for name in classes:
+        if (number := _number(name)) is not None:
+            by_number[number].append(name)
+    return [names for names in by_number.values() if len(names) > 1]
 
 
 def csv_problems(manifest: Manifest) -> list[str]:
     """Rows of a manifest's CSV that DomainBed would misread: a row without a path, a label or a
-    domain (left out), a file listed in several rows (read once per row: one image counted
-    twice, or under two labels). Empty for a manifest without a CSV."""
+    domain (left out), a path that leaves the root (left out: nothing outside the root is the
+    dataset's, and no fix may touch it), a file listed in several rows (read once per row: one
+    image counted twice, or under two labels). Empty for a manifest without a CSV."""
     if manifest.csv is None:
         return []
     rows = _csv_rows(manifest.csv)
@@ -342,9 +377,19 @@ def csv_problems(manifest: Manifest) -> list[str]:
             f"(line(s) {shortlist(incomplete)}): DomainBed would leave them out; give each "
             "row every field, or delete it"
         )
+    outside = [(line, row["path"]) for line, row in rows if _complete(row)]
+    outside = [(line, path) for line, path in outside if leaves_root(path, manifest.root)]
+    if outside:
+        listed = shortlist([f"line {line}: {path}" for line, path in outside], separator="; ")
+        problems.append(
+            f"{manifest.csv}: {len(outside)} row(s) whose path leaves the root {manifest.root} "
+            f"({listed}): a manifest's dataset is what its root holds, and its paths are "
+            "relative to it; move those files under the root and give their paths from there, "
+            "or set root to a folder that holds every file"
+        )
     rows_of = defaultdict(list)
     for line, row in rows:
-        if _complete(row):
+        if _usable(row, manifest.root):
             rows_of[os.path.normpath(manifest.root / row["path"])].append((line, row))
     repeated = [(path, listed) for path, listed in rows_of.items() if len(listed) > 1]
     for path, listed in repeated[:SHOWN_REPEATS]:
@@ -375,9 +420,22 @@ def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
     Each says what was found and how to fix it."""
     problems = csv_problems(manifest)
     classes = class_names(domains)
+    for names in same_number_classes(classes):
+        written = " and ".join(repr(name) for name in names)
+        fix = (
+            f"write each label one way in every row of {manifest.csv}"
+            if manifest.csv
+            else "keep one folder of each class in every domain (move the images of the others "
+            "into it)"
+        )
+        problems.append(
+            f"{manifest.name} ({manifest.path}): classes {written} write the same number "
+            f"{_number(names[0])}: DomainBed would train them as {len(names)} classes with "
+            f"labels of their own; {fix}"
+        )
     for domain in domains:
         where = f"domain {domain.name!r} of {manifest.name} ({manifest.path})"
-        problems += [f"{where}: {problem}" for problem in listing_problems(domain)]
+        problems += [f"{where}: {problem}" for problem in listing_problems(domain, manifest.root)]
         if domain.missing:
             shown = shortlist(domain.missing, 3)
             problems.append(

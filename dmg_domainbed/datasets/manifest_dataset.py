@@ -9,16 +9,21 @@ DomainBed's ``SMALL_IMAGES``) and its image augmentation for training domains wh
 labels number the classes of all domains together; ``--data_dir`` is not read (the manifest
 names its root); and the images are resized to the manifest's input side instead of 224.
 
-A manifest can change between training and reporting (domains reordered, renamed or added). So
-that a run's numbers are never shown under another domain's name, the dataset records the
-domains it was built with in the run's hparams (``hparams["manifest_domains"]``, declared by
-``recorded_hparams``, see :mod:`dmg_domainbed.hparams.recorded`): DomainBed's ``train.py``
-writes that dict into every record of ``results.jsonl`` and into ``model.pkl``, and ``report``
-and ``evaluate`` compare it with the manifest of today.
+A manifest's data can change between training and reporting (domains reordered, renamed or
+added; classes renamed or added; images added or removed). So that a run's numbers are never shown
+under another domain's name, nor its model scored on other classes or other splits, the dataset
+records what it was built from in the run's hparams (``recorded_hparams``, see
+:mod:`dmg_domainbed.hparams.recorded`): its domains, and, written as it reads its files, its
+classes, images per domain and a digest of its files (:func:`data_facts`). DomainBed's
+``train.py`` writes that dict into every record of ``results.jsonl`` and into ``model.pkl``;
+every command that reads runs compares the domains with the manifest of today, and every command
+that rebuilds a run's data compares the rest with what it rebuilt (:mod:`dmg_domainbed.runs`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,8 +32,13 @@ from torch.utils.data import Dataset
 from torchvision import transforms
 from torchvision.datasets.folder import default_loader
 
+from dmg_domainbed.datacheck.batch_fit import batch_findings, training_holdout_fraction
+from dmg_domainbed.datasets.image_files import DomainFiles
 from dmg_domainbed.datasets.manifest import (
+    CLASSES_HPARAM,
     DOMAINS_HPARAM,
+    FILES_HPARAM,
+    IMAGES_HPARAM,
     Manifest,
     class_names,
     file_problems,
@@ -83,8 +93,10 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
 
     @classmethod
     def recorded_hparams(cls) -> dict[str, Any]:
-        """What a run on the dataset records in its hparams: the manifest's domains, in order."""
-        return {DOMAINS_HPARAM: list(cls.MANIFEST.domains)}
+        """What a run on the dataset records in its hparams: the manifest's domains, in order,
+        and what only its files tell, written as it is built (:func:`data_facts`)."""
+        known_once_built = dict.fromkeys((CLASSES_HPARAM, IMAGES_HPARAM, FILES_HPARAM))
+        return {DOMAINS_HPARAM: list(cls.MANIFEST.domains), **known_once_built}
 
     def __init__(self, root, test_envs, hparams) -> None:
         manifest = self.MANIFEST
@@ -92,7 +104,9 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
         problems = file_problems(manifest, domains)
         if problems:
             raise UserError("\n".join(problems))
+        refuse_short_domains(manifest, domains, test_envs, hparams)
         self.classes = class_names(domains)
+        hparams.update(data_facts(manifest, domains, self.classes))
         label = {name: i for i, name in enumerate(self.classes)}
         plain, augmented = image_transforms(manifest.input_size)
         self.datasets = []
@@ -104,6 +118,42 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
             self.datasets.append(LabelledImages(samples, augmented if augment else plain))
         self.input_shape = manifest.input_shape
         self.num_classes = len(self.classes)
+
+
+def data_facts(
+    manifest: Manifest, domains: list[DomainFiles], classes: list[str]
+) -> dict[str, Any]:
+    """What the dataset records of its files in a run's hparams: its classes in label order,
+    each domain's number of images, and a digest of every image's domain, path under the root
+    and class, in the order the dataset reads them. Paths are relative to the root: a copy of
+    the dataset in another folder gives the same."""
+    digest = hashlib.sha256()
+    for domain in domains:
+        for name in classes:
+            for path in domain.classes[name]:
+                line = f"{domain.name}\t{os.path.relpath(path, manifest.root)}\t{name}\n"
+                digest.update(line.encode())
+    return {
+        CLASSES_HPARAM: list(classes),
+        IMAGES_HPARAM: [domain.images for domain in domains],
+        FILES_HPARAM: digest.hexdigest()[:16],
+    }
+
+
+def refuse_short_domains(manifest: Manifest, domains, test_envs, hparams) -> None:
+    """:class:`UserError` when DomainBed's ``train.py`` builds the dataset and a training domain
+    cannot fill one batch: its loader would wait for ever (the rule of the data check,
+    :mod:`dmg_domainbed.datacheck.batch_fit`). Only ``train.py`` draws training batches, and
+    only there is ``holdout_fraction`` known; a class-balanced sampler draws a whole batch
+    from any domain."""
+    holdout_fraction = training_holdout_fraction()
+    if holdout_fraction is None or hparams.get("class_balanced"):
+        return
+    trained = [(d.name, d.images) for i, d in enumerate(domains) if i not in test_envs]
+    source = "the run's hparam batch_size"
+    short = batch_findings(manifest.name, trained, hparams["batch_size"], holdout_fraction, source)
+    if short:
+        raise UserError("\n".join(str(finding) for finding in short))
 
 
 def dataset_class(manifest: Manifest) -> type[ManifestImageFolder]:

@@ -3,10 +3,12 @@
 DomainBed's ``train.py`` writes the hparams dict into every record of ``results.jsonl`` and into
 ``model.pkl``, so a dataset that records a fact there (a manifest dataset its domains, in order)
 makes it part of the run. A dataset declares what it records with a classmethod
-``recorded_hparams()`` giving ``{name: value}`` from the class alone (no data read);
-:func:`record` writes them when the dataset is built (:mod:`dmg_domainbed.integration`), the
-preflight adds them to the hparams it checks, and the names rule (:mod:`.names`) knows them, so
-the algorithm that is then built with those hparams accepts them.
+``recorded_hparams()`` giving ``{name: value}`` from the class alone (no data read); a value
+only its files tell (a manifest dataset's classes) is declared ``None`` and written by the
+dataset's ``__init__`` as it reads them. :func:`record` writes them when the dataset is built
+(:mod:`dmg_domainbed.integration`), the preflight adds them to the hparams it checks, and the
+names rule (:mod:`.names`) knows them, so the algorithm that is then built with those hparams
+accepts them.
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ def recorded_hparams(dataset_class: type | None) -> dict[str, Any]:
 def record(dataset_class: type, hparams: MutableMapping[str, Any]) -> None:
     """Write what ``dataset_class`` records into ``hparams``; :class:`UserError` when
     ``hparams`` already give one of those names another value (the dataset would replace it,
-    so the run would not have it)."""
+    so the run would not have it). A value only the files tell (declared ``None``) is left to
+    the dataset, which writes it as it reads them, over whatever is there."""
     recorded = recorded_hparams(dataset_class)
     for name, value in recorded.items():
+        if value is None:
+            hparams.setdefault(name, None)
+            continue
         if name in hparams and hparams[name] != value:
             raise UserError(
                 f"hparam {name!r} = {json.dumps(hparams[name])} was given, but {name!r} is "
@@ -38,4 +44,4 @@ def record(dataset_class: type, hparams: MutableMapping[str, Any]) -> None:
                 f"({json.dumps(value)}): it is not a setting. Remove it from --hparams (or "
                 "the sweep file)."
             )
-    hparams.update(recorded)
+        hparams[name] = value

@@ -11,7 +11,8 @@ seen here through :class:`ResolvedSweep`) and asks, in this order:
 3. the networks: each of this package's algorithms is built cheaply with those hparams
    (:func:`~dmg_domainbed.preflight.networks.check_network`), so that a value only its network
    can refute stops the sweep here;
-4. this machine: the output folder can be made, ``python`` is on the launcher's ``PATH``, the
+4. this machine: the output folder can be made and lies outside every dataset's folder
+   (:func:`check_apart_from_data`), ``python`` is on the launcher's ``PATH``, the
    data and the pretrained weights are there (:func:`~dmg_domainbed.preflight.requirements.
    missing_for`, on the hparams of step 2) and the launcher's own ``check(environ)`` passes.
 
@@ -32,8 +33,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dmg_domainbed.datacheck.batch_fit import sweep_batch
+from dmg_domainbed.datacheck.data_check import dataset_folders, registered_manifests
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.folders import check_creatable, check_outside
 from dmg_domainbed.launchers.common import as_launcher
 from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.preflight.networks import check_network
@@ -168,6 +170,7 @@ def check_ready(
     from domainbed import command_launchers
 
     check_creatable(Path(sweep.output_dir), "the sweep's output_dir")
+    check_apart_from_data(Path(sweep.output_dir), sweep.data_dir)
     if shutil.which("python", path=env.get("PATH")) is None:
         raise UserError(
             "no `python` on PATH: DomainBed's sweep starts every job as "
@@ -196,3 +199,21 @@ def check_ready(
         return f"{launcher}: {described}" if described else launcher
     except UserError as error:
         raise UserError(f"launcher {launcher}: {error}") from None
+
+
+def check_apart_from_data(output_dir: Path, data_dir: str) -> None:
+    """:class:`UserError` if the sweep's ``output_dir`` is, or lies inside, the folder of a
+    dataset: a manifest's root (any registered one), or the folder under ``data_dir`` of one of
+    DomainBed's datasets with files. DomainBed takes every folder in a folder of domains (and in
+    a domain) for a domain (a class), so the job folders would become part of the data."""
+    folders = dataset_folders(data_dir)
+    folders.update({name: manifest.root for name, manifest in registered_manifests().items()})
+    for dataset, folder in folders.items():
+        check_outside(
+            output_dir,
+            [folder],
+            "the sweep's output_dir",
+            f"{dataset} dataset",
+            "an output_dir",
+            why=": job folders written in it would be read as the dataset's domains or classes",
+        )

@@ -62,10 +62,10 @@ def evaluate_run(
 
     on = device or run_files.device()
     model_file = None if step is None else run_files.checkpoint_models(run)[step]
-    algorithm = run_files.load_algorithm(run, on, model_file)
     # The held-out images as they are (Table 3), never with the training augmentation; what
     # train.py logged is then comparable only where it did not augment them either.
     dataset = run_files.load_dataset(run, data_dir, augment=False)
+    algorithm = run_files.load_algorithm(run, on, model_file, dataset)
     comparable = not run_files.augmented_evaluation(run)
     environments = type(dataset).ENVIRONMENTS
     splits = run_files.rebuild_splits(dataset, run.args)

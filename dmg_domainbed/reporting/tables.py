@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable
+from dmg_domainbed.folders import check_creatable, check_outside
 from dmg_domainbed.reporting.jobs import SweepJobs, read_jobs
 
 AVERAGE = "Avg"
@@ -374,17 +374,6 @@ def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
                     "overwrite. Give another folder, or make that file writable."
                 )
     return output_dir
-
-
-def check_outside(output: Path, inputs, name: str, read: str, choose: str) -> None:
-    """:class:`UserError` if ``output`` (``name``) is or lies inside a folder of ``inputs``
-    (``read`` folders, which are only read): choose another (``choose``) outside it."""
-    for folder in inputs:
-        if output.resolve() == folder.resolve() or folder.resolve() in output.resolve().parents:
-            raise UserError(
-                f"{name} '{output}' lies inside the {read} folder '{folder}', which is only "
-                f"read. Choose {choose} outside it."
-            )
 
 
 def sections_markdown(sections: list[tuple[str, pd.DataFrame]], index_label: str = "") -> str:

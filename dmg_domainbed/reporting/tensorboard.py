@@ -18,8 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable
-from dmg_domainbed.reporting.tables import check_outside
+from dmg_domainbed.folders import check_creatable, check_outside
 from dmg_domainbed.runs import RESULTS_FILE, read_records, run_folders
 
 OPTION = "--tensorboard"

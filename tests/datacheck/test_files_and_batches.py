@@ -4,15 +4,20 @@ small for a batch, and long findings told in a line."""
 
 import errno
 import os
+import re
+import shutil
 
 import numpy as np
 import pytest
+from domainbed import hparams_registry
 from PIL import Image
 
 from dmg_domainbed.datacheck.batch_fit import Batch
 from dmg_domainbed.datacheck.data_check import check_dataset
 from dmg_domainbed.datacheck.findings import ERROR, WARNING
 from dmg_domainbed.datasets.manifest import load_manifest
+from dmg_domainbed.datasets.manifest_dataset import dataset_class
+from dmg_domainbed.errors import UserError
 
 from ..datasets.conftest import write_domains
 from ..helpers import cli
@@ -156,3 +161,63 @@ def test_many_copies_are_one_short_finding_with_a_count(tmp_path):
     assert message.startswith("30 files of same content in several classes: ")
     assert "and 25 more" in message and message.count("rm '") == 4
     assert len(message) < 2_000
+
+
+def suggested_removals(out):
+    """The paths the data check's fixes would ``rm``."""
+    return re.findall(r"rm '([^']+)'", out)
+
+
+def test_csv_paths_that_leave_the_root_are_refused_and_never_removed(tmp_path):
+    """A relative path climbing out with ``../`` and an absolute path to a system file: neither
+    is the dataset's; the rows are named, no fix touches the files."""
+    root = write_domains(tmp_path / "data" / "images", domains=("a", "b"), per_class=20)
+    system = tmp_path / "system.conf"
+    system.write_text("secret = 1\n")
+    Image.new("RGB", (8, 8)).save(tmp_path / "elsewhere.png")
+    rows = ["path,label,domain"]
+    rows += [f"{d}/{c}/{i}.png,{c},{d}" for d in "ab" for c in ("cat", "dog") for i in range(20)]
+    rows += ["../../elsewhere.png,cat,a", f"{system},dog,b", "a/cat/../../../../system.conf,cat,b"]
+    (tmp_path / "data" / "labels.csv").write_text("\n".join(rows) + "\n")
+    manifest = tmp_path / "data" / "listed.toml"
+    manifest.write_text('name = "Listed"\nroot = "images"\ncsv = "labels.csv"\n')
+    code, out, _ = cli("data", "check", "--manifest", str(manifest))
+    assert code == 1 and "NOT READY" in out
+    assert (
+        f"{tmp_path / 'data' / 'labels.csv'}: 3 row(s) whose path leaves the root {root} "
+        f"(line 82: ../../elsewhere.png; line 83: {system}; line 84: "
+        "a/cat/../../../../system.conf)"
+    ) in out
+    assert "80 of 80 images decoded" in out  # the rows outside the root are not read
+    assert suggested_removals(out) == [] and system.is_file()
+    with pytest.raises(UserError, match=r"3 row\(s\) whose path leaves the root"):
+        dataset_class(load_manifest(manifest))(
+            None, [0], hparams_registry.default_hparams("ERM", "PACS")
+        )
+
+
+def test_no_fix_removes_a_file_of_a_class_folder_linked_to_shared_storage(tmp_path):
+    """north's and west's cat folders are links to one shared folder, south's holds a copy of one
+    of its images: the copies found are the same files reached twice, and a copy inside the
+    root. Only that copy may be deleted; a broken shared image and a loop there get no command."""
+    manifest = dataset(tmp_path)
+    images, shared = tmp_path / "images", tmp_path / "shared" / "cat"
+    shared.parent.mkdir()
+    (images / "north" / "cat").rename(shared)
+    (images / "north" / "cat").symlink_to(shared)
+    shutil.rmtree(images / "west" / "cat")
+    (images / "west" / "cat").symlink_to(shared)
+    shutil.copy(shared / "0.png", images / "south" / "cat" / "copy.png")
+    (shared / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(40))
+    code, out, _ = cli("data", "check", "--manifest", str(manifest))
+    assert code == 1
+    assert suggested_removals(out) == [str(images / "south" / "cat" / "copy.png")]
+    assert (
+        f"{images / 'north' / 'cat' / 'broken.png'} lie(s) outside {images}, reached through a "
+        "link: no command is given"
+    ) in out
+    assert "reach(es) a file named before through a link, not a copy" in out
+    (shared / "loop").symlink_to(".")
+    report = check(manifest)
+    (loop,) = [m for m in messages(report) if f"link {images / 'north' / 'cat' / 'loop'}" in m]
+    assert "outside" in loop and suggested_removals(loop) == []

@@ -3,17 +3,26 @@ with DomainBed's image hparams and augmentation; a bad manifest is refused with 
 and how to fix it."""
 
 import pickle
+import re
+from pathlib import Path
 
 import pytest
 import torch
 from domainbed import algorithms, datasets, hparams_registry
 
-from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, load_manifest, read_manifests
+from dmg_domainbed.datasets.image_files import DomainFiles
+from dmg_domainbed.datasets.manifest import (
+    MANIFESTS_VARIABLE,
+    class_names,
+    load_manifest,
+    read_manifests,
+)
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.sweep import config
 
-from ..helpers import cli
+from ..helpers import cli, machine_check, snapshot
 from .conftest import DOMAINS, write_domains
 
 
@@ -79,7 +88,9 @@ def test_the_preflight_checks_the_hparams_the_algorithm_is_built_with(manifest, 
     overrides = {"lambda_overlap": 0.5}
     built_with = hparams_registry.default_hparams("DMG", "MyData") | overrides
     datasets.get_dataset_class("MyData")(None, [0], built_with)
-    assert effective_hparams("DMG", "MyData", overrides) == built_with
+    # What only the files tell (classes, counts, their digest) is known once they are read.
+    from_files = {"manifest_classes": None, "manifest_images": None, "manifest_files": None}
+    assert effective_hparams("DMG", "MyData", overrides) == built_with | from_files
     # A run cannot set what the dataset records: the dataset would replace it.
     with pytest.raises(UserError, match="'manifest_domains' is recorded by dataset MyData"):
         effective_hparams("DMG", "MyData", {"manifest_domains": ["south", "north", "west"]})
@@ -262,3 +273,80 @@ def test_a_csv_row_with_missing_fields_is_named(tmp_path):
         f"{csv_file}: 2 row(s) without a path, a label or a domain (line(s) 82, 83): DomainBed "
         "would leave them out"
     ) in out
+
+
+def test_classes_of_one_number_are_ordered_alike_in_every_process():
+    """``1`` and ``01`` tie in a numeric sort: the names break the tie, whatever the order of
+    the set they come from (which changes with PYTHONHASHSEED)."""
+    names = ["1", "01", "001", "0001", "00001", "000001", "02", "2", "10"]
+    domain = DomainFiles("a", Path("a"), classes={name: [] for name in names})
+    expected = ["000001", "00001", "0001", "001", "01", "1", "02", "2", "10"]
+    assert class_names([domain]) == expected
+    assert class_names([DomainFiles("b", Path("b"), classes=dict.fromkeys(names[::-1]))]) == (
+        expected
+    )
+
+
+def test_labels_that_write_one_number_twice_are_refused(tmp_path, registered):
+    """A spreadsheet that drops a leading zero makes ``01`` and ``1`` two classes."""
+    write_domains(tmp_path / "images", domains=("a", "b"), classes=("x", "y"), per_class=20)
+    rows = ["path,label,domain"]
+    rows += [
+        f"{d}/{c}/{i}.png,{'1' if c == 'x' else '01'},{d}"
+        for d in "ab"
+        for c in "xy"
+        for i in range(20)
+    ]
+    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+    file = write_manifest(tmp_path, 'name = "Listed"\nroot = "images"\ncsv = "labels.csv"\n')
+    code, out, _ = cli("data", "check", "--manifest", str(file), "--quick")
+    assert code == 1 and "NOT READY" in out
+    assert (
+        f"Listed ({file}): classes '01' and '1' write the same number 1: DomainBed would train "
+        f"them as 2 classes with labels of their own; write each label one way in every row of "
+        f"{tmp_path / 'labels.csv'}"
+    ) in out
+    registered(file)
+    with pytest.raises(UserError, match="classes '01' and '1' write the same number 1"):
+        datasets.get_dataset_class("Listed")(
+            None, [0], hparams_registry.default_hparams("ERM", "Listed")
+        )
+
+
+def test_a_sweep_into_a_dataset_s_folder_or_the_file_system_s_root_is_refused(
+    manifest, registered, tmp_path
+):
+    """Job folders in a folder of domains would be domains (in a domain, classes); a sweep into
+    ``/`` would spread its job folders among the system's. Refused before anything is written."""
+    registered(manifest)
+    images, data = manifest.parent / "images", tmp_path / "data"
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(
+        '[sweep]\nalgorithms = ["ERM"]\ndatasets = ["MyData"]\nn_hparams = 1\nn_trials = 1\n'
+        "single_test_envs = true\n[sweep.hparams]\nbatch_size = 8\n"
+    )
+    refusals = {
+        images: f"lies inside the MyData dataset folder '{images}', which is only read: job "
+        "folders written in it would be read as the dataset's domains or classes",
+        images / "north" / "runs": "lies inside the MyData dataset folder",
+        data / "PACS" / "sweep": f"lies inside the PACS dataset folder '{data / 'PACS'}'",
+        Path("/"): "the sweep's output_dir '/' is the root of the file system",
+    }
+    for output, message in refusals.items():
+        sweep = config.read_sweep(sweep_file, str(data), str(output))
+        with pytest.raises(UserError, match=re.escape(message)):
+            machine_check(sweep)
+    assert machine_check(config.read_sweep(sweep_file, str(data), str(data / "sweep")))
+    before = snapshot(images)
+    code, _, err = cli(
+        "sweep",
+        str(sweep_file),
+        "--data_dir",
+        str(data),
+        "--output_dir",
+        str(images),
+        "--launcher",
+        "local",
+    )
+    assert code == 2 and refusals[images] in err
+    assert snapshot(images) == before and sorted(p.name for p in images.iterdir()) == list(DOMAINS)

@@ -6,6 +6,7 @@ weights."""
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -90,6 +91,10 @@ def test_train_py_in_a_new_process_started_in_another_folder(trained_run):
     assert [r["step"] for r in records] == [0, 2]  # the manifest's steps and checkpoint_freq
     assert records[0]["args"]["dataset"] == "TinyDomains"
     assert all(r["hparams"]["manifest_domains"] == ["indoor", "outdoor"] for r in records)
+    # What the dataset was built from, for commands that rebuild it later to compare with.
+    recorded = records[-1]["hparams"]
+    assert (recorded["manifest_classes"], recorded["manifest_images"]) == (["cat", "dog"], [12, 12])
+    assert re.fullmatch("[0-9a-f]{16}", recorded["manifest_files"])
     assert (trained_run / "done").is_file()
 
 
@@ -110,3 +115,86 @@ def test_a_run_is_refused_once_its_manifest_reorders_the_domains(
         assert "trained on the domains indoor, outdoor of TinyDomains" in message, command
         assert "its manifest lists outdoor, indoor today" in message, command
     assert not (tmp_path / "r").exists() and not (tmp_path / "e").exists()
+
+
+def test_train_py_refuses_a_domain_smaller_than_one_batch_instead_of_waiting_for_ever(
+    manifest, tmp_path
+):
+    """12 images a domain, half held out (train.py's --holdout_fraction 0.5): 6 to train on,
+    fewer than a batch of 8 (with DomainBed's default 0.2 they would be 10, enough). DomainBed's
+    loader would drop the incomplete batch and wait for ever; the test domain trains on none."""
+    args = ["--dataset", "TinyDomains", "--algorithm", "ERM", "--test_envs", "1"]
+    args += ["--output_dir", str(tmp_path / "run"), "--holdout_fraction", "0.5"]
+    args += ["--hparams", '{"batch_size": 8}']
+    env = environment(manifest)
+    refused = run_domainbed("train", *args, cwd=tmp_path, env=env, check=False, timeout=300)
+    assert refused.returncode != 0
+    printed = refused.stdout + refused.stderr  # train.py tees stderr into stdout
+    assert (
+        "domain 'indoor' of TinyDomains trains on 6 images (12 less 6 held out, holdout_fraction "
+        "0.5): fewer than one batch of 8 (the run's hparam batch_size)"
+    ) in printed
+    assert "lower the hparam batch_size to at most 6" in printed
+    assert "domain 'outdoor'" not in printed
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def rename_class(images):
+    for domain in images.iterdir():
+        (domain / "cat").rename(domain / "zebra")
+
+
+def add_class(images):
+    for domain in images.iterdir():
+        shutil.copytree(domain / "cat", domain / "owl")
+
+
+def add_image(images):
+    shutil.copy(images / "indoor" / "cat" / "0.png", images / "indoor" / "cat" / "copy.png")
+
+
+def swap_image(images):
+    (images / "outdoor" / "dog" / "0.png").rename(images / "outdoor" / "dog" / "new.png")
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        pytest.param(None, None, id="unedited"),
+        pytest.param(
+            rename_class,
+            "it trained on the classes cat, dog (in label order), the dataset has dog, zebra today",
+            id="class renamed",
+        ),
+        pytest.param(add_class, "the dataset has cat, dog, owl today", id="class added"),
+        pytest.param(
+            add_image,
+            "its domains held indoor 12, outdoor 12 images, today indoor 13, outdoor 12",
+            id="image added",
+        ),
+        pytest.param(
+            swap_image,
+            "the same classes and numbers of images, but other image files or labels",
+            id="image renamed",
+        ),
+    ],
+)
+def test_a_run_is_refused_once_its_classes_or_images_change(
+    manifest, trained_run, tmp_path, registered, edit, message
+):
+    """The run's data copied elsewhere evaluates as it was; edited, it is refused before its
+    model is scored on other classes or other splits (a renamed class would swap the labels)."""
+    images = tmp_path / "images"
+    shutil.copytree(manifest.parent / "images", images)
+    copy = tmp_path / "tiny.toml"
+    copy.write_text(manifest.read_text().replace('root = "images"', f'root = "{images}"'))
+    registered(copy)
+    if edit is not None:
+        edit(images)
+    output = tmp_path / "evaluated"
+    code, _, err = cli("evaluate", "--run_dir", str(trained_run), "--output_dir", str(output))
+    if edit is None:
+        assert code == 0, err
+        return
+    assert code == 2 and f"'{trained_run}' holds a run of TinyDomains whose data changed" in err
+    assert message in err and not output.exists()

@@ -5,6 +5,7 @@ pictures work on the runs."""
 
 import json
 import math
+import shutil
 
 import pandas as pd
 import pytest
@@ -145,3 +146,44 @@ def test_mask_pictures_of_conv_masks(image_runs, offline_caches, tmp_path):
     code, _, _ = cli("masks", "--run_dir", str(run), "--output_dir", str(tmp_path / "importance"))
     assert code == 0
     assert (tmp_path / "importance" / "masks.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_evaluate_refuses_a_copy_of_domainbed_s_dataset_that_changed(
+    image_runs, image_path, offline_caches, tmp_path
+):
+    """DomainBed's records tell how many classes a run's model predicts (model.pkl) and how
+    large its smallest training split was (train.py's epoch at a step after 0): a copy of the
+    data that differs in either is refused before the model is scored on it. The ImportanceMask
+    run logged a second step; DomainNet's 3 images a domain, half held out, train on 2."""
+    run = image_runs[("resnet18", "ImportanceMask")]
+    source = image_path.data_dir / "domain_net"
+
+    def copy(name):
+        shutil.copytree(source, tmp_path / name / "domain_net")
+        return tmp_path / name / "domain_net"
+
+    fewer = copy("fewer")  # one image less in one domain: 1 to train on there
+    (clipart,) = [c for c in (fewer / "clipart").iterdir() if len(list(c.iterdir())) > 1]
+    next(clipart.iterdir()).unlink()
+    more = copy("more")  # a third class, an image in every domain
+    for domain in more.iterdir():
+        if domain.is_dir():
+            (domain / "zigzag").mkdir()
+            shutil.copy(next(domain.rglob("*.jpg")), domain / "zigzag" / "one.jpg")
+    expected = {
+        fewer: "its smallest training split (train.py's in-split) held 2 images, today 1",
+        more: "predicts 2 classes from inputs of shape (3, 224, 224); the dataset gives 3 classes",
+    }
+    for data, message in expected.items():
+        output = tmp_path / f"evaluated_{data.parent.name}"
+        code, _, err = cli(
+            "evaluate",
+            "--run_dir",
+            str(run),
+            "--data_dir",
+            str(data.parent),
+            "--output_dir",
+            str(output),
+        )
+        assert code == 2 and "whose data changed since it trained" in err and message in err
+        assert not output.exists()
