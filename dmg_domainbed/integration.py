@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import traceback
 from collections.abc import Container
@@ -57,20 +58,52 @@ _MARK = "__dmg_domainbed_registered__"
 LOADER_WORKERS_VARIABLE = "DMG_DOMAINBED_LOADER_WORKERS"
 
 
+#: The distribution whose entry points name this package's own components.
+OWN_DISTRIBUTION = "dmg-domainbed"
+
+
+def _distribution(entry_point: metadata.EntryPoint) -> str | None:
+    """The normalised name of the distribution that declares ``entry_point`` (PEP 503)."""
+    dist = getattr(entry_point, "dist", None)
+    name = getattr(dist, "name", None)
+    return re.sub(r"[-_.]+", "-", name).lower() if name else None
+
+
 @functools.cache
 def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
-    """The installed entry points of ``group`` by name; a name claimed twice keeps the first."""
+    """The installed entry points of ``group`` by name.
+
+    A name claimed by this package and by another keeps this package's, wherever the other
+    stands on ``sys.path``: a third-party ``DMG`` must not run under this package's name (as
+    DomainBed's own names are kept by :func:`_add_to_namespace`). A name two other packages
+    claim keeps the first on ``sys.path``. Each refused entry point is reported once.
+    """
     found: dict[str, metadata.EntryPoint] = {}
     for entry_point in metadata.entry_points(group=group):
-        if entry_point.name in found and found[entry_point.name].value != entry_point.value:
-            report_once(
-                f"entry point '{entry_point.name}' of group '{group}' is declared twice "
-                f"('{found[entry_point.name].value}' and '{entry_point.value}'); "
-                "using the first. Uninstall one of the two packages."
-            )
+        kept = found.setdefault(entry_point.name, entry_point)
+        if kept is entry_point or kept.value == entry_point.value:
             continue
-        found.setdefault(entry_point.name, entry_point)
+        if _distribution(entry_point) == OWN_DISTRIBUTION:
+            found[entry_point.name] = entry_point
+            kept, entry_point = entry_point, kept
+        _report_refused(group, kept, entry_point)
     return found
+
+
+def _report_refused(group: str, kept: metadata.EntryPoint, refused: metadata.EntryPoint) -> None:
+    name, other = refused.name, _distribution(refused) or "an installed package"
+    if _distribution(kept) == OWN_DISTRIBUTION:
+        report_once(
+            f"entry point '{name} = {refused.value}' of group '{group}' (from {other}) is not "
+            f"registered: '{name}' is {OWN_DISTRIBUTION}'s own ('{kept.value}'), which every "
+            f"command keeps. Rename the entry point in {other}."
+        )
+        return
+    report_once(
+        f"entry point '{name}' of group '{group}' is declared twice ('{kept.value}' from "
+        f"{_distribution(kept)} and '{refused.value}' from {other}); using the first. "
+        "Uninstall one of the two packages."
+    )
 
 
 _loaded: dict[tuple[str, str], Any | None] = {}
