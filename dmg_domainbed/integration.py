@@ -109,6 +109,8 @@ def _report_refused(group: str, kept: metadata.EntryPoint, refused: metadata.Ent
 _loaded: dict[tuple[str, str], Any | None] = {}
 # The exception each entry point that could not be loaded raised, with its traceback.
 _failures: dict[tuple[str, str], BaseException] = {}
+# Entry points whose failures the caller that asked for them shows (see load).
+_shown_by_caller: set[tuple[str, str]] = set()
 # Entry points whose load is under way: importing the plugin may import DomainBed, whose
 # registration asks for the same entry point again.
 _loading: set[tuple[str, str]] = set()
@@ -136,8 +138,10 @@ def _running_top_level_code(module_name: str) -> bool:
     return False
 
 
-def load(group: str, name: str) -> Any | None:
-    """Load one entry point; a failure is reported once and gives ``None``.
+def load(group: str, name: str, report: bool = True) -> Any | None:
+    """Load one entry point; a failure is reported once and gives ``None``. With ``report``
+    false the caller shows the failure itself: this entry point's failures are not reported
+    in this process from then on.
 
     A plugin module that imports DomainBed triggers registration while it (or a module of its
     package) is still being imported; its entry point then gives ``None`` for now, unreported. An
@@ -145,6 +149,8 @@ def load(group: str, name: str) -> Any | None:
     (perhaps half-way) is not kept as final: a later call tries again.
     """
     key = (group, name)
+    if not report:
+        _shown_by_caller.add(key)
     if key in _loaded:
         return _loaded[key]
     if key in _loading:
@@ -172,11 +178,12 @@ def _failed(key: tuple[str, str], entry_point, error: Exception, retry: bool) ->
     _failures[key] = error
     group, name = key
     dist = getattr(entry_point.dist, "name", "an installed package")
-    report_once(
-        f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
-        f"from {dist}): {type(error).__name__}: {error}. DomainBed and the other plugins "
-        f"still work; fix or uninstall {dist} to use '{name}'."
-    )
+    if key not in _shown_by_caller:
+        report_once(
+            f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
+            f"from {dist}): {type(error).__name__}: {error}. DomainBed and the other plugins "
+            f"still work; fix or uninstall {dist} to use '{name}'."
+        )
     if not retry:
         _loaded[key] = None
     return None
