@@ -104,6 +104,17 @@ def test_structure_mistakes(text, message, tmp_path):
             r"unknown .* Valid layer names: featurizer, featurizer.input, ",
         ),
         (
+            BASE + '[sweep.algorithm_hparams.DMG]\nmask_layers = ["classifier", "classifier"]\n',
+            "mask_layers' = \\['classifier', 'classifier'\\] is not valid: it names 'classifier' "
+            "more than once: give each layer once",
+        ),
+        (
+            BASE.replace('"DMG"', '"ImportanceMask"')
+            + "[sweep.algorithm_hparams.ImportanceMask]\n"
+            + 'importance_layers = ["classifier", "featurizer", "classifier"]\n',
+            "importance_layers' = .* is not valid: it names 'classifier' more than once",
+        ),
+        (
             BASE + '[launcher]\nname = "slurm"\n',
             "unknown launcher 'slurm'; .*local_parallel.*submitit",
         ),
