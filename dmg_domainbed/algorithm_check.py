@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.rules import with_article
 
 DEBUG_DATASETS = ("Debug28", "Debug224")
 BATCH_SIZE = 8  # images per domain, as DomainBed's test_models
@@ -235,7 +236,7 @@ def _import(name: str, cls: Any):
     if isinstance(cls, type) and issubclass(cls, Algorithm):
         return cls, _finding("import", True, f"{cls.__module__}.{cls.__qualname__}")
     entry_point = integration.entry_points(integration.ALGORITHM_GROUP)[name]
-    kind = "a class" if isinstance(cls, type) else f"a {type(cls).__name__}"
+    kind = "a class" if isinstance(cls, type) else with_article(type(cls).__name__)
     return None, _finding(
         "import",
         False,

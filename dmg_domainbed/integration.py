@@ -50,6 +50,7 @@ from types import ModuleType
 from typing import Any
 
 from dmg_domainbed.errors import SCRIPT_ERROR_PREFIX, UserError, report_once
+from dmg_domainbed.rules import with_article
 
 ALGORITHM_GROUP = "domainbed.algorithms"
 DATASET_GROUP = "domainbed.datasets"
@@ -234,7 +235,7 @@ def _add_to_namespace(module: ModuleType, names: list[str], group: str, what: st
         if existing is not None and existing is not obj:
             report_once(
                 f"plugin {what} '{name}' (group '{group}') is not registered: DomainBed "
-                f"already has a {what} of that name. Rename the entry point."
+                f"already has {with_article(what)} of that name. Rename the entry point."
             )
             continue
         module.__dict__[name] = obj

@@ -104,6 +104,11 @@ class Rule:
         return self.check(value, given_as, fix)
 
 
+def with_article(noun: str) -> str:
+    """``noun`` after "a" or "an", as its first letter is spoken (a dataset, an algorithm)."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def shown(value: Any) -> str:
     """``repr(value)``, shortened where it is long (a list of thousands of names): its first
     items and ``...``, and its length, so that the message stays readable."""

@@ -346,6 +346,9 @@ def test_another_packages_entry_point_cannot_take_this_packages_name(monkeypatch
         assert "Rename the entry point in squatter-plugin" in err
         assert algorithms.get_algorithm_class("DMG").__module__ == "dmg_domainbed.algorithms.dmg"
         assert algorithms.get_algorithm_class("ERM").__module__ == "domainbed.algorithms"
+        err = capsys.readouterr().err
+        assert "plugin algorithm 'ERM' (group 'domainbed.algorithms') is not registered" in err
+        assert "DomainBed already has an algorithm of that name" in err
     finally:
         monkeypatch.undo()
         integration.entry_points.cache_clear()

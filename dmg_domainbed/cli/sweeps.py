@@ -85,8 +85,15 @@ def add_parsers(subparsers) -> None:
 
 
 def demo_command(args: argparse.Namespace) -> int:
+    import dmg_domainbed
     from dmg_domainbed.demo import SWEEP, demo_config, run_demo
+    from dmg_domainbed.preflight.sweep import check_names
     from dmg_domainbed.sweep.config import SWEEP_KEYS
+
+    dmg_domainbed.register()
+    from domainbed import algorithms
+
+    check_names("--algorithms", "algorithm", args.algorithms, algorithms.ALGORITHMS)
 
     for flag, key, value in (
         ("--trials", "n_trials", args.trials),

@@ -134,6 +134,15 @@ def test_names_and_hparams_are_checked_against_domainbed(text, message, tmp_path
         checked(text, tmp_path)
 
 
+def test_a_bad_value_of_an_hparam_every_algorithm_has_is_not_told_to_move(tmp_path):
+    with pytest.raises(UserError) as refused:
+        checked(BASE + '[sweep.hparams]\nprecision = "BF16"\n', tmp_path)
+    message = str(refused.value)
+    assert "[sweep.hparams]: hparam 'precision' is 'BF16'; allowed: 'fp32', 'bf16'" in message
+    assert message.endswith("or leave it out for fp32.")
+    assert ".." not in message and "algorithm_hparams" not in message
+
+
 def test_algorithm_hparams_go_on_top_of_the_common_ones(tmp_path):
     config = checked(
         BASE + "[sweep.hparams]\nlr = 0.01\n[sweep.algorithm_hparams.DMG]\nlr = 0.002\n"
