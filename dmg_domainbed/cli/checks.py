@@ -18,12 +18,15 @@ from dmg_domainbed.errors import UserError
 def add_parsers(subparsers) -> None:
     doctor = subparsers.add_parser(
         "doctor",
-        help="check that a DomainBed run would start here",
+        help="check what would run here: the demo, or a run on --dataset",
         description=(
             "Report DomainBed's location and commit, whether a fresh `python` process registers "
-            "the plugins, torch/CUDA/GPUs, whether the pretrained weights the run loads are "
-            "cached (nothing is downloaded) and which datasets are under --data_dir. "
-            "Exit status 0 only when the run would start."
+            "the plugins, torch/CUDA/GPUs (a torch and torchvision that do not match come with "
+            "the pip command that installs a matching pair), whether the pretrained weights the "
+            "run loads are cached (nothing is downloaded) and which datasets are under "
+            "--data_dir. Without --dataset it judges the demo (the embedded RotatedDigits) and "
+            "lists the weights an image sweep will need; with --dataset, a run on it. Exit "
+            "status 0 only when that would start."
         ),
     )
     doctor.add_argument("--algorithm", default="DMG", help="algorithm of the run (default: DMG)")
