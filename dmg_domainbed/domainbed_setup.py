@@ -6,10 +6,16 @@ depend on it. This module does what a user would do by hand, in three steps:
 1. ``git clone --no-checkout SOURCE`` into a temporary folder beside the target (``SOURCE``: the
    GitHub repository, or, on clusters without GitHub, a local checkout, a bare repository or
    another URL), then ``git checkout --detach TESTED_DOMAINBED_COMMIT``, and only then rename the
-   folder into place: a failed clone leaves nothing half-made.
+   folder into place: a failed clone leaves nothing half-made. The command holds a lock on its
+   temporary folder, which the system releases however the process ends; a temporary folder
+   nobody holds (a run killed mid-clone left it) is removed by the next run.
 2. Check that the folder holds DomainBed (``domainbed/algorithms.py``).
 3. Write :data:`PTH_NAME` into this environment's ``purelib`` (``sysconfig``'s site-packages):
    one line, the checkout's folder, which Python's ``site`` puts on ``sys.path`` at start-up.
+
+Before anything changes, the command checks what it will need: ``--from`` a git repository (or
+a URL), ``--dir`` a folder (or missing) whose parent can be written, and ``PTH_NAME`` writable in
+site-packages.
 
 Safe to run twice: a checkout already at the tested commit and a ``.pth`` already naming it are
 left as they are. A folder at another commit, a folder that is not a DomainBed checkout, or a
@@ -23,6 +29,7 @@ The commit is pinned in one place, :data:`dmg_domainbed.TESTED_DOMAINBED_COMMIT`
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -97,6 +104,43 @@ def _is_local(source: str) -> bool:
     return "://" not in source and not (":" in source and "@" in source.split(":")[0])
 
 
+def _existing_ancestor(path: Path) -> Path:
+    """``path`` itself or its nearest ancestor that exists."""
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_writable(path: Path, what: str, fix: str) -> None:
+    """:class:`UserError` unless ``path`` (a folder, made if missing) can be written: its
+    nearest existing ancestor is a folder this process may write into."""
+    there = _existing_ancestor(path)
+    if not there.is_dir():
+        raise UserError(f"{what}: {there} is a file, not a folder, so {path} cannot be made. {fix}")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise UserError(
+            f"{what}: {there} cannot be written (a read-only file system, or no permission), so "
+            f"nothing was changed. {fix}"
+        )
+
+
+def _check_source(source: str) -> str:
+    """``source`` made absolute where it is a local path; :class:`UserError` for a folder that
+    does not exist or is not a git repository."""
+    if not _is_local(source):
+        return source
+    source = os.path.abspath(source)
+    allowed = (
+        "give --from a DomainBed git checkout or bare repository (made where GitHub can be "
+        f"reached with `git clone {DOMAINBED_URL}`), or a URL (default: {DOMAINBED_URL})"
+    )
+    if not os.path.isdir(source):
+        raise UserError(f"--from {source}: no such folder; {allowed}")
+    if _git("ls-remote", "--heads", source).returncode != 0:
+        raise UserError(f"--from {source} is a folder but not a git repository; {allowed}")
+    return source
+
+
 def install_domainbed(
     source: str = DOMAINBED_URL,
     folder: Path | None = None,
@@ -107,26 +151,40 @@ def install_domainbed(
 ) -> Path:
     """Check out DomainBed at ``commit`` from ``source`` into ``folder`` and make it importable
     through :data:`PTH_NAME` in ``purelib``; returns the folder. Raises :class:`UserError`,
-    before changing anything, where something is in the way."""
+    before changing anything, where something is in the way: a source that is not a git
+    repository, a folder or ``.pth`` that cannot be written, a checkout or ``.pth`` of another
+    kind."""
     if shutil.which("git") is None:
         raise UserError("`git` is not on PATH: install git (e.g. `apt install git`) and run again")
     folder = Path(os.path.abspath(folder or default_folder()))
     pth = pth_file(purelib)
-    if _is_local(source):
-        source = os.path.abspath(source)
-        if not os.path.isdir(source):
-            raise UserError(
-                f"--from {source}: no such folder; give a DomainBed git checkout, a bare "
-                f"repository or a URL (default: {DOMAINBED_URL})"
-            )
+    source = _check_source(source)
     named = installed_folder(purelib)
     if named is not None and named != folder and not force:
         raise UserError(
             f"{pth} already makes {named} importable, not {folder}: run with `--dir {named}` to "
             f"use that checkout, or `--force` to point {PTH_NAME} at {folder}"
         )
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UserError(
+            f"--dir {folder} is a file, not a folder; nothing was changed. Give --dir a folder "
+            "for the checkout (made if missing)"
+        )
+    existing = folder.is_dir() and any(folder.iterdir())
+    if not existing:
+        _check_writable(folder.parent, f"--dir {folder}", "Give --dir a folder you can write.")
+    if named != folder:
+        where, fix = (
+            f"{PTH_NAME} in this Python's site-packages ({pth.parent})",
+            "Run the command with a Python whose site-packages you can write (a virtual "
+            "environment), or as a user who may write there.",
+        )
+        if not pth.exists():
+            _check_writable(pth.parent, where, fix)
+        elif not os.access(pth, os.W_OK):
+            raise UserError(f"{where}: {pth} cannot be written, so nothing was changed. {fix}")
 
-    if folder.exists() and any(folder.iterdir()):
+    if existing:
         _use_existing(folder, source, commit, force, say)
     else:
         _clone(source, folder, commit, say)
@@ -157,7 +215,9 @@ def _use_existing(folder: Path, source: str, commit: str, force: bool, say) -> N
             f"`--force` (git keeps any local edits and refuses if they are in the way), or give "
             f"another --dir"
         )
-    _git_or_fail("fetch", source, cwd=folder, doing=f"fetching from {source}")
+    fetched = _git("fetch", source, cwd=folder)
+    if fetched.returncode != 0:
+        raise _fetch_failed(source, (fetched.stderr or fetched.stdout).strip())
     _checkout(folder, commit, source)
     say(f"{folder}: checked out the tested commit {commit[:12]} (was {there[:12]})")
 
@@ -171,12 +231,58 @@ def _checkout(folder: Path, commit: str, source: str) -> None:
     _git_or_fail("checkout", "--detach", commit, cwd=folder, doing=f"checking out {commit[:12]}")
 
 
+def _fetch_failed(source: str, message: str) -> UserError:
+    """Git could not fetch from ``source``: its message, and for a URL how to do without it."""
+    if _is_local(source):
+        return UserError(f"git could not read {source}: {message}")
+    return UserError(
+        f"git could not fetch DomainBed from {source}: {message}\nWhere this machine cannot reach "
+        f"{source} (no network, a proxy, GitHub blocked on a cluster), clone it on a machine "
+        f"that can (`git clone {DOMAINBED_URL}`), copy that folder here and run again with "
+        "`--from THAT_FOLDER`; nothing was changed"
+    )
+
+
+def _remove_abandoned(folder: Path, say) -> None:
+    """Remove the partial clones into ``folder`` that no running command holds: those a
+    command left when it was killed (a running one holds a lock on its partial clone, which
+    the system releases when the process ends, however it ends)."""
+    for partial in folder.parent.glob(f".{folder.name}.partial-*"):
+        try:
+            held = _hold(partial)
+        except OSError:
+            continue  # not a folder this process can open: not one of ours to remove
+        if held is None:
+            continue  # a running command's
+        try:
+            shutil.rmtree(partial, ignore_errors=True)
+        finally:
+            os.close(held)
+        say(f"removed {partial}, a partial clone left by an interrupted run")
+
+
+def _hold(partial: Path) -> int | None:
+    """A descriptor holding the lock of the folder ``partial``, or ``None`` if another process
+    holds it."""
+    descriptor = os.open(partial, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
 def _clone(source: str, folder: Path, commit: str, say) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(folder, say)
     say(f"cloning DomainBed from {source} into {folder}")
     partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+    held = _hold(partial)  # until the clone is renamed into place or removed
     try:
-        _git_or_fail("clone", "--quiet", "--no-checkout", source, str(partial), doing="cloning")
+        answer = _git("clone", "--quiet", "--no-checkout", source, str(partial))
+        if answer.returncode != 0:
+            raise _fetch_failed(source, (answer.stderr or answer.stdout).strip())
         _checkout(partial, commit, source)
         if not (partial / MARKER).is_file():
             raise UserError(f"{source} at commit {commit[:12]} has no {MARKER}: not DomainBed")
@@ -185,4 +291,6 @@ def _clone(source: str, folder: Path, commit: str, say) -> None:
         partial.rename(folder)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+        if held is not None:
+            os.close(held)
     say(f"{folder}: DomainBed at the tested commit {commit[:12]}")

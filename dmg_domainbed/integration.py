@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import traceback
 from collections.abc import Container
@@ -49,6 +50,7 @@ from types import ModuleType
 from typing import Any
 
 from dmg_domainbed.errors import SCRIPT_ERROR_PREFIX, UserError, report_once
+from dmg_domainbed.rules import with_article
 
 ALGORITHM_GROUP = "domainbed.algorithms"
 DATASET_GROUP = "domainbed.datasets"
@@ -57,25 +59,59 @@ _MARK = "__dmg_domainbed_registered__"
 LOADER_WORKERS_VARIABLE = "DMG_DOMAINBED_LOADER_WORKERS"
 
 
+#: The distribution whose entry points name this package's own components.
+OWN_DISTRIBUTION = "dmg-domainbed"
+
+
+def _distribution(entry_point: metadata.EntryPoint) -> str | None:
+    """The normalised name of the distribution that declares ``entry_point`` (PEP 503)."""
+    dist = getattr(entry_point, "dist", None)
+    name = getattr(dist, "name", None)
+    return re.sub(r"[-_.]+", "-", name).lower() if name else None
+
+
 @functools.cache
 def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
-    """The installed entry points of ``group`` by name; a name claimed twice keeps the first."""
+    """The installed entry points of ``group`` by name.
+
+    A name claimed by this package and by another keeps this package's, wherever the other
+    stands on ``sys.path``: a third-party ``DMG`` must not run under this package's name (as
+    DomainBed's own names are kept by :func:`_add_to_namespace`). A name two other packages
+    claim keeps the first on ``sys.path``. Each refused entry point is reported once.
+    """
     found: dict[str, metadata.EntryPoint] = {}
     for entry_point in metadata.entry_points(group=group):
-        if entry_point.name in found and found[entry_point.name].value != entry_point.value:
-            report_once(
-                f"entry point '{entry_point.name}' of group '{group}' is declared twice "
-                f"('{found[entry_point.name].value}' and '{entry_point.value}'); "
-                "using the first. Uninstall one of the two packages."
-            )
+        kept = found.setdefault(entry_point.name, entry_point)
+        if kept is entry_point or kept.value == entry_point.value:
             continue
-        found.setdefault(entry_point.name, entry_point)
+        if _distribution(entry_point) == OWN_DISTRIBUTION:
+            found[entry_point.name] = entry_point
+            kept, entry_point = entry_point, kept
+        _report_refused(group, kept, entry_point)
     return found
+
+
+def _report_refused(group: str, kept: metadata.EntryPoint, refused: metadata.EntryPoint) -> None:
+    name, other = refused.name, _distribution(refused) or "an installed package"
+    if _distribution(kept) == OWN_DISTRIBUTION:
+        report_once(
+            f"entry point '{name} = {refused.value}' of group '{group}' (from {other}) is not "
+            f"registered: '{name}' is {OWN_DISTRIBUTION}'s own ('{kept.value}'), which every "
+            f"command keeps. Rename the entry point in {other}."
+        )
+        return
+    report_once(
+        f"entry point '{name}' of group '{group}' is declared twice ('{kept.value}' from "
+        f"{_distribution(kept)} and '{refused.value}' from {other}); using the first. "
+        "Uninstall one of the two packages."
+    )
 
 
 _loaded: dict[tuple[str, str], Any | None] = {}
 # The exception each entry point that could not be loaded raised, with its traceback.
 _failures: dict[tuple[str, str], BaseException] = {}
+# Entry points whose failures the caller that asked for them shows (see load).
+_shown_by_caller: set[tuple[str, str]] = set()
 # Entry points whose load is under way: importing the plugin may import DomainBed, whose
 # registration asks for the same entry point again.
 _loading: set[tuple[str, str]] = set()
@@ -103,8 +139,10 @@ def _running_top_level_code(module_name: str) -> bool:
     return False
 
 
-def load(group: str, name: str) -> Any | None:
-    """Load one entry point; a failure is reported once and gives ``None``.
+def load(group: str, name: str, report: bool = True) -> Any | None:
+    """Load one entry point; a failure is reported once and gives ``None``. With ``report``
+    false the caller shows the failure itself: this entry point's failures are not reported
+    in this process from then on.
 
     A plugin module that imports DomainBed triggers registration while it (or a module of its
     package) is still being imported; its entry point then gives ``None`` for now, unreported. An
@@ -112,6 +150,8 @@ def load(group: str, name: str) -> Any | None:
     (perhaps half-way) is not kept as final: a later call tries again.
     """
     key = (group, name)
+    if not report:
+        _shown_by_caller.add(key)
     if key in _loaded:
         return _loaded[key]
     if key in _loading:
@@ -139,11 +179,12 @@ def _failed(key: tuple[str, str], entry_point, error: Exception, retry: bool) ->
     _failures[key] = error
     group, name = key
     dist = getattr(entry_point.dist, "name", "an installed package")
-    report_once(
-        f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
-        f"from {dist}): {type(error).__name__}: {error}. DomainBed and the other plugins "
-        f"still work; fix or uninstall {dist} to use '{name}'."
-    )
+    if key not in _shown_by_caller:
+        report_once(
+            f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
+            f"from {dist}): {type(error).__name__}: {error}. DomainBed and the other plugins "
+            f"still work; fix or uninstall {dist} to use '{name}'."
+        )
     if not retry:
         _loaded[key] = None
     return None
@@ -194,7 +235,7 @@ def _add_to_namespace(module: ModuleType, names: list[str], group: str, what: st
         if existing is not None and existing is not obj:
             report_once(
                 f"plugin {what} '{name}' (group '{group}') is not registered: DomainBed "
-                f"already has a {what} of that name. Rename the entry point."
+                f"already has {with_article(what)} of that name. Rename the entry point."
             )
             continue
         module.__dict__[name] = obj

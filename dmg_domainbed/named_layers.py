@@ -7,6 +7,7 @@ a name is a key of ``network.named_modules()``, e.g. ``featurizer.network.layer3
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +19,8 @@ AUTO = "auto"
 
 
 def check_value(value: Any) -> None:
-    """Validator of such an hparam: ``'auto'``, one name, or a non-empty list of names."""
+    """Validator of such an hparam: ``'auto'``, one name, or a non-empty list of distinct names
+    (a layer named twice would be masked or tracked twice, with parameters made twice for it)."""
     names = [value] if isinstance(value, str) else value
     if (
         not isinstance(names, list)
@@ -29,6 +31,11 @@ def check_value(value: Any) -> None:
             "give 'auto', one layer name, or a list of layer names such as "
             "['featurizer.conv4', 'classifier']"
         )
+    repeated = [name for name, count in Counter(names).items() if count > 1]
+    if repeated:
+        listed = ", ".join(repr(name) for name in repeated[:5])
+        more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+        raise ValueError(f"it names {listed}{more} more than once: give each layer once")
 
 
 def resolve(value: str | Sequence[str], auto: Callable[[], list[str]]) -> list[str]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable
+import reprlib
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,7 @@ class Rule:
         ``fix``."""
         problem = self.problem(value)
         if problem is not None:
-            raise UserError(f"{given_as} = {value!r} is not valid: {problem}. {fix}")
+            raise UserError(f"{given_as} = {shown(value)} is not valid: {problem}. {fix}")
         return float(value) if self.types == (float,) else value
 
     def parse(self, text: str, given_as: str, fix: str) -> Any:
@@ -101,6 +102,29 @@ class Rule:
             except ValueError:
                 pass
         return self.check(value, given_as, fix)
+
+
+def with_article(noun: str) -> str:
+    """``noun`` after "a" or "an", as its first letter is spoken (a dataset, an algorithm)."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, shortened where it is long (a list of thousands of names): its first
+    items and ``...``, and its length, so that the message stays readable."""
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARACTERS:
+        return text
+    if not isinstance(value, Sized):
+        return _SHORT.repr(value)
+    unit = "characters" if isinstance(value, str) else "items"
+    return f"{_SHORT.repr(value)} ({len(value):,} {unit})"
+
+
+_SHOWN_CHARACTERS = 300
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 5
+_SHORT.maxstring = _SHORT.maxother = 80
 
 
 def _is(value: Any, kind: type) -> bool:

@@ -30,6 +30,11 @@ BROKEN_PLUGINS = {
         WrongShape = "broken_dg_plugins:WrongShape"
         NoReload = "broken_dg_plugins:NoReload"
         BadHparams = "broken_dg_plugins:BadHparams"
+        NotAnAlgorithm = "broken_dg_plugins:make_model"
+        OtherDevice = "broken_dg_plugins:OtherDevice"
+        DrawsOutside = "broken_dg_plugins:DrawsOutside"
+        NanUpdate = "broken_dg_plugins:NanUpdate"
+        MalformedHparams = "broken_dg_plugins:MalformedHparams"
         """,
     "broken_dg_plugins/missing_dependency.py": """
         import a_module_nobody_installed  # noqa: F401
@@ -39,6 +44,8 @@ BROKEN_PLUGINS = {
 
         import torch
         from domainbed.algorithms import ERM
+
+        from dmg_domainbed.hparams import HParam, HParamSpace
 
 
         class TensorUpdate(ERM):
@@ -72,6 +79,35 @@ BROKEN_PLUGINS = {
                 "lr": (0.5, lambda r: 0.5),
                 "noise": (0.0, lambda r: random.random()),
             }
+
+
+        def make_model(input_shape, num_classes, num_domains, hparams):
+            # an entry point naming a function, not the algorithm's class
+            return ERM(input_shape, num_classes, num_domains, hparams)
+
+
+        class OtherDevice(ERM):
+            # logits moved off the images' device in evaluation
+            def predict(self, x):
+                logits = super().predict(x)
+                return logits if self.training else logits.to("meta")
+
+
+        class DrawsOutside(ERM):
+            HPARAMS = HParamSpace(
+                HParam("pool_alpha", 0.5, lambda r: float(r.uniform(0, 2)), maximum=1.0),
+                HParam("pool_kind", "mean", lambda r: int(r.randint(3)), choices=("mean", "max")),
+            )
+
+
+        class NanUpdate(ERM):
+            def update(self, minibatches, unlabeled=None):
+                super().update(minibatches)
+                return {"loss": float("nan")}
+
+
+        class MalformedHparams(ERM):
+            HPARAMS = {"pool_alpha": 0.4}
         """,
 }
 
@@ -108,9 +144,23 @@ def sections(output: str) -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2]))
 
 
+CHECKED = [
+    "ImportBroken",
+    "TensorUpdate",
+    "WrongShape",
+    "NoReload",
+    "BadHparams",
+    "NotAnAlgorithm",
+    "OtherDevice",
+    "DrawsOutside",
+    "NanUpdate",
+    "MalformedHparams",
+]
+
+
 @pytest.fixture(scope="module")
 def checked(broken_env):
-    names = ["ImportBroken", "TensorUpdate", "WrongShape", "NoReload", "BadHparams"]
+    names = CHECKED
     result = run_python(
         "-m", "dmg_domainbed", "check-algorithm", *names, env=broken_env, check=False
     )
@@ -121,18 +171,95 @@ def failed(report: str) -> set[str]:
     return set(re.findall(r"^  FAIL  (.+?)\s{2,}", report, flags=re.M))
 
 
+def not_run(report: str) -> dict[str, str]:
+    """The checks not run, with the reason."""
+    return dict(re.findall(r"^  skip  (.+?)\s{2,}not run: (.+)$", report, flags=re.M))
+
+
 def test_a_broken_plugin_fails_the_check_with_exit_status_1(checked):
     result, found = checked
     assert result.returncode == 1, result.stderr
-    assert sorted(found) == ["BadHparams", "ImportBroken", "NoReload", "TensorUpdate", "WrongShape"]
+    assert sorted(found) == sorted(CHECKED)
 
 
-def test_an_import_error_is_shown_with_the_plugins_traceback(checked):
-    report = checked[1]["ImportBroken"]
+def test_an_import_error_is_shown_once_with_the_plugins_traceback(checked):
+    result, found = checked
+    report = found["ImportBroken"]
     assert failed(report) == {"import"}
     assert "No module named 'a_module_nobody_installed'" in report
     assert "broken_dg_plugins/missing_dependency.py" in report  # the line that failed
     assert "from broken-dg-plugins" in report
+    everywhere = result.stdout + result.stderr
+    assert everywhere.count("No module named 'a_module_nobody_installed'") == 1
+    assert set(not_run(report)) == {
+        "hparams",
+        "random hparams",
+        "hparam names",
+        "build",
+        "update",
+        "predict",
+        "state dict",
+        "to(device)",
+    }
+    assert not_run(report)["hparams"] == "it needs import, which failed"
+    assert not_run(report)["update"] == "it needs build, which was not run (import failed)"
+    assert "not run: hparams, random hparams" in report
+
+
+def test_an_entry_point_to_a_function_fails_the_import_check(checked):
+    report = checked[1]["NotAnAlgorithm"]
+    assert failed(report) == {"import"}
+    assert "'NotAnAlgorithm = broken_dg_plugins:make_model' names a function, not a " in report
+    assert "subclass of DomainBed's domainbed.algorithms.Algorithm" in report
+    assert "Traceback" not in report
+
+
+def test_logits_on_another_device_fail_predict_and_the_checks_that_need_it_say_so(checked):
+    report = checked[1]["OtherDevice"]
+    assert failed(report) == {"predict"}
+    assert "must give logits on cpu" in report and "gave them on meta" in report
+    assert "broken_dg_plugins.OtherDevice.predict" in report
+    assert not_run(report) == {
+        "state dict": "it compares a reloaded instance's predictions with predict's, which failed"
+    }
+    assert re.search(r"^  ok    to\(device\) ", report, flags=re.M)  # needs build only: run
+
+
+def test_samplers_that_draw_outside_their_own_declaration_are_named(checked):
+    report = checked[1]["DrawsOutside"]
+    assert failed(report) == {"random hparams"}
+    assert re.search(r"'pool_alpha': \d+ of 57 draws are refused, e\.g\. 1\.\d+", report)
+    assert "it must be a number <= 1" in report
+    assert re.search(r"'pool_kind': \d+ of 57 draws are refused, e\.g\. \d", report)
+    assert "it must be one of 'mean', 'max'" in report
+    assert re.search(r"broken_dg_plugins\.DrawsOutside\.HPARAMS \(.*__init__\.py:\d+\)", report)
+
+
+def test_an_update_returning_nan_fails(checked):
+    report = checked[1]["NanUpdate"]
+    assert failed(report) == {"update"}
+    assert "update 1 of 3 returned 'loss': nan" in report
+    assert "broken_dg_plugins.NanUpdate.update" in report
+
+
+def test_a_malformed_hparams_names_the_plugins_file_and_line(checked, broken_env):
+    report = checked[1]["MalformedHparams"]
+    assert failed(report) == {"hparams"}
+    site = Path(broken_env["PYTHONPATH"].split(os.pathsep)[0]) / "broken_dg_plugins"
+    lines = (site / "__init__.py").read_text().splitlines()
+    line = 1 + next(i for i, text in enumerate(lines) if '{"pool_alpha": 0.4}' in text)
+    assert f"broken_dg_plugins.MalformedHparams.HPARAMS ({site / '__init__.py'}:{line})" in report
+    assert "entry 'pool_alpha': 0.4 is not a (default, sampler) pair" in report
+    assert "cannot unpack" not in report and "Traceback" not in report
+    assert set(not_run(report)) == {
+        "random hparams",
+        "hparam names",
+        "build",
+        "update",
+        "predict",
+        "state dict",
+        "to(device)",
+    }
 
 
 def test_update_returning_a_tensor_is_named_with_the_key_and_the_method(checked):
@@ -145,6 +272,7 @@ def test_update_returning_a_tensor_is_named_with_the_key_and_the_method(checked)
 def test_predict_of_the_wrong_shape_names_the_expected_shape(checked):
     report = checked[1]["WrongShape"]
     assert failed(report) == {"predict"}
+    assert set(not_run(report)) == {"state dict"}
     assert "must give logits of shape [8, 2]" in report and "gave [8]" in report
     assert "broken_dg_plugins.WrongShape.predict" in report
 

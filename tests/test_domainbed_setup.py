@@ -2,8 +2,12 @@
 imports (a git clone at the tested commit, here and in CI), into temporary folders; the ``.pth``
 goes into a temporary site-packages, never into this environment's."""
 
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,8 @@ from dmg_domainbed import TESTED_DOMAINBED_COMMIT, domainbed_setup
 from dmg_domainbed.cli import main
 from dmg_domainbed.datacheck.downloads import domainbed_checkout
 from dmg_domainbed.errors import UserError
+
+from .helpers import read_only
 
 
 def git(*args, cwd):
@@ -131,3 +137,103 @@ def test_version(capsys):
     assert exit.value.code == 0
     expected = f"dmg-domainbed {__version__} (tested with DomainBed {TESTED_DOMAINBED_COMMIT})\n"
     assert capsys.readouterr().out == expected
+
+
+def test_a_dir_on_a_read_only_file_system_is_refused_before_anything_changes(source, tmp_path):
+    purelib = tmp_path / "site-packages"
+    with read_only(tmp_path / "mounted") as mounted:
+        with pytest.raises(UserError) as refused:
+            install(source, mounted / "DomainBed", purelib)
+        assert list(mounted.iterdir()) == []
+    message = str(refused.value)
+    assert f"--dir {mounted / 'DomainBed'}: {mounted} cannot be written" in message
+    assert "Give --dir a folder you can write" in message
+    assert not purelib.exists()
+
+
+def test_a_dir_naming_a_file_is_refused(source, tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    with pytest.raises(UserError, match=f"--dir {file} is a file, not a folder"):
+        install(source, file, tmp_path / "site-packages")
+    with pytest.raises(UserError, match=f"{file} is a file, not a folder, so .* cannot be made"):
+        install(source, file / "DomainBed", tmp_path / "site-packages")
+    assert file.read_text() == "mine"
+
+
+def test_a_read_only_site_packages_is_refused_before_the_clone(source, tmp_path):
+    folder = tmp_path / "DomainBed"
+    with read_only(tmp_path / "site-packages") as purelib:
+        with pytest.raises(UserError) as refused:
+            install(source, folder, purelib)
+    message = str(refused.value)
+    assert f"{domainbed_setup.PTH_NAME} in this Python's site-packages ({purelib})" in message
+    assert "nothing was changed" in message and "a virtual environment" in message
+    assert list(tmp_path.iterdir()) == [purelib]  # no clone
+
+
+def test_a_source_that_is_a_folder_but_not_a_repository_is_named_in_our_words(tmp_path):
+    plain = tmp_path / "downloads"
+    plain.mkdir()
+    with pytest.raises(UserError) as refused:
+        install(plain, tmp_path / "DomainBed", tmp_path / "site-packages")
+    message = str(refused.value)
+    assert f"--from {plain} is a folder but not a git repository" in message
+    assert "fatal:" not in message and "give --from a DomainBed git checkout" in message
+    assert not (tmp_path / "DomainBed").exists()
+
+
+def test_an_unreachable_url_says_how_to_install_with_from(tmp_path):
+    unreachable = "https://127.0.0.1:9/DomainBed.git"  # nothing listens on the discard port
+    with pytest.raises(UserError) as refused:
+        install(unreachable, tmp_path / "DomainBed", tmp_path / "site-packages")
+    message = str(refused.value)
+    assert f"git could not fetch DomainBed from {unreachable}" in message
+    assert "run again with `--from THAT_FOLDER`" in message
+    assert [p.name for p in tmp_path.iterdir()] == []  # no partial clone, no .pth
+
+
+# Stands in for `git` on PATH: a clone runs the real git, then waits to be killed.
+STALLED_GIT = """#!/bin/sh
+"$REAL_GIT" "$@" || exit $?
+case " $* " in *" clone "*) touch "$CLONED"; sleep 600;; esac
+"""
+
+
+def test_a_partial_clone_left_by_a_killed_run_is_removed_by_the_next_run(source, tmp_path):
+    bin_dir, folder, purelib = tmp_path / "bin", tmp_path / "env" / "DomainBed", tmp_path / "site"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(STALLED_GIT)
+    (bin_dir / "git").chmod(0o755)
+    cloned = tmp_path / "cloned"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "REAL_GIT": shutil.which("git"),
+        "CLONED": str(cloned),
+    }
+    code = (
+        "import sys; from pathlib import Path; from dmg_domainbed import domainbed_setup; "
+        "domainbed_setup.install_domainbed(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))"
+    )
+    # The process killed mid-clone is what is tested: a process of its own
+    run = subprocess.Popen(
+        [sys.executable, "-c", code, str(source), str(folder), str(purelib)],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not cloned.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cloned.exists(), "the clone did not start"
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    left = [p.name for p in folder.parent.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".DomainBed.partial-")
+    said = install(source, folder, purelib)
+    assert [p.name for p in folder.parent.iterdir()] == ["DomainBed"]
+    assert f"removed {folder.parent / left[0]}, a partial clone left by an interrupted run" in said
+    assert domainbed_setup.checkout_commit(folder) == TESTED_DOMAINBED_COMMIT

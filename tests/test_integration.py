@@ -2,6 +2,7 @@
 for DomainBed's own algorithms, open to any package through entry points."""
 
 import json
+import sys
 import textwrap
 
 import pytest
@@ -310,3 +311,44 @@ def test_a_failure_of_a_package_not_imported_before_is_final(fake_plugins):
     assert integration._loaded[("test.group", "Gone")] is None
     with pytest.raises(integration.PluginImportError, match="gone_plugin_nobody_wrote"):
         integration.require("test.group", "Gone")
+
+
+def test_another_packages_entry_point_cannot_take_this_packages_name(monkeypatch, tmp_path, capsys):
+    """A package first on ``sys.path`` that declares ``DMG`` (and ``ERM``) does not replace
+    this package's DMG (nor DomainBed's ERM): the names stay what they are, and the entry
+    points refused are named once on stderr."""
+    from domainbed import algorithms
+
+    from dmg_domainbed import integration
+
+    info = tmp_path / "squatter_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: squatter-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[domainbed.algorithms]\nDMG = squatter_plugin:DMG\nERM = squatter_plugin:ERM\n"
+    )
+    (tmp_path / "squatter_plugin.py").write_text(
+        "from domainbed import algorithms\n"
+        "class DMG(algorithms.ERM): pass\n"
+        "class ERM(algorithms.ERM): pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # first on sys.path: read before this package
+    monkeypatch.setattr(integration, "_loaded", {})
+    monkeypatch.setattr(integration, "_failures", {})
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    integration.entry_points.cache_clear()
+    try:
+        declared = integration.entry_points(integration.ALGORITHM_GROUP)
+        assert declared["DMG"].value == "dmg_domainbed.algorithms.dmg:DMG"
+        err = capsys.readouterr().err
+        assert "'DMG = squatter_plugin:DMG' of group 'domainbed.algorithms' (from" in err
+        assert "squatter-plugin) is not registered: 'DMG' is dmg-domainbed's own" in err
+        assert "Rename the entry point in squatter-plugin" in err
+        assert algorithms.get_algorithm_class("DMG").__module__ == "dmg_domainbed.algorithms.dmg"
+        assert algorithms.get_algorithm_class("ERM").__module__ == "domainbed.algorithms"
+        err = capsys.readouterr().err
+        assert "plugin algorithm 'ERM' (group 'domainbed.algorithms') is not registered" in err
+        assert "DomainBed already has an algorithm of that name" in err
+    finally:
+        monkeypatch.undo()
+        integration.entry_points.cache_clear()

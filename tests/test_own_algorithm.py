@@ -82,3 +82,18 @@ def test_a_misspelt_hparam_of_the_pages_algorithm_stops_train_with_the_message(p
     assert err.startswith(f"dmg-domainbed: error: {message}: ") and err.count("\n") == 1
     assert "(for SmoothERM on RotatedDigits)" in err and "Traceback" not in result.stdout
     assert not (run / "results.jsonl").exists()
+
+
+def test_the_pages_sweep_runs_its_jobs_at_once_with_a_registered_launcher():
+    from domainbed import command_launchers
+
+    commands = re.findall(
+        r"^python -m domainbed\.scripts\.sweep launch .*?[^\\]$",
+        PAGE.read_text(),
+        flags=re.M | re.S,
+    )
+    assert len(commands) == 1
+    launcher = re.search(r"--command_launcher (\S+)", commands[0]).group(1)
+    assert launcher in command_launchers.REGISTRY
+    # DomainBed's `local` runs the jobs one after another; the page's runs them at once
+    assert launcher == "local_parallel"

@@ -18,12 +18,15 @@ from dmg_domainbed.errors import UserError
 def add_parsers(subparsers) -> None:
     doctor = subparsers.add_parser(
         "doctor",
-        help="check that a DomainBed run would start here",
+        help="check what would run here: the demo, or a run on --dataset",
         description=(
             "Report DomainBed's location and commit, whether a fresh `python` process registers "
-            "the plugins, torch/CUDA/GPUs, whether the pretrained weights the run loads are "
-            "cached (nothing is downloaded) and which datasets are under --data_dir. "
-            "Exit status 0 only when the run would start."
+            "the plugins, torch/CUDA/GPUs (a torch and torchvision that do not match come with "
+            "the pip command that installs a matching pair), whether the pretrained weights the "
+            "run loads are cached (nothing is downloaded) and which datasets are under "
+            "--data_dir. Without --dataset it judges the demo (the embedded RotatedDigits) and "
+            "lists the weights an image sweep will need; with --dataset, a run on it. Exit "
+            "status 0 only when that would start."
         ),
     )
     doctor.add_argument("--algorithm", default="DMG", help="algorithm of the run (default: DMG)")
@@ -82,12 +85,14 @@ def add_parsers(subparsers) -> None:
         help="check registered algorithms against what DomainBed's train and tests ask",
         description=(
             "For each algorithm (DomainBed's, this package's or another installed package's): "
-            "its entry point imports, its hparams come from DomainBed's registry, random hparams "
-            "are the same per seed on every dataset and no declared name replaces one of "
-            "DomainBed's; built on DomainBed's debug dataset, update returns a dict of floats, "
-            "predict gives [images, classes] logits, the same twice in eval mode, a new instance "
-            "loaded with its state dict predicts the same, and .to(device) moves every tensor. "
-            "Each failure says what was expected, what was found and where. On the CPU, in "
+            "its entry point imports and names an Algorithm subclass, its hparams come from "
+            "DomainBed's registry, random hparams are the same per seed on every dataset and "
+            "keep their declared rules, and no declared name replaces one of DomainBed's; built "
+            "on DomainBed's debug dataset, update returns a dict of finite floats, predict gives "
+            "[images, classes] logits on the images' device, the same twice in eval mode, a new "
+            "instance loaded with its state dict predicts the same, and .to(device) moves every "
+            "tensor. Each failure says what was expected, what was found and where; a check "
+            "that needs a failed one is listed as not run, with the reason. On the CPU, in "
             "seconds. Exit status 1 when a check fails."
         ),
     )

@@ -6,6 +6,7 @@ accuracy, paper Table 3), ``select`` (checkpoints selected as the DMG authors se
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from dmg_domainbed.cli import add_output_dir
@@ -165,7 +166,7 @@ def report_command(args: argparse.Namespace) -> int:
     if log_dir is not None:
         names = tensorboard.export(sweep, written.ranked, log_dir)
         print(f"TensorBoard: {len(names)} runs in {log_dir}; view them with:")
-        print(f"  tensorboard --logdir {log_dir}")
+        print(f"  tensorboard --logdir {shlex.quote(str(log_dir))}")
     return 0
 
 

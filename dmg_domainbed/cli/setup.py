@@ -17,8 +17,11 @@ def add_parsers(subparsers) -> None:
         description=(
             f"Clone DomainBed with git, check out the tested commit {TESTED_DOMAINBED_COMMIT[:12]} "
             f"into --dir and write {domainbed_setup.PTH_NAME} into this Python's site-packages "
-            "so that `import domainbed` finds it. Run again, it changes nothing; a folder at "
-            "another commit is left alone unless --force."
+            "so that `import domainbed` finds it. What it needs (a git repository to clone, "
+            "a --dir and a site-packages it can write) is checked before anything changes. Run "
+            "again, it changes nothing (and removes a partial clone a killed run left); a folder "
+            "at another commit is left alone unless --force. Where GitHub cannot be reached, "
+            "clone DomainBed elsewhere and give that folder as --from."
         ),
     )
     install.add_argument(

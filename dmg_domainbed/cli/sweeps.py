@@ -85,8 +85,15 @@ def add_parsers(subparsers) -> None:
 
 
 def demo_command(args: argparse.Namespace) -> int:
+    import dmg_domainbed
     from dmg_domainbed.demo import SWEEP, demo_config, run_demo
+    from dmg_domainbed.preflight.sweep import check_names
     from dmg_domainbed.sweep.config import SWEEP_KEYS
+
+    dmg_domainbed.register()
+    from domainbed import algorithms
+
+    check_names("--algorithms", "algorithm", args.algorithms, algorithms.ALGORITHMS)
 
     for flag, key, value in (
         ("--trials", "n_trials", args.trials),
@@ -109,6 +116,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     """Read the sweep file once into a resolved sweep, check it in one pass, then launch it."""
     from domainbed.scripts.sweep import Job
 
+    from dmg_domainbed.preflight.command_line import check_commands
     from dmg_domainbed.preflight.sweep import check_sweep
     from dmg_domainbed.sweep import plan
     from dmg_domainbed.sweep import run as sweep_run
@@ -125,6 +133,11 @@ def sweep_command(args: argparse.Namespace) -> int:
         )
     checked = check_sweep(sweep, env)
     summary, all_jobs = plan.planned(sweep)
+    problem = checked.problem
+    try:
+        check_commands([job for job in all_jobs if job.state != Job.DONE], env)
+    except UserError as too_long:
+        problem = problem or too_long
     print(summary)
     for note in checked.notes + tuple(notes):
         print(f"  note: {note}")
@@ -132,11 +145,11 @@ def sweep_command(args: argparse.Namespace) -> int:
         print(f"Launcher: {launcher or 'LAUNCHER'} (DomainBed's Job.launch, one launch per group)")
         new = [f"  {job.command_str}" for job in all_jobs if job.state == Job.NOT_LAUNCHED]
         print("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
-        if checked.problem is not None:
-            print(f"Launching it now would stop before any job: {checked.problem}")
+        if problem is not None:
+            print(f"Launching it now would stop before any job: {problem}")
         return 0
-    if checked.problem is not None:
-        raise checked.problem
+    if problem is not None:
+        raise problem
     print(f"  launcher: {checked.launcher}")
     incomplete = sum(job.state == Job.INCOMPLETE for job in all_jobs)
     if incomplete and not args.delete_incomplete:

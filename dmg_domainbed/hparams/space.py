@@ -115,8 +115,50 @@ class HParamSpace:
             h.check(hparams[h.name], owner)
 
 
+class MalformedHParams(TypeError):
+    """A component's ``HPARAMS`` is neither an :class:`HParamSpace` (or iterable of
+    :class:`HParam`) nor a mapping ``{name: (default, sampler)}``."""
+
+
+Declaration = HParamSpace | Mapping[str, tuple[Any, Sampler]] | Iterable[HParam]
+
+
+def declared(space: Declaration) -> list[HParam] | list[tuple[str, Any, Sampler]]:
+    """The entries of ``space``: its :class:`HParam` objects, or ``(name, default, sampler)``
+    of a plain mapping; :class:`MalformedHParams` saying what is wrong and how it is written."""
+    if isinstance(space, Mapping):
+        entries = []
+        for name, entry in space.items():
+            if not (isinstance(entry, tuple | list) and len(entry) == 2 and callable(entry[1])):
+                raise MalformedHParams(
+                    f"entry {name!r}: {entry!r} is not a (default, sampler) pair. Write "
+                    f"{name!r}: (default, lambda random: ...), where the sampler draws the "
+                    "random-search value from the numpy RandomState it is given; or declare an "
+                    "HParamSpace of dmg_domainbed.hparams.HParam"
+                )
+            entries.append((name, *entry))
+        return entries
+    entries = list(space) if isinstance(space, Iterable) else [space]
+    wrong = [entry for entry in entries if not isinstance(entry, HParam)]
+    if wrong:
+        raise MalformedHParams(
+            f"{wrong[0]!r} is not an HParam: HPARAMS is an HParamSpace(HParam(name, default, "
+            "sampler, ...), ...) or a mapping {name: (default, sampler)}"
+        )
+    return entries
+
+
+def declared_rules(space: Declaration) -> list[tuple[str, Sampler, Rule]]:
+    """(name, sampler, what a valid value is) of every declared hparam: an :class:`HParam`'s
+    own rule, or for a plain mapping values of the default's type."""
+    return [
+        (h.name, h.sample, h.rule) if isinstance(h, HParam) else (h[0], h[2], rule_like(h[1]))
+        for h in declared(space)
+    ]
+
+
 def resolve_space(
-    space: HParamSpace | Mapping[str, tuple[Any, Sampler]] | Iterable[HParam],
+    space: Declaration,
     random_seed: int,
     seed_hash: Callable[..., int],
     dataset: str | None = None,
@@ -129,13 +171,16 @@ def resolve_space(
     same keeps a name's random value independent of which other hparams exist. ``defined``: the
     names DomainBed and the dataset already define (see :attr:`HParam.where_defined`).
     Third-party plugins may declare a plain mapping ``{name: (default, sampler)}`` instead of a
-    space.
+    space; a malformed declaration raises :class:`MalformedHParams`.
     """
+    entries = declared(space)
     if isinstance(space, Mapping):
-        items = [(name, default, sample) for name, (default, sample) in space.items()]
+        items = entries
     else:
         items = [
-            (h.name, h.default_on(dataset), h.sample) for h in space if h.applies(dataset, defined)
+            (h.name, h.default_on(dataset), h.sample)
+            for h in entries
+            if h.applies(dataset, defined)
         ]
     return {
         name: (default, _plain(sample(np.random.RandomState(seed_hash(random_seed, name)))))

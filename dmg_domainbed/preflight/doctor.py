@@ -1,10 +1,16 @@
-"""``dmg-domainbed doctor``: would a DomainBed run start here, and if not, why?
+"""``dmg-domainbed doctor``: what would run here, and if not, why?
 
 Each check gives a status: ``ok``, ``FAIL`` (the run would not start), ``warn`` (it would, but
-something deserves a look) or ``info``. Without a dataset, the checks cover what every run
-needs and the pretrained weights of a run on a 224x224 image dataset; with one, also its data
-under ``--data_dir`` and the pretrained weights its model loads. A missing weight file is a
-``FAIL`` either way, so the verdict for the same missing file does not depend on ``--dataset``.
+something deserves a look) or ``info``. With ``--dataset``, the verdict is for a run on that
+dataset: what every run needs, its data under ``--data_dir`` and the pretrained weights its
+model loads (a missing file fails it). Without one, the verdict is for what runs now: the demo
+(:mod:`dmg_domainbed.demo`, on the embedded RotatedDigits: no files to fetch); the pretrained
+weights of a run on a 224x224 image dataset are listed as what an image sweep will need (a
+missing file is a ``warn``, named in the verdict).
+
+A torch and a torchvision that do not go together (different builds or releases) fail, with
+the pip command that installs a matching pair: the import of DomainBed that follows would
+otherwise end in an error about a torchvision operator, naming neither.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ SMALL_INPUTS_NEED_NO_WEIGHTS = (
     "weights: `--dataset NAME` checks one of them"
 )
 BACKBONE_HPARAMS = ("alexnet", "resnet18", "resnet50_augmix", "vit", "dinov2")
+#: What a bare ``doctor`` judges: the demo, on the embedded dataset (no files, no weights).
+DEMO_DATASET = "RotatedDigits"
 
 
 @dataclass(frozen=True)
@@ -99,8 +107,8 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     """The weights the sweep preflight and smoke ask for (:mod:`.requirements`), file by file."""
     target = dataset or IMAGE_DATASET_FOR_WEIGHTS
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
-    # A missing file fails the check with or without --dataset (the run that loads it would not
-    # start offline, and the sweep preflight refuses it); without one, the check says which runs.
+    # A missing file fails a run on the dataset (offline it would not start, and the sweep
+    # preflight refuses it); without a dataset it is what an image sweep will need first.
     unaffected = [] if dataset else [SMALL_INPUTS_NEED_NO_WEIGHTS]
     own = requirements.own_weights(algorithm, target, hparams)
     if own is not None:
@@ -110,7 +118,8 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
             lines.append(f"{state}  {f.what}: {f.filename} in {f.folder}")
         if own.ready:
             return Check(OK, "pretrained weights", (*lines, *own.details))
-        return Check(FAIL, "pretrained weights", (*lines, *own.details, *unaffected))
+        status = FAIL if dataset else WARN
+        return Check(status, "pretrained weights", (*lines, *own.details, *unaffected))
     files, problems = requirements.weight_files(algorithm, target, hparams)
     if not files and not problems:
         detail = f"none: {dataset} inputs {input_shape(target)} use no pretrained featurizer"
@@ -129,7 +138,7 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     lines.append(
         "DomainBed downloads missing weights when it builds the model; offline, the job fails there"
     )
-    return Check(FAIL, "pretrained weights", [*lines, *unaffected])
+    return Check(FAIL if dataset else WARN, "pretrained weights", [*lines, *unaffected])
 
 
 def _input_check(algorithm: str, dataset: str | None) -> list[Check]:
@@ -174,12 +183,17 @@ def diagnose(
     checks = [_domainbed_check()]
     if checks[0].status == FAIL:
         return checks
+    mismatch = environment.torch_pair_problem()
+    if mismatch:
+        checks.append(Check(FAIL, "torch and torchvision", mismatch))
     try:
         from domainbed import algorithms, datasets
 
         register()
     except Exception as error:  # any failure of DomainBed's own imports stops every run
-        return checks + [Check(FAIL, "DomainBed import", (f"{type(error).__name__}: {error}",))]
+        cause = ["the torch and torchvision above do not match: fix them first"] if mismatch else []
+        failed = Check(FAIL, "DomainBed import", (f"{type(error).__name__}: {error}", *cause))
+        return checks + [failed]
     for kind, given, valid in [
         ("algorithm", algorithm, algorithms.ALGORITHMS),
         ("dataset", dataset, datasets.DATASETS),
@@ -188,7 +202,7 @@ def diagnose(
             raise UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
     effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)  # raises first
     checks += [
-        _plugin_check(algorithm, dataset),
+        _plugin_check(algorithm, dataset or DEMO_DATASET),
         Check(INFO, "torch", environment.torch_summary()),
         *_input_check(algorithm, dataset),
         _weights_check(algorithm, dataset, hparams),
@@ -204,11 +218,26 @@ def render(checks: Sequence[Check], algorithm: str, dataset: str | None) -> str:
         lines.append(f"[{check.status:^4}] {check.title}")
         lines += [f"       {detail}" for detail in check.details]
     failed = [c.title for c in checks if c.status == FAIL]
-    run = f"{algorithm} on {dataset}" if dataset else f"{algorithm} (name --dataset to check data)"
+    if dataset is not None:
+        run = f"a run of {algorithm} on {dataset}"
+        if failed:
+            lines.append(f"NOT READY: {run} would not start; see: {', '.join(failed)}")
+        else:
+            lines.append(f"READY: {run} would start")
+        return "\n".join(lines)
     if failed:
-        lines.append(f"NOT READY: a run of {run} would not start; see: {', '.join(failed)}")
-    else:
-        lines.append(f"READY: a run of {run} would start")
+        lines.append(f"NOT READY: the demo would not start; see: {', '.join(failed)}")
+        return "\n".join(lines)
+    lines.append(
+        f"READY: the demo (dmg-domainbed demo, on {DEMO_DATASET}) would start; --dataset NAME "
+        f"checks a run of {algorithm} on a dataset"
+    )
+    weights = next((c for c in checks if c.title == "pretrained weights"), None)
+    if weights is not None and weights.status == WARN:
+        lines.append(
+            f"  before a sweep of {algorithm} on 224x224 image datasets: get the pretrained "
+            "weights listed MISSING above"
+        )
     return "\n".join(lines)
 
 

@@ -1,15 +1,19 @@
 """Facts about the machine: where DomainBed is and at which commit, whether a fresh ``python``
-process registers the plugins, and what torch sees."""
+process registers the plugins, what torch sees, and whether torch and torchvision match."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 _PROBE_MARK = "dmg-domainbed-probe:"
@@ -100,3 +104,108 @@ def torch_summary() -> list[str]:
     else:
         lines.append("no GPU visible to torch: jobs run on the CPU")
     return lines
+
+
+#: Where PyTorch publishes each build's wheels of torch and torchvision together.
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+#: torchvision 0.(m + 15).p is built for torch 2.m.p (torchvision's compatibility table, from
+#: torch 2.1 / torchvision 0.16 on, the oldest this package supports).
+TORCHVISION_MINOR_OFFSET = 15
+
+
+@dataclass(frozen=True)
+class Build:
+    """An installed torch or torchvision, read from its files without importing it (an import
+    is what fails when the two do not match): its version, the build label after ``+``
+    (``cpu``, ``cu124``, ``rocm6.1``; empty where the wheel has none) and, for torchvision, the
+    torch version its metadata pins (``None`` where it pins none)."""
+
+    name: str
+    version: str
+    label: str
+    pinned_torch: str | None = None
+
+
+def installed_build(name: str) -> Build | None:
+    """The installed ``name`` (``torch`` or ``torchvision``) as :class:`Build`; ``None`` where
+    it is not installed."""
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return None
+    version = _version_in_file(Path(dist.locate_file(f"{name}/version.py"))) or dist.version
+    public, _, label = version.partition("+")
+    pinned = None
+    for requirement in dist.requires or []:
+        if found := re.match(r"torch\s*\(?\s*==\s*([^\s,;)]+)", requirement):
+            pinned = found.group(1).partition("+")[0]
+    return Build(name, public, label, pinned)
+
+
+def _version_in_file(path: Path) -> str | None:
+    """The ``__version__ = '...'`` a package's ``version.py`` assigns (read, not imported)."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        value = getattr(node, "value", None)
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id == "__version__":
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    return value.value
+    return None
+
+
+def torch_pair_problem(
+    torch: Build | None = None, torchvision: Build | None = None
+) -> list[str] | None:
+    """Why the installed torch and torchvision cannot work together (a CPU torch with a CUDA
+    torchvision, or versions of different releases: importing torchvision then fails, e.g.
+    ``operator torchvision::nms does not exist``), ending with the pip command that installs a
+    matching pair from one index; ``None`` where they match (or one is missing)."""
+    torch = torch or installed_build("torch")
+    torchvision = torchvision or installed_build("torchvision")
+    if torch is None or torchvision is None:
+        return None
+    expected = _torchvision_for(torch)
+    problems = []
+    if torch.label != torchvision.label:
+        problems.append(
+            f"torch {torch.version}+{torch.label or '(no label)'} and torchvision "
+            f"{torchvision.version}+{torchvision.label or '(no label)'} are different builds "
+            "(from different package indexes, e.g. a CPU torch and a CUDA torchvision)"
+        )
+    if expected is not None and _release(torchvision.version)[:2] != _release(expected)[:2]:
+        problems.append(
+            f"torch {torch.version} goes with torchvision {expected}, not {torchvision.version}"
+        )
+    elif torchvision.pinned_torch and torchvision.pinned_torch != torch.version:
+        problems.append(
+            f"torchvision {torchvision.version} is built for torch {torchvision.pinned_torch}, "
+            f"not {torch.version}"
+        )
+    if not problems:
+        return None
+    pair = f"torch=={torch.version} torchvision" + (f"=={expected}" if expected else "")
+    index = f"{PYTORCH_INDEX}/{torch.label}" if torch.label else "https://pypi.org/simple"
+    command = (
+        f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {pair} "
+        f"--index-url {index}"
+    )
+    return [*problems, f"install a matching pair from one index: {command}"]
+
+
+def _torchvision_for(torch: Build) -> str | None:
+    """The torchvision release built for ``torch`` (torch 2.x), or ``None`` where unknown."""
+    release = _release(torch.version)
+    if len(release) < 2 or release[0] != 2:
+        return None
+    patch = release[2] if len(release) > 2 else 0
+    return f"0.{release[1] + TORCHVISION_MINOR_OFFSET}.{patch}"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a version."""
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])

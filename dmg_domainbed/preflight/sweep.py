@@ -116,12 +116,7 @@ def check_file(
         ("algorithm", config.algorithms, algorithms.ALGORITHMS),
         ("dataset", config.datasets, datasets.DATASETS),
     ):
-        unknown = [name for name in given if name not in valid]
-        if unknown:
-            raise UserError(
-                f"{config.path}: unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: "
-                f"{', '.join(valid)}"
-            )
+        check_names(str(config.path), kind, given, valid)
     jobs = job_count(config, [datasets.num_environments(name) for name in config.datasets])
     if jobs > MAX_JOBS:
         raise UserError(
@@ -134,11 +129,15 @@ def check_file(
         try:
             effective_hparams(algorithm, dataset, config.hparams)
         except UserError as error:
-            raise UserError(
-                f"{config.path}: [sweep.hparams]: {error}. [sweep.hparams] applies to every "
-                "algorithm: move an hparam that only some algorithms have to "
-                "[sweep.algorithm_hparams.NAME] of those algorithms"
-            ) from None
+            message = f"{config.path}: [sweep.hparams]: {error}"
+            others = _not_its_own(algorithm, dataset, config.hparams)
+            if others:  # a name only some of the sweep's algorithms have
+                message = (
+                    f"{message.rstrip('.')}. [sweep.hparams] applies to every algorithm: move "
+                    f"{', '.join(others)} to [sweep.algorithm_hparams.NAME] of the algorithms "
+                    "that have it"
+                )
+            raise UserError(message) from None
         where = f"[sweep.algorithm_hparams.{algorithm}]"
         try:
             hparams = effective_hparams(algorithm, dataset, config.fixed_hparams[algorithm])
@@ -149,6 +148,27 @@ def check_file(
             raise UserError(f"{config.path}: {where}: {error}") from None
         runs[(algorithm, dataset)] = hparams
     return runs, tuple(note for note in notes if note)
+
+
+def check_names(source: str, kind: str, given: Sequence[str], valid: Sequence[str]) -> None:
+    """:class:`UserError` naming the names of ``given`` (a ``kind``, given in ``source``) that
+    are not ``valid``, and the valid ones."""
+    unknown = [name for name in given if name not in valid]
+    if unknown:
+        raise UserError(
+            f"{source}: unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: {', '.join(valid)}"
+        )
+
+
+def _not_its_own(algorithm: str, dataset: str, hparams: Mapping[str, Any]) -> list[str]:
+    """The names of ``hparams`` that DomainBed's registry does not give ``algorithm`` on
+    ``dataset`` (``precision`` is every algorithm's)."""
+    from domainbed import hparams_registry
+
+    from dmg_domainbed import precision
+
+    own = hparams_registry.default_hparams(algorithm, dataset)
+    return [repr(name) for name in hparams if name not in own and name != precision.HPARAM]
 
 
 def job_count(config: SweepFile, environments: Sequence[int]) -> int:

@@ -27,6 +27,7 @@ from typing import IO
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.common import Launcher, as_launcher
 from dmg_domainbed.locks import FolderLock
+from dmg_domainbed.preflight.command_line import check_commands
 from dmg_domainbed.runs import DONE_FILE
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import SweepConfig, launcher_options
@@ -102,7 +103,9 @@ def execute(
 ) -> int:
     """Launch every group's jobs not launched yet (after deleting the incomplete ones when
     ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line as each
-    finishes; a failed launch stops with status 1. What the launches print goes to ``log``
+    finishes; a failed launch stops with status 1, a job command too long to start
+    (:func:`~dmg_domainbed.preflight.command_line.check_commands`) with :class:`UserError` before
+    anything is deleted or launched. What the launches print goes to ``log``
     (appended) when given. The folder is locked meanwhile: a second command on it stops before
     it deletes or launches anything. Ctrl-C stops the jobs and exits with status 130, saying
     how to resume."""
@@ -116,6 +119,7 @@ def execute(
             stack.enter_context(FolderLock(sweep.output_dir))
             # job states are read under the lock: no other command changes them meanwhile
             jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+            check_commands([job for job in jobs if job.state != Job.DONE], env)
             incomplete = [job for job in jobs if job.state == Job.INCOMPLETE]
             if delete_incomplete:
                 refuse_deleting_running(incomplete, chosen, env)

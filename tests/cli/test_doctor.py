@@ -140,17 +140,86 @@ def registered(env):
     return env
 
 
-def test_a_missing_weight_file_fails_with_and_without_a_dataset(registered, capsys, tmp_path):
+def test_a_missing_weight_file_fails_a_run_on_its_dataset_not_the_demo(
+    registered, capsys, tmp_path
+):
     resnet18 = ["--hparams", '{"resnet18": true, "resnet50_augmix": false}']
     missing = "MISSING torchvision resnet18 ImageNet weights"
-    code, out, _ = doctor(capsys, *resnet18)
-    assert code == 1 and missing in out
-    assert "[FAIL] pretrained weights" in out
-    assert "NOT READY: a run of DMG (name --dataset to check data) would not start" in out
-    assert "load no pretrained weights: `--dataset NAME` checks one of them" in out
+    code, out, _ = doctor(capsys, *resnet18)  # what runs here: the demo
+    assert code == 0 and missing in out
+    assert "[warn] pretrained weights" in out
+    assert "READY: the demo (dmg-domainbed demo, on RotatedDigits) would start" in out
+    assert (
+        "before a sweep of DMG on 224x224 image datasets: get the pretrained weights listed "
+        "MISSING above" in out
+    )
     code, out, _ = doctor(capsys, "--dataset", "PACS", "--data_dir", str(tmp_path), *resnet18)
     assert code == 1 and missing in out
     assert "[FAIL] pretrained weights" in out
+    assert "NOT READY: a run of DMG on PACS would not start; see: pretrained weights" in out
+
+
+def test_a_bare_doctor_needs_the_demos_dataset_registered(env, capsys):
+    unregistered = fresh_process_that_registers_erm_and_pacs()
+    unregistered.algorithms = [*unregistered.algorithms, "DMG"]
+    env.setattr(environment, "probe_fresh_process", lambda: unregistered)
+    code, out, _ = doctor(capsys)
+    assert code == 1
+    assert "RotatedDigits is not registered in that process" in out
+    assert "NOT READY: the demo would not start; see: plugins" in out
+
+
+def fake_distribution(site, name, version, requires=()):
+    """An installed distribution of ``name`` as pip lays it out: metadata and version.py."""
+    info = site / f"{name}-{version.partition('+')[0]}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version.partition('+')[0]}"]
+    lines += [f"Requires-Dist: {requirement}" for requirement in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    (site / name).mkdir()
+    (site / name / "version.py").write_text(f"__version__ = '{version}'\ncuda = None\n")
+
+
+def test_a_cpu_torch_with_a_cuda_torchvision_fails_with_the_pip_command_that_matches_them(
+    registered, capsys, tmp_path
+):
+    # What pip leaves where the CPU index is unreachable: a CPU torch, a CUDA torchvision.
+    site = tmp_path / "site"
+    fake_distribution(site, "torch", "2.5.1+cpu")
+    fake_distribution(site, "torchvision", "0.20.1+cu124", ["torch (==2.5.1)"])
+    registered.syspath_prepend(str(site))  # found before the real ones; nothing is imported
+    code, out, _ = doctor(capsys, "--dataset", "RotatedDigits")
+    assert code == 1
+    assert "[FAIL] torch and torchvision" in out
+    assert "torch 2.5.1+cpu and torchvision 0.20.1+cu124 are different builds" in out
+    command = (
+        f"{sys.executable} -m pip install --force-reinstall --no-deps torch==2.5.1 "
+        "torchvision==0.20.1 --index-url https://download.pytorch.org/whl/cpu"
+    )
+    assert f"install a matching pair from one index: {command}" in out
+    assert "see: torch and torchvision" in out
+
+
+def test_torch_and_torchvision_of_different_releases_are_named(registered, capsys, tmp_path):
+    site = tmp_path / "site"
+    fake_distribution(site, "torch", "2.5.1+cu124")
+    fake_distribution(site, "torchvision", "0.19.1+cu124", ["torch (==2.4.1)"])
+    registered.syspath_prepend(str(site))
+    code, out, _ = doctor(capsys)
+    assert code == 1
+    assert "torch 2.5.1 goes with torchvision 0.20.1, not 0.19.1" in out
+    pair = "torch==2.5.1 torchvision==0.20.1"
+    assert f"{pair} --index-url https://download.pytorch.org/whl/cu124" in out
+
+
+def test_the_installed_torch_and_torchvision_are_read_without_importing_them():
+    torch, torchvision = (environment.installed_build(n) for n in ("torch", "torchvision"))
+    import torch as imported
+    import torchvision as imported_vision
+
+    assert f"{torch.version}+{torch.label}".rstrip("+") == imported.__version__
+    assert f"{torchvision.version}+{torchvision.label}".rstrip("+") == imported_vision.__version__
+    assert environment.torch_pair_problem() is None  # this environment's pair imports
 
 
 def test_the_checkout_install_domainbed_made_is_named(registered, capsys, tmp_path):

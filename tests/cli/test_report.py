@@ -2,6 +2,7 @@
 
 import json
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from tests.helpers import DEMO_ALGORITHMS, DEMO_STEPS, cli, domainbed_script, runs_of, snapshot
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+TENSORBOARD = "tensor board"  # a folder name a shell splits in two unless it is quoted
 
 
 def collect_results_tables(printed: str) -> dict[str, dict[str, list[str]]]:
@@ -42,7 +44,7 @@ def report(demo_sweep, tmp_path_factory):
         "--output_dir",
         str(output),
         "--tensorboard",
-        str(output / "tensorboard"),
+        str(output / TENSORBOARD),
     )
     assert code == 0
     return output, printed, before == snapshot(demo_sweep)
@@ -230,11 +232,17 @@ def test_tensorboard_into_a_folder_with_files_is_refused(demo_sweep, tmp_path):
     assert not output.exists() and [p.name for p in logs.iterdir()] == ["events.out.tfevents.1"]
 
 
+def test_the_printed_tensorboard_command_names_the_folder_as_a_shell_reads_it(report):
+    output, printed, _ = report
+    line = next(line for line in printed.splitlines() if "tensorboard --logdir" in line)
+    assert shlex.split(line) == ["tensorboard", "--logdir", str(output / TENSORBOARD)]
+
+
 def test_tensorboard_logs_read_back_with_tensorboards_event_reader(report, demo_sweep):
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.plugins.hparams import metadata, plugin_data_pb2
 
-    logs = report[0] / "tensorboard"
+    logs = report[0] / TENSORBOARD
     selected = pd.read_csv(report[0] / "selected_hparams.csv")
     runs = runs_of(demo_sweep)
     names = sorted(str(p.parent.relative_to(logs)) for p in logs.glob("*/*/*/*/events.*"))
@@ -277,7 +285,7 @@ def _fetch(url: str, body: dict | None = None):
 
 
 def test_tensorboard_serves_the_runs_a_scalar_series_and_the_hparams_table(report, demo_sweep):
-    logs = report[0] / "tensorboard"
+    logs = report[0] / TENSORBOARD
     port = _free_port()
     server = subprocess.Popen(
         [

@@ -176,3 +176,12 @@ def test_demo_sweep_runs_through_both_launchers_and_collect_results_reads_it(
     selection = table.split("training-domain validation set")[1]
     row = next(line for line in selection.splitlines() if line.startswith("DMG"))
     assert len(re.findall(r"\d+\.\d \+/- \d+\.\d", row)) == 4 and " X " not in row
+
+
+def test_an_unknown_demo_algorithm_is_named_with_the_flag_once(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--algorithms", "DMG", "DGM", "--output_dir", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("dmg-domainbed demo: error: --algorithms: unknown algorithm(s) DGM;")
+    assert error.count("dmg-domainbed demo") == 1 and "valid algorithms: ERM, " in error
+    assert not out.exists()

@@ -104,6 +104,17 @@ def test_structure_mistakes(text, message, tmp_path):
             r"unknown .* Valid layer names: featurizer, featurizer.input, ",
         ),
         (
+            BASE + '[sweep.algorithm_hparams.DMG]\nmask_layers = ["classifier", "classifier"]\n',
+            "mask_layers' = \\['classifier', 'classifier'\\] is not valid: it names 'classifier' "
+            "more than once: give each layer once",
+        ),
+        (
+            BASE.replace('"DMG"', '"ImportanceMask"')
+            + "[sweep.algorithm_hparams.ImportanceMask]\n"
+            + 'importance_layers = ["classifier", "featurizer", "classifier"]\n',
+            "importance_layers' = .* is not valid: it names 'classifier' more than once",
+        ),
+        (
             BASE + '[launcher]\nname = "slurm"\n',
             "unknown launcher 'slurm'; .*local_parallel.*submitit",
         ),
@@ -121,6 +132,15 @@ def test_structure_mistakes(text, message, tmp_path):
 def test_names_and_hparams_are_checked_against_domainbed(text, message, tmp_path):
     with pytest.raises(UserError, match=message):
         checked(text, tmp_path)
+
+
+def test_a_bad_value_of_an_hparam_every_algorithm_has_is_not_told_to_move(tmp_path):
+    with pytest.raises(UserError) as refused:
+        checked(BASE + '[sweep.hparams]\nprecision = "BF16"\n', tmp_path)
+    message = str(refused.value)
+    assert "[sweep.hparams]: hparam 'precision' is 'BF16'; allowed: 'fp32', 'bf16'" in message
+    assert message.endswith("or leave it out for fp32.")
+    assert ".." not in message and "algorithm_hparams" not in message
 
 
 def test_algorithm_hparams_go_on_top_of_the_common_ones(tmp_path):

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from dmg_domainbed.launchers.common import output_dir_of
 from dmg_domainbed.sweep.run import watch_done
 from tests.helpers import (
@@ -209,3 +211,46 @@ def test_reports_each_job_once_when_its_done_file_appears(tmp_path):
         "[2/3] done: DMG, test domain 60 of RotatedDigits, hparams 0, trial 1",
         "[3/3] done: DMG, test domain 30 of RotatedDigits, hparams 0, trial 1",
     ]
+
+
+def test_fifteen_thousand_mask_layers_are_refused_before_any_job_folder(tmp_path):
+    """A layer list of 15,000 names (three names, repeated) with jobs started as new processes:
+    refused when the sweep is checked, in a message of readable length, before any folder."""
+    names = ", ".join(['"featurizer.input"', '"classifier"', '"featurizer.hiddens.0"'] * 5000)
+    sweep_file = tmp_path / "layers.toml"
+    sweep_file.write_text(
+        '[sweep]\nalgorithms = ["DMG"]\ndatasets = ["RotatedDigits"]\nn_hparams = 1\n'
+        f'n_trials = 1\nsingle_test_envs = true\nsteps = 5\ndata_dir = "."\n'
+        f'output_dir = "{tmp_path / "sweep"}"\n'
+        f"[sweep.algorithm_hparams.DMG]\nmask_layers = [{names}]\n"
+        '[launcher]\nname = "local_parallel"\nwarm = false\n'
+    )
+    code, _, message = cli("sweep", str(sweep_file))
+    assert code == 2
+    repeated = "'featurizer.input', 'classifier', 'featurizer.hiddens.0' more than once"
+    assert f"it names {repeated}: give each layer once" in message
+    assert "(15,000 items)" in message and len(message) < 2000
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_job_command_too_long_to_start_stops_the_sweep_before_any_job_folder(tmp_path):
+    """A fixed hparam long enough that the command passes what ``execve`` takes (here one no
+    check of values refuses, as a plugin's list hparam could be): the runner refuses it before
+    it deletes or launches anything, naming the hparam."""
+    from dmg_domainbed.errors import UserError
+    from dmg_domainbed.preflight.command_line import argument_limit, total_limit
+    from dmg_domainbed.sweep import config, run
+
+    size = (argument_limit() or total_limit()) + 1
+    sweep_file = small_sweep(tmp_path, steps=5)
+    sweep_file.write_text(
+        sweep_file.read_text() + f'\n[sweep.algorithm_hparams.ERM]\nnotes = "{"x" * size}"\n'
+    )
+    sweep = config.resolve(config.load_sweep(sweep_file), None, None, "local")
+    with pytest.raises(UserError) as refused:
+        run.execute(sweep, "local", domainbed_env(), delete_incomplete=True, echo=print)
+    message = str(refused.value)
+    assert "the jobs' command lines are too long to start: the longest, of ERM on " in message
+    assert f"most of all notes ({size + 2:,} bytes)" in message
+    assert "Nothing was created." in message and len(message) < 2000
+    assert [p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()] == []
