@@ -118,7 +118,9 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
             lines.append(f"{state}  {f.what}: {f.filename} in {f.folder}")
         if own.ready:
             return Check(OK, "pretrained weights", (*lines, *own.details))
-        status = FAIL if dataset else WARN
+        # a file that is there and does not fit is broken, not still to fetch: it fails
+        broken = any(f.present for f in own.locations)
+        status = FAIL if dataset or broken else WARN
         return Check(status, "pretrained weights", (*lines, *own.details, *unaffected))
     files, problems = requirements.weight_files(algorithm, target, hparams)
     if not files and not problems:

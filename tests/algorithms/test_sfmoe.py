@@ -256,7 +256,7 @@ def doctor_weights(capsys, monkeypatch, hparams: dict) -> tuple[int, str]:
         executable="python",
         domainbed="/opt/DomainBed/domainbed",
         algorithms=["ERM", "SFMOE"],
-        datasets=["PACS"],
+        datasets=["PACS", "RotatedDigits"],
         launchers=["local"],
     )
     monkeypatch.setattr(environment, "probe_fresh_process", lambda: registered)
