@@ -98,22 +98,28 @@ def test_evaluate_and_masks_write_beside_the_run_and_say_where(copied_run):
     assert (run / "dmg_masks" / "masks.png").is_file()
 
 
+def bf16_copies(sweep, algorithm="ERM", shift=0.0):
+    """A copy of every run of ``algorithm`` in ``sweep``, recorded as trained in bf16, its
+    accuracies raised by ``shift`` (a fraction)."""
+    for env in range(4):
+        copy = sweep / f"{algorithm}_bf16_{env}"
+        shutil.copytree(sweep / f"{algorithm}_{env}", copy)
+
+        def in_bf16(record, copy=copy):
+            accuracies = {k: v + shift for k, v in record.items() if k.endswith("_acc")}
+            hparams = {**record["hparams"], "precision": "bf16"}
+            args = {**record["args"], "output_dir": str(copy)}
+            return {**record, **accuracies, "hparams": hparams, "args": args}
+
+        rewrite_records(copy, in_bf16)
+
+
 def test_runs_of_two_precisions_are_never_pooled_in_one_cell(demo_sweep, tmp_path):
     sweep = small_sweep(demo_sweep, tmp_path / "sweep")
-    for env in range(4):  # the same ERM runs, recorded as trained in bf16
-        copy = sweep / f"ERM_bf16_{env}"
-        shutil.copytree(sweep / f"ERM_{env}", copy)
-        rewrite_records(
-            copy,
-            lambda r, copy=copy: {
-                **r,
-                "hparams": {**r["hparams"], "precision": "bf16"},
-                "args": {**r["args"], "output_dir": str(copy)},
-            },
-        )
+    bf16_copies(sweep)  # the same ERM runs, recorded as trained in bf16
     code, printed, _ = cli("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "r"))
     assert code == 0
-    assert "the sweep holds runs in bf16 and fp32" in printed
+    assert "the runs are in bf16 and fp32" in printed
     results = pd.read_csv(tmp_path / "r" / "results.csv")
     cells = results[(results["test_env"] != "Avg") & results["accuracy"].notna()]
     assert set(cells["algorithm"]) == {"ERM", "DMG", "ERM (bf16)"}
@@ -123,6 +129,29 @@ def test_runs_of_two_precisions_are_never_pooled_in_one_cell(demo_sweep, tmp_pat
     comparisons = pd.read_csv(tmp_path / "r" / "comparisons.csv")
     assert "ERM (bf16)" in set(comparisons["algorithm"])
     assert (comparisons.loc[comparisons["algorithm"] == "ERM (bf16)", "difference"] == 0).all()
+
+
+def test_select_keeps_runs_of_two_precisions_apart_as_report_does(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep", ("ERM",))
+    code, _, _ = cli("select", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "fp32"))
+    assert code == 0
+    alone = pd.read_csv(tmp_path / "fp32" / "selection.csv").set_index(["prediction", "test_env"])
+    bf16_copies(sweep, shift=0.05)  # the ERM runs again, in bf16, 5 points better everywhere
+    code, printed, _ = cli("select", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "s"))
+    assert code == 0
+    both = pd.read_csv(tmp_path / "s" / "selection.csv").set_index(["prediction", "test_env"])
+    assert set(both.index.get_level_values(0)) == {"ERM (predict)", "ERM (bf16) (predict)"}
+    fp32 = both.loc["ERM (predict)"]
+    assert fp32["accuracy"].tolist() == alone.loc["ERM (predict)"]["accuracy"].tolist()
+    assert (fp32["n_trials"].dropna() == 1).all()
+    bf16 = both.loc["ERM (bf16) (predict)", "accuracy"]
+    assert bf16.to_numpy() == pytest.approx(fp32["accuracy"].to_numpy() + 5)
+    assert "the runs are in bf16 and fp32" in printed
+    report = tmp_path / "r"
+    assert cli("report", "--input_dir", str(sweep), "--output_dir", str(report))[0] == 0
+    results = pd.read_csv(report / "results.csv").set_index(["algorithm", "test_env"])
+    iid = results[results["selection_method"] == "training-domain validation set"]
+    assert iid.loc["ERM (bf16)", "accuracy"].to_numpy() == pytest.approx(bf16.to_numpy())
 
 
 @pytest.fixture
