@@ -18,6 +18,7 @@ from pathlib import Path
 from dmg_domainbed import runs
 from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import path_part
 from dmg_domainbed.preflight.sweep import check_sweep
 from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
@@ -114,7 +115,7 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
             run_ = runs.read_run(job.output_dir)
             by_test_env.setdefault(run_.test_envs[0], []).append(run_)
             if declarations_of(runs.algorithm_class(run_)).LEARNED_PICTURES:
-                stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
+                stem = path_part(f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}")
                 try:
                     files += draw_learned(run_, report_dir, stem).files
                 except UserError as error:

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import colours, figure, save
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import path_part
 from dmg_domainbed.reporting import comparisons as paired
 from dmg_domainbed.reporting import ranks, tables
 from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
@@ -79,7 +80,8 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
 
 def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> dict[str, Figure]:
     """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
-    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics."""
+    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics;
+    names from the records escaped (:func:`~dmg_domainbed.folders.path_part`)."""
     from domainbed import algorithms, datasets
 
     drawn = {}
@@ -89,13 +91,14 @@ def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> di
         own = set(records.filter_equals("args.dataset", dataset).select("args.algorithm"))
         pairs = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
         of_dataset = shown[shown.algorithm.isin(own)]
-        drawn[f"accuracy_{dataset}.png"] = accuracy_figure(of_dataset, dataset, pairs)
+        drawn[f"accuracy_{path_part(dataset)}.png"] = accuracy_figure(of_dataset, dataset, pairs)
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
             declared = declarations_of(algorithms.get_algorithm_class(algorithm))
             runs = first_runs(records, dataset, algorithm)
             if (curves := declared.training_curves(runs, environments)) is not None:
-                drawn[f"{algorithm.lower()}_diagnostics_{dataset}.png"] = curves
+                name = f"{algorithm.lower()}_diagnostics_{dataset}.png"
+                drawn[path_part(name)] = curves
     return drawn
 
 

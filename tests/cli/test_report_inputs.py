@@ -201,3 +201,25 @@ def test_the_accuracy_picture_shows_paired_differences_with_intervals(
     span = max(first["ci_high"].max(), 0) - min(first["ci_low"].min(), 0)
     assert low <= first["ci_low"].min() and high >= first["ci_high"].max()
     assert high - low < 1.25 * span + 1  # the scale of the differences, not 0-100 accuracy
+
+
+def test_no_record_field_becomes_a_path_outside_the_output_folders(demo_sweep, tmp_path):
+    root = tmp_path / "a" / "b"
+    sweep = small_sweep(demo_sweep, root / "sweep", ("ERM",))
+    crafted = "../../../x"  # from the TensorBoard folder root/logs: tmp_path/x
+    rewrite_records(sweep / "ERM_0", lambda r: {**r, "args": {**r["args"], "algorithm": crafted}})
+    before = {p for p in tmp_path.rglob("*")}
+    logs, output = root / "logs", root / "report"
+    code, printed, _ = cli(
+        "report", "--input_dir", str(sweep), "--output_dir", str(output), "--tensorboard", str(logs)
+    )
+    assert code == 0
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert written and all(
+        logs in p.parents or output in p.parents for p in written - {logs, output}
+    )
+    runs = sorted(
+        str(p.parent.relative_to(logs)) for p in logs.rglob("events.*") if p.parent != logs
+    )
+    assert len(runs) == 4 and runs[0].startswith("%2E.%2F..%2F..%2Fx/RotatedDigits/test_env0/")
+    assert crafted in pd.read_csv(output / "results.csv")["algorithm"].tolist()  # shown as it is
