@@ -129,12 +129,13 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
 def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
     code (0 when every job finished)."""
-    from dmg_domainbed.reporting.tables import check_output_dir
+    from dmg_domainbed.reporting.outputs import check_output_dir
+    from dmg_domainbed.reporting.report import WRITTEN
 
     start = time.monotonic()
     sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG
-    for folder in (output_dir, report_dir):  # its log and its report: writable
-        check_output_dir(folder)
+    check_output_dir(output_dir)  # its log: writable
+    check_output_dir(report_dir, writes=WRITTEN)  # its report: no file of the user's in the way
     sweep = Sweep(config, DATA_DIR, str(sweep_dir.resolve()), LAUNCHER)
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
     check_no_conflicting_runs(sweep_dir, jobs)

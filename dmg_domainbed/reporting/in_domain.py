@@ -28,10 +28,14 @@ from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import tables
 from dmg_domainbed.reporting.jobs import precisions_note, reported_algorithm
-from dmg_domainbed.reporting.tables import sections_markdown, write_table
+from dmg_domainbed.reporting.outputs import placed, staged
+from dmg_domainbed.reporting.tables import sections_markdown, table_files, write_table
 from dmg_domainbed.runs import Run, warnings
 
 PREDICT = "predict"
+IN_DOMAIN, SELECTION, CHECKPOINTS = "in_domain", "selection", "checkpoints.csv"
+#: What ``evaluate`` and ``select`` write, whatever the runs.
+EVALUATE_WRITES, SELECT_WRITES = table_files(IN_DOMAIN), table_files(SELECTION)
 SELECTED = "test-domain accuracy (%) at the checkpoint and hparams selected by each prediction's"
 SELECTED += " source validation accuracy"
 
@@ -190,7 +194,9 @@ def write_in_domain(
     frame = pd.concat(frames, ignore_index=True)
     in_group = [frame["run"].isin([str(run.path) for run in group]) for group in groups]
     sections = [(table3_title(g), table3(frame[r])) for g, r in zip(groups, in_group, strict=True)]
-    files = write_table(frame, sections_markdown(sections, "Prediction"), output_dir, "in_domain")
+    with staged(output_dir) as stage:
+        files = write_table(frame, sections_markdown(sections, "Prediction"), stage, IN_DOMAIN)
+    files = placed(files, output_dir)
     notes = warnings(run for group in groups for run in group)
     notes += filter(None, [precisions_note(run.records[-1] for group in groups for run in group)])
     if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
@@ -278,10 +284,12 @@ def write_selection(
         wide = wide.loc[of_dataset["prediction"].unique(), of_dataset["test_domain"].unique()]
         sections.append((f"## {dataset}: {SELECTED}", wide))
     markdown = sections_markdown(sections, "Selected by")
-    files = write_table(selection, markdown, output_dir, "selection")
-    if len(evaluations):
-        files.insert(0, output_dir / "checkpoints.csv")
-        evaluations.to_csv(files[0], index=False)
+    with staged(output_dir) as stage:
+        files = write_table(selection, markdown, stage, SELECTION)
+        if len(evaluations):
+            files.insert(0, stage / CHECKPOINTS)
+            evaluations.to_csv(files[0], index=False)
+    files = placed(files, output_dir)
     notes = [
         f"note: {run.describe()} saved no checkpoint models; its known-domain rows leave it out"
         for run in without

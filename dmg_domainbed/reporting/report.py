@@ -17,10 +17,14 @@ from dmg_domainbed.folders import path_part
 from dmg_domainbed.reporting import comparisons as paired
 from dmg_domainbed.reporting import ranks, tables
 from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
-from dmg_domainbed.reporting.tables import AVERAGE, write_table
+from dmg_domainbed.reporting.outputs import check_output_dir, placed, staged
+from dmg_domainbed.reporting.tables import AVERAGE, table_files, write_table
 from dmg_domainbed.runs import require_sweep
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
+RESULTS = ("results.csv", "averages.csv", "results.md", "selected_hparams.csv")
+RANKS = "ranks"
+WRITTEN = (*RESULTS, *table_files(RANKS))  # what every report writes, whatever the sweep
 
 
 @dataclass
@@ -192,10 +196,11 @@ def write_report(
     """Everything ``report`` writes for a sweep: ``results.csv``, ``averages.csv``, ``results.md``
     (collect_results' numbers, flagged, and the jobs' states), ``selected_hparams.csv``,
     ``comparisons.csv`` / ``.md`` (paired with ``reference``, default ERM), ``ranks.csv`` / ``.md``
-    / ``.png`` and the pictures. All is computed before the first file is written, so a
-    :class:`UserError` leaves the output folder as it was."""
+    / ``.png`` and the pictures. All is computed, then written through
+    :func:`.outputs.staged`, so a :class:`UserError` leaves the output folder as it was and no
+    file of the user's there is overwritten."""
     sweep = require_sweep(sweep_dir)
-    output = tables.check_output_dir(Path(output_dir), sweep)
+    output = check_output_dir(Path(output_dir), sweep, writes=WRITTEN)
     jobs = sweep_jobs(sweep)
     records = jobs.records()
     names = tables.ordered_algorithms(records)
@@ -214,21 +219,28 @@ def write_report(
     diagram = ranks.ranks_figure(found)
     figures = pictures_of(results, records, comparisons)
 
-    output.mkdir(parents=True, exist_ok=True)
-    files = [output / "results.csv", output / "averages.csv", output / "results.md"]
-    results.to_csv(files[0], index=False)
-    averages.to_csv(files[1], index=False)
-    files[2].write_text(f"{tables.results_markdown(results, averages)}\n{status}\n")
-    files.append(output / "selected_hparams.csv")
-    tables.selected_hparams(chosen).to_csv(files[-1], index=False)
-    if len(comparisons):
-        files += write_table(comparisons, paired.markdown(comparisons), output, "comparisons")
-    files += write_table(ranks.ranks_frame(found), ranks.ranks_markdown(found), output, "ranks")
-    if diagram is not None:
-        files.append(save(diagram, output / "ranks.png"))
-    files += [save(drawn, output / name) for name, drawn in figures.items()]
+    with staged(output) as stage:
+        files = [stage / name for name in RESULTS]
+        results.to_csv(files[0], index=False)
+        averages.to_csv(files[1], index=False)
+        files[2].write_text(f"{tables.results_markdown(results, averages)}\n{status}\n")
+        tables.selected_hparams(chosen).to_csv(files[3], index=False)
+        if len(comparisons):
+            files += write_table(comparisons, paired.markdown(comparisons), stage, "comparisons")
+        files += write_table(ranks.ranks_frame(found), ranks.ranks_markdown(found), stage, RANKS)
+        if diagram is not None:
+            files.append(save(diagram, stage / "ranks.png"))
+        files += [save(drawn, stage / name) for name, drawn in figures.items()]
     return SweepReport(
-        results, averages, ranked, comparisons, found, reference, files, jobs, status
+        results,
+        averages,
+        ranked,
+        comparisons,
+        found,
+        reference,
+        placed(files, output),
+        jobs,
+        status,
     )
 
 

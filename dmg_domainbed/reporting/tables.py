@@ -17,15 +17,12 @@ tie-breaking are DomainBed's own (``selected_hparams.csv``; comparisons and rank
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable
 from dmg_domainbed.reporting.jobs import SweepJobs, read_jobs
 
 AVERAGE = "Avg"
@@ -361,41 +358,20 @@ def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
     return cells.rename_axis(label).to_markdown(tablefmt="pipe", disable_numparse=True) + "\n"
 
 
-def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
-    """``output_dir``, unless it lies inside a folder the report reads, cannot be created, or
-    holds a file this user may not overwrite (an earlier report's)."""
-    check_creatable(output_dir, "--output_dir")
-    check_outside(output_dir, inputs, "output folder", "input", "an --output_dir")
-    if output_dir.is_dir():
-        for path in output_dir.iterdir():
-            if path.is_file() and not os.access(path, os.W_OK):
-                raise UserError(
-                    f"--output_dir '{output_dir}' holds '{path.name}', which this user may not "
-                    "overwrite. Give another folder, or make that file writable."
-                )
-    return output_dir
-
-
-def check_outside(output: Path, inputs, name: str, read: str, choose: str) -> None:
-    """:class:`UserError` if ``output`` (``name``) is or lies inside a folder of ``inputs``
-    (``read`` folders, which are only read): choose another (``choose``) outside it."""
-    for folder in inputs:
-        if output.resolve() == folder.resolve() or folder.resolve() in output.resolve().parents:
-            raise UserError(
-                f"{name} '{output}' lies inside the {read} folder '{folder}', which is only "
-                f"read. Choose {choose} outside it."
-            )
-
-
 def sections_markdown(sections: list[tuple[str, pd.DataFrame]], index_label: str = "") -> str:
     """One Markdown table per ``(title, table)`` section, each under its title."""
     return "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
 
 
+def table_files(stem: str) -> tuple[str, str]:
+    """The names of the files :func:`write_table` writes."""
+    return f"{stem}.csv", f"{stem}.md"
+
+
 def write_table(long: pd.DataFrame, markdown: str, output_dir: Path, stem: str) -> list[Path]:
     """``<stem>.csv`` from ``long`` and ``<stem>.md`` holding ``markdown``."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = output_dir / f"{stem}.csv", output_dir / f"{stem}.md"
+    csv_path, md_path = (output_dir / name for name in table_files(stem))
     long.to_csv(csv_path, index=False)
     md_path.write_text(markdown)
     return [csv_path, md_path]

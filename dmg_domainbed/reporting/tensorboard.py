@@ -20,7 +20,7 @@ import pandas as pd
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable, path_part
-from dmg_domainbed.reporting.tables import check_outside
+from dmg_domainbed.reporting.outputs import check_outside
 from dmg_domainbed.runs import RESULTS_FILE, read_records, run_folders
 
 OPTION = "--tensorboard"
