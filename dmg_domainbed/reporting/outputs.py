@@ -111,7 +111,8 @@ def staged(folder: Path) -> Iterator[Path]:
     """A new, empty staging folder to write ``folder``'s files into. When the block ends
     without an error, its files replace those of the same names in ``folder`` (only the
     package's own: else :class:`UserError` and nothing moved) and are recorded; the staging
-    folder is removed in any case."""
+    folder is removed in any case, and on an error so are the folders made for it."""
+    made = [path for path in (folder, *folder.absolute().parents) if not path.exists()]
     folder.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
     try:
@@ -125,6 +126,12 @@ def staged(folder: Path) -> Iterator[Path]:
         record = stage / RECORD
         record.write_text(json.dumps({"files": dict(sorted(own.items()))}, indent=1) + "\n")
         os.replace(record, folder / RECORD)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        for path in made:  # deepest first; only those still empty
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
