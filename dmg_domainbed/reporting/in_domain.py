@@ -280,8 +280,7 @@ def write_selection(
     selection = selection_frame(selection_records(runs, evaluations))
     sections = []
     for dataset, of_dataset in selection.groupby("dataset", sort=False):
-        wide = of_dataset.pivot(index="prediction", columns="test_domain", values="text")
-        wide = wide.loc[of_dataset["prediction"].unique(), of_dataset["test_domain"].unique()]
+        wide = tables.wide_table(of_dataset, index="prediction")
         sections.append((f"## {dataset}: {SELECTED}", wide))
     markdown = sections_markdown(sections, "Selected by")
     with staged(output_dir) as stage:
