@@ -18,6 +18,7 @@ from pathlib import Path
 from dmg_domainbed import runs
 from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import path_part
 from dmg_domainbed.preflight.sweep import check_sweep
 from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
@@ -114,7 +115,7 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
             run_ = runs.read_run(job.output_dir)
             by_test_env.setdefault(run_.test_envs[0], []).append(run_)
             if declarations_of(runs.algorithm_class(run_)).LEARNED_PICTURES:
-                stem = f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}"
+                stem = path_part(f"masks_{run_.algorithm}_test_env{run_.test_envs[0]}")
                 try:
                     files += draw_learned(run_, report_dir, stem).files
                 except UserError as error:
@@ -128,12 +129,13 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
 def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
     code (0 when every job finished)."""
-    from dmg_domainbed.reporting.tables import check_output_dir
+    from dmg_domainbed.reporting.outputs import check_output_dir
+    from dmg_domainbed.reporting.report import WRITTEN
 
     start = time.monotonic()
     sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG
-    for folder in (output_dir, report_dir):  # its log and its report: writable
-        check_output_dir(folder)
+    check_output_dir(output_dir)  # its log: writable
+    check_output_dir(report_dir, writes=WRITTEN)  # its report: no file of the user's in the way
     sweep = Sweep(config, DATA_DIR, str(sweep_dir.resolve()), LAUNCHER)
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
     check_no_conflicting_runs(sweep_dir, jobs)

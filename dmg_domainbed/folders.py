@@ -1,9 +1,12 @@
-"""Output folders given by the user: checked before any work, so a bad path is a clear error."""
+"""Output folders given by the user: checked before any work, so a bad path is a clear error;
+and names taken from runs' records made safe to be part of a path."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 from dmg_domainbed.errors import UserError
 
@@ -57,3 +60,22 @@ def check_outside(output: Path, inputs, name: str, read: str, choose: str, why: 
                 f"{name} '{output}' lies inside the {read} folder '{folder}', which is only "
                 f"read{why}. Choose {choose} outside it."
             )
+
+
+#: Kept as they are in :func:`path_part`, besides letters, digits and ``_.-~``.
+READABLE = " ()+,=@"
+LONGEST_PART = 100  # characters of a path part; file systems allow 255 bytes for a whole name
+
+
+def path_part(value: object) -> str:
+    """``value`` (a field of a run's record: an algorithm, a dataset, a seed) as one file or
+    folder name, never a path: percent-escaped as in URLs (``/`` becomes ``%2F``), a leading
+    ``.`` too, so that it names neither another folder, nor a parent, nor a hidden file. Names
+    that need no escape (``DMG``, ``ERM (bf16)``, ``RotatedDigits``) stay as they are; distinct
+    values stay distinct; one over :data:`LONGEST_PART` characters is cut, with a hash of it."""
+    part = quote(str(value), safe=READABLE)
+    part = "%2E" + part[1:] if part.startswith(".") else part or "%"
+    if len(part) > LONGEST_PART:
+        digest = hashlib.sha256(part.encode()).hexdigest()[:16]
+        part = f"{part[: LONGEST_PART - 17]}~{digest}"
+    return part

@@ -8,6 +8,7 @@ DMG-KnownDomain uses).
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,4 +199,22 @@ def training_curves(
     axes[0, 2].set_title("fraction of active units (m > 0.5) per domain", fontsize=10)
     for axis in axes[-1]:
         axis.set_xlabel("training step")
+    weights = sorted({run[-1]["hparams"].get("lambda_overlap") for run in runs} - {None})
+    fig.supxlabel(overlap_caption(weights), fontsize=8, color="dimgray")
     return fig
+
+
+def overlap_caption(weights: list[float]) -> str:
+    """Why the overlap loss moves as it does, as measured on the demo's runs (docs/reports.md,
+    "Why DMG's overlap rises"): the two gradients on the mask logits of Eq. 3."""
+    weight = ", ".join(f"{w:g}" for w in weights) or "?"
+    text = (
+        "Why the overlap moves: the soft IoU grows with the level of the mask probabilities, "
+        f"whichever units the domains keep. The penalty (lambda_overlap = {weight}) lowers every "
+        "mask probability; the cross-entropy raises those of the units the network relies on, "
+        "since in training a unit with m < 1 is dropped at random. While the network is "
+        "untrained the cross-entropy barely pushes and the overlap falls; once it learns, its "
+        "push is the larger, the probabilities rise and the overlap with them, until the two "
+        "balance. A rising overlap alone does not mean that the domains use the same units."
+    )
+    return textwrap.fill(text, 190)

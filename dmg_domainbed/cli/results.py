@@ -140,16 +140,17 @@ def _print_files(files) -> None:
     print(f"\nWrote into {folder}: {', '.join(Path(p).name for p in files)}")
 
 
-def _beside(runs, name: str, given: Path | None) -> Path:
+def _beside(runs, name: str, given: Path | None, writes=()) -> Path:
     """``given``, else folder ``name`` beside the runs: inside the one run, or in the folder
-    that holds them all (their sweep's), or else inside the first run."""
-    from dmg_domainbed.reporting.tables import check_output_dir
+    that holds them all (their sweep's), or else inside the first run; checked for the files
+    of names ``writes`` (:func:`.outputs.check_output_dir`)."""
+    from dmg_domainbed.reporting.outputs import check_output_dir
 
     if given is not None:
-        return check_output_dir(given, *(run.path for run in runs))
+        return check_output_dir(given, *(run.path for run in runs), writes=writes)
     parents = {run.path.resolve().parent for run in runs}
     home = parents.pop() if len(runs) > 1 and len(parents) == 1 else runs[0].path
-    return check_output_dir(home / name)
+    return check_output_dir(home / name, writes=writes)
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -171,23 +172,23 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    from dmg_domainbed.reporting.in_domain import check_comparable, write_in_domain
+    from dmg_domainbed.reporting.in_domain import EVALUATE_WRITES, check_comparable, write_in_domain
 
     runs = [read_run(path) for path in args.run_dir]
     check_comparable(runs)
     for run in runs:
         require_model(run)
-    output = _beside(runs, "dmg_evaluate", args.output_dir)
+    output = _beside(runs, "dmg_evaluate", args.output_dir, EVALUATE_WRITES)
     _print_written(write_in_domain([runs], output, args.data_dir))
     return 0
 
 
 def select_command(args: argparse.Namespace) -> int:
-    from dmg_domainbed.reporting.in_domain import write_selection
-    from dmg_domainbed.reporting.tables import check_output_dir
+    from dmg_domainbed.reporting.in_domain import SELECT_WRITES, write_selection
+    from dmg_domainbed.reporting.outputs import check_output_dir
 
     sweep = require_sweep(args.input_dir)
-    output = check_output_dir(args.output_dir, sweep)
+    output = check_output_dir(args.output_dir, sweep, writes=SELECT_WRITES)
     _print_written(write_selection(sweep, output, args.data_dir))
     return 0
 

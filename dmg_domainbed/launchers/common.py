@@ -1,11 +1,12 @@
 """What the launchers share: the :class:`Launcher` contract, settings read from environment
-variables, job folders and the report of failed jobs.
+variables, job folders, the sweep folder's lock and the report of failed jobs.
 
 DomainBed calls a launcher as ``launcher(commands)`` with nothing else, so its settings travel
 through environment variables, declared as :class:`Option` s in its ``options``;
 ``dmg-domainbed sweep`` validates a sweep file's ``[launcher]`` table with the same
-declarations and turns it into variables. Stdlib only: launchers run inside DomainBed's sweep
-script and on cluster nodes.
+declarations and turns it into variables. Called so, a launcher holds the folder lock of the
+sweep its commands write into (:func:`sweep_folders_locked`), as ``dmg-domainbed sweep`` does.
+Stdlib only at import: launchers run inside DomainBed's sweep script and on cluster nodes.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import contextlib
 import os
 import shlex
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule, not_blank
 
 
@@ -90,7 +92,11 @@ class Launcher:
     options: tuple[Option, ...] = ()
 
     def __call__(self, commands: list[str]) -> None:
-        self.launch(commands, os.environ)
+        """DomainBed's call: :meth:`launch` with this process's environment, while holding the
+        folder lock of every sweep folder the commands write into (:func:`sweep_folders_locked`),
+        so that no other command deletes or launches jobs there meanwhile."""
+        with sweep_folders_locked(commands):
+            self.launch(commands, os.environ)
 
     def launch(self, commands: list[str], environ: Mapping[str, str]) -> None:
         """Run ``commands`` with ``environ`` as the environment of the launcher and its jobs;
@@ -122,6 +128,66 @@ class FunctionLauncher(Launcher):
         changed = environment_changes(environ)
         prefix = shlex.join(["env", *(f"{k}={v}" for k, v in changed.items())]) + " "
         self.function([prefix + command for command in commands] if changed else commands)
+
+
+def sweep_folders(commands: Iterable[str]) -> list[Path]:
+    """The folders that hold the commands' ``--output_dir`` (their sweep's folder), each once."""
+    return sorted({Path(d).absolute().parent for d in map(output_dir_of, commands) if d})
+
+
+def remove_empty_job_folders(commands: Iterable[str]) -> int:
+    """Remove each command's ``--output_dir`` that is an empty folder (DomainBed's sweep makes
+    them before it calls the launcher, and takes a folder that exists for a job launched
+    before): so the same sweep command launches those jobs next time. How many were removed."""
+    removed = 0
+    for output_dir in filter(None, map(output_dir_of, commands)):
+        with contextlib.suppress(OSError):
+            os.rmdir(output_dir)  # only ever removes an empty folder
+            removed += 1
+    return removed
+
+
+UNGUARDED = (
+    "DomainBed's own `sweep delete_incomplete` is not stopped by the lock (it deletes folders "
+    "before any launcher runs): never run it on a folder a sweep is using, as it deletes the "
+    "folders of running jobs."
+)
+
+
+@contextlib.contextmanager
+def sweep_folders_locked(commands: Sequence[str]) -> Iterator[None]:
+    """Inside, this process holds the folder lock (:class:`dmg_domainbed.locks.FolderLock`) of
+    each of :func:`sweep_folders`. When another live command holds one, a
+    :class:`~dmg_domainbed.errors.UserError` naming it, and the empty job folders made for
+    ``commands`` are removed: nothing is launched."""
+    from dmg_domainbed.locks import FolderLock  # at call time: it imports psutil, flufl.lock
+
+    with contextlib.ExitStack() as held:
+        for folder in sweep_folders(commands):
+            try:
+                held.enter_context(FolderLock(folder))
+            except UserError as error:
+                removed = remove_empty_job_folders(commands)
+                raise UserError(
+                    f"{error}\nNothing was launched; the {removed} empty job folder(s) made for "
+                    "these jobs were removed, so that the same sweep command launches them "
+                    f"once the folder is free. {UNGUARDED}"
+                ) from None
+        yield
+
+
+def folder_deleted(command: str) -> str | None:
+    """Why a failed job may have failed: its ``--output_dir`` no longer exists (the launchers
+    make it before a job starts), so it was deleted while the job ran. None otherwise."""
+    output_dir = output_dir_of(command)
+    if output_dir is None or os.path.lexists(output_dir):
+        return None
+    return (
+        f"its folder {output_dir} no longer exists: it was deleted while the job ran, e.g. by "
+        "DomainBed's `sweep delete_incomplete`, which deletes the folder of every job without "
+        "a 'done' file, running ones included, and which no lock stops. Launch the sweep again "
+        "once nothing else works in its folder"
+    )
 
 
 def environment_changes(

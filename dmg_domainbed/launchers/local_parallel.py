@@ -59,6 +59,7 @@ from dmg_domainbed.launchers.common import (
     Launcher,
     Option,
     failure_report,
+    folder_deleted,
     output_dir_of,
     read_options,
 )
@@ -377,7 +378,10 @@ class Outcome:
                 return False
             self.seconds = time.monotonic() - self.started
             _signal_group(self.process.pid, signal.SIGKILL)
-            self.hint = plan.memory_hint(self.returncode, self.log) if self.returncode else None
+            if self.returncode:
+                self.hint = folder_deleted(self.command) or plan.memory_hint(
+                    self.returncode, self.log
+                )
         return True
 
 

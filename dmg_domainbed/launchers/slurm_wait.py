@@ -23,7 +23,7 @@ from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.array_task import CommandFailed
-from dmg_domainbed.launchers.common import Failure, output_dir_of
+from dmg_domainbed.launchers.common import Failure, folder_deleted, output_dir_of
 from dmg_domainbed.launchers.slurm_partition import slurm
 
 SQUEUE = ["squeue", "--noheader", "--array", "--format=%i|%T"]  # a line per array task
@@ -124,5 +124,6 @@ def failures(
             text = err_txt.read_text(errors="replace") if err_txt.is_file() else ""
             lines = error_tail((text.strip() or job.stderr() or "").splitlines())
         reason = verdicts[job.job_id]
-        found.append(Failure(reason, command, f"job {job.job_id}", tail=tuple(lines)))
+        hint = folder_deleted(command)
+        found.append(Failure(reason, command, f"job {job.job_id}", hint, tail=tuple(lines)))
     return found

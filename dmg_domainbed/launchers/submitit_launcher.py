@@ -12,7 +12,6 @@ import: DomainBed's sweep script loads every launcher.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import os
@@ -30,6 +29,7 @@ from dmg_domainbed.launchers.common import (
     failure_report,
     output_dir_of,
     read_options,
+    remove_empty_job_folders,
 )
 from dmg_domainbed.launchers.slurm_partition import DEFAULTS, RESOURCES, fit, slurm
 from dmg_domainbed.launchers.slurm_wait import (
@@ -112,11 +112,7 @@ def check(environ: Mapping[str, str]) -> str:
 
 def _refused(error: object, commands: Sequence[str]) -> UserError:
     """``error``, once the job folders of ``commands`` that are still empty are removed."""
-    removed = 0
-    for output_dir in filter(None, map(output_dir_of, commands)):
-        with contextlib.suppress(OSError):
-            os.rmdir(output_dir)  # only ever removes an empty folder
-            removed += 1
+    removed = remove_empty_job_folders(commands)
     return UserError(
         f"{error} The {removed} empty job folder(s) made for the jobs that were not submitted "
         "were removed: fix the cause and run the same sweep command again to launch them."

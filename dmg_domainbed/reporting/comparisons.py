@@ -26,6 +26,7 @@ from dmg_domainbed.reporting.tables import AVERAGE, markdown_table
 CONFIDENCE = 0.95
 BETTER, WORSE, UNCLEAR = "better", "worse", "unclear"
 ONE_TRIAL = "one trial"
+NO_INTERVAL = f"{ONE_TRIAL}: no interval"  # what a report says instead of drawing one
 DEFAULT_REFERENCE = "ERM"
 
 COLUMNS = "selection_method dataset algorithm reference test_env test_domain n_trials accuracy"
@@ -152,7 +153,8 @@ def markdown(comparisons: pd.DataFrame) -> str:
         "# Paired comparisons\n",
         "Test-accuracy difference (percentage points) of each algorithm minus the reference, "
         "paired on dataset, test domain and trial seed (the same data splits), with a 95% "
-        "Student-t interval over trial seeds; `Avg`: the per-trial mean over test domains. "
+        f"Student-t interval over trial seeds ({NO_INTERVAL}); `Avg`: the per-trial "
+        "mean over test domains. "
         "better / worse: the interval excludes zero. P(new trial): the probability that the "
         "algorithm beats the reference on a new trial (t predictive distribution).\n",
     ]
@@ -192,7 +194,7 @@ def _sentence(row: pd.Series) -> str:
     n = row["n_trials"]
     difference = f"{row['difference']:+.1f} points"
     if n < 2:
-        return f"{difference} (one trial: no interval; run 2 or more trials)"
+        return f"{difference} ({NO_INTERVAL}; run 2 or more trials)"
     verdict = {UNCLEAR: "no clear difference (the interval includes 0)"}.get(row["verdict"])
     verdict = verdict or row["verdict"]
     return (

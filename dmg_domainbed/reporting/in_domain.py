@@ -27,20 +27,32 @@ from dmg_domainbed import runs as run_files
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import tables
-from dmg_domainbed.reporting.tables import sections_markdown, write_table
+from dmg_domainbed.reporting.jobs import precisions_note, reported_algorithm
+from dmg_domainbed.reporting.outputs import placed, staged
+from dmg_domainbed.reporting.tables import sections_markdown, table_files, write_table
 from dmg_domainbed.runs import Run, warnings
 
 PREDICT = "predict"
+IN_DOMAIN, SELECTION, CHECKPOINTS = "in_domain", "selection", "checkpoints.csv"
+#: What ``evaluate`` and ``select`` write, whatever the runs.
+EVALUATE_WRITES, SELECT_WRITES = table_files(IN_DOMAIN), table_files(SELECTION)
 SELECTED = "test-domain accuracy (%) at the checkpoint and hparams selected by each prediction's"
 SELECTED += " source validation accuracy"
 
 
+def reported(run: Run) -> str:
+    """The name ``run``'s rows go under (:func:`.jobs.reported_algorithm`: with its precision
+    unless fp32)."""
+    return reported_algorithm(run.records[-1])
+
+
 def predictors(run: Run, algorithm) -> dict[str, Callable]:
     """Row label -> function ``(x, d)`` giving logits, ``predict`` first."""
-    rows: dict[str, Callable] = {f"{run.algorithm} ({PREDICT})": lambda x, d: algorithm.predict(x)}
+    name = reported(run)
+    rows: dict[str, Callable] = {f"{name} ({PREDICT})": lambda x, d: algorithm.predict(x)}
     known = getattr(algorithm, "predict_known_domain", None)
     for mode, label in declarations_of(type(algorithm)).KNOWN_DOMAIN_PREDICTIONS.items():
-        rows[f"{run.algorithm}-{label}"] = lambda x, d, mode=mode: known(x, d, mode)
+        rows[f"{name}-{label}"] = lambda x, d, mode=mode: known(x, d, mode)
     return rows
 
 
@@ -86,7 +98,7 @@ def evaluate_run(
             logged = 100 * logged if logged is not None and comparable else None
             accuracy = 100 * predicted[i].eq(y).sum().item() / len(y)
             changed = 100 * predicted[i].ne(predicted[0]).sum().item() / len(y)
-            rows.append([str(run.path), run.algorithm, name, env, environments[env], len(y)])
+            rows.append([str(run.path), reported(run), name, env, environments[env], len(y)])
             rows[-1] += [accuracy, changed, logged]
     columns = ["run", "algorithm", "prediction", "env", "domain", "n_examples", "accuracy"]
     return pd.DataFrame(rows, columns=[*columns, "changed", "logged"])
@@ -94,7 +106,7 @@ def evaluate_run(
 
 def check_comparable(runs: list[Run]) -> None:
     """Runs side by side in one table must share train.py's splits and source domains, and be
-    one run per algorithm (a table's rows are named by algorithm)."""
+    one run per algorithm and precision (a table's rows are named by :func:`reported`)."""
     keys = ("dataset", "test_envs", "trial_seed", "holdout_fraction")
     first, seen = runs[0], {}
     for run in runs:
@@ -106,13 +118,13 @@ def check_comparable(runs: list[Run]) -> None:
                 "fraction (then they were evaluated on the same examples). Evaluate them "
                 "separately."
             )
-        other = seen.setdefault(run.algorithm, run)
+        other = seen.setdefault(reported(run), run)
         if other is not run:
             same = Path(other.path).resolve() == Path(run.path).resolve()
             raise UserError(
                 f"run '{run.path}' is given twice; give each run once."
                 if same
-                else f"runs '{other.path}' and '{run.path}' are both runs of {run.algorithm} "
+                else f"runs '{other.path}' and '{run.path}' are both runs of {reported(run)} "
                 f"on test envs {run.test_envs}; one table holds one run per algorithm. "
                 "Evaluate them in separate calls (each with its own --output_dir)."
             )
@@ -133,7 +145,7 @@ def table3_title(runs: Sequence[Run]) -> str:
     names = runs[0].environments()
     held_out = ", ".join(names[e] for e in runs[0].test_envs)
     shown = "\n".join(
-        f"- {run.algorithm}: trial seed {run.args.get('trial_seed')}, hparams seed "
+        f"- {reported(run)}: trial seed {run.args.get('trial_seed')}, hparams seed "
         f"{run.args.get('hparams_seed')}, step {run.records[-1].get('step')} ({run.path}); "
         f"hparams {json.dumps(run.hparams, sort_keys=True)}"
         for run in runs
@@ -182,8 +194,11 @@ def write_in_domain(
     frame = pd.concat(frames, ignore_index=True)
     in_group = [frame["run"].isin([str(run.path) for run in group]) for group in groups]
     sections = [(table3_title(g), table3(frame[r])) for g, r in zip(groups, in_group, strict=True)]
-    files = write_table(frame, sections_markdown(sections, "Prediction"), output_dir, "in_domain")
+    with staged(output_dir) as stage:
+        files = write_table(frame, sections_markdown(sections, "Prediction"), stage, IN_DOMAIN)
+    files = placed(files, output_dir)
     notes = warnings(run for group in groups for run in group)
+    notes += filter(None, [precisions_note(run.records[-1] for group in groups for run in group)])
     if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
         notes.append(
             "The held-out images are classified without augmentation. train.py classified "
@@ -202,7 +217,7 @@ def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
 
     records = []
     for run in runs:
-        records += [_renamed(r, f"{run.algorithm} ({PREDICT})", {}) for r in run.records]
+        records += [_renamed(r, f"{reported(run)} ({PREDICT})", {}) for r in run.records]
         evaluated = evaluations[evaluations["run"] == str(run.path)]
         for (prediction, step), rows in evaluated.groupby(["prediction", "step"], sort=False):
             if prediction.endswith(f"({PREDICT})"):
@@ -265,19 +280,21 @@ def write_selection(
     selection = selection_frame(selection_records(runs, evaluations))
     sections = []
     for dataset, of_dataset in selection.groupby("dataset", sort=False):
-        wide = of_dataset.pivot(index="prediction", columns="test_domain", values="text")
-        wide = wide.loc[of_dataset["prediction"].unique(), of_dataset["test_domain"].unique()]
+        wide = tables.wide_table(of_dataset, index="prediction")
         sections.append((f"## {dataset}: {SELECTED}", wide))
     markdown = sections_markdown(sections, "Selected by")
-    files = write_table(selection, markdown, output_dir, "selection")
-    if len(evaluations):
-        files.insert(0, output_dir / "checkpoints.csv")
-        evaluations.to_csv(files[0], index=False)
+    with staged(output_dir) as stage:
+        files = write_table(selection, markdown, stage, SELECTION)
+        if len(evaluations):
+            files.insert(0, stage / CHECKPOINTS)
+            evaluations.to_csv(files[0], index=False)
+    files = placed(files, output_dir)
     notes = [
         f"note: {run.describe()} saved no checkpoint models; its known-domain rows leave it out"
         for run in without
     ]
     notes += warnings(runs)
+    notes += filter(None, [precisions_note(run.records[-1] for run in runs)])
     if len(evaluations):
         found = logged_notes(evaluations, "at each checkpoint") or [
             "None could be compared with train.py's log (it evaluated augmented images)."

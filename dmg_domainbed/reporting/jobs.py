@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -77,13 +78,32 @@ def precision(record: dict[str, Any]) -> str:
     return record["hparams"].get("precision", FP32)
 
 
+def reported_algorithm(record: dict[str, Any]) -> str:
+    """The name a run's numbers are reported under: its algorithm, as ``<algorithm>
+    (<precision>)`` unless in fp32 (``ERM (bf16)``). Every table of runs (``report``,
+    ``select``, ``evaluate``) names rows by it, so that DomainBed's grouping never pools runs of
+    two precisions."""
+    algorithm = record["args"]["algorithm"]
+    return algorithm if precision(record) == FP32 else f"{algorithm} ({precision(record)})"
+
+
 def labelled_precision(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with its algorithm named ``<algorithm> (<precision>)`` unless in fp32, so that
-    DomainBed's grouping never pools runs of two precisions in a cell."""
+    """``record`` with its algorithm named by :func:`reported_algorithm`."""
     if precision(record) == FP32:
         return record
-    args = record["args"]
-    return {**record, "args": {**args, "algorithm": f"{args['algorithm']} ({precision(record)})"}}
+    return {**record, "args": {**record["args"], "algorithm": reported_algorithm(record)}}
+
+
+def precisions_note(records: Iterable[dict[str, Any]]) -> str:
+    """What the names of runs not in fp32 mean, when ``records`` (one per run) hold any."""
+    found = sorted({precision(record) for record in records})
+    if found in ([], [FP32]):
+        return ""
+    return (
+        f"Precision: the runs are in {' and '.join(found)}. Runs of different precisions are "
+        "never pooled: a run not in fp32 is reported as '<algorithm> (<precision>)', e.g. "
+        "'ERM (bf16)', in its own row."
+    )
 
 
 @dataclass(frozen=True)
@@ -139,14 +159,7 @@ class SweepJobs:
         return "\n".join(lines)
 
     def precisions_note(self) -> str:
-        found = sorted({precision(r) for job in self.jobs for r in job.records[-1:]})
-        if found in ([], [FP32]):
-            return ""
-        return (
-            f"Precision: the sweep holds runs in {' and '.join(found)}. Runs of different "
-            "precisions are never pooled: a run not in fp32 is reported as '<algorithm> "
-            "(<precision>)', e.g. 'ERM (bf16)', in its own row."
-        )
+        return precisions_note(record for job in self.jobs for record in job.records[-1:])
 
 
 def _named(jobs: list[Job], describe=Job.name) -> str:

@@ -7,12 +7,14 @@ the first held-out images of every environment, unaugmented. Algorithms never re
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from dmg_domainbed import runs
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import Drawn, FinishedRun, Sample
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.reporting.outputs import placed, staged
 from dmg_domainbed.runs import Run
 
 
@@ -57,7 +59,10 @@ def finished_run(run: Run, images_per_environment: int = 0) -> FinishedRun:
 
 def draw_learned(run: Run, output_dir: Path, stem: str) -> Drawn:
     """Load the run's algorithm (on CPU) and let it draw what it learned into ``output_dir``,
-    files named ``<stem>*``."""
+    files named ``<stem>*`` (through :func:`.outputs.staged`: none of the user's is
+    overwritten)."""
     algorithm = runs.load_algorithm(run, "cpu")
     drawn_from = finished_run(run, declarations_of(type(algorithm)).SAMPLE_IMAGES)
-    return algorithm.draw_learned(drawn_from, output_dir, stem)
+    with staged(output_dir) as stage:
+        drawn = algorithm.draw_learned(drawn_from, stage, stem)
+    return replace(drawn, files=placed(drawn.files, output_dir))

@@ -13,13 +13,18 @@ from matplotlib.figure import Figure
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import colours, figure, save
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import path_part
 from dmg_domainbed.reporting import comparisons as paired
 from dmg_domainbed.reporting import ranks, tables
 from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
-from dmg_domainbed.reporting.tables import AVERAGE, write_table
+from dmg_domainbed.reporting.outputs import check_output_dir, placed, staged
+from dmg_domainbed.reporting.tables import AVERAGE, table_files, write_table
 from dmg_domainbed.runs import require_sweep
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
+RESULTS = ("results.csv", "averages.csv", "results.md", "selected_hparams.csv")
+RANKS = "ranks"
+WRITTEN = (*RESULTS, *table_files(RANKS))  # what every report writes, whatever the sweep
 
 
 @dataclass
@@ -79,7 +84,8 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
 
 def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> dict[str, Figure]:
     """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
-    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics."""
+    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics;
+    names from the records escaped (:func:`~dmg_domainbed.folders.path_part`)."""
     from domainbed import algorithms, datasets
 
     drawn = {}
@@ -89,24 +95,27 @@ def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> di
         own = set(records.filter_equals("args.dataset", dataset).select("args.algorithm"))
         pairs = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
         of_dataset = shown[shown.algorithm.isin(own)]
-        drawn[f"accuracy_{dataset}.png"] = accuracy_figure(of_dataset, dataset, pairs)
+        drawn[f"accuracy_{path_part(dataset)}.png"] = accuracy_figure(of_dataset, dataset, pairs)
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
             declared = declarations_of(algorithms.get_algorithm_class(algorithm))
             runs = first_runs(records, dataset, algorithm)
             if (curves := declared.training_curves(runs, environments)) is not None:
-                drawn[f"{algorithm.lower()}_diagnostics_{dataset}.png"] = curves
+                name = f"{algorithm.lower()}_diagnostics_{dataset}.png"
+                drawn[path_part(name)] = curves
     return drawn
 
 
 def accuracy_figure(
     results: pd.DataFrame, dataset: str, comparisons: pd.DataFrame | None = None
 ) -> Figure:
-    """One row of panels per model-selection method that has results. Left: bars of the test
-    accuracy per test domain (and average) for each algorithm, the standard error over trial
-    seeds as error bars. Right, with ``comparisons``: each algorithm's paired difference to the
-    reference, in points, with its 95% interval. A note names the bars flagged partial or
-    diverged."""
+    """One row of panels per model-selection method that has results. Left: bars of the mean
+    test accuracy per test domain (and average) for each algorithm, the standard error over
+    trial seeds as error bars. Right, with ``comparisons``: each algorithm's paired difference
+    to the reference, in points, with its 95% interval. A cell of one trial gets no error bar,
+    and a panel whose cells all have one trial says "one trial: no interval". Values are
+    written upright beyond the end of each error bar, so neighbours never overlap. A note names
+    the bars flagged partial or diverged."""
     frame = results[results["dataset"] == dataset]
     has_result = frame.groupby("selection_method", sort=False)["accuracy"].count() > 0
     methods = list(has_result.index[has_result]) or list(has_result.index)
@@ -115,20 +124,26 @@ def accuracy_figure(
     palette, positions = colours(algorithms), np.arange(len(domains))
     compared = comparisons is not None and len(comparisons) > 0
     width = max(6.5, 0.32 * len(algorithms) * len(domains) + 2.5)
-    fig = figure(width * (1.8 if compared else 1), 2.6 * len(methods) + 0.6)
+    fig = figure(width * (1.8 if compared else 1), 2.8 * len(methods) + 0.6)
     axes = fig.subplots(len(methods), 2 if compared else 1, sharex=True, squeeze=False)
     for row, method in enumerate(methods):
         panel = frame[frame["selection_method"] == method]
-        _bars(axes[row, 0], panel, algorithms, domains, palette, "accuracy", "stderr")
-        axes[row, 0].set_title(f"model selection: {method}", fontsize=10)
+        panel = panel.assign(low=panel["accuracy"] - panel["stderr"])
+        panel = panel.assign(high=panel["accuracy"] + panel["stderr"])
+        _bars(axes[row, 0], panel, algorithms, domains, palette, "accuracy", "")
+        spread = _spread(panel["n_trials"], "mean over trials, error bars: standard error")
+        axes[row, 0].set_title(f"{method}: test accuracy, {spread}", fontsize=10)
         axes[row, 0].set_ylabel("test accuracy (%)")
-        axes[row, 0].set_ylim(0, 105)
+        axes[row, 0].set_ylim(0, 125)  # above 100: room for the values
+        axes[row, 0].set_yticks(range(0, 101, 20))
         if compared:
             rows = comparisons[comparisons["selection_method"] == method]
-            _bars(axes[row, 1], rows, algorithms, domains, palette, "difference", "ci")
+            rows = rows.rename(columns={"ci_low": "low", "ci_high": "high"})
+            _bars(axes[row, 1], rows, algorithms, domains, palette, "difference", "+")
             axes[row, 1].axhline(0, color="black", linewidth=0.8)
             reference = rows["reference"].iloc[0] if len(rows) else ""
-            axes[row, 1].set_title(f"difference to {reference}, 95% interval", fontsize=10)
+            spread = _spread(rows["n_trials"], "error bars: 95% interval")
+            axes[row, 1].set_title(f"difference to {reference} (points), {spread}", fontsize=10)
             axes[row, 1].set_ylabel("points")
     labels = ["average" if d == AVERAGE else str(d) for d in domains]
     for axis in axes[-1]:
@@ -146,25 +161,50 @@ def accuracy_figure(
     return fig
 
 
-def _bars(axis, rows, algorithms, domains, palette, value: str, error: str) -> None:
-    """Bars of ``value`` per test domain and algorithm; ``error``: a column, or ``ci``."""
+def _spread(n_trials: pd.Series, error_bars: str) -> str:
+    """What a panel's error bars are (``error_bars``), from its cells' numbers of trials."""
+    counts = n_trials.dropna().astype(int)  # an average over test domains has none
+    if len(counts) and (counts < 2).all():
+        return paired.NO_INTERVAL
+    return error_bars + f"; a cell of {paired.NO_INTERVAL}" * bool((counts < 2).any())
+
+
+def _bars(axis, rows, algorithms, domains, palette, value: str, sign: str) -> None:
+    """Bars of ``value`` per test domain and algorithm, error bars from ``low`` to ``high``
+    where those are known, each value written upright beyond the end of its error bar (its
+    bar where it has none), ``sign`` its format's sign option."""
     shown = [name for name in algorithms if name in set(rows["algorithm"])]
     width = 0.8 / len(algorithms)
+    ends = [0.0]
     for algorithm in shown:
         own = rows[rows["algorithm"] == algorithm].set_index("test_domain").reindex(domains)
-        heights = own[value].astype(float).to_numpy()
-        if error == "ci":
-            errors = np.nan_to_num([heights - own["ci_low"], own["ci_high"] - heights])
-        else:
-            errors = np.nan_to_num(own[error].astype(float).to_numpy())
+        heights, low, high = (own[c].astype(float).to_numpy() for c in (value, "low", "high"))
+        errors = np.array([heights - low, high - heights])
         offset = (algorithms.index(algorithm) - (len(algorithms) - 1) / 2) * width
-        style = dict(
-            capsize=2, label=algorithm, color=palette[algorithm], error_kw=dict(elinewidth=0.8)
-        )
-        bars = axis.bar(np.arange(len(domains)) + offset, heights, width, yerr=errors, **style)
-        sign = "+" if error == "ci" else ""
-        labels = ["" if np.isnan(h) else f"{h:{sign}.1f}" for h in heights]
-        axis.bar_label(bars, labels=labels, fontsize=6, padding=1)
+        style = dict(label=algorithm, color=palette[algorithm])
+        if np.isfinite(errors).any():  # NaN: no interval for that bar, nothing drawn
+            style |= dict(yerr=errors, capsize=2, error_kw=dict(elinewidth=0.8))
+        x = np.arange(len(domains)) + offset
+        axis.bar(x, heights, width, **style)
+        for where, height, top, bottom in zip(x, heights, high, low):
+            if np.isnan(height):
+                continue
+            up = height >= 0
+            end = np.nan_to_num(top if up else bottom, nan=height)
+            ends.append(end)
+            axis.annotate(
+                f"{height:{sign}.1f}",
+                (where, end),
+                xytext=(0, 2 if up else -2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom" if up else "top",
+                rotation=90,
+                fontsize=7,
+            )
+    if value != "accuracy":  # differences: room beyond the longest bars for their values
+        span = max(ends) - min(ends) or 1.0
+        axis.set_ylim(min(ends) - 0.3 * span * (min(ends) < 0), max(ends) + 0.3 * span)
     axis.grid(axis="y", alpha=0.3)
     axis.set_axisbelow(True)
 
@@ -189,10 +229,11 @@ def write_report(
     """Everything ``report`` writes for a sweep: ``results.csv``, ``averages.csv``, ``results.md``
     (collect_results' numbers, flagged, and the jobs' states), ``selected_hparams.csv``,
     ``comparisons.csv`` / ``.md`` (paired with ``reference``, default ERM), ``ranks.csv`` / ``.md``
-    / ``.png`` and the pictures. All is computed before the first file is written, so a
-    :class:`UserError` leaves the output folder as it was."""
+    / ``.png`` and the pictures. All is computed, then written through
+    :func:`.outputs.staged`, so a :class:`UserError` leaves the output folder as it was and no
+    file of the user's there is overwritten."""
     sweep = require_sweep(sweep_dir)
-    output = tables.check_output_dir(Path(output_dir), sweep)
+    output = check_output_dir(Path(output_dir), sweep, writes=WRITTEN)
     jobs = sweep_jobs(sweep)
     records = jobs.records()
     names = tables.ordered_algorithms(records)
@@ -211,21 +252,28 @@ def write_report(
     diagram = ranks.ranks_figure(found)
     figures = pictures_of(results, records, comparisons)
 
-    output.mkdir(parents=True, exist_ok=True)
-    files = [output / "results.csv", output / "averages.csv", output / "results.md"]
-    results.to_csv(files[0], index=False)
-    averages.to_csv(files[1], index=False)
-    files[2].write_text(f"{tables.results_markdown(results, averages)}\n{status}\n")
-    files.append(output / "selected_hparams.csv")
-    tables.selected_hparams(chosen).to_csv(files[-1], index=False)
-    if len(comparisons):
-        files += write_table(comparisons, paired.markdown(comparisons), output, "comparisons")
-    files += write_table(ranks.ranks_frame(found), ranks.ranks_markdown(found), output, "ranks")
-    if diagram is not None:
-        files.append(save(diagram, output / "ranks.png"))
-    files += [save(drawn, output / name) for name, drawn in figures.items()]
+    with staged(output) as stage:
+        files = [stage / name for name in RESULTS]
+        results.to_csv(files[0], index=False)
+        averages.to_csv(files[1], index=False)
+        files[2].write_text(f"{tables.results_markdown(results, averages)}\n{status}\n")
+        tables.selected_hparams(chosen).to_csv(files[3], index=False)
+        if len(comparisons):
+            files += write_table(comparisons, paired.markdown(comparisons), stage, "comparisons")
+        files += write_table(ranks.ranks_frame(found), ranks.ranks_markdown(found), stage, RANKS)
+        if diagram is not None:
+            files.append(save(diagram, stage / "ranks.png"))
+        files += [save(drawn, stage / name) for name, drawn in figures.items()]
     return SweepReport(
-        results, averages, ranked, comparisons, found, reference, files, jobs, status
+        results,
+        averages,
+        ranked,
+        comparisons,
+        found,
+        reference,
+        placed(files, output),
+        jobs,
+        status,
     )
 
 

@@ -17,15 +17,12 @@ tie-breaking are DomainBed's own (``selected_hparams.csv``; comparisons and rank
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable, check_outside
 from dmg_domainbed.reporting.jobs import SweepJobs, read_jobs
 
 AVERAGE = "Avg"
@@ -56,9 +53,13 @@ def mean_and_error(accuracies: Sequence[float]) -> tuple[float, float] | None:
     return 100 * np.mean(values), 100 * np.std(values / np.sqrt(len(values)))
 
 
-def cell_text(mean: float | None, error: float | None) -> str:
-    """A cell as collect_results prints it: ``mean +/- error`` with one decimal."""
-    return MISSING if mean is None else f"{mean:.1f} +/- {error:.1f}"
+def cell_text(mean: float | None, error: float | None, n_trials: int | None = None) -> str:
+    """A cell as collect_results prints it, ``mean +/- error`` with one decimal; but a cell of
+    one trial as its mean alone, where collect_results prints ``+/- 0.0``: one trial has no
+    interval, and 0.0 would read as certainty."""
+    if mean is None:
+        return MISSING
+    return f"{mean:.1f}" if n_trials == 1 else f"{mean:.1f} +/- {error:.1f}"
 
 
 def ordered_algorithms(records) -> list[str]:
@@ -102,14 +103,15 @@ def selected_accuracies(records, methods: Sequence[type] | None = None) -> pd.Da
 
 def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
     """collect_results' cell for every key of ``grid``: mean and standard error (percent) of
-    ``sweep_acc`` over trials, ``n_trials``, ``text``; after the cells that share all keys but the
-    last, their average (``Avg``; ``X`` when a cell has no result)."""
+    ``sweep_acc`` over trials (none for one trial), ``n_trials``, ``text``; after the cells that
+    share all keys but the last, their average (``Avg``; ``X`` when a cell has no result)."""
     lists = dict(accuracies.groupby(keys)["sweep_acc"].agg(list)) if len(accuracies) else {}
     rows = []
     for key in grid:
         values = lists.get(key, [])
         mean, error = mean_and_error(values) or (None, None)
-        rows.append([*key, mean, error, len(values), cell_text(mean, error)])
+        error = None if len(values) == 1 else error
+        rows.append([*key, mean, error, len(values), cell_text(mean, error, len(values))])
     cells = pd.DataFrame(rows, columns=[*keys, "accuracy", "stderr", "n_trials", "text"])
     cells[["accuracy", "stderr"]] = cells[["accuracy", "stderr"]].astype(float)
     by_row = cells.groupby(keys[:-1], sort=False)
@@ -295,18 +297,19 @@ def flags_summary(results: pd.DataFrame, jobs: SweepJobs) -> str:
     return "\n".join(lines)
 
 
-def wide_table(frame: pd.DataFrame, columns: str = "test_domain") -> pd.DataFrame:
+def wide_table(
+    frame: pd.DataFrame, columns: str = "test_domain", index: str = "algorithm"
+) -> pd.DataFrame:
     """One selection method's (and dataset's) rows as collect_results lays them out: algorithms
-    down, test domains (or datasets) across, text with its flags (``27.4 +/- 3.1 (partial)``)."""
-    shown = frame["text"]
+    (``index``) down, test domains (or datasets) across, text with its flags (``27.4 +/- 3.1
+    (partial)``, ``41.3 (one trial)``)."""
+    marks = {"one trial": frame["n_trials"].eq(1).fillna(False)}
     if "partial" in frame:
-        flags = [
-            ", ".join(name for name, on in (("partial", p), ("diverged", d)) if on)
-            for p, d in zip(frame["partial"], frame["diverged_runs"] > 0, strict=True)
-        ]
-        shown = [f"{text} ({flag})" if flag else text for text, flag in zip(shown, flags)]
-    table = frame.assign(shown=shown).pivot(index="algorithm", columns=columns, values="shown")
-    return table.loc[frame["algorithm"].unique(), frame[columns].unique()]
+        marks |= {"partial": frame["partial"], "diverged": frame["diverged_runs"] > 0}
+    flags = [", ".join(name for name, on in zip(marks, row) if on) for row in zip(*marks.values())]
+    shown = [f"{text} ({flag})" if flag else text for text, flag in zip(frame["text"], flags)]
+    table = frame.assign(shown=shown).pivot(index=index, columns=columns, values="shown")
+    return table.loc[frame[index].unique(), frame[columns].unique()]
 
 
 def without_results(results: pd.DataFrame) -> list[str]:
@@ -338,7 +341,8 @@ def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
     parts = [
         "# Results\n",
         "Test-domain accuracy (%), mean +/- standard error over trial seeds, as printed by "
-        "`python -m domainbed.scripts.collect_results`. X: no result for that cell.\n",
+        "`python -m domainbed.scripts.collect_results`. X: no result for that cell. (one trial): "
+        "the mean of a single trial; one trial: no interval (collect_results prints +/- 0.0).\n",
     ]
     empty = without_results(results)
     for method in results["selection_method"].unique():
@@ -361,30 +365,20 @@ def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
     return cells.rename_axis(label).to_markdown(tablefmt="pipe", disable_numparse=True) + "\n"
 
 
-def check_output_dir(output_dir: Path, *inputs: Path) -> Path:
-    """``output_dir``, unless it lies inside a folder the report reads, cannot be created, or
-    holds a file this user may not overwrite (an earlier report's)."""
-    check_creatable(output_dir, "--output_dir")
-    check_outside(output_dir, inputs, "output folder", "input", "an --output_dir")
-    if output_dir.is_dir():
-        for path in output_dir.iterdir():
-            if path.is_file() and not os.access(path, os.W_OK):
-                raise UserError(
-                    f"--output_dir '{output_dir}' holds '{path.name}', which this user may not "
-                    "overwrite. Give another folder, or make that file writable."
-                )
-    return output_dir
-
-
 def sections_markdown(sections: list[tuple[str, pd.DataFrame]], index_label: str = "") -> str:
     """One Markdown table per ``(title, table)`` section, each under its title."""
     return "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
 
 
+def table_files(stem: str) -> tuple[str, str]:
+    """The names of the files :func:`write_table` writes."""
+    return f"{stem}.csv", f"{stem}.md"
+
+
 def write_table(long: pd.DataFrame, markdown: str, output_dir: Path, stem: str) -> list[Path]:
     """``<stem>.csv`` from ``long`` and ``<stem>.md`` holding ``markdown``."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = output_dir / f"{stem}.csv", output_dir / f"{stem}.md"
+    csv_path, md_path = (output_dir / name for name in table_files(stem))
     long.to_csv(csv_path, index=False)
     md_path.write_text(markdown)
     return [csv_path, md_path]

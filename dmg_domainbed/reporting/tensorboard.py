@@ -2,10 +2,11 @@
 accuracy each selection method takes from it (TensorBoard's HParams dashboard).
 
 Each run folder is one TensorBoard run, ``<algorithm>/<dataset>/test_env<e>/hparams<h>_trial<t>_
-<folder>``, with every number train.py logged at its step; its hparams (and algorithm, dataset,
-test_envs, seeds) go through the HParams plugin. Metrics per selection method:
-``selected_test_acc/<method>`` (the test accuracy, a fraction, at the checkpoint it picks, at
-that step) and ``selected/<method>`` (1 for the run it selects for its cell and trial, else 0).
+<folder>`` (each part escaped: a record never names a folder outside the log folder), with every
+number train.py logged at its step; its hparams (and algorithm, dataset, test_envs, seeds) go
+through the HParams plugin. Metrics per selection method: ``selected_test_acc/<method>`` (the
+test accuracy, a fraction, at the checkpoint it picks, at that step) and ``selected/<method>``
+(1 for the run it selects for its cell and trial, else 0).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.folders import check_creatable, check_outside
+from dmg_domainbed.folders import check_creatable, check_outside, path_part
 from dmg_domainbed.runs import RESULTS_FILE, read_records, run_folders
 
 OPTION = "--tensorboard"
@@ -49,10 +50,13 @@ def check_log_dir(log_dir: Path, sweep: Path) -> Path:
 
 
 def run_name(args: dict, folder: Path) -> str:
-    """The TensorBoard run of a run folder (unique: ends with the folder's name)."""
+    """The TensorBoard run of a run folder (unique: ends with the folder's name), a folder of
+    the log folder: each part a :func:`~dmg_domainbed.folders.path_part` of the record's
+    fields, so that no record names a folder outside it."""
     envs = "_".join(str(e) for e in args["test_envs"])
-    seeds = f"hparams{args['hparams_seed']}_trial{args['trial_seed']}"
-    return f"{args['algorithm']}/{args['dataset']}/test_env{envs}/{seeds}_{folder.name}"
+    seeds = f"hparams{args['hparams_seed']}_trial{args['trial_seed']}_{folder.name}"
+    parts = (args["algorithm"], args["dataset"], f"test_env{envs}", seeds)
+    return "/".join(map(path_part, parts))
 
 
 def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:

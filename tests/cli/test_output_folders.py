@@ -1,7 +1,9 @@
 """Every command that writes refuses an output folder under a regular file or one it may not
-write, before any work, and a damaged model file is named instead of a raw traceback."""
+write, before any work, never overwrites a file it did not write, and names a damaged model file
+instead of a raw traceback."""
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -125,3 +127,40 @@ def test_select_names_a_checkpoint_model_cut_short(copied_run, tmp_path):
         assert code == 2, cut
         assert f"'{checkpoint}' cannot be read" in message, cut
     assert not (tmp_path / "o").exists()
+
+
+def test_no_command_overwrites_a_file_it_did_not_write(demo_sweep, copied_run, tmp_path):
+    dmg = str(copied_run("DMG", 0))
+    erm_sweep = tmp_path / "erm_sweep"
+    shutil.copytree(copied_run("ERM", 0), erm_sweep / "ERM_0")
+    commands = {  # a file of the user's of a name each writes: known at once, or once drawn
+        "results.md": ("report", "--input_dir", str(demo_sweep)),
+        "accuracy_RotatedDigits.png": ("report", "--input_dir", str(demo_sweep)),
+        "in_domain.md": ("evaluate", "--run_dir", dmg),
+        "selection.csv": ("select", "--input_dir", str(erm_sweep)),
+        "masks.png": ("masks", "--run_dir", dmg),
+    }
+    for name, command in commands.items():
+        output = tmp_path / name.replace(".", "_")
+        output.mkdir()
+        (output / name).write_text("the user's own")
+        code, _, message = cli(*command, "--output_dir", str(output))
+        assert code == 2, command
+        assert f"'{output}' holds {name}, which dmg-domainbed did not write there" in message
+        assert "Nothing was written" in message and "Traceback" not in message
+        assert [p.name for p in output.iterdir()] == [name], command
+        assert (output / name).read_text() == "the user's own"
+
+
+def test_a_report_replaces_its_own_files_but_not_one_edited_since(demo_sweep, tmp_path):
+    output = tmp_path / "report"
+    report = ("report", "--input_dir", str(demo_sweep), "--output_dir", str(output))
+    assert cli(*report)[0] == 0
+    (output / "notes.txt").write_text("the user's notes")  # a name the report does not write
+    assert cli(*report)[0] == 0
+    assert (output / "notes.txt").read_text() == "the user's notes"
+    results = output / "results.md"
+    results.write_text(results.read_text() + "\nmy comment on these numbers\n")
+    code, _, message = cli(*report)
+    assert code == 2 and f"'{output}' holds results.md, which" in message
+    assert results.read_text().endswith("my comment on these numbers\n")

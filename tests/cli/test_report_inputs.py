@@ -5,10 +5,11 @@ import json
 import re
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import cli, runs_of, snapshot
+from tests.helpers import DEMO_ALGORITHMS, cli, runs_of, snapshot
 
 
 def rewrite_records(run, change):
@@ -98,22 +99,28 @@ def test_evaluate_and_masks_write_beside_the_run_and_say_where(copied_run):
     assert (run / "dmg_masks" / "masks.png").is_file()
 
 
+def bf16_copies(sweep, algorithm="ERM", shift=0.0):
+    """A copy of every run of ``algorithm`` in ``sweep``, recorded as trained in bf16, its
+    accuracies raised by ``shift`` (a fraction)."""
+    for env in range(4):
+        copy = sweep / f"{algorithm}_bf16_{env}"
+        shutil.copytree(sweep / f"{algorithm}_{env}", copy)
+
+        def in_bf16(record, copy=copy):
+            accuracies = {k: v + shift for k, v in record.items() if k.endswith("_acc")}
+            hparams = {**record["hparams"], "precision": "bf16"}
+            args = {**record["args"], "output_dir": str(copy)}
+            return {**record, **accuracies, "hparams": hparams, "args": args}
+
+        rewrite_records(copy, in_bf16)
+
+
 def test_runs_of_two_precisions_are_never_pooled_in_one_cell(demo_sweep, tmp_path):
     sweep = small_sweep(demo_sweep, tmp_path / "sweep")
-    for env in range(4):  # the same ERM runs, recorded as trained in bf16
-        copy = sweep / f"ERM_bf16_{env}"
-        shutil.copytree(sweep / f"ERM_{env}", copy)
-        rewrite_records(
-            copy,
-            lambda r, copy=copy: {
-                **r,
-                "hparams": {**r["hparams"], "precision": "bf16"},
-                "args": {**r["args"], "output_dir": str(copy)},
-            },
-        )
+    bf16_copies(sweep)  # the same ERM runs, recorded as trained in bf16
     code, printed, _ = cli("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "r"))
     assert code == 0
-    assert "the sweep holds runs in bf16 and fp32" in printed
+    assert "the runs are in bf16 and fp32" in printed
     results = pd.read_csv(tmp_path / "r" / "results.csv")
     cells = results[(results["test_env"] != "Avg") & results["accuracy"].notna()]
     assert set(cells["algorithm"]) == {"ERM", "DMG", "ERM (bf16)"}
@@ -123,6 +130,29 @@ def test_runs_of_two_precisions_are_never_pooled_in_one_cell(demo_sweep, tmp_pat
     comparisons = pd.read_csv(tmp_path / "r" / "comparisons.csv")
     assert "ERM (bf16)" in set(comparisons["algorithm"])
     assert (comparisons.loc[comparisons["algorithm"] == "ERM (bf16)", "difference"] == 0).all()
+
+
+def test_select_keeps_runs_of_two_precisions_apart_as_report_does(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep", ("ERM",))
+    code, _, _ = cli("select", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "fp32"))
+    assert code == 0
+    alone = pd.read_csv(tmp_path / "fp32" / "selection.csv").set_index(["prediction", "test_env"])
+    bf16_copies(sweep, shift=0.05)  # the ERM runs again, in bf16, 5 points better everywhere
+    code, printed, _ = cli("select", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "s"))
+    assert code == 0
+    both = pd.read_csv(tmp_path / "s" / "selection.csv").set_index(["prediction", "test_env"])
+    assert set(both.index.get_level_values(0)) == {"ERM (predict)", "ERM (bf16) (predict)"}
+    fp32 = both.loc["ERM (predict)"]
+    assert fp32["accuracy"].tolist() == alone.loc["ERM (predict)"]["accuracy"].tolist()
+    assert (fp32["n_trials"].dropna() == 1).all()
+    bf16 = both.loc["ERM (bf16) (predict)", "accuracy"]
+    assert bf16.to_numpy() == pytest.approx(fp32["accuracy"].to_numpy() + 5)
+    assert "the runs are in bf16 and fp32" in printed
+    report = tmp_path / "r"
+    assert cli("report", "--input_dir", str(sweep), "--output_dir", str(report))[0] == 0
+    results = pd.read_csv(report / "results.csv").set_index(["algorithm", "test_env"])
+    iid = results[results["selection_method"] == "training-domain validation set"]
+    assert iid.loc["ERM (bf16)", "accuracy"].to_numpy() == pytest.approx(bf16.to_numpy())
 
 
 @pytest.fixture
@@ -146,24 +176,90 @@ def two_trials(demo_sweep, tmp_path):
     return sweep
 
 
+@pytest.fixture
+def three_trials(demo_sweep, tmp_path):
+    """Every algorithm of the demo on every test domain in three trials: the demo's run and two
+    copies whose accuracies are moved by a few points, differently for each algorithm, test
+    domain and trial, so that each cell and difference has an interval of its own."""
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep", DEMO_ALGORITHMS)
+    for run in list(sweep.iterdir()):
+        for trial in (1, 2):
+            copy = sweep / f"{run.name}_trial{trial}"
+            shutil.copytree(run, copy)
+
+            def moved(record, copy=copy, trial=trial):
+                args = {**record["args"], "trial_seed": trial, "output_dir": str(copy)}
+                turn = DEMO_ALGORITHMS.index(args["algorithm"]) * 5 + trial * 7
+                accuracies = {
+                    k: v + ((turn + 3 * int(k[3])) % 11 - 5) / 100
+                    for k, v in record.items()
+                    if re.fullmatch(r"env\d_\w+_acc", k)
+                }
+                return {**record, **accuracies, "args": args}
+
+            rewrite_records(copy, moved)
+    return sweep
+
+
+def drawn_report(sweep, output, monkeypatch):
+    """``report`` of ``sweep`` into ``output``; the accuracy figure it drew."""
+    from dmg_domainbed.reporting import report
+
+    drawn, real = [], report.accuracy_figure
+    monkeypatch.setattr(report, "accuracy_figure", lambda *a, **k: drawn.append(real(*a, **k)))
+    monkeypatch.setattr(report, "save", lambda figure, path: path)  # nothing else to save
+    code, _, _ = cli("report", "--input_dir", str(sweep), "--output_dir", str(output))
+    assert code == 0
+    return drawn[0]
+
+
+def values_overlap(figure) -> list[str]:
+    """The values written on the figure's bars that come within 2 pixels of one another or of
+    their panel's frame (or leave it, into its title, the legend or another panel), or that
+    cross an error bar."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    figure.draw(renderer)
+    found = []
+    for axis in figure.axes:
+        inside = axis.get_window_extent(renderer)
+        boxes = [(t.get_text(), t.get_window_extent(renderer).padded(2)) for t in axis.texts]
+        found += [text for text, box in boxes if not inside.contains(box.x0, box.y0)]
+        found += [text for text, box in boxes if not inside.contains(box.x1, box.y1)]
+        for i, (text, box) in enumerate(boxes):
+            found += [f"{text}/{other}" for other, o in boxes[i + 1 :] if box.overlaps(o)]
+        lines = [bars.errorbar.lines[2] for bars in axis.containers if getattr(bars, "errorbar", 0)]
+        for segment in [s for group in lines for c in group for s in c.get_segments() if s.size]:
+            (x, y0), (_, y1) = axis.transData.transform(segment)  # a vertical line
+            found += [
+                f"{text} on an error bar"
+                for text, box in boxes
+                if box.x0 < x < box.x1 and min(y0, y1) < box.y1 and max(y0, y1) > box.y0
+            ]
+    return found
+
+
+def error_bars(axis) -> int:
+    """How many error bars the panel draws (their lines with finite ends)."""
+    drawn = [bars.errorbar for bars in axis.containers if getattr(bars, "errorbar", None)]
+    segments = [s for e in drawn for lines in e.lines[2] for s in lines.get_segments()]
+    return sum(bool(segment.size and np.isfinite(segment).all()) for segment in segments)
+
+
 def test_the_accuracy_picture_shows_paired_differences_with_intervals(
     two_trials, tmp_path, monkeypatch
 ):
-    from dmg_domainbed.reporting import report
-
-    drawn, real = {}, report.accuracy_figure
-
-    def keep(*args, **kwargs):
-        drawn["figure"] = real(*args, **kwargs)
-        return drawn["figure"]
-
-    monkeypatch.setattr(report, "accuracy_figure", keep)
-    code, _, _ = cli("report", "--input_dir", str(two_trials), "--output_dir", str(tmp_path))
-    assert code == 0
+    figure = drawn_report(two_trials, tmp_path, monkeypatch)
     comparisons = pd.read_csv(tmp_path / "comparisons.csv")
-    axes = drawn["figure"].axes
-    differences = [axis for axis in axes if axis.get_title().startswith("difference to ERM")]
+    titles = [axis.get_title() for axis in figure.axes]
+    differences = [axis for axis in figure.axes if axis.get_title().startswith("difference to ERM")]
     assert len(differences) == comparisons["selection_method"].nunique() >= 1
+    assert all(t.endswith("error bars: 95% interval") for t in titles if "difference" in t)
+    accuracy = [t for t in titles if "difference" not in t]
+    assert all(t.endswith("mean over trials, error bars: standard error") for t in accuracy)
+    # every test domain's bar of each algorithm, and each difference with its average
+    assert [error_bars(axis) for axis in figure.axes] == [2 * 4, 5] * len(differences)
     panel = differences[0]
     first = comparisons[comparisons["selection_method"] == comparisons["selection_method"][0]]
     labels = [text.get_text() for text in panel.texts]
@@ -171,4 +267,49 @@ def test_the_accuracy_picture_shows_paired_differences_with_intervals(
     low, high = panel.get_ylim()
     span = max(first["ci_high"].max(), 0) - min(first["ci_low"].min(), 0)
     assert low <= first["ci_low"].min() and high >= first["ci_high"].max()
-    assert high - low < 1.25 * span + 1  # the scale of the differences, not 0-100 accuracy
+    assert high - low < 1.6 * span + 1  # the scale of the differences, not 0-100 accuracy
+    assert values_overlap(figure) == []
+
+
+def test_the_values_on_a_crowded_picture_neither_collide_nor_cross_error_bars(
+    three_trials, tmp_path, monkeypatch
+):
+    figure = drawn_report(three_trials, tmp_path, monkeypatch)  # six algorithms, intervals
+    assert values_overlap(figure) == []
+    assert [error_bars(axis) for axis in figure.axes] == [6 * 4, 5 * 5] * 2  # none on averages
+
+
+def test_a_picture_of_one_trial_says_it_has_no_interval_and_draws_none(
+    demo_sweep, tmp_path, monkeypatch
+):
+    figure = drawn_report(demo_sweep, tmp_path, monkeypatch)  # one trial, six algorithms
+    assert len(figure.axes) == 2 * 2 and all(
+        axis.get_title().endswith("one trial: no interval") for axis in figure.axes
+    )
+    assert [error_bars(axis) for axis in figure.axes] == [0, 0, 0, 0]
+    assert values_overlap(figure) == []
+    markdown = (tmp_path / "results.md").read_text()
+    assert re.search(r"\d \+/- 0\.0", markdown) is None  # collect_results' one-trial cell
+    assert "(one trial)" in markdown and "one trial: no interval" in markdown
+
+
+def test_no_record_field_becomes_a_path_outside_the_output_folders(demo_sweep, tmp_path):
+    root = tmp_path / "a" / "b"
+    sweep = small_sweep(demo_sweep, root / "sweep", ("ERM",))
+    crafted = "../../../x"  # from the TensorBoard folder root/logs: tmp_path/x
+    rewrite_records(sweep / "ERM_0", lambda r: {**r, "args": {**r["args"], "algorithm": crafted}})
+    before = {p for p in tmp_path.rglob("*")}
+    logs, output = root / "logs", root / "report"
+    code, printed, _ = cli(
+        "report", "--input_dir", str(sweep), "--output_dir", str(output), "--tensorboard", str(logs)
+    )
+    assert code == 0
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert written and all(
+        logs in p.parents or output in p.parents for p in written - {logs, output}
+    )
+    runs = sorted(
+        str(p.parent.relative_to(logs)) for p in logs.rglob("events.*") if p.parent != logs
+    )
+    assert len(runs) == 4 and runs[0].startswith("%2E.%2F..%2F..%2Fx/RotatedDigits/test_env0/")
+    assert crafted in pd.read_csv(output / "results.csv")["algorithm"].tolist()  # shown as it is

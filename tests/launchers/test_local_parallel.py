@@ -1,6 +1,6 @@
 """local_parallel: N commands at once, one or several per GPU, threads and data-loader workers
 split over the cores, failures reported after every job has finished with what to lower when
-one ran out of memory."""
+one ran out of memory; called by DomainBed's sweep, it holds the sweep folder's lock."""
 
 import os
 import shlex
@@ -13,8 +13,9 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import local_parallel
 from dmg_domainbed.launchers.common import failure_report, output_dir_of
 from dmg_domainbed.launchers.local_parallel import LOG_NAME, local_parallel_launcher
+from dmg_domainbed.locks import FolderLock
 
-from ..helpers import domainbed_env
+from ..helpers import domainbed_env, domainbed_script
 
 PY = shlex.quote(sys.executable)
 # Waits (up to 30 s) for a marker file of the other job: both finish only if both run at once.
@@ -293,3 +294,47 @@ def test_jobs_whose_environment_the_fork_server_lacks_start_as_new_processes(cle
     assert local_parallel.warm_refusal(same) is None
     refusal = local_parallel.warm_refusal({**os.environ, "HF_HUB_OFFLINE": "1"})
     assert "differs from the fork server's in HF_HUB_OFFLINE" in refusal
+
+
+SWEEP_ARGS = ("--datasets", "RotatedDigits", "--algorithms", "ERM", "--data_dir", ".")
+SWEEP_ARGS += ("--n_hparams", "1", "--n_trials", "1", "--steps", "1", "--single_test_envs")
+
+
+def test_domainbed_s_sweep_launching_into_a_locked_folder_runs_nothing(clean_env, tmp_path):
+    sweep = tmp_path / "sweep"
+    arguments = ("launch", *SWEEP_ARGS, "--output_dir", str(sweep), "--skip_confirmation")
+    with FolderLock(sweep, command="dmg-domainbed sweep the.toml"):
+        with pytest.raises(UserError) as refused:
+            domainbed_script("sweep", *arguments, "--command_launcher", "local_parallel")
+    message = str(refused.value)
+    assert f"{sweep} is in use by another run: `dmg-domainbed sweep the.toml`" in message
+    assert (
+        "Nothing was launched; the 4 empty job folder(s) made for these jobs were removed"
+        in message
+    )
+    assert "`sweep delete_incomplete` is not stopped by the lock" in message
+    assert [p.name for p in sweep.iterdir() if not p.name.startswith(".")] == []
+
+
+def test_while_it_runs_domainbed_s_jobs_it_holds_their_sweep_folder_s_lock(clean_env, tmp_path):
+    sweep, seen = tmp_path / "sweep", tmp_path / "holder"
+    holder = (
+        "import sys; from dmg_domainbed.locks import FolderLock; "
+        "h = FolderLock(sys.argv[1]).holder(); open(sys.argv[2], 'w').write(str(h and h.pid))"
+    )
+    command = f"{PY} -c {shlex.quote(holder)} {sweep} {seen} --output_dir {sweep / 'job'}"
+    local_parallel_launcher([command])
+    assert seen.read_text() == str(os.getpid())
+    assert FolderLock(sweep).holder() is None  # and gives it up when done
+
+
+def test_a_job_whose_folder_was_deleted_while_it_ran_is_named_with_the_cause(clean_env, tmp_path):
+    job_dir = tmp_path / "sweep" / "job"
+    deleting = "import shutil, sys; shutil.rmtree(sys.argv[1]); sys.exit(1)"
+    with pytest.raises(UserError) as failure:
+        local_parallel_launcher(
+            [f"{PY} -c {shlex.quote(deleting)} {job_dir} --output_dir {job_dir}"]
+        )
+    message = str(failure.value)
+    assert f"its folder {job_dir} no longer exists: it was deleted while the job ran" in message
+    assert "DomainBed's `sweep delete_incomplete`" in message

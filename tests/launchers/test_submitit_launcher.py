@@ -19,6 +19,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import array_task, slurm_wait
 from dmg_domainbed.launchers import slurm_partition as partition
 from dmg_domainbed.launchers import submitit_launcher as launcher
+from dmg_domainbed.locks import FolderLock
 
 GPU_SINFO = """#!/bin/sh
 # Stand-in for sinfo --format="%P|%l|%B|%c|%m|%G": a partition of 8-GPU nodes.
@@ -328,3 +329,25 @@ def test_a_slurm_log_shows_what_the_command_printed():
     assert slurm_wait.error_tail(log + launcher_s_own) == ["no data on node 7"]
     # A traceback of the command's own is the cause.
     assert slurm_wait.error_tail(TRACEBACK + launcher_s_own) == TRACEBACK[-2:]
+
+
+def test_called_by_domainbed_on_a_locked_sweep_folder_it_submits_nothing(gpu_cluster, tmp_path):
+    sweep = tmp_path / "sweep"
+    for i in range(2):
+        (sweep / f"job{i}").mkdir(parents=True)  # as DomainBed makes them before calling it
+    with FolderLock(sweep, command="dmg-domainbed sweep the.toml"):
+        with pytest.raises(UserError, match="in use by another run: `dmg-domainbed sweep the"):
+            launcher.submitit_launcher(commands(sweep, 2))
+    assert not list(gpu_cluster.glob("sbatch_*.sh")) and not (gpu_cluster / "count").exists()
+    assert [p.name for p in sweep.iterdir() if not p.name.startswith(".")] == []
+
+
+def test_a_failed_job_whose_folder_is_gone_is_named_with_the_cause(tmp_path):
+    (tmp_path / "job1").mkdir()
+    jobs = [submitit.SlurmJob(tmp_path, job_id) for job_id in ("7_0", "7_1")]
+    found = slurm_wait.failures(
+        jobs, commands(tmp_path, 2), {"7_0": "CommandFailed: exit 1", "7_1": "CommandFailed: x"}
+    )
+    assert found[0].hint.startswith(f"its folder {tmp_path / 'job0'} no longer exists")
+    assert "`sweep delete_incomplete`" in found[0].hint
+    assert found[1].hint is None  # its folder is there: no such cause

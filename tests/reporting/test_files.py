@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.tables import check_output_dir, sections_markdown, write_table
+from dmg_domainbed.reporting.outputs import check_output_dir
+from dmg_domainbed.reporting.tables import sections_markdown, write_table
 
 
 def test_an_output_folder_inside_an_input_folder_is_refused(tmp_path):

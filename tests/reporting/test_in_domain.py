@@ -16,12 +16,16 @@ ARGS = {
 }
 
 
-def run(**args):
-    return Run(path=f"run{len(args)}", records=({"args": {**ARGS, **args}},))
+def run(hparams=None, **args):
+    record = {"args": {**ARGS, **args}, "hparams": hparams or {}}
+    return Run(path=f"run{len(args)}{hparams}", records=(record,))
 
 
 def test_runs_in_one_table_must_share_their_splits():
     check_comparable([run(), run(algorithm="MultiHead")])
+    check_comparable([run(), run({"precision": "bf16"})])  # rows DMG and DMG (bf16)
+    with pytest.raises(UserError, match="both runs of DMG on test envs"):
+        check_comparable([run(), run(hparams_seed=3)])
     with pytest.raises(UserError, match="differ in test_envs, trial_seed"):
         check_comparable([run(), run(test_envs=[1], trial_seed=1)])
 

@@ -1,4 +1,5 @@
-"""Table cells are formatted exactly as DomainBed's collect_results formats them."""
+"""Table cells are formatted exactly as DomainBed's collect_results formats them, but for a cell
+of one trial, which has no interval (collect_results prints +/- 0.0)."""
 
 import re
 
@@ -9,6 +10,7 @@ from domainbed.scripts import collect_results
 
 from dmg_domainbed.reporting.tables import (
     cell_text,
+    cells_frame,
     markdown_table,
     mean_and_error,
     results_markdown,
@@ -47,11 +49,28 @@ def test_wide_table_keeps_the_order_algorithms_and_domains_came_in():
             "algorithm": ["ERM", "ERM", "DMG", "DMG"],
             "test_domain": ["90", "0", "90", "0"],
             "text": ["1", "2", "3", "4"],
+            "n_trials": [3, 3, 3, 3],
         }
     )
     wide = wide_table(long)
     assert list(wide.index) == ["ERM", "DMG"] and list(wide.columns) == ["90", "0"]
     assert wide.loc["DMG", "0"] == "4"
+
+
+def test_a_cell_of_one_trial_shows_its_mean_and_says_one_trial_never_plus_minus_zero():
+    mean, error = mean_and_error([0.5])
+    assert (mean, error) == (50.0, 0.0)  # what collect_results computes and prints as +/- 0.0
+    assert cell_text(mean, error, n_trials=1) == "50.0"
+    assert cell_text(*mean_and_error([0.5, 0.7]), n_trials=2) == "60.0 +/- 7.1"
+    accuracies = pd.DataFrame(
+        {"algorithm": "ERM", "test_env": [0, 1, 1], "sweep_acc": [0.5, 0.6, 0.8]}
+    )
+    cells = cells_frame(accuracies, ["algorithm", "test_env"], [("ERM", 0), ("ERM", 1)])
+    one, two = cells.iloc[0], cells.iloc[1]
+    assert (one["text"], one["n_trials"], pd.isna(one["stderr"])) == ("50.0", 1, True)
+    assert (two["text"], two["n_trials"]) == ("70.0 +/- 7.1", 2) and two["stderr"] > 7
+    wide = wide_table(cells.assign(test_domain=cells["test_env"].astype(str)))
+    assert wide.loc["ERM"].tolist() == ["50.0 (one trial)", "70.0 +/- 7.1", "60.0"]
 
 
 def test_a_selection_method_without_any_result_is_one_line_not_a_table_of_x():
