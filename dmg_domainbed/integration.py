@@ -1,10 +1,128 @@
-"""The one place that writes into DomainBed's modules.
+"""The one place that writes into DomainBed: every name it changes, why, and what others see.
 
-DomainBed has no plugin API: ``get_algorithm_class`` looks names up in the globals of
-``domainbed.algorithms``, hyperparameters come from one function (``hparams_registry._hparams``),
-datasets from the globals of ``domainbed.datasets`` and launchers from
-``command_launchers.REGISTRY``. This module opens each of them to Python entry points, one
-group per registry, so that any installed package can add components without editing DomainBed:
+DomainBed has no plugin API: its registries are module globals, one hparams function and a
+launcher dict. The table lists every name the package writes to or wraps, in DomainBed's modules
+(``algorithms.X`` is ``domainbed.algorithms.X``) and in the process, as the start-up hook
+(:mod:`dmg_domainbed._startup`) leaves them once DomainBed is imported: **does** says what the
+package does, **why** why it must, **others** what a run that uses nothing of the package sees
+in a process where it is installed (DomainBed's ERM on PACS: exactly DomainBed's hparams, data
+and model). ``<plugin>`` is the name of an entry point of the module's group (below),
+``<manifest>`` the name in a manifest file of ``DMG_DOMAINBED_DATASETS``, ``<dataset>`` a
+class of DomainBed's dataset family (a subclass of ``MultipleDomainDataset``).
+``tests/test_integration.py`` holds the table to the code: it imports DomainBed afresh and
+compares the names that registration changes with the first column.
+
+====================================== =========================================================
+name                                   what the package does, why, and what others see
+====================================== =========================================================
+algorithms.ALGORITHMS                  **does** appends each plugin algorithm's name.
+                                       **why** DomainBed's ``sweep`` takes its default
+                                       ``--algorithms`` from this list.
+                                       **others** DomainBed's names first, in its order; a
+                                       ``sweep`` without ``--algorithms`` also runs the plugins.
+algorithms.<plugin>                    **does** the plugin's ``Algorithm`` subclass.
+                                       **why** ``get_algorithm_class`` looks names up in the
+                                       module's globals.
+                                       **others** DomainBed's names keep DomainBed's classes (an
+                                       entry point that claims one is refused, on stderr).
+algorithms.get_algorithm_class         **does** wrapped: loads the plugin asked for first, and
+                                       raises :class:`PluginImportError` with its traceback if
+                                       it cannot be imported; then DomainBed's lookup.
+                                       **why** a plugin imported before DomainBed gets its class
+                                       after registration (see :func:`load`); a broken one
+                                       must say why.
+                                       **others** DomainBed's lookup and its errors.
+algorithms.__getattr__                 **does** added (DomainBed defines none): a plugin's name
+                                       missing from the module is loaded as above.
+                                       **why** attribute access, ``from domainbed.algorithms
+                                       import DMG``, to a plugin imported before DomainBed.
+                                       **others** Python asks it only for a name the module
+                                       lacks; any other name is an ``AttributeError`` as before.
+algorithms.Algorithm.__init__          **does** wrapped: refuses an hparam name that nothing of
+                                       the run reads (:mod:`dmg_domainbed.hparams.names`), runs
+                                       DomainBed's ``__init__``, then applies the ``precision``
+                                       hparam (:mod:`dmg_domainbed.precision`).
+                                       **why** every algorithm, DomainBed's and each plugin's,
+                                       calls it before building anything; DomainBed's
+                                       ``train.py`` trains a misspelt name's default silently.
+                                       **others** DomainBed's hparams build as before, in fp32;
+                                       a name DomainBed would ignore is a ``UserError``.
+datasets.DATASETS                      **does** appends each plugin and manifest dataset's name.
+                                       **why** DomainBed's ``sweep`` takes its default
+                                       ``--datasets`` from this list.
+                                       **others** DomainBed's names first, in its order; a
+                                       ``sweep`` without ``--datasets`` also runs the plugins'.
+datasets.<plugin>                      **does** the plugin's ``MultipleDomainDataset`` subclass.
+                                       **why** ``train.py`` looks datasets up in the module's
+                                       globals (``vars(datasets)``).
+                                       **others** DomainBed's names keep DomainBed's classes.
+datasets.<manifest>                    **does** the dataset class built from the manifest
+                                       (:func:`register_manifest_datasets`); only with
+                                       ``DMG_DOMAINBED_DATASETS`` set.
+                                       **why** as for ``<plugin>``: a dataset without code.
+                                       **others** a name DomainBed or a plugin has is refused.
+datasets.get_dataset_class             **does** wrapped, as ``get_algorithm_class``.
+                                       **why** as for ``get_algorithm_class``.
+                                       **others** DomainBed's lookup and its errors.
+datasets.__getattr__                   **does** added, as ``algorithms.__getattr__``.
+                                       **why** as for ``algorithms.__getattr__``.
+                                       **others** as for ``algorithms.__getattr__``.
+datasets.MultipleDomainDataset.__new__ **does** added (DomainBed's is ``object.__new__``):
+                                       checks ``test_envs`` (:func:`check_test_envs`), writes
+                                       what the dataset records into its hparams
+                                       (:mod:`dmg_domainbed.hparams.recorded`) and notes the
+                                       class built with that hparams dict
+                                       (:func:`dataset_built_with`).
+                                       **why** DomainBed builds every dataset as
+                                       ``cls(root, test_envs, hparams)``, and ``train.py``
+                                       checks no ``test_envs``: one out of range fails far
+                                       later, in the algorithm.
+                                       **others** the same dataset; DomainBed's datasets record
+                                       nothing; a bad ``test_envs`` is a ``UserError`` before
+                                       any data is read.
+datasets.<dataset>.N_WORKERS           **does** caps the data-loader workers
+                                       (:func:`cap_loader_workers`); only with
+                                       ``DMG_DOMAINBED_LOADER_WORKERS`` set.
+                                       **why** ``train.py`` starts ``N_WORKERS`` workers for
+                                       each loader, one loader per domain: too many for
+                                       parallel jobs.
+                                       **others** DomainBed's numbers when the variable is unset.
+hparams_registry._hparams              **does** wrapped: adds the hparams the run's plugin
+                                       dataset and plugin algorithm declare (``HPARAMS``).
+                                       **why** ``default_hparams`` and ``random_hparams`` look
+                                       ``_hparams`` up when called.
+                                       **others** exactly DomainBed's dicts, default and random,
+                                       for its algorithms on its datasets.
+command_launchers.REGISTRY             **does** adds each plugin launcher whose name is free.
+                                       **why** DomainBed's ``sweep --command_launcher`` looks
+                                       launchers up in this dict.
+                                       **others** ``local``, ``dummy`` and ``multi_gpu`` as
+                                       DomainBed defines them.
+sys.meta_path                          **does** the start-up hook puts an import finder first,
+                                       which registers each of the four modules once DomainBed
+                                       has run it.
+                                       **why** DomainBed's ``sweep`` starts every job as a
+                                       fresh ``python -m domainbed.scripts.train``.
+                                       **others** every other import as before (0.5 ms at
+                                       start-up, ``benchmarks/startup_cost.py``).
+sys.excepthook                         **does** wraps the hook there at the first registration
+                                       (:func:`end_scripts_with_user_message`).
+                                       **why** a ``UserError`` that ends one of DomainBed's
+                                       scripts is printed as its message alone.
+                                       **others** every other exception, and a ``UserError``
+                                       that ends a program of one's own, as before.
+====================================== =========================================================
+
+With ``DMG_DOMAINBED_DISABLE=1`` the start-up hook is not installed and none of these names is
+written, unless a program calls :func:`dmg_domainbed.register` (the ``dmg-domainbed`` commands
+do), which writes all but ``sys.meta_path``. Which modules are registered is kept here
+(``_registered``), not in DomainBed's modules.
+
+Entry-point groups
+------------------
+
+One group per registry, so that any installed package can add components without editing
+DomainBed:
 
 =============================== ====================================================
 entry-point group               object the entry point names
@@ -17,24 +135,9 @@ entry-point group               object the entry point names
 
 ``HPARAMS`` is an :class:`~dmg_domainbed.hparams.HParamSpace` or a mapping
 ``{name: (default, sampler)}``. Dataset hparams apply to every algorithm run on that dataset;
-algorithm hparams come last. DomainBed's own algorithms on DomainBed's own datasets get exactly
-the hparams they get without plugins. This package's algorithms are registered through the same
-groups. A broken entry point is reported once on stderr and skipped.
-
-Every algorithm DomainBed builds, its own and every plugin's, has its hparam names checked
-(:mod:`dmg_domainbed.hparams.names`) and its ``precision`` hparam (:mod:`dmg_domainbed.precision`)
-applied here (see :func:`check_and_apply_when_built`).
-
-A :class:`~dmg_domainbed.errors.UserError` that ends one of DomainBed's scripts (``train``,
-``sweep``: a misspelt hparam, ``--test_envs`` out of range, a launcher setting) is printed as
-the package's message alone, without a traceback: :func:`end_scripts_with_user_message`, a
-``sys.excepthook`` installed with the first registration, handles it and hands every other
-exception to the hook that was there before.
-
-Two settings are applied here too, because they write into DomainBed's datasets:
-``DMG_DOMAINBED_DATASETS`` registers the datasets of manifest files (see
-:func:`register_manifest_datasets`) and ``DMG_DOMAINBED_LOADER_WORKERS`` caps data-loader
-workers (see :func:`cap_loader_workers`).
+algorithm hparams come last. This package's algorithms are registered through the same groups.
+A broken entry point is reported once on stderr and skipped; one whose module was still being
+imported when DomainBed was registered is tried again at each lookup (see :func:`load`).
 """
 
 from __future__ import annotations
@@ -44,6 +147,7 @@ import os
 import re
 import sys
 import traceback
+import weakref
 from collections.abc import Container
 from importlib import metadata
 from types import ModuleType
@@ -55,6 +159,7 @@ from dmg_domainbed.rules import with_article
 ALGORITHM_GROUP = "domainbed.algorithms"
 DATASET_GROUP = "domainbed.datasets"
 LAUNCHER_GROUP = "domainbed.command_launchers"
+# Marks this package's own wrappers (of ``Algorithm.__init__``, of ``sys.excepthook``).
 _MARK = "__dmg_domainbed_registered__"
 LOADER_WORKERS_VARIABLE = "DMG_DOMAINBED_LOADER_WORKERS"
 
@@ -107,9 +212,12 @@ def _report_refused(group: str, kept: metadata.EntryPoint, refused: metadata.Ent
     )
 
 
+# What each entry point loaded, for good: its object, or None after a failure that is final.
 _loaded: dict[tuple[str, str], Any | None] = {}
-# The exception each entry point that could not be loaded raised, with its traceback.
+# The exception each entry point that could not be loaded raised last, with its traceback.
 _failures: dict[tuple[str, str], BaseException] = {}
+# Entry points whose last failure may only mean "not yet" (see load): listed, not reported.
+_not_yet: set[tuple[str, str]] = set()
 # Entry points whose failures the caller that asked for them shows (see load).
 _shown_by_caller: set[tuple[str, str]] = set()
 # Entry points whose load is under way: importing the plugin may import DomainBed, whose
@@ -122,32 +230,25 @@ class PluginImportError(ImportError):
     plugin's own traceback."""
 
 
-def _running_top_level_code(module_name: str) -> bool:
-    """True while a module of ``module_name``'s top-level package is half-way through its import:
-    a frame running its top-level code (``<module>``) is on the call stack."""
-    import inspect
-
-    package = module_name.partition(".")[0]
-    frame = inspect.currentframe()
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if frame.f_code.co_name == "<module>" and (
-            name == package or name.startswith(f"{package}.")
-        ):
-            return True
-        frame = frame.f_back
-    return False
-
-
 def load(group: str, name: str, report: bool = True) -> Any | None:
     """Load one entry point; a failure is reported once and gives ``None``. With ``report``
     false the caller shows the failure itself: this entry point's failures are not reported
     in this process from then on.
 
-    A plugin module that imports DomainBed triggers registration while it (or a module of its
-    package) is still being imported; its entry point then gives ``None`` for now, unreported. An
-    ``ImportError`` or ``AttributeError`` raised while the plugin's package was already imported
-    (perhaps half-way) is not kept as final: a later call tries again.
+    A plugin module that imports DomainBed, imported before DomainBed, has DomainBed registered
+    half-way through its own import, so its entry point cannot load yet. What is in
+    ``sys.modules`` before the load tells such a failure, with no look at the call stack:
+
+    * its entry point is being loaded already (importing it imported DomainBed): ``None``;
+    * an ``ImportError`` or ``AttributeError`` that says a name is missing from a module that
+      was imported (perhaps half-way) before this load, the entry point's own module or the
+      ``M`` of a ``from M import X`` of the plugin: "not yet". Its name is listed in DomainBed's
+      module, nothing is reported, each lookup tries again, and :func:`require` raises the
+      error if it still fails;
+    * any other ``ImportError`` or ``AttributeError`` while the plugin's top-level package was
+      imported before: reported, and tried again at each lookup (a module of that package may
+      be half-way through its import);
+    * any other failure: reported, and final.
     """
     key = (group, name)
     if not report:
@@ -157,26 +258,39 @@ def load(group: str, name: str, report: bool = True) -> Any | None:
     if key in _loading:
         return None
     entry_point = entry_points(group)[name]
-    package_imported = entry_point.module.partition(".")[0] in sys.modules
+    imported_before = set(sys.modules)
     _loading.add(key)
     try:
         obj = entry_point.load()
     except Exception as error:
-        retry = package_imported and isinstance(error, (ImportError, AttributeError))
-        return _failed(key, entry_point, error, retry)
+        return _failed(key, entry_point, error, imported_before)
     finally:
         _loading.discard(key)
     _failures.pop(key, None)
+    _not_yet.discard(key)
     _loaded[key] = obj
     return obj
 
 
-def _failed(key: tuple[str, str], entry_point, error: Exception, retry: bool) -> None:
-    """Record and report a failed load; kept as final unless ``retry``."""
-    if retry and _running_top_level_code(entry_point.module):
-        _failures.pop(key, None)  # half-way through its own import: not a failure yet
-        return None
+def _missing_from_imported(entry_point, error: Exception, imported_before: set[str]) -> bool:
+    """Whether ``error`` says a name is missing from a module imported before the load: the
+    entry point's attribute from its module, or ``X`` of a ``from M import X`` from ``M``
+    (``ImportError.name``; a ``ModuleNotFoundError`` names the module that is missing)."""
+    if isinstance(error, AttributeError):
+        return entry_point.module in imported_before
+    return isinstance(error, ImportError) and error.name in imported_before
+
+
+def _failed(key: tuple[str, str], entry_point, error: Exception, imported_before) -> None:
+    """Record a failed load: "not yet", reported and tried again, or final (see :func:`load`)."""
     _failures[key] = error
+    retry = isinstance(error, (ImportError, AttributeError)) and (
+        entry_point.module.partition(".")[0] in imported_before
+    )
+    if retry and _missing_from_imported(entry_point, error, imported_before):
+        _not_yet.add(key)
+        return None
+    _not_yet.discard(key)
     group, name = key
     dist = getattr(entry_point.dist, "name", "an installed package")
     if key not in _shown_by_caller:
@@ -192,16 +306,15 @@ def _failed(key: tuple[str, str], entry_point, error: Exception, retry: bool) ->
 
 def require(group: str, name: str) -> Any | None:
     """The plugin ``name`` of ``group``, for a caller that asked for it by name: ``None`` if no
-    installed package declares it (or it is still being imported), :class:`PluginImportError`
-    with the plugin's traceback if its entry point cannot be loaded, after one more try."""
+    installed package declares it (or its entry point is being loaded: asked for from inside
+    it), :class:`PluginImportError` with the plugin's traceback if its entry point cannot be
+    loaded, after one more try."""
     if name not in entry_points(group):
         return None
     obj = load(group, name)
-    if obj is not None:
+    error = _failures.get((group, name))
+    if obj is not None or error is None or (group, name) in _loading:
         return obj
-    if (group, name) not in _failures:  # still being imported: asked for from inside it
-        return None
-    error = _failures[(group, name)]
     entry_point = entry_points(group)[name]
     dist = getattr(entry_point.dist, "name", "an installed package")
     trace = "".join(traceback.format_exception(error)).rstrip()
@@ -222,12 +335,12 @@ def _add_to_namespace(module: ModuleType, names: list[str], group: str, what: st
     """Put every plugin of ``group`` into ``module``'s globals and its list of ``names``.
 
     A plugin whose module is still being imported (it imported DomainBed, which triggered this)
-    gets its name listed now and its object filled in on first lookup.
+    gets its name listed now and its object filled in on a later lookup (see :func:`load`).
     """
     for name in entry_points(group):
         obj = load(group, name)
         if obj is None:
-            late = (group, name) not in _loaded and (group, name) not in _failures
+            late = (group, name) in _not_yet or (group, name) in _loading
             if late and name not in names:
                 names.append(name)
             continue
@@ -244,7 +357,13 @@ def _add_to_namespace(module: ModuleType, names: list[str], group: str, what: st
 
 
 def _open_namespace(module: ModuleType, names: str, group: str, what: str, lookup: str) -> None:
-    """Register ``group`` into ``module`` and complete late plugins on every lookup."""
+    """Register ``group`` into ``module``: every plugin into its globals and its list ``names``;
+    DomainBed's ``lookup`` and a module ``__getattr__`` first load the plugin asked for by name,
+    so that a late plugin is filled in and a broken one raises :class:`PluginImportError`.
+
+    Both hooks are needed: DomainBed's lookup reads ``globals()``, which never calls a module's
+    ``__getattr__``, and an attribute access never calls the lookup.
+    """
 
     def complete() -> None:
         _add_to_namespace(module, getattr(module, names), group, what)
@@ -415,8 +534,9 @@ def manifest_refusal(module: ModuleType, manifest) -> str | None:
     return None
 
 
-# Each dataset class's own N_WORKERS, as it was before any cap, to cap it again from there.
-_own_loader_workers: dict[type, int] = {}
+# Each dataset class's N_WORKERS as its class body defines it, before any cap (None where it
+# inherits the number): what a cap starts from, and what is put back without one.
+_defined_loader_workers: dict[type, int | None] = {}
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -429,11 +549,22 @@ def _subclasses(cls: type) -> list[type]:
 def _own_workers(cls: type) -> int:
     """``cls.N_WORKERS`` as the class hierarchy defines it, before any cap."""
     for klass in cls.__mro__:
-        if klass in _own_loader_workers:
-            return _own_loader_workers[klass]
-        if "N_WORKERS" in vars(klass):
-            return vars(klass)["N_WORKERS"]
+        if klass in _defined_loader_workers:
+            defined = _defined_loader_workers[klass]
+        else:
+            defined = vars(klass).get("N_WORKERS")
+        if defined is not None:
+            return defined
     return 0
+
+
+def _put_back_workers(cls: type) -> None:
+    """Give ``cls`` the ``N_WORKERS`` its class body defines, or none where it inherits it."""
+    defined = _defined_loader_workers[cls]
+    if defined is not None:
+        cls.N_WORKERS = defined
+    elif "N_WORKERS" in vars(cls):
+        del cls.N_WORKERS
 
 
 def loader_workers_budget(environ=os.environ) -> int | None:
@@ -460,19 +591,19 @@ def cap_loader_workers(module: ModuleType, environ=os.environ) -> None:
     budget per job: each loader of a dataset with ``E`` domains gets ``max(1, N // (E - 1))``
     workers (its ``E - 1`` training loaders together about ``N``, with one test domain), never
     more than the dataset's own number and never 0 where that is not 0 (0 would move
-    augmentation into the training process and change its random stream). Unset, every class
-    gets its own number back. Called at registration and again by a forked job with its own
-    environment.
+    augmentation into the training process and change its random stream). Unset, nothing is
+    written, and a class capped before gets its own number back. Called at registration and
+    again by a forked job with its own environment.
     """
     budget = loader_workers_budget(environ)
     classes = _subclasses(module.MultipleDomainDataset)
     for cls in classes:
-        _own_loader_workers.setdefault(cls, _own_workers(cls))
+        _defined_loader_workers.setdefault(cls, vars(cls).get("N_WORKERS"))
     for cls in classes:
-        own = _own_loader_workers[cls]
+        own = _own_workers(cls)
         domains = len(getattr(cls, "ENVIRONMENTS", None) or ())
         if budget is None or own == 0 or domains < 2:
-            cls.N_WORKERS = own
+            _put_back_workers(cls)
         else:
             cls.N_WORKERS = min(own, max(1, budget // (domains - 1)))
 
@@ -525,9 +656,9 @@ def domainbed_hparams(algorithm: str, dataset: str, random_seed: int) -> dict[st
     return own(algorithm, dataset, random_seed)
 
 
-# Each registrar, and the module attribute it leaves its mark on: DomainBed's code defines that
-# attribute afresh when it runs again (``importlib.reload``), which tells a reloaded module from
-# a registered one.
+# Each registrar, and the module attribute it replaces: DomainBed's code defines that attribute
+# afresh when it runs again (``importlib.reload``), which tells a reloaded module from a
+# registered one.
 _REGISTRARS = {
     "domainbed.algorithms": (register_algorithms, "get_algorithm_class"),
     "domainbed.datasets": (register_datasets, "get_dataset_class"),
@@ -571,6 +702,10 @@ def end_scripts_with_user_message() -> None:
     sys.excepthook = excepthook
 
 
+# Each registered DomainBed module, and the value of its registrar's attribute once registered.
+_registered: weakref.WeakKeyDictionary[ModuleType, Any] = weakref.WeakKeyDictionary()
+
+
 def register_into(module: ModuleType) -> None:
     """Register every plugin into one DomainBed module, unless it is registered already.
 
@@ -578,12 +713,12 @@ def register_into(module: ModuleType) -> None:
     DomainBed's own lists and lookups back; the start-up hook then registers the module again
     (after an explicit :func:`dmg_domainbed.register`, calling it again does).
     """
-    registrar, marked = _REGISTRARS.get(module.__name__, (None, ""))
-    if registrar is None or getattr(module, _MARK, None) is getattr(module, marked):
+    registrar, replaced = _REGISTRARS.get(module.__name__, (None, ""))
+    if registrar is None or _registered.get(module) is getattr(module, replaced):
         return
     end_scripts_with_user_message()
     registrar(module)
-    setattr(module, _MARK, getattr(module, marked))
+    _registered[module] = getattr(module, replaced)
 
 
 def register_all() -> None:

@@ -31,7 +31,8 @@ IMPORT_ORDER_CHECK = textwrap.dedent(
     {first}
     from domainbed import algorithms, hparams_registry
     assert "DMG" in algorithms.ALGORITHMS, algorithms.ALGORITHMS
-    assert algorithms.get_algorithm_class("DMG").__name__ == "DMG"
+    from domainbed.algorithms import DMG as registered  # an attribute, before any lookup
+    assert algorithms.get_algorithm_class("DMG") is registered and registered.__name__ == "DMG"
     assert hparams_registry.default_hparams("DMG", "PACS")["lambda_overlap"] == 0.1
     print("registered")
     """
@@ -256,6 +257,7 @@ def fake_plugins(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(integration, "_loaded", {})
     monkeypatch.setattr(integration, "_failures", {})
+    monkeypatch.setattr(integration, "_not_yet", set())
     monkeypatch.setattr(sys, "modules", dict(sys.modules))
 
     def add(name: str, value: str, files: dict[str, str]) -> None:
@@ -285,6 +287,56 @@ def test_a_plugin_that_asks_for_itself_while_importing_gets_none_then_loads(fake
     thing = integration.load("test.group", "Thing")
     assert thing.__name__ == "Thing"
     assert __import__("reentrant_plugin").DURING_IMPORT is None
+
+
+def test_a_plugin_whose_package_is_half_imported_loads_later_unreported(fake_plugins, capsys):
+    """The package imports DomainBed (here: asks for the plugin) before it defines what the
+    plugin's module imports from it: not a failure, only "not yet"."""
+    from dmg_domainbed import integration
+
+    fake_plugins(
+        "Half",
+        "halfway_plugin.algo:Thing",
+        {
+            "halfway_plugin/__init__.py": """
+                from dmg_domainbed import integration
+                DURING_IMPORT = integration.load("test.group", "Half")
+                HELPER = 1
+                """,
+            "halfway_plugin/algo.py": "from halfway_plugin import HELPER\nclass Thing: pass\n",
+        },
+    )
+    assert __import__("halfway_plugin").DURING_IMPORT is None
+    assert "Half" not in capsys.readouterr().err
+    assert integration.require("test.group", "Half").__name__ == "Thing"
+
+
+def test_a_missing_dependency_met_while_the_package_imports_is_reported_and_raises(
+    fake_plugins, capsys
+):
+    """Another module of the plugin's package is being imported (a command's module that
+    imports DomainBed) when the plugin's own import fails on a missing dependency: reported at
+    once, and raised when asked for by name."""
+    from dmg_domainbed import integration
+
+    fake_plugins(
+        "Needy",
+        "needy_plugin.algo:Thing",
+        {
+            "needy_plugin/__init__.py": "",
+            "needy_plugin/command.py": """
+                from dmg_domainbed import integration
+                DURING_IMPORT = integration.load("test.group", "Needy")
+                """,
+            "needy_plugin/algo.py": "import a_dependency_nobody_installed\nclass Thing: pass\n",
+        },
+    )
+    __import__("needy_plugin.command")
+    err = capsys.readouterr().err
+    assert "skipping DomainBed plugin 'Needy = needy_plugin.algo:Thing'" in err
+    assert "No module named 'a_dependency_nobody_installed'" in err
+    with pytest.raises(integration.PluginImportError, match="a_dependency_nobody_installed"):
+        integration.require("test.group", "Needy")
 
 
 def test_a_failure_of_an_imported_package_is_retried_and_require_raises(fake_plugins, tmp_path):
@@ -352,3 +404,127 @@ def test_another_packages_entry_point_cannot_take_this_packages_name(monkeypatch
     finally:
         monkeypatch.undo()
         integration.entry_points.cache_clear()
+
+
+def table_names() -> set[str]:
+    """The first column of the table that opens integration.py's docstring."""
+    from dmg_domainbed import integration
+
+    lines = integration.__doc__.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("=====")]
+    body = lines[rules[1] + 1 : rules[2]]
+    return {line.split()[0] for line in body if line and not line[0].isspace()}
+
+
+def _held(value):
+    """What a name holds: the object, and for a list or dict a copy of its contents."""
+    return value, (list(value) if isinstance(value, list) else dict(value))
+
+
+def names_and_values(modules) -> dict:
+    """Every name of DomainBed's ``modules`` and of the classes they define, and the two of
+    ``sys`` a package may write, with what each holds."""
+    found = {"sys.meta_path": _held(sys.meta_path), "sys.excepthook": (sys.excepthook, {})}
+    for module in modules:
+        prefix = module.__name__.removeprefix("domainbed.")
+        for name, value in vars(module).items():
+            found[f"{prefix}.{name}"] = _held(value) if isinstance(value, list | dict) else (value,)
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                for attribute, member in vars(value).items():
+                    found[f"{prefix}.{name}.{attribute}"] = (member,)
+    return found
+
+
+def changed_rows(before: dict, after: dict, datasets, manifests: set[str]) -> set[str]:
+    """The table's names for what changed from ``before`` to ``after``: an entry point's name
+    as ``<plugin>``, a manifest's as ``<manifest>``, a class of DomainBed's dataset family as
+    ``<dataset>``."""
+    from dmg_domainbed import integration
+
+    rows = set()
+    for key in set(before) | set(after):
+        old, new = before.get(key), after.get(key)
+        if old is not None and new is not None and old[0] is new[0] and old[1:] == new[1:]:
+            continue
+        module, name, *attribute = key.split(".")
+        if attribute and f"{module}.{name}" not in before:
+            continue  # a class that registration added, with everything in it
+        if name in integration.entry_points(f"domainbed.{module}"):
+            name = "<plugin>"
+        elif name in manifests:
+            name = "<manifest>"
+        elif attribute and module == "datasets" and name != "MultipleDomainDataset":
+            if issubclass(getattr(datasets, name), datasets.MultipleDomainDataset):
+                name = "<dataset>"
+        rows.add(".".join([module, name, *attribute]))
+    return rows
+
+
+@pytest.fixture
+def fresh_domainbed(monkeypatch):
+    """DomainBed's modules imported afresh, as DomainBed defines them (no start-up hook, no
+    setting of this package), and the process's own put back when the test ends."""
+    import importlib
+
+    from dmg_domainbed import _startup
+
+    def own(name: str) -> bool:
+        return name == "domainbed" or name.startswith("domainbed.")
+
+    saved = {name: module for name, module in sys.modules.items() if own(name)}
+    for name in saved:
+        del sys.modules[name]
+    watcher = _startup.DomainBedImportWatcher.__name__
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if type(f).__name__ != watcher])
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    for variable in ("DMG_DOMAINBED_DISABLE", "DMG_DOMAINBED_LOADER_WORKERS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("DMG_DOMAINBED_DATASETS", raising=False)
+    try:
+        yield [importlib.import_module(name) for name in sorted(_startup.WATCHED_MODULES)]
+    finally:
+        for name in [name for name in sys.modules if own(name)]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+CONDITIONAL_ROWS = {"datasets.<manifest>", "datasets.<dataset>.N_WORKERS"}
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({}, lambda table: table - CONDITIONAL_ROWS),
+        ({"DMG_DOMAINBED_LOADER_WORKERS": "2", "DMG_DOMAINBED_DATASETS": "manifest"}, set),
+        ({"DMG_DOMAINBED_DISABLE": "1"}, lambda table: set()),
+    ],
+    ids=["no settings", "every setting", "disabled"],
+)
+def test_the_table_names_every_name_the_start_up_hook_changes_in_domainbed(
+    fresh_domainbed, settings, expected, monkeypatch, tmp_path
+):
+    """A patch without a row in integration.py's table, or a row without its patch, fails."""
+    from dmg_domainbed import _startup
+
+    for domain in ("north", "south"):
+        (tmp_path / "images" / domain / "cat").mkdir(parents=True)
+    (tmp_path / "table.toml").write_text('name = "TableData"\nroot = "images"\n')
+    for variable, value in settings.items():
+        value = str(tmp_path / "table.toml") if value == "manifest" else value
+        monkeypatch.setenv(variable, value)
+    datasets = sys.modules["domainbed.datasets"]
+    before = names_and_values(fresh_domainbed)
+    _startup.install()
+    after = names_and_values(fresh_domainbed)
+    changed = changed_rows(before, after, datasets, {"TableData"})
+    assert changed == expected(table_names())
+
+
+def test_disabled_an_explicit_register_writes_every_row_but_the_start_up_hooks(fresh_domainbed):
+    import dmg_domainbed
+
+    datasets = sys.modules["domainbed.datasets"]
+    before = names_and_values(fresh_domainbed)
+    dmg_domainbed.register()
+    changed = changed_rows(before, names_and_values(fresh_domainbed), datasets, set())
+    assert changed == table_names() - CONDITIONAL_ROWS - {"sys.meta_path"}
