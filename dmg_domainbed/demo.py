@@ -1,9 +1,10 @@
 """The demo: a real DomainBed sweep on the embedded RotatedDigits, and its report.
 
-The demo is a sweep like any other: its configuration goes through the package's sweep runner
-(:mod:`dmg_domainbed.sweep`: checks, DomainBed's job list and ``Job.launch`` with the
-``local_parallel`` launcher, progress, resume), then collect_results' own tables, the sweep
-report, in-domain Table 3 and the pictures of what each run learned.
+The demo is a sweep like any other, written in code instead of a file: it goes through the
+package's sweep runner (:func:`dmg_domainbed.sweep.run.check_and_plan`: checks, DomainBed's job
+list; then :func:`dmg_domainbed.sweep.launch.execute`: ``Job.launch`` with the ``local_parallel``
+launcher, progress, resume), then collect_results' own tables, the sweep report, in-domain
+Table 3 and the pictures of what each run learned.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dmg_domainbed import runs
 from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import path_part
-from dmg_domainbed.preflight.sweep import check_sweep
-from dmg_domainbed.sweep import plan, run
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
+from dmg_domainbed.sweep.launch import execute, is_done
+from dmg_domainbed.sweep.plan import describe_job
+from dmg_domainbed.sweep.run import check_and_plan
 
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
@@ -137,14 +139,12 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     check_output_dir(output_dir)  # its log: writable
     check_output_dir(report_dir, writes=WRITTEN)  # its report: no file of the user's in the way
     sweep = Sweep(config, DATA_DIR, str(sweep_dir.resolve()), LAUNCHER)
-    jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+    planned = check_and_plan(sweep, os.environ)
+    jobs = planned.plan.jobs
     check_no_conflicting_runs(sweep_dir, jobs)
-    env, _ = run.launcher_environment(config, LAUNCHER, os.environ)
-    checked = check_sweep(sweep, env)
-    if checked.problem is not None:
-        raise checked.problem
-    launcher = checked.launcher
-    done = sum(run.is_done(job) for job in jobs)
+    if planned.problem is not None:
+        raise planned.problem
+    launcher, done = planned.launcher, len(planned.plan.done)
     echo(
         f"DomainBed sweep of {', '.join(config.algorithms)} on {DATASET}, every test domain, "
         f"{config.n_hparams} hparam setting(s) x {config.n_trials} trial(s): "
@@ -157,14 +157,14 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
                 f"{', '.join(group.algorithms)}: hparams sized for {config.steps} steps, "
                 f"--hparams '{group.hparams_json}'"
             )
-    code = run.execute(sweep, LAUNCHER, env, delete_incomplete=True, echo=echo, log=log_path)
-    failed = [job for job in jobs if not run.is_done(job)]
+    code = execute(sweep, LAUNCHER, planned.env, delete_incomplete=True, echo=echo, log=log_path)
+    failed = [job for job in jobs if not is_done(job)]
     for job in failed:
-        echo(f"FAILED: {plan.describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")
+        echo(f"FAILED: {describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")
     if code != 0 and not failed:
         echo(f"The sweep exited with code {code}; see {log_path}")
     echo(collect_results_text(sweep_dir))
-    files = write_report_files(sweep_dir, report_dir, [j for j in jobs if run.is_done(j)], echo)
+    files = write_report_files(sweep_dir, report_dir, [j for j in jobs if is_done(j)], echo)
     shown = [p.name for p in files if p.suffix in (".md", ".png")]
     echo(f"Report in {report_dir} (CSV tables next to each): " + ", ".join(shown))
     echo(f"Wall time: {time.monotonic() - start:.0f} s")

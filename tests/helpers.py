@@ -342,7 +342,7 @@ def machine_check(sweep, launcher: str = "local") -> str:
     what would stop its jobs, else returns how the launcher will run them."""
     import dataclasses
 
-    from dmg_domainbed.preflight.sweep import check_sweep
+    from dmg_domainbed.sweep.checks import check_sweep
 
     checked = check_sweep(dataclasses.replace(sweep, launcher=launcher), os.environ)
     if checked.problem is not None:

@@ -4,11 +4,11 @@ local_parallel's own default keeps image jobs on the GPUs."""
 from dmg_domainbed import demo
 from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.launchers.local_parallel import Plan
-from dmg_domainbed.sweep import run
+from dmg_domainbed.sweep.launcher_settings import launcher_environment
 
 
 def plan_of(config, environ):
-    env, _ = run.launcher_environment(config, demo.LAUNCHER, environ)
+    env, _ = launcher_environment(demo.LAUNCHER, environ, config.launcher, config.launcher_options)
     return Plan.from_environment(env)
 
 

@@ -16,7 +16,7 @@ from dmg_domainbed import masks
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.moe import SparseMoE
 from dmg_domainbed.preflight.hparams import effective_hparams
-from dmg_domainbed.preflight.sweep import check_against_domainbed
+from dmg_domainbed.sweep.checks import check_against_domainbed
 from dmg_domainbed.sweep.config import load_sweep
 
 from .helpers import run_python

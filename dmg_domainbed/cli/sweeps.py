@@ -5,12 +5,10 @@ RotatedDigits, and its report) and ``sweep`` (a sweep file's jobs).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from dmg_domainbed.cli import add_output_dir, whole_number
 from dmg_domainbed.demo import ALGORITHMS
-from dmg_domainbed.errors import UserError
 
 
 def add_parsers(subparsers) -> None:
@@ -87,7 +85,7 @@ def add_parsers(subparsers) -> None:
 def demo_command(args: argparse.Namespace) -> int:
     import dmg_domainbed
     from dmg_domainbed.demo import SWEEP, demo_config, run_demo
-    from dmg_domainbed.preflight.sweep import check_names
+    from dmg_domainbed.sweep.checks import check_names
     from dmg_domainbed.sweep.config import SWEEP_KEYS
 
     dmg_domainbed.register()
@@ -113,48 +111,17 @@ def demo_command(args: argparse.Namespace) -> int:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    """Read the sweep file once into a resolved sweep, check it in one pass, then launch it."""
-    from domainbed.scripts.sweep import Job
+    """Hand the parsed sweep to the library, which reads, checks, plans and launches it."""
+    from dmg_domainbed.sweep.run import SweepRequest, run_sweep
 
-    from dmg_domainbed.preflight.command_line import check_commands
-    from dmg_domainbed.preflight.sweep import check_sweep
-    from dmg_domainbed.sweep import plan
-    from dmg_domainbed.sweep import run as sweep_run
-    from dmg_domainbed.sweep.config import read_sweep
-
-    sweep = read_sweep(args.file, args.data_dir, args.output_dir, args.launcher)
-    launcher, env, notes = sweep.launcher, os.environ, []
-    if launcher is not None:
-        env, notes = sweep_run.launcher_environment(sweep.config, launcher, os.environ)
-    elif not args.dry_run:
-        raise UserError(
-            f'{sweep.config.path} names no launcher: add [launcher] name = "..." to it or pass '
-            "--launcher NAME (e.g. local_parallel, submitit, local)"
-        )
-    checked = check_sweep(sweep, env)
-    summary, all_jobs = plan.planned(sweep)
-    problem = checked.problem
-    try:
-        check_commands([job for job in all_jobs if job.state != Job.DONE], env)
-    except UserError as too_long:
-        problem = problem or too_long
-    print(summary)
-    for note in checked.notes + tuple(notes):
-        print(f"  note: {note}")
-    if args.dry_run:
-        print(f"Launcher: {launcher or 'LAUNCHER'} (DomainBed's Job.launch, one launch per group)")
-        new = [f"  {job.command_str}" for job in all_jobs if job.state == Job.NOT_LAUNCHED]
-        print("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
-        if problem is not None:
-            print(f"Launching it now would stop before any job: {problem}")
-        return 0
-    if problem is not None:
-        raise problem
-    print(f"  launcher: {checked.launcher}")
-    incomplete = sum(job.state == Job.INCOMPLETE for job in all_jobs)
-    if incomplete and not args.delete_incomplete:
-        print(
-            f"  {incomplete} incomplete job(s) are left as they are (they may still be running)"
-            "; once they have stopped, rerun with --delete-incomplete to launch them again"
-        )
-    return sweep_run.execute(sweep, launcher, env, args.delete_incomplete)
+    return run_sweep(
+        SweepRequest(
+            args.file,
+            args.data_dir,
+            args.output_dir,
+            args.launcher,
+            args.dry_run,
+            args.delete_incomplete,
+        ),
+        echo=print,
+    )

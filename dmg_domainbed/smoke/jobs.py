@@ -24,8 +24,8 @@ from dmg_domainbed import register, synthetic
 from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, requirements, weights
-from dmg_domainbed.preflight.sweep import check_against_domainbed
 from dmg_domainbed.sweep import plan
+from dmg_domainbed.sweep.checks import check_against_domainbed
 from dmg_domainbed.sweep.config import SweepConfig
 from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches, WeightsCheck
 

@@ -3,10 +3,11 @@
 ``[sweep]`` holds what ``python -m domainbed.scripts.sweep`` takes (:data:`SWEEP_KEYS`, with
 DomainBed's defaults) and the fixed hparams of every job (``[sweep.hparams]``) or algorithm
 (``[sweep.algorithm_hparams.NAME]``); ``[launcher]`` names a DomainBed command launcher and its
-settings (its ``options``). :func:`read_sweep` reads a file once into a resolved :class:`Sweep`:
-its structure checked (:func:`load_sweep`), its folders and launcher resolved (:func:`resolve`).
-:mod:`dmg_domainbed.preflight.sweep` then checks it against DomainBed and this machine in one
-pass (names, hparams, networks, data, weights); nothing here looks at hparams or data.
+settings (its ``options``, checked in :mod:`.launcher_settings`). :func:`read_sweep` reads a
+file once into a resolved :class:`Sweep`: its structure checked (:func:`load_sweep`), its
+folders and launcher resolved (:func:`resolve`). :mod:`.checks` then checks it against
+DomainBed and this machine in one pass (names, hparams, networks, data, weights); nothing here
+looks at hparams or data.
 
 ``n_hparams`` and ``n_trials`` are bounded (:data:`MAX_HPARAMS`, :data:`MAX_TRIALS`): DomainBed
 builds every job of a sweep in memory before launching any, so ``n_hparams = 1000000000`` would
@@ -25,6 +26,7 @@ from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule, not_blank, refuse_unknown_keys
+from dmg_domainbed.sweep.launcher_settings import check_launcher
 
 try:
     import tomllib
@@ -165,33 +167,6 @@ def load_sweep(path: str | Path) -> SweepConfig:
     return parse_sweep(document, path)
 
 
-def launcher_options(name: str) -> dict[str, Any]:
-    """The settings a registered command launcher declares, by ``[launcher]`` key."""
-    from domainbed import command_launchers
-
-    from dmg_domainbed.launchers.common import as_launcher
-
-    declared = as_launcher(command_launchers.REGISTRY[name]).options
-    return {option.name: option for option in declared}
-
-
-def check_launcher(config: SweepConfig, name: str) -> None:
-    """``name`` is a registered launcher; the file's settings are its settings (if it is its)."""
-    from domainbed import command_launchers
-
-    if name not in command_launchers.REGISTRY:
-        raise UserError(
-            f"{config.path}: unknown launcher {name!r}; registered DomainBed command launchers: "
-            f"{', '.join(sorted(command_launchers.REGISTRY))}"
-        )
-    if name != config.launcher:
-        return
-    options = launcher_options(name)
-    refuse_unknown_keys(config.path, f"[launcher] of {name}", config.launcher_options, options)
-    for key, value in config.launcher_options.items():
-        options[key].check(value, f"{config.path}: [launcher] {key}")
-
-
 @dataclass(frozen=True)
 class Group:
     """Algorithms whose jobs share the same fixed hparams (one launch)."""
@@ -257,7 +232,8 @@ def resolve(
     launcher = launcher or config.launcher
     for name in dict.fromkeys([config.launcher, launcher]):  # the file's, then the chosen one
         if name is not None:
-            check_launcher(config, name)
+            mine = config.launcher_options if name == config.launcher else None
+            check_launcher(config.path, name, mine)
     folders = {key: os.path.abspath(os.path.expanduser(value)) for key, value in dirs.items()}
     sweep = Sweep(config, **folders, launcher=launcher)
     sweep.groups  # noqa: B018 (made once, here, with the plugins registered; later steps read them)
@@ -272,5 +248,5 @@ def read_sweep(
 ) -> Sweep:
     """A sweep file read once into a resolved :class:`Sweep`: its structure checked
     (:func:`load_sweep`), the command line's folders and launcher applied (:func:`resolve`).
-    What DomainBed and this machine make of it is :mod:`dmg_domainbed.preflight.sweep`'s."""
+    What DomainBed and this machine make of it is :mod:`.checks`'s."""
     return resolve(load_sweep(path), data_dir, output_dir, launcher)

@@ -6,13 +6,15 @@ are grouped by their fixed hparams and each group is launched on its own, into t
 folder. DomainBed's ``make_args_list`` and ``Job`` make the jobs, so job folders, their hashes
 and ``done`` files are exactly those of ``python -m domainbed.scripts.sweep``; the ``train.py``
 arguments its sweep script cannot pass (``checkpoint_freq``, ``save_model_every_checkpoint``)
-are added to every job's arguments, and so to its hash.
+are added to every job's arguments, and so to its hash. :func:`plan_sweep` sorts the jobs by
+the state DomainBed reads from their folders (to launch, incomplete, done): the rest of the
+package asks the plan, not DomainBed's ``Job``, how many there are.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tabulate import tabulate
@@ -48,14 +50,6 @@ def jobs(sweep: Sweep, group: Group) -> list[Any]:
     return [domainbed_sweep.Job(train_args, sweep.output_dir) for train_args in args_list]
 
 
-def planned(sweep: Sweep) -> tuple[str, list[Any]]:
-    """The sweep's :func:`summary` and its jobs, every group's in turn."""
-    jobs_by_group = [(group, jobs(sweep, group)) for group in sweep.groups]
-    return summary(sweep, jobs_by_group), [
-        job for _, group_jobs in jobs_by_group for job in group_jobs
-    ]
-
-
 def describe_job(job) -> str:
     """``<algorithm>, test domain <names> of <dataset>, hparams <i>, trial <j>``."""
     from domainbed import datasets
@@ -69,37 +63,77 @@ def describe_job(job) -> str:
     )
 
 
-def summary(sweep: Sweep, jobs_by_group: Sequence[tuple[Group, Sequence[Any]]]) -> str:
-    """What the sweep holds: jobs per dataset and algorithm, their states, the fixed hparams."""
+@dataclass(frozen=True)
+class Plan:
+    """A sweep's jobs, group by group, in the states DomainBed read from their folders when they
+    were made: ``to_launch`` (no folder), ``incomplete`` (a folder without a ``done`` file) and
+    ``done``."""
+
+    sweep: Sweep
+    jobs_by_group: tuple[tuple[Group, tuple[Any, ...]], ...]
+    to_launch: tuple[Any, ...]
+    incomplete: tuple[Any, ...]
+    done: tuple[Any, ...]
+
+    @property
+    def jobs(self) -> list[Any]:
+        """Every job, every group's in turn."""
+        return [job for _, group_jobs in self.jobs_by_group for job in group_jobs]
+
+    @property
+    def unfinished(self) -> list[Any]:
+        """The jobs without a ``done`` file: those a launch may start."""
+        done = set(map(id, self.done))
+        return [job for job in self.jobs if id(job) not in done]
+
+    def summary(self) -> str:
+        """What the sweep holds: jobs per dataset and algorithm, their states, the fixed
+        hparams."""
+        config = self.sweep.config
+        lines = [
+            f"Sweep {config.path}: {len(self.jobs)} job(s): {len(self.to_launch)} to launch, "
+            f"{len(self.done)} done, {len(self.incomplete)} incomplete",
+            f"  output_dir: {self.sweep.output_dir}",
+            f"  data_dir:   {self.sweep.data_dir}",
+            f"  per dataset and algorithm: {config.n_hparams - config.n_hparams_from} hparams "
+            f"seed(s) x {config.n_trials} trial(s) x test envs "
+            f"({'one at a time' if config.single_test_envs else 'every 1 and 2'}), "
+            f"{config.steps or 'dataset default'} steps"
+            + (f", a checkpoint every {config.checkpoint_freq}" if config.checkpoint_freq else "")
+            + (", every checkpoint's model saved" if config.save_model_every_checkpoint else ""),
+        ]
+        counts = [
+            Counter((job.train_args["dataset"], job.train_args["algorithm"]) for job in jobs)
+            for jobs in (self.to_launch, self.done, self.incomplete)
+        ]
+        table = [
+            [dataset, algorithm, *(count[(dataset, algorithm)] for count in counts)]
+            for dataset in config.datasets
+            for algorithm in config.algorithms
+        ]
+        headers = ["dataset", "algorithm", "to launch", "done", "incomplete"]
+        lines += ["    " + line for line in tabulate(table, headers).splitlines()]
+        for group, _ in self.jobs_by_group:
+            fixed = group.hparams_json or "none (DomainBed's defaults and random search)"
+            lines.append(f"  fixed hparams of {', '.join(group.algorithms)}: {fixed}")
+        return "\n".join(lines)
+
+
+def plan_sweep(sweep: Sweep) -> Plan:
+    """The sweep's jobs (:func:`jobs`, every group's in turn), sorted by the state DomainBed
+    reads from each job's folder."""
     from domainbed.scripts.sweep import Job
 
-    config = sweep.config
-    all_jobs = [job for _, group_jobs in jobs_by_group for job in group_jobs]
-    counts = Counter(job.state for job in all_jobs)
-    lines = [
-        f"Sweep {config.path}: {len(all_jobs)} job(s): {counts[Job.NOT_LAUNCHED]} to launch, "
-        f"{counts[Job.DONE]} done, {counts[Job.INCOMPLETE]} incomplete",
-        f"  output_dir: {sweep.output_dir}",
-        f"  data_dir:   {sweep.data_dir}",
-        f"  per dataset and algorithm: {config.n_hparams - config.n_hparams_from} hparams "
-        f"seed(s) x {config.n_trials} trial(s) x test envs "
-        f"({'one at a time' if config.single_test_envs else 'every 1 and 2'}), "
-        f"{config.steps or 'dataset default'} steps"
-        + (f", a checkpoint every {config.checkpoint_freq}" if config.checkpoint_freq else "")
-        + (", every checkpoint's model saved" if config.save_model_every_checkpoint else ""),
-    ]
-    rows = Counter(
-        (job.train_args["dataset"], job.train_args["algorithm"], job.state) for job in all_jobs
+    jobs_by_group = tuple((group, tuple(jobs(sweep, group))) for group in sweep.groups)
+    every = [job for _, group_jobs in jobs_by_group for job in group_jobs]
+    in_state = {
+        state: tuple(job for job in every if job.state == state)
+        for state in (Job.NOT_LAUNCHED, Job.INCOMPLETE, Job.DONE)
+    }
+    return Plan(
+        sweep,
+        jobs_by_group,
+        to_launch=in_state[Job.NOT_LAUNCHED],
+        incomplete=in_state[Job.INCOMPLETE],
+        done=in_state[Job.DONE],
     )
-    states = (Job.NOT_LAUNCHED, Job.DONE, Job.INCOMPLETE)
-    table = [
-        [dataset, algorithm, *(rows[(dataset, algorithm, state)] for state in states)]
-        for dataset in config.datasets
-        for algorithm in config.algorithms
-    ]
-    headers = ["dataset", "algorithm", "to launch", "done", "incomplete"]
-    lines += ["    " + line for line in tabulate(table, headers).splitlines()]
-    for group, _ in jobs_by_group:
-        fixed = group.hparams_json or "none (DomainBed's defaults and random search)"
-        lines.append(f"  fixed hparams of {', '.join(group.algorithms)}: {fixed}")
-    return "\n".join(lines)

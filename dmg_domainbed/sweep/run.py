@@ -1,184 +1,107 @@
-"""Running a planned sweep with DomainBed's own sweep code, after checking it can run.
+"""``dmg-domainbed sweep`` as one call: a sweep file read, checked, planned and launched.
 
-The one way this package runs a sweep (``dmg-domainbed sweep`` and the demo alike): check what
-can be checked before ``Job.launch`` creates job folders, lock the output folder, launch each
-group of :mod:`.plan` with ``Job.launch`` in this process, report jobs as they write DomainBed's
-``done`` file (whatever the launcher), and stop cleanly on Ctrl-C. A launcher is asked about
-its jobs through :class:`~dmg_domainbed.launchers.common.Launcher` (never a particular
-launcher imported here): ``check(environ)`` first, ``running_jobs(output_dirs, environ)``
-(folder -> state of those still running) before delete-incomplete, and ``launch(commands,
-environ)``: the sweep's environment is passed to what starts the jobs, never swapped into
-this process's.
+:func:`run_sweep` takes what the command line was given (:class:`SweepRequest`) and calls down,
+in this order: :mod:`.config` reads the file and resolves its folders and launcher;
+:func:`check_and_plan` gives the launcher its environment, checks the sweep (:mod:`.checks`),
+plans its jobs (:mod:`.plan`) and checks their command lines (:mod:`.command_line`); the plan is
+shown, and :mod:`.launch` launches it. The demo builds its sweep in code and goes through the
+same :func:`check_and_plan` and launch.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
 import os
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.launchers.common import Launcher, as_launcher
-from dmg_domainbed.locks import FolderLock
-from dmg_domainbed.preflight.command_line import check_commands
-from dmg_domainbed.runs import DONE_FILE
-from dmg_domainbed.sweep import plan
-from dmg_domainbed.sweep.config import SweepConfig, launcher_options
+from dmg_domainbed.sweep.checks import check_sweep
+from dmg_domainbed.sweep.command_line import check_commands
+from dmg_domainbed.sweep.config import Sweep, read_sweep
+from dmg_domainbed.sweep.launch import execute
+from dmg_domainbed.sweep.launcher_settings import launcher_environment
+from dmg_domainbed.sweep.plan import Plan, plan_sweep
 
 
-def is_done(job) -> bool:
-    """Whether a DomainBed ``Job`` has finished (its ``done`` file exists)."""
-    return (Path(job.output_dir) / DONE_FILE).exists()
+@dataclass(frozen=True)
+class SweepRequest:
+    """What ``dmg-domainbed sweep`` was given: the sweep file, the folders and the launcher that
+    win over the file's (``None``: the file's), and its two switches."""
+
+    file: str | Path
+    data_dir: str | None = None
+    output_dir: str | None = None
+    launcher: str | None = None
+    dry_run: bool = False
+    delete_incomplete: bool = False
 
 
-@contextlib.contextmanager
-def watch_done(
-    jobs: Sequence, report: Callable[[str], None], interval: float = 1.0
-) -> Iterator[None]:
-    """While inside, a daemon thread calls ``report(line)`` each time one of ``jobs`` (DomainBed
-    ``Job`` objects) finishes, and once more on leaving. Jobs done before are counted but not
-    reported."""
-    pending = [job for job in jobs if not is_done(job)]
-    start, stop = time.monotonic(), threading.Event()
+@dataclass(frozen=True)
+class PlannedSweep:
+    """A checked and planned sweep: ``env``, the environment its launcher runs the jobs with;
+    ``notes`` to show; and, for this machine, either ``launcher`` (how the launcher will run
+    the jobs) or ``problem`` (what would stop them)."""
 
-    def check() -> None:
-        for job in [job for job in pending if is_done(job)]:
-            pending.remove(job)
-            finished, seconds = f"{len(jobs) - len(pending)}/{len(jobs)}", time.monotonic() - start
-            report(f"[{finished}] done: {plan.describe_job(job)} ({seconds:.0f} s)")
-
-    def watch() -> None:
-        while not stop.wait(interval):
-            check()
-
-    thread = threading.Thread(target=watch, name="done-watcher", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        check()
+    sweep: Sweep
+    env: Mapping[str, str]
+    plan: Plan
+    notes: tuple[str, ...] = ()
+    launcher: str | None = None
+    problem: UserError | None = None
 
 
-def launcher_environment(
-    config: SweepConfig, launcher: str, environ: Mapping[str, str]
-) -> tuple[dict[str, str], list[str]]:
-    """The launcher's environment: the file's settings as its variables (one already set wins,
-    as the notes say), and this interpreter's folder first on PATH (DomainBed starts every job
-    as ``python -m domainbed.scripts.train`` with the ``python`` found there)."""
-    env = dict(environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    if launcher != config.launcher:
-        unused = f"the file's [launcher] settings are for {config.launcher}: not used"
-        return env, [unused] if config.launcher_options else []
-    notes, options = [], launcher_options(launcher)
-    for key, value in config.launcher_options.items():
-        variable = options[key].env
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        if env.get(variable, "").strip():
-            notes.append(
-                f"{variable}={env[variable]} from the environment wins over {key} = {text} in "
-                "the file"
-            )
-        else:
-            env[variable] = text
-    return env, notes
-
-
-def execute(
-    sweep: plan.Sweep,
-    launcher: str,
-    env: Mapping[str, str],
-    delete_incomplete: bool,
-    echo: Callable[[str], None] = print,
-    log: Path | None = None,
-) -> int:
-    """Launch every group's jobs not launched yet (after deleting the incomplete ones when
-    ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line as each
-    finishes; a failed launch stops with status 1, a job command too long to start
-    (:func:`~dmg_domainbed.preflight.command_line.check_commands`) with :class:`UserError` before
-    anything is deleted or launched. What the launches print goes to ``log``
-    (appended) when given. The folder is locked meanwhile: a second command on it stops before
-    it deletes or launches anything. Ctrl-C stops the jobs and exits with status 130, saying
-    how to resume."""
-    from domainbed import command_launchers
-    from domainbed.scripts.sweep import Job
-
-    chosen, jobs = as_launcher(command_launchers.REGISTRY[launcher]), []
-    launch = functools.partial(chosen.launch, environ=env)  # as DomainBed calls a launcher
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(FolderLock(sweep.output_dir))
-            # job states are read under the lock: no other command changes them meanwhile
-            jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
-            check_commands([job for job in jobs if job.state != Job.DONE], env)
-            incomplete = [job for job in jobs if job.state == Job.INCOMPLETE]
-            if delete_incomplete:
-                refuse_deleting_running(incomplete, chosen, env)
-            stack.enter_context(watch_done(jobs, echo))
-            if log is not None:
-                output = stack.enter_context(open(log, "a"))
-                stack.enter_context(contextlib.redirect_stdout(_ThisThread(output, sys.stdout)))
-                stack.enter_context(contextlib.redirect_stderr(_ThisThread(output, sys.stderr)))
-            if delete_incomplete and incomplete:
-                Job.delete(incomplete)
-            for group in sweep.groups:
-                group_jobs = plan.jobs(sweep, group)
-                new = [job for job in group_jobs if job.state == Job.NOT_LAUNCHED]
-                names = ", ".join(group.algorithms)
-                print(f"{len(group_jobs)} jobs of {names}: {len(new)} to launch", flush=True)
-                try:
-                    if new:
-                        Job.launch(new, launch)
-                except UserError as error:
-                    print(f"dmg-domainbed: error: {error}", file=sys.stderr, flush=True)
-                    echo(f"launch of {names} failed" + (f"; see {log}" if log else ""))
-                    return 1
-    except KeyboardInterrupt:
-        done = sum(map(is_done, jobs))
-        again = "" if delete_incomplete else " with --delete-incomplete"
-        print(
-            f"Interrupted: the sweep's running jobs were stopped; {done} of {len(jobs)} jobs "
-            f"are done and kept in {sweep.output_dir}. Run the same command{again} to resume.",
-            file=sys.stderr,
+def check_and_plan(sweep: Sweep, environ: Mapping[str, str]) -> PlannedSweep:
+    """The launcher's environment (the file's settings over ``environ``), the sweep's checks,
+    its jobs, and whether their command lines can start. A mistake in the file raises
+    :class:`UserError`; what would stop the jobs on this machine is the result's ``problem``."""
+    env, notes = environ, []
+    if sweep.launcher is not None:
+        config = sweep.config
+        env, notes = launcher_environment(
+            sweep.launcher, environ, config.launcher, config.launcher_options
         )
-        raise SystemExit(130) from None
-    return 0
+    checked = check_sweep(sweep, env)
+    planned = plan_sweep(sweep)
+    problem = checked.problem
+    try:
+        check_commands(planned.unfinished, env)
+    except UserError as too_long:
+        problem = problem or too_long
+    return PlannedSweep(
+        sweep, env, planned, checked.notes + tuple(notes), checked.launcher, problem
+    )
 
 
-def refuse_deleting_running(incomplete: Sequence, launcher: Launcher, env: Mapping) -> None:
-    """Stop before delete-incomplete removes the folder of a job that still runs, as the
-    launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
-    not wait for it)."""
-    folders = [Path(job.output_dir) for job in incomplete]
-    running = launcher.running_jobs(folders, env) if folders else {}
-    if running:
-        listed = "\n  ".join(f"{folder} ({state})" for folder, state in sorted(running.items()))
+def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int:
+    """Read, check, plan and (unless a dry run) launch the sweep of ``request``, passing
+    ``echo`` its summary, notes, jobs and progress lines; returns the exit status.
+    :class:`UserError` before any job folder exists when the sweep cannot run."""
+    sweep = read_sweep(request.file, request.data_dir, request.output_dir, request.launcher)
+    if sweep.launcher is None and not request.dry_run:
         raise UserError(
-            f"{len(running)} incomplete job(s) are still queued or running; deleting their "
-            f"folders would lose what they write:\n  {listed}\nWait until they end, or cancel "
-            "them, then run the same command again; nothing was deleted or launched."
+            f'{sweep.config.path} names no launcher: add [launcher] name = "..." to it or pass '
+            "--launcher NAME (e.g. local_parallel, submitit, local)"
         )
-
-
-class _ThisThread(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` while launching: what this thread writes (the launch) goes
-    to ``log``, what the others write (the progress lines) to ``other``."""
-
-    def __init__(self, log: IO[str], other: IO[str]) -> None:
-        self.log, self.other, self.thread = log, other, threading.get_ident()
-
-    def write(self, text: str) -> int:
-        return (self.log if threading.get_ident() == self.thread else self.other).write(text)
-
-    def flush(self) -> None:
-        self.log.flush()
-        self.other.flush()
+    planned = check_and_plan(sweep, os.environ)
+    echo(planned.plan.summary())
+    for note in planned.notes:
+        echo(f"  note: {note}")
+    if request.dry_run:
+        launcher = sweep.launcher or "LAUNCHER"
+        echo(f"Launcher: {launcher} (DomainBed's Job.launch, one launch per group)")
+        new = [f"  {job.command_str}" for job in planned.plan.to_launch]
+        echo("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
+        if planned.problem is not None:
+            echo(f"Launching it now would stop before any job: {planned.problem}")
+        return 0
+    if planned.problem is not None:
+        raise planned.problem
+    echo(f"  launcher: {planned.launcher}")
+    incomplete = len(planned.plan.incomplete)
+    if incomplete and not request.delete_incomplete:
+        echo(
+            f"  {incomplete} incomplete job(s) are left as they are (they may still be running)"
+            "; once they have stopped, rerun with --delete-incomplete to launch them again"
+        )
+    return execute(sweep, sweep.launcher, planned.env, request.delete_incomplete, echo)

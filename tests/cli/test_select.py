@@ -15,8 +15,8 @@ import torch
 from domainbed import algorithms, datasets
 from domainbed.lib import misc
 
-from dmg_domainbed.preflight.sweep import check_against_domainbed
 from dmg_domainbed.sweep import plan
+from dmg_domainbed.sweep.checks import check_against_domainbed
 from dmg_domainbed.sweep.config import load_sweep, resolve
 from tests.helpers import cli, run_python, snapshot
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight.sweep import check_against_domainbed
+from dmg_domainbed.sweep.checks import check_against_domainbed
 from dmg_domainbed.sweep.config import load_sweep, parse_sweep, resolve
 
 SWEEPS = sorted((Path(__file__).parents[2] / "sweeps").glob("*.toml"))

@@ -12,7 +12,7 @@ from domainbed import hparams_registry
 from dmg_domainbed.algorithms.importance_mask import ImportanceMask
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import load_sweep, resolve
-from dmg_domainbed.sweep.run import launcher_environment
+from dmg_domainbed.sweep.launcher_settings import launcher_environment
 
 from ..helpers import domainbed_script
 
@@ -137,16 +137,37 @@ def test_save_model_every_checkpoint_reaches_every_job_as_a_bare_switch(tmp_path
             assert re.search(r"--save_model_every_checkpoint +--seed ", job.command_str)
             assert "save_model_every_checkpoint" not in plain_job.command_str
             assert job.output_dir != plain_job.output_dir
-    assert "every checkpoint's model saved" in plan.summary(sweep, [(g, []) for g in sweep.groups])
+    assert "every checkpoint's model saved" in plan.plan_sweep(sweep).summary()
 
 
 def test_launcher_settings_of_the_file_become_variables_the_environment_wins(tmp_path):
     config = load_sweep(SWEEPS / "pacs_resnet50.toml")
-    env, notes = launcher_environment(config, "submitit", {"DMG_SUBMITIT_TIME_MIN": "30"})
+    file_launcher, settings = config.launcher, config.launcher_options
+    env, notes = launcher_environment(
+        "submitit", {"DMG_SUBMITIT_TIME_MIN": "30"}, file_launcher, settings
+    )
     assert env["DMG_SUBMITIT_GPUS"] == "1" and env["DMG_SUBMITIT_MEM_GB"] == "32"
     assert env["DMG_SUBMITIT_TIME_MIN"] == "30"
     assert notes == [
         "DMG_SUBMITIT_TIME_MIN=30 from the environment wins over time_min = 720 in the file"
     ]
-    env, notes = launcher_environment(config, "local_parallel", {})
+    env, notes = launcher_environment("local_parallel", {}, file_launcher, settings)
     assert "DMG_SUBMITIT_GPUS" not in env and "not used" in notes[0]
+
+
+def test_the_plan_counts_the_jobs_in_each_state_their_folders_show(tmp_path):
+    sweep = resolve(load_sweep(SWEEPS / "demo.toml"), ".", str(tmp_path))
+    first, second, third, *_ = plan.plan_sweep(sweep).jobs
+    for job in (first, second, third):
+        Path(job.output_dir).mkdir()
+    (Path(third.output_dir) / "done").write_text("")
+
+    planned = plan.plan_sweep(sweep)
+
+    assert (len(planned.to_launch), len(planned.incomplete), len(planned.done)) == (93, 2, 1)
+    assert [job.output_dir for job in planned.incomplete] == [first.output_dir, second.output_dir]
+    assert len(planned.unfinished) == 95
+    assert third.output_dir not in [job.output_dir for job in planned.unfinished]
+    assert planned.summary().startswith(
+        f"Sweep {SWEEPS / 'demo.toml'}: 96 job(s): 93 to launch, 1 done, 2 incomplete"
+    )

@@ -1,11 +1,11 @@
-"""The sweep preflight: a sweep too large to plan is refused before DomainBed makes its jobs."""
+"""The sweep's checks: a sweep too large to plan is refused before DomainBed makes its jobs."""
 
 import pytest
 from domainbed import datasets
 from domainbed.scripts.sweep import make_args_list
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight.sweep import MAX_JOBS, check_against_domainbed, job_count
+from dmg_domainbed.sweep.checks import MAX_JOBS, check_against_domainbed, job_count
 from dmg_domainbed.sweep.config import SweepConfig
 
 

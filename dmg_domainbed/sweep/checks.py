@@ -1,7 +1,7 @@
-"""One preflight pass over a resolved sweep, before any job folder exists.
+"""The sweep's checks: one pass over a resolved sweep, before any job is made.
 
-The pass (:func:`check_sweep`) reads a resolved sweep (:class:`dmg_domainbed.sweep.config.Sweep`,
-seen here through :class:`ResolvedSweep`) and asks, in this order:
+The pass (:func:`check_sweep`) reads a resolved :class:`~dmg_domainbed.sweep.config.Sweep` and
+asks, in this order:
 
 1. the names: its algorithms and datasets are registered in DomainBed (this package's plugins
    included), and its jobs are few enough to plan (:data:`MAX_JOBS`);
@@ -12,15 +12,14 @@ seen here through :class:`ResolvedSweep`) and asks, in this order:
    (:func:`~dmg_domainbed.preflight.networks.check_network`), so that a value only its network
    can refute stops the sweep here;
 4. this machine: the output folder can be made and lies outside every dataset's folder
-   (:func:`check_apart_from_data`), ``python`` is on the launcher's ``PATH``, the
+   (:func:`check_output_dir`), ``python`` is on the launcher's ``PATH``, the
    data and the pretrained weights are there (:func:`~dmg_domainbed.preflight.requirements.
    missing_for`, on the hparams of step 2) and the launcher's own ``check(environ)`` passes.
 
 Steps 1 to 3 are mistakes in the file and raise :class:`UserError`. Step 4 depends on the
-machine: its problem is returned, so that a dry run can show it and a launch refuse it.
-
-The sweep is only read here (preflight sits below ``sweep`` in the import order): plain
-attributes of the resolved object, never its module's functions.
+machine: its problem is returned, so that a dry run can show it and a launch refuse it. What a
+run needs on disk is asked of :mod:`dmg_domainbed.preflight`, which ``doctor`` and ``smoke`` ask
+too, so that all three name the same path and the same fix.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from dmg_domainbed.datacheck.batch_fit import sweep_batch
 from dmg_domainbed.datacheck.data_check import dataset_folders, registered_manifests
@@ -40,34 +39,11 @@ from dmg_domainbed.launchers.common import as_launcher
 from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.preflight.networks import check_network
 from dmg_domainbed.preflight.requirements import missing_for
+from dmg_domainbed.sweep.config import Sweep, SweepConfig
 
 #: The most jobs a sweep plans at once: DomainBed's ``make_args_list`` and ``Job`` make each in
 #: memory (a dict, a command line, an md5 hash, two folder look-ups) before any is launched.
 MAX_JOBS = 100_000
-
-
-class SweepFile(Protocol):
-    """What the pass reads of a sweep file's content."""
-
-    path: Path
-    algorithms: Sequence[str]
-    datasets: Sequence[str]
-    hparams: Mapping[str, Any]
-    fixed_hparams: Mapping[str, Mapping[str, Any]]
-    n_hparams: int
-    n_hparams_from: int
-    n_trials: int
-    single_test_envs: bool
-    holdout_fraction: float
-
-
-class ResolvedSweep(Protocol):
-    """What the pass reads of a resolved sweep."""
-
-    config: SweepFile
-    data_dir: str
-    output_dir: str
-    launcher: str | None
 
 
 @dataclass(frozen=True)
@@ -82,7 +58,7 @@ class Checked:
     problem: UserError | None = None
 
 
-def check_sweep(sweep: ResolvedSweep, env: Mapping[str, str]) -> Checked:
+def check_sweep(sweep: Sweep, env: Mapping[str, str]) -> Checked:
     """The whole pass; ``env``: the environment the launcher will run the jobs with. The
     machine is checked only when the sweep names a launcher."""
     hparams, notes = check_file(sweep.config)
@@ -95,7 +71,7 @@ def check_sweep(sweep: ResolvedSweep, env: Mapping[str, str]) -> Checked:
     return Checked(hparams, notes, launcher=launcher)
 
 
-def check_against_domainbed(config: SweepFile) -> list[str]:
+def check_against_domainbed(config: SweepConfig) -> list[str]:
     """Steps 1 to 3 for a sweep's content alone: :class:`UserError` for a name DomainBed does
     not know, an hparam its algorithm lacks or cannot train on, or a network that refutes it;
     returns notes on networks that could not be built."""
@@ -103,14 +79,15 @@ def check_against_domainbed(config: SweepFile) -> list[str]:
 
 
 def check_file(
-    config: SweepFile,
+    config: SweepConfig,
 ) -> tuple[dict[tuple[str, str], dict[str, Any]], tuple[str, ...]]:
     """Steps 1 to 3: the hparams of each (algorithm, dataset) run and the notes."""
     import dmg_domainbed
+    from dmg_domainbed import precision
     from dmg_domainbed.algorithms.base import PluginAlgorithm
 
     dmg_domainbed.register()
-    from domainbed import algorithms, datasets
+    from domainbed import algorithms, datasets, hparams_registry
 
     for kind, given, valid in (
         ("algorithm", config.algorithms, algorithms.ALGORITHMS),
@@ -130,7 +107,9 @@ def check_file(
             effective_hparams(algorithm, dataset, config.hparams)
         except UserError as error:
             message = f"{config.path}: [sweep.hparams]: {error}"
-            others = _not_its_own(algorithm, dataset, config.hparams)
+            # names DomainBed's registry does not give this algorithm (precision is everyone's)
+            own = hparams_registry.default_hparams(algorithm, dataset)
+            others = [repr(n) for n in config.hparams if n not in own and n != precision.HPARAM]
             if others:  # a name only some of the sweep's algorithms have
                 message = (
                     f"{message.rstrip('.')}. [sweep.hparams] applies to every algorithm: move "
@@ -160,18 +139,7 @@ def check_names(source: str, kind: str, given: Sequence[str], valid: Sequence[st
         )
 
 
-def _not_its_own(algorithm: str, dataset: str, hparams: Mapping[str, Any]) -> list[str]:
-    """The names of ``hparams`` that DomainBed's registry does not give ``algorithm`` on
-    ``dataset`` (``precision`` is every algorithm's)."""
-    from domainbed import hparams_registry
-
-    from dmg_domainbed import precision
-
-    own = hparams_registry.default_hparams(algorithm, dataset)
-    return [repr(name) for name in hparams if name not in own and name != precision.HPARAM]
-
-
-def job_count(config: SweepFile, environments: Sequence[int]) -> int:
+def job_count(config: SweepConfig, environments: Sequence[int]) -> int:
     """How many jobs DomainBed's ``make_args_list`` makes, given the number of ``environments``
     of each dataset: hparam seeds x trials x algorithms x the test environments of each dataset
     (each one alone with ``single_test_envs``, else each one and each pair)."""
@@ -181,7 +149,7 @@ def job_count(config: SweepFile, environments: Sequence[int]) -> int:
 
 
 def check_ready(
-    sweep: ResolvedSweep,
+    sweep: Sweep,
     env: Mapping[str, str],
     hparams: Mapping[tuple[str, str], Mapping[str, Any]],
 ) -> str:
@@ -189,8 +157,7 @@ def check_ready(
     otherwise how the launcher will run them."""
     from domainbed import command_launchers
 
-    check_creatable(Path(sweep.output_dir), "the sweep's output_dir")
-    check_apart_from_data(Path(sweep.output_dir), sweep.data_dir)
+    check_output_dir(Path(sweep.output_dir), sweep.data_dir)
     if shutil.which("python", path=env.get("PATH")) is None:
         raise UserError(
             "no `python` on PATH: DomainBed's sweep starts every job as "
@@ -207,7 +174,7 @@ def check_ready(
             algorithm, dataset, fixed, seeds, config.n_trials, float(config.holdout_fraction)
         )
         found = missing_for(algorithm, dataset, sweep.data_dir, run_hparams, batch)
-        missing.update(dict.fromkeys(found))
+        missing |= dict.fromkeys(found)
     if missing:
         raise UserError(
             "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\nFix "
@@ -221,14 +188,16 @@ def check_ready(
         raise UserError(f"launcher {launcher}: {error}") from None
 
 
-def check_apart_from_data(output_dir: Path, data_dir: str) -> None:
-    """:class:`UserError` if the sweep's ``output_dir`` is, or lies inside, the folder of a
-    dataset: a manifest's root (any registered one), or the folder under ``data_dir`` of one of
-    DomainBed's datasets with files. DomainBed takes every folder in a folder of domains (and in
-    a domain) for a domain (a class), so the job folders would become part of the data."""
-    folders = dataset_folders(data_dir)
-    folders.update({name: manifest.root for name, manifest in registered_manifests().items()})
-    for dataset, folder in folders.items():
+def check_output_dir(output_dir: Path, data_dir: str) -> None:
+    """:class:`UserError` if the sweep's ``output_dir`` cannot be made, or is, or lies inside,
+    the folder of a dataset: a manifest's root (any registered one), or the folder under
+    ``data_dir`` of one of DomainBed's datasets with files. DomainBed takes every folder in a
+    folder of domains (and in a domain) for a domain (a class), so the job folders would become
+    part of the data."""
+    manifests = {name: manifest.root for name, manifest in registered_manifests().items()}
+    datasets = dataset_folders(data_dir) | manifests
+    check_creatable(output_dir, "the sweep's output_dir")
+    for dataset, folder in datasets.items():
         check_outside(
             output_dir,
             [folder],

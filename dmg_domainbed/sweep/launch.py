@@ -1,0 +1,159 @@
+"""Launching a checked sweep's jobs with DomainBed's own sweep code.
+
+The one way this package launches a sweep (``dmg-domainbed sweep`` and the demo alike, through
+:mod:`.run`): lock the output folder, check what can be checked before ``Job.launch`` creates
+job folders, launch each group of :mod:`.plan` with ``Job.launch`` in this process, report jobs
+as they write DomainBed's ``done`` file (whatever the launcher), and stop cleanly on Ctrl-C. A
+launcher is asked about its jobs through :class:`~dmg_domainbed.launchers.common.Launcher`
+(never a particular launcher imported here): ``check(environ)`` first (:mod:`.checks`),
+``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
+delete-incomplete, and ``launch(commands, environ)``: the sweep's environment is passed to what
+starts the jobs, never swapped into this process's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.launchers.common import Launcher, as_launcher
+from dmg_domainbed.locks import FolderLock
+from dmg_domainbed.runs import DONE_FILE
+from dmg_domainbed.sweep import plan
+from dmg_domainbed.sweep.command_line import check_commands
+from dmg_domainbed.sweep.config import Sweep
+
+
+def is_done(job) -> bool:
+    """Whether a DomainBed ``Job`` has finished (its ``done`` file exists)."""
+    return (Path(job.output_dir) / DONE_FILE).exists()
+
+
+@contextlib.contextmanager
+def watch_done(
+    jobs: Sequence, report: Callable[[str], None], interval: float = 1.0
+) -> Iterator[None]:
+    """While inside, a daemon thread calls ``report(line)`` each time one of ``jobs`` (DomainBed
+    ``Job`` objects) finishes, and once more on leaving. Jobs done before are counted but not
+    reported."""
+    pending = [job for job in jobs if not is_done(job)]
+    start, stop = time.monotonic(), threading.Event()
+
+    def check() -> None:
+        for job in [job for job in pending if is_done(job)]:
+            pending.remove(job)
+            finished, seconds = f"{len(jobs) - len(pending)}/{len(jobs)}", time.monotonic() - start
+            report(f"[{finished}] done: {plan.describe_job(job)} ({seconds:.0f} s)")
+
+    def watch() -> None:
+        while not stop.wait(interval):
+            check()
+
+    thread = threading.Thread(target=watch, name="done-watcher", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        check()
+
+
+def execute(
+    sweep: Sweep,
+    launcher: str,
+    env: Mapping[str, str],
+    delete_incomplete: bool,
+    echo: Callable[[str], None] = print,
+    log: Path | None = None,
+) -> int:
+    """Launch every group's jobs not launched yet (after deleting the incomplete ones when
+    ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line as each
+    finishes; a failed launch stops with status 1, a job command too long to start
+    (:func:`~.command_line.check_commands`) with :class:`UserError` before
+    anything is deleted or launched. What the launches print goes to ``log``
+    (appended) when given. The folder is locked meanwhile: a second command on it stops before
+    it deletes or launches anything. Ctrl-C stops the jobs and exits with status 130, saying
+    how to resume."""
+    from domainbed import command_launchers
+    from domainbed.scripts.sweep import Job
+
+    chosen, jobs = as_launcher(command_launchers.REGISTRY[launcher]), []
+    launch = functools.partial(chosen.launch, environ=env)  # as DomainBed calls a launcher
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(FolderLock(sweep.output_dir))
+            # job states are read under the lock: no other command changes them meanwhile
+            planned = plan.plan_sweep(sweep)
+            jobs, incomplete = planned.jobs, list(planned.incomplete)
+            check_commands(planned.unfinished, env)
+            if delete_incomplete:
+                refuse_deleting_running(incomplete, chosen, env)
+            stack.enter_context(watch_done(jobs, echo))
+            if log is not None:
+                output = stack.enter_context(open(log, "a"))
+                stack.enter_context(contextlib.redirect_stdout(_ThisThread(output, sys.stdout)))
+                stack.enter_context(contextlib.redirect_stderr(_ThisThread(output, sys.stderr)))
+            if delete_incomplete and incomplete:
+                Job.delete(incomplete)
+            # the jobs never launched, and the incomplete ones once their folders are deleted
+            states = {Job.NOT_LAUNCHED} | ({Job.INCOMPLETE} if delete_incomplete else set())
+            for group, group_jobs in planned.jobs_by_group:
+                new = [job for job in group_jobs if job.state in states]
+                names = ", ".join(group.algorithms)
+                print(f"{len(group_jobs)} jobs of {names}: {len(new)} to launch", flush=True)
+                try:
+                    if new:
+                        Job.launch(new, launch)
+                except UserError as error:
+                    print(f"dmg-domainbed: error: {error}", file=sys.stderr, flush=True)
+                    echo(f"launch of {names} failed" + (f"; see {log}" if log else ""))
+                    return 1
+    except KeyboardInterrupt:
+        done = sum(map(is_done, jobs))
+        again = "" if delete_incomplete else " with --delete-incomplete"
+        print(
+            f"Interrupted: the sweep's running jobs were stopped; {done} of {len(jobs)} jobs "
+            f"are done and kept in {sweep.output_dir}. Run the same command{again} to resume.",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
+    return 0
+
+
+def refuse_deleting_running(incomplete: Sequence, launcher: Launcher, env: Mapping) -> None:
+    """Stop before delete-incomplete removes the folder of a job that still runs, as the
+    launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
+    not wait for it)."""
+    folders = [Path(job.output_dir) for job in incomplete]
+    running = launcher.running_jobs(folders, env) if folders else {}
+    if running:
+        listed = "\n  ".join(f"{folder} ({state})" for folder, state in sorted(running.items()))
+        raise UserError(
+            f"{len(running)} incomplete job(s) are still queued or running; deleting their "
+            f"folders would lose what they write:\n  {listed}\nWait until they end, or cancel "
+            "them, then run the same command again; nothing was deleted or launched."
+        )
+
+
+class _ThisThread(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` while launching: what this thread writes (the launch) goes
+    to ``log``, what the others write (the progress lines) to ``other``."""
+
+    def __init__(self, log: IO[str], other: IO[str]) -> None:
+        self.log, self.other, self.thread = log, other, threading.get_ident()
+
+    def write(self, text: str) -> int:
+        return (self.log if threading.get_ident() == self.thread else self.other).write(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.other.flush()
