@@ -19,6 +19,7 @@ from dmg_domainbed.algorithms.sfmoe import SFMOE
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.moe import SparseMoE
 from dmg_domainbed.reporting import in_domain
+from dmg_domainbed.reporting.outputs import RECORD
 from dmg_domainbed.runs import read_run
 
 from ..helpers import run_domainbed
@@ -337,7 +338,7 @@ def test_masks_command_draws_routing_attention_and_expert_load(trained_run, tmp_
     printed = capsys.readouterr().out
     assert code == 0
     files = ["masks.png", "masks_expert_load.png", "masks_expert_load.csv"]
-    assert sorted(p.name for p in output.iterdir()) == sorted(files)
+    assert sorted(p.name for p in output.iterdir()) == sorted([*files, RECORD])
     assert all((output / name).stat().st_size > 0 for name in files)
     load = pd.read_csv(output / "masks_expert_load.csv", dtype={"domain": str})
     assert list(zip(load["domain"], load["role"], load["block"])) == [
