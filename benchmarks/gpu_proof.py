@@ -14,11 +14,12 @@ next; a part that cannot run here says why):
    (training-domain validation) of each pair, and their mean difference with a 95% Student-t
    interval;
 3. ``lane_launchers``: ``pytest -m gpu tests/gpu/test_gpu_launchers.py``, alone on the GPU (it
-   counts the processes nvidia-smi lists);
-4. ``step_time``: ``step_time.py --configs resnet50 --precision bf16``, every algorithm;
-5. ``sfmoe_cost``: ``sfmoe_cost.py --configs cuda --precision bf16``;
-6. ``job_start``: ``job_start.py gpu`` at 1 and 2 jobs per GPU, ERM and DMG, fp32 and bf16, on
-   a synthetic PACS folder and random ResNet-50 weights that this command writes.
+   counts the processes nvidia-smi lists). A lane ended for time reports what ``pytest -v`` had
+   printed;
+4. ``step_time``: ``step_time.py --quick --configs resnet50 --precision bf16``, every algorithm;
+5. ``job_start``: ``job_start.py gpu`` at 1 and 2 jobs per GPU, ERM and DMG, fp32 and bf16, on
+   a synthetic PACS folder and random ResNet-50 weights that this command writes;
+6. ``sfmoe_cost``: ``sfmoe_cost.py --quick --configs cuda --precision bf16``.
 
 ``OUTPUT_DIR`` receives two files: ``gpu_proof.json`` (the device, driver, torch, CUDA, commit,
 date, and every part's status and figures) and ``logs.tar.gz`` (every part's output, the test
@@ -46,6 +47,7 @@ import math
 import multiprocessing
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -100,6 +102,8 @@ class Part:
     what: str  # one line, for the results and the docs
     run: Callable[[Settings], dict]
     limit_s: float  # its share of the default budget
+    # what its log tells when it is ended for time (the figures it had not returned)
+    read_log: Callable[[str], dict] | None = None
 
 
 def cuda_available() -> bool:
@@ -186,7 +190,7 @@ def lane(settings: Settings, name: str, files: Sequence[str], workers: int) -> d
     if not cuda_available():
         raise Skip(f"{NO_CUDA}: every test of the lane would skip")
     report = settings.logs / f"{name}.xml"
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rfEs"]
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-v", "-rfEs"]
     command += ["-n", str(workers), "--junitxml", str(report), *files]
     print("$", " ".join(command), flush=True)
     code = subprocess.run(command, cwd=ROOT).returncode
@@ -196,6 +200,28 @@ def lane(settings: Settings, name: str, files: Sequence[str], workers: int) -> d
         failed = len(figures.get("failed", []))
         raise Failed(f"pytest exited with status {code}, {failed} test(s) failed", figures)
     return figures
+
+
+# A test's outcome as ``pytest -v`` prints it, in one process or in pytest-xdist's workers.
+VERBOSE_OUTCOME = re.compile(
+    r"^(?:\[gw\d+\] \[ *\d+%\] (?P<a>[A-Z]+) (?P<x>tests/\S+)|(?P<y>tests/\S+) (?P<b>[A-Z]+))",
+    re.MULTILINE,
+)
+
+
+def lane_progress(log: str) -> dict:
+    """The outcomes ``pytest -v`` printed before the lane was ended for time."""
+    outcomes: dict[str, list[str]] = {}
+    for found in VERBOSE_OUTCOME.finditer(log):
+        outcome = found.group("a") or found.group("b")
+        test = (found.group("x") or found.group("y")).split("@")[0]  # xdist adds @group
+        outcomes.setdefault(outcome, []).append(test)
+    return {
+        "tests": sum(map(len, outcomes.values())),  # those finished
+        "passed": len(outcomes.get("PASSED", [])),
+        "failed": [{"test": t, "message": ""} for t in outcomes.get("FAILED", [])],
+        "skipped": [{"test": t, "reason": ""} for t in outcomes.get("SKIPPED", [])],
+    }
 
 
 def lane_algorithms(settings: Settings) -> dict:
@@ -234,7 +260,7 @@ def step_time_part(settings: Settings) -> dict:
     if settings.tiny:
         argv = ["--quick", "--configs", "mlp", "--algorithms", "DMG", "CorGrad"]
     elif cuda_available():
-        argv = ["--configs", "resnet50"]
+        argv = ["--quick", "--configs", "resnet50"]
     else:
         raise Skip(f"{NO_CUDA}: the GPU figures are ResNet-50's on CUDA")
     argv += ["--precision", "bf16"]
@@ -253,7 +279,7 @@ def sfmoe_part(settings: Settings) -> dict:
 
     if not cuda_available():
         raise Skip(f"{NO_CUDA}: SF-MoE's cost is measured at the paper's 160 images a step")
-    argv = ["--configs", "cuda", "--precision", "bf16", *(["--quick"] if settings.tiny else [])]
+    argv = ["--quick", "--configs", "cuda", "--precision", "bf16"]
     table = settings.logs / "sfmoe_cost.csv"
     print("$ python benchmarks/sfmoe_cost.py", " ".join(argv), flush=True)
     sfmoe_cost.main([*argv, "--csv", str(table)])
@@ -273,9 +299,14 @@ def job_start_part(settings: Settings) -> dict:
     from dmg_domainbed.preflight.weights import needed_weights
     from dmg_domainbed.weight_files import Caches
 
-    if not visible_gpus() or not cuda_available():
+    if not cuda_available():
         raise Skip(f"{NO_CUDA}: jobs per GPU need a GPU")
-    batch, steps = (4, 6) if settings.tiny else (32, 60)
+    if not visible_gpus():
+        raise Skip(
+            "nvidia-smi lists no GPU and CUDA_VISIBLE_DEVICES names none: job_start.py places "
+            "its jobs on the GPUs these name"
+        )
+    batch, steps = (4, 6) if settings.tiny else (32, 40)
     caches = Caches.under(settings.scratch / "cache")
     os.environ.update(caches.environment())  # the jobs read the random weights from here
     hparams = dict(job_start.GPU_HPARAMS, batch_size=batch)
@@ -314,7 +345,7 @@ def accuracy(settings: Settings) -> dict:
         test_envs, trials, steps, checkpoint_freq = [[0]], 2, 4, 2
     else:
         test_envs = [[env] for env in range(len(dataset.ENVIRONMENTS))]
-        trials, steps, checkpoint_freq = 3, dataset.N_STEPS, dataset.CHECKPOINT_FREQ
+        trials, steps, checkpoint_freq = 2, dataset.N_STEPS, dataset.CHECKPOINT_FREQ
     sweep = settings.scratch / "accuracy"
     commands = []
     for precision in ("fp32", "bf16"):
@@ -372,14 +403,15 @@ def accuracy(settings: Settings) -> dict:
     return figures
 
 
+# The limits: their sum over the stages (parts that run together count once) is BUDGET_S.
 PARTS = (
-    Part("environment", "device, driver, Python, torch, CUDA", environment, 60),
-    Part("lane_algorithms", "gpu lane: every algorithm, bf16", lane_algorithms, 150),
+    Part("environment", "device, driver, Python, torch, CUDA", environment, 20),
+    Part("lane_algorithms", "gpu lane: every algorithm, bf16", lane_algorithms, 150, lane_progress),
     Part("accuracy", "bf16 vs fp32 test accuracy, paired", accuracy, 150),
-    Part("lane_launchers", "gpu lane: local_parallel on CUDA", lane_launchers, 120),
-    Part("step_time", "step time and memory, ResNet-50, fp32 and bf16", step_time_part, 90),
-    Part("sfmoe_cost", "SF-MoE against dense DeiT-S, fp32 and bf16", sfmoe_part, 60),
-    Part("job_start", "jobs per GPU, ERM and DMG, fp32 and bf16", job_start_part, 120),
+    Part("lane_launchers", "gpu lane: local_parallel on CUDA", lane_launchers, 110, lane_progress),
+    Part("step_time", "step time and memory, ResNet-50, fp32 and bf16", step_time_part, 80),
+    Part("job_start", "jobs per GPU, ERM and DMG, fp32 and bf16", job_start_part, 80),
+    Part("sfmoe_cost", "SF-MoE against dense DeiT-S, fp32 and bf16", sfmoe_part, 40),
 )
 # Parts that run at the same time: nothing in them is timed, and neither counts GPU processes.
 TOGETHER = {"lane_algorithms": "accuracy"}
@@ -473,6 +505,9 @@ def run_stage(parts: list[Part], settings: Settings, deadline: float, scale: flo
             end_tree(process.pid)
             process.join()
             outcome = {"status": TIMED_OUT, "reason": f"not done after {limit:.0f} s; ended"}
+            log = settings.logs / f"{part.name}.log"
+            if part.read_log and log.exists():
+                outcome["figures"] = part.read_log(log.read_text(errors="replace"))
             if result.exists():  # it finished as it was being ended
                 outcome = json.loads(result.read_text())
         elif result.exists():

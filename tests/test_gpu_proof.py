@@ -103,6 +103,7 @@ def test_without_a_results_file_every_gpu_table_says_unmeasured_with_the_command
 def hangs_with_a_child(settings):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     (settings.scratch / "child").write_text(str(child.pid))
+    print("half done", flush=True)
     time.sleep(120)
 
 
@@ -122,7 +123,9 @@ def test_a_part_that_fails_or_runs_out_of_time_does_not_stop_the_next(proof, tmp
     outcomes = {}
     for part in (
         proof.Part("fails", "raises", fails, 60),
-        proof.Part("hangs", "sleeps past its limit", hangs_with_a_child, 3),
+        proof.Part(
+            "hangs", "sleeps past its limit", hangs_with_a_child, 3, lambda log: {"log": log}
+        ),
         proof.Part("measures", "returns figures", measures, 60),
     ):
         outcomes.update(proof.run_stage([part], settings, deadline, scale=1.0))
@@ -131,6 +134,7 @@ def test_a_part_that_fails_or_runs_out_of_time_does_not_stop_the_next(proof, tmp
     assert outcomes["fails"]["reason"] == "ValueError: broken on purpose"
     assert "Traceback" in (settings.logs / "fails.log").read_text()
     assert outcomes["hangs"]["status"] == "timed out"
+    assert outcomes["hangs"]["figures"] == {"log": "half done\n"}  # what its log told
     assert not psutil.pid_exists(int((tmp_path / "child").read_text()))  # ended with its part
     assert outcomes["measures"]["status"] == "passed"
     assert outcomes["measures"]["figures"] == {"value": 1.5, "none": None}  # strict JSON
@@ -138,3 +142,18 @@ def test_a_part_that_fails_or_runs_out_of_time_does_not_stop_the_next(proof, tmp
 
     spent = proof.run_stage([proof.Part("late", "", measures, 60)], settings, time.monotonic(), 1)
     assert spent["late"]["status"] == "not run"
+
+
+def test_a_lane_ended_for_time_reports_the_outcomes_pytest_printed(proof):
+    """``pytest -v``'s lines in one process and in pytest-xdist's workers."""
+    log = (
+        "tests/gpu/test_gpu_bf16.py::test_a[ERM] PASSED [ 33%]\n"
+        "tests/gpu/test_gpu_bf16.py::test_a[DMG] FAILED [ 66%]\n"
+        "[gw0] [ 80%] SKIPPED tests/gpu/test_gpu_bf16.py::test_b@tests/gpu/test_gpu_bf16.py \n"
+        "[gw1] [ 90%] PASSED tests/gpu/test_gpu_algorithms.py::test_c[SFMOE]@group \n"
+        "SKIPPED [1] tests/gpu/test_gpu_bf16.py:63: needs a CUDA GPU\n"
+    )
+    found = proof.lane_progress(log)
+    assert (found["tests"], found["passed"]) == (4, 2)
+    assert [f["test"] for f in found["failed"]] == ["tests/gpu/test_gpu_bf16.py::test_a[DMG]"]
+    assert [s["test"] for s in found["skipped"]] == ["tests/gpu/test_gpu_bf16.py::test_b"]
