@@ -19,6 +19,15 @@ from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier
 from dmg_domainbed.hparams import HParam, HParamSpace
 
 PARAMETER_SETS = ("conv_linear", "all")
+# Rows shorter than this (biases, normalisation layers) get exact Gram entries: their chunks can
+# hold fewer elements than there are domains, so that corrected chunks become collinear or zero
+# and only exact inner products tell a residue from a value.
+EXACT_BELOW = 16
+# The relative rounding error of inner products from exact Gram entries (float64's, with a wide
+# margin) and from float32 sums of some thousands of products (some 1e-7, with a margin): under
+# it, relative to the scale of the chunks, an inner product or a squared norm is rounding
+# residue, zero in exact arithmetic (see project_conflicting_chunks).
+EXACT, SUMMED = 2.0**-46, 2.0**-20
 LAYOUT_TENSORS = ("row_chunk", "chunk_rows", "tensor_chunks")
 
 
@@ -80,26 +89,38 @@ class ChunkLayout:
         """``[C, D, D]``, float64: the inner products ``<g_d^j, g_e^j>`` of every chunk ``j`` of
         the ``D`` flat gradients ``grads [D, P]``.
 
-        Products and sums along each row in the gradients' dtype (a row holds some thousands of
-        elements at most), then sums over the rows of each chunk in float64."""
+        Rows of fewer than ``EXACT_BELOW`` elements (biases, normalisation layers: chunks where
+        domains' gradients can be collinear) in float64, exactly; longer rows, some thousands
+        of elements at most, in the gradients' dtype. Sums over the rows of a chunk in float64.
+        """
         count, blocks = len(grads), self.blocks()
+        pairs = [(d, e) for d in range(count) for e in range(d, count)]
+        row_sums: list[list[torch.Tensor]] = [[] for _ in pairs]
         products = grads.new_empty(max((rows * columns for _, rows, columns in blocks), default=0))
-        gram = grads.new_empty(self.num_chunks, count, count, dtype=torch.float64)
-        for d in range(count):
-            for e in range(d, count):
-                row_sums = []
-                for start, rows, columns in blocks:
-                    end = start + rows * columns
+        for start, rows, columns in blocks:
+            own = grads[:, start : start + rows * columns].view(count, rows, columns)
+            exact = columns < EXACT_BELOW
+            if exact:  # float32 products are exact in float64
+                own = own.double()
+            for sums, (d, e) in zip(row_sums, pairs):
+                if exact:
+                    sums.append((own[d] * own[e]).sum(1))
+                else:
                     product = products[: rows * columns].view(rows, columns)
-                    torch.mul(
-                        grads[d, start:end].view(rows, columns),
-                        grads[e, start:end].view(rows, columns),
-                        out=product,
-                    )
-                    row_sums.append(product.sum(1))
-                rows = torch.cat(row_sums).double() if row_sums else gram.new_empty(0)
-                gram[:, d, e] = gram[:, e, d] = _segment_sums(rows, self.chunk_rows)
+                    sums.append(torch.mul(own[d], own[e], out=product).sum(1).double())
+        gram = grads.new_empty(self.num_chunks, count, count, dtype=torch.float64)
+        for sums, (d, e) in zip(row_sums, pairs):
+            rows = torch.cat(sums) if sums else gram.new_empty(0)
+            gram[:, d, e] = gram[:, e, d] = _segment_sums(rows, self.chunk_rows)
         return gram
+
+    def rounding(self) -> torch.Tensor:
+        """``[C]``, float64: relative error of each chunk's :meth:`gram` entries, with a margin;
+        a corrected chunk under it is rounding residue (see
+        :func:`project_conflicting_chunks`)."""
+        per_tensor = [EXACT if columns < EXACT_BELOW else SUMMED for _, columns in self.matrices]
+        values = torch.tensor(per_tensor, dtype=torch.float64, device=self.chunk_rows.device)
+        return self.per_chunk(values)
 
     def tensor_sums(self, per_chunk: torch.Tensor) -> torch.Tensor:
         """Sum of ``per_chunk [..., C]`` over the chunks of each tensor: ``[..., T]``."""
@@ -186,21 +207,13 @@ def chunk_layout(
     )
 
 
-# A chunk that the projections leave with a squared norm under this fraction of the bound
-# (sum_d |w_d| ||g_d||)^2 on it is rounding residue: it is set to exactly zero, as it is in
-# exact arithmetic (it happens where chunks are collinear: always in one-element chunks).
-# The inner products come from float32 sums of some thousands of products at most: their
-# error is some 1e-6 of that bound.
-ROUNDING_RESIDUE = 2.0**-16
-
-
 def _inner(gram: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``<sum_d a[j, d] g_d^j, sum_e b[j, e] g_e^j>`` for every chunk ``j``: ``[C]``."""
     return torch.einsum("cd,cde,ce->c", a, gram, b)
 
 
 def project_conflicting_chunks(
-    gram: torch.Tensor,
+    gram: torch.Tensor, rounding: torch.Tensor | float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Step 1 of CorGrad: remove the conflicting component of every chunk, domain by domain.
 
@@ -218,11 +231,15 @@ def project_conflicting_chunks(
     ``a^T gram b``. No gradient-sized tensor is touched: the gradients are read once, for the
     Gram matrices, and once more where the result is applied (:meth:`ChunkLayout.combine`).
     The recurrence runs in float64 and follows exact arithmetic where floats leave residues of
-    either sign that the released code takes for values: a chunk just projected against
-    another, unchanged since, is orthogonal to it (no conflict; the released code counts about
-    half of these pairs as conflicts and projects by a rounding error), and a corrected chunk
-    at rounding level is zero (``ROUNDING_RESIDUE``; in one-element chunks the released code's
-    residue, when not exactly zero, can zero a later domain's chunk).
+    either sign that the released code takes for values. With ``s_d = sum_q |mixing[j, d, q]|
+    ||g_q^j||``, the scale of the rounding errors of corrected chunk ``d``, an inner product
+    under ``rounding * s_i * s_p`` is zero (``rounding``: per chunk,
+    :meth:`ChunkLayout.rounding`): no conflict, as between a chunk and one it was just
+    projected against, orthogonal in exact arithmetic (the released code counts about half of
+    these pairs as conflicts and projects by a rounding error); and a corrected chunk whose
+    squared norm is under ``rounding * s_i^2`` is zero, as where collinear chunks are
+    projected (in one-element chunks the released code's residue, when not exactly zero, can
+    zero a later domain's chunk).
 
     Also returns the fraction of conflicting (i, p, j) triples among all ``D (D-1) C`` and the
     mean projection ratio ``||projected component|| / ||g_i^j||`` (= ``|cos(g_i^j, g_p^j)|``)
@@ -232,12 +249,9 @@ def project_conflicting_chunks(
     mixing = torch.eye(domains, dtype=gram.dtype, device=gram.device).repeat(chunks, 1, 1)
     lengths = gram.diagonal(dim1=1, dim2=2).sqrt()  # [C, D]: ||g_d^j||
     squares = gram.diagonal(dim1=1, dim2=2).T.clone()  # [D, C]: ||corrected g_d^j||^2
-    # Per domain and chunk: corrections so far, whom it was last projected against, and that
-    # domain's corrections then. A chunk projected against another that has not changed since
-    # is orthogonal to it: its inner product is 0, not a float residue of either sign.
-    corrections = torch.zeros(domains, chunks, dtype=torch.long, device=gram.device)
-    last_against = torch.full_like(corrections, -1)
-    their_corrections = torch.zeros_like(corrections)
+    # [D, C]: sum_q |mixing[j, d, q]| ||g_q^j||, a bound on ||corrected g_d^j|| and the scale
+    # of the rounding errors of its inner products.
+    scales = lengths.T.clone()
     conflicts = gram.new_zeros(())
     ratio_sum = gram.new_zeros(())
     tiny = torch.finfo(gram.dtype).tiny
@@ -245,8 +259,8 @@ def project_conflicting_chunks(
         for p in range(domains):
             if p == i:
                 continue
-            orthogonal = (last_against[p] == i) & (their_corrections[p] == corrections[i])
-            dots = torch.where(orthogonal, 0.0, _inner(gram, mixing[:, i], mixing[:, p]))
+            dots = _inner(gram, mixing[:, i], mixing[:, p])
+            dots = torch.where(dots.abs() <= rounding * scales[i] * scales[p], 0.0, dots)
             conflict = dots < 0
             # A conflict implies both chunks are non-zero, so the clamps never change a used value.
             coefficient = torch.where(conflict, dots / squares[p].clamp_min(tiny), 0.0)
@@ -254,14 +268,12 @@ def project_conflicting_chunks(
             ratio_sum += torch.where(conflict, ratio, 0.0).sum()
             conflicts += conflict.sum()
             mixing[:, i] -= coefficient[:, None] * mixing[:, p]
-            corrections[i] += conflict
-            last_against[i] = torch.where(conflict, p, last_against[i])
-            their_corrections[i] = torch.where(conflict, corrections[p], their_corrections[i])
+            scales[i] = (mixing[:, i].abs() * lengths).sum(1)
             squares[i] = _inner(gram, mixing[:, i], mixing[:, i])
-            bound = (mixing[:, i].abs() * lengths).sum(1).square()
-            residue = conflict & (squares[i] <= ROUNDING_RESIDUE * bound)
+            residue = conflict & (squares[i] <= rounding * scales[i].square())
             mixing[:, i] = torch.where(residue[:, None], 0.0, mixing[:, i])
             squares[i] = torch.where(residue, 0.0, squares[i])
+            scales[i] = torch.where(residue, 0.0, scales[i])
     pairs = domains * (domains - 1) * chunks
     fraction = conflicts / pairs if pairs else conflicts
     return mixing, fraction, ratio_sum / conflicts.clamp_min(1)
@@ -307,7 +319,9 @@ def corrected_update(
     steps 1 and 2, then the SUM over domains (step 3); and the logged statistics (in
     ``grads``' dtype)."""
     gram = layout.gram(grads)
-    projected, conflict_fraction, projection_ratio = project_conflicting_chunks(gram)
+    projected, conflict_fraction, projection_ratio = project_conflicting_chunks(
+        gram, layout.rounding()
+    )
     blended, outlier_fraction = blend_outliers(gram, projected, layout, alpha)
     stats = {
         "conflict_fraction": conflict_fraction,
