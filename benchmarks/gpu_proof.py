@@ -447,7 +447,7 @@ def one_line(error: BaseException) -> str:
 
 def run_in_child(part: Part, settings: Settings, result: Path) -> None:
     """In the part's process: its output to its log, its outcome to ``result``."""
-    log = open(settings.logs / f"{part.name}.log", "w", buffering=1)  # noqa: SIM115
+    log = open(settings.logs / f"{part.name}.log", "w", buffering=1)
     os.dup2(log.fileno(), 1)  # what its own subprocesses print, too
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
