@@ -23,10 +23,11 @@ other algorithms than ERM on the same network, one after the other. With ``--pre
 every wave runs twice, in fp32 and with the hparam ``precision = "bf16"``
 (:mod:`dmg_domainbed.precision`), and a row per algorithm and jobs per GPU gives the speed-up
 in images/s per GPU (bf16 / fp32). Without the flag, the output is as described above.
+``--json PATH`` also writes every wave's figures there, one object per wave.
 
 Usage: ``python benchmarks/job_start.py cpu [--steps 1 1500] [--jobs N] [--rounds R]`` or
 ``python benchmarks/job_start.py gpu --data_dir DIR [--jobs_per_gpu 1 2 4] [--steps 300]
-[--algorithms ERM DMG] [--precision bf16]``.
+[--algorithms ERM DMG] [--precision bf16] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
@@ -324,7 +326,7 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
     )
     print(header)
     print("-" * len(header))
-    speedups = []
+    speedups, figures = [], []
     for algorithm in args.algorithms:
         for per_gpu in args.jobs_per_gpu:
             jobs = per_gpu * len(gpus)
@@ -339,6 +341,16 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
                     args, folder, algorithm, wave_hparams, jobs, gpus, cores, training_domains
                 )
                 waves[precision] = wave
+                figures.append(
+                    {
+                        "algorithm": algorithm,
+                        "precision": precision or precisions.FP32,
+                        "jobs_per_gpu": per_gpu,
+                        "gpus": len(gpus),
+                        "images_per_s_per_gpu": wave.images_per_s / len(gpus),
+                        **asdict(wave),
+                    }
+                )
                 label = f"{algorithm:<15} {precision:<9} " if compare else ""
                 print(
                     f"{label}{per_gpu:>8} {jobs:>5} "
@@ -363,9 +375,11 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
                 f"{algorithm:<15} {per_gpu:>8} {fp32_per_gpu:>14.0f} {lower_per_gpu:>14.0f} "
                 f"{lower_per_gpu / fp32_per_gpu:>8.2f}"
             )
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     modes = parser.add_subparsers(dest="mode", required=True)
     cpu = modes.add_parser("cpu", help="the demo's jobs on CPU, new processes vs warm")
@@ -388,9 +402,10 @@ def main() -> None:
         default=precisions.FP32,
         help="bf16: every wave in fp32 and in bf16, and the speed-up per algorithm",
     )
+    gpu.add_argument("--json", help="also write every wave's figures to this file")
     for mode in (cpu, gpu):
         mode.add_argument("--output_dir", help="keep the job folders here (default: deleted)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(args.output_dir or scratch)
         (cpu_benchmark if args.mode == "cpu" else gpu_benchmark)(args, folder)

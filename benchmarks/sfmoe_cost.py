@@ -19,8 +19,13 @@ the dense model's. At a small batch the parameters (28.75 M against 21.67 M, eac
 gradient and two Adam moments) weigh more than the activations, so the CPU memory ratio says
 little about the 160-image step.
 
+With ``--precision bf16`` both models are also built with the hparam ``precision = "bf16"``
+and timed in the same rounds as their fp32 selves; a second table gives each model's speed-up
+(fp32 time / bf16 time) and bf16's peak memory over fp32's, as ``step_time.py --precision
+bf16`` does.
+
 Usage: ``python benchmarks/sfmoe_cost.py [--configs cpu cuda] [--batch N] [--quick]
-[--threads N] [--clock wall|cpu] [--csv PATH]``.
+[--threads N] [--clock wall|cpu] [--csv PATH] [--precision fp32|bf16]``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -35,7 +41,18 @@ from functools import partial
 
 import torch
 from domainbed import algorithms, hparams_registry
-from step_time import Config, interleaved_medians, machine, peak_training_memory, synchronizer
+from step_time import (
+    Config,
+    SpeedUp,
+    interleaved_medians,
+    lower,
+    machine,
+    peak_training_memory,
+    speedup_table,
+    synchronizer,
+)
+
+from dmg_domainbed import precision as precisions
 
 INPUT_SHAPE = (3, 224, 224)
 STEP_LIMIT = 1.05
@@ -75,9 +92,11 @@ class Row:
     predict_ratio: float
 
 
-def build(setting: Setting, blocks: list[int]):
+def build(setting: Setting, blocks: list[int], precision: str = precisions.FP32):
     hparams = hparams_registry.default_hparams("SFMOE", setting.dataset)
     hparams.update(sfmoe_pretrained=False, sfmoe_blocks=blocks)
+    if precision != precisions.FP32:
+        hparams[precisions.HPARAM] = precision
     torch.manual_seed(0)
     algorithm = algorithms.get_algorithm_class("SFMOE")(
         INPUT_SHAPE, setting.classes, setting.domains, hparams
@@ -98,10 +117,21 @@ def minibatches(setting: Setting) -> list[tuple[torch.Tensor, torch.Tensor]]:
     ]
 
 
-def measure(setting: Setting, rounds: int, warmup: int, cpu_clock: bool) -> list[Row]:
+def measure(
+    setting: Setting,
+    rounds: int,
+    warmup: int,
+    cpu_clock: bool,
+    precision: str = precisions.FP32,
+) -> tuple[list[Row], list[SpeedUp]]:
+    """The fp32 rows of both models; with a lower ``precision``, also each model's speed-up
+    over itself in fp32, both timed in the same interleaved rounds."""
     batches = minibatches(setting)
     memory_config = Config(setting.name, INPUT_SHAPE, setting.dataset, setting.device)
     makers = {name: partial(build, setting, blocks) for name, blocks in MODELS.items()}
+    lowered = [] if precision == precisions.FP32 else list(MODELS)
+    for name in lowered:
+        makers[lower(name, precision)] = partial(build, setting, MODELS[name], precision)
     memory = {
         name: peak_training_memory(make, memory_config, batches) for name, make in makers.items()
     }
@@ -126,13 +156,14 @@ def measure(setting: Setting, rounds: int, warmup: int, cpu_clock: bool) -> list
             sync,
             clock,
         )
-    return [
+    batch = f"{setting.domains}x{setting.batch}"
+    rows = [
         Row(
             setting.name,
             setting.device,
             name,
-            f"{setting.domains}x{setting.batch}",
-            params_m=sum(p.numel() for p in model.parameters()) / 1e6,
+            batch,
+            params_m=sum(p.numel() for p in trained[name].parameters()) / 1e6,
             step_ms=1e3 * step[name],
             step_ratio=step[name] / step[REFERENCE],
             peak_mb=memory[name] / 2**20,
@@ -140,8 +171,27 @@ def measure(setting: Setting, rounds: int, warmup: int, cpu_clock: bool) -> list
             predict_examples_per_s=len(x) / predict[name],
             predict_ratio=predict[name] / predict[REFERENCE],
         )
-        for name, model in trained.items()
+        for name in MODELS
     ]
+    speedups = []
+    for name in lowered:
+        low = lower(name, precision)
+        speedups.append(
+            SpeedUp(
+                setting.name,
+                setting.device,
+                name,
+                batch,
+                fp32_step_ms=1e3 * step[name],
+                bf16_step_ms=1e3 * step[low],
+                fp32_images_per_s=len(x) / step[name],
+                bf16_images_per_s=len(x) / step[low],
+                step_speedup=step[name] / step[low],
+                predict_speedup=predict[name] / predict[low],
+                memory_ratio=memory[low] / memory[name],
+            )
+        )
+    return rows, speedups
 
 
 def table(rows: list[Row]) -> str:
@@ -190,6 +240,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--batch", type=int, default=None, help="images per domain (default: 2 on CPU, 32 on CUDA)"
     )
     parser.add_argument("--csv", default="sfmoe_cost.csv", help="where to save the table")
+    parser.add_argument(
+        "--precision",
+        choices=precisions.CHOICES,
+        default=precisions.FP32,
+        help="bf16: also time both models with the hparam precision = bf16 and print their "
+        "speed-up over fp32",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rounds, warmup = (3, 1) if args.quick else (9, 2)
@@ -199,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"calls, {args.clock} clock; ratios are to {REFERENCE} (SFMOE without MoE blocks)\n"
     )
     rows: list[Row] = []
+    speedups: list[SpeedUp] = []
     for setting in SETTINGS:
         if args.configs and setting.name not in args.configs:
             continue
@@ -212,7 +270,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"images on {setting.device}",
             flush=True,
         )
-        rows += measure(setting, rounds, warmup, args.clock == "cpu")
+        measured, compared = measure(setting, rounds, warmup, args.clock == "cpu", args.precision)
+        rows += measured
+        speedups += compared
     print()
     print(table(rows))
     print()
@@ -222,6 +282,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         writer.writeheader()
         writer.writerows(asdict(row) for row in rows)
     print(f"\nsaved {args.csv}")
+    if speedups:
+        print(
+            f"\n{args.precision} against fp32, same rounds: step x and predict x = fp32 time / "
+            f"{args.precision} time (above 1: {args.precision} is faster); memory = "
+            f"{args.precision} peak training memory / fp32's"
+        )
+        print(speedup_table(speedups, args.precision))
+        path = os.path.splitext(args.csv)[0] + f"_{args.precision}.csv"
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(asdict(speedups[0])))
+            writer.writeheader()
+            writer.writerows(asdict(s) for s in speedups)
+        print(f"saved {path}")
 
 
 if __name__ == "__main__":

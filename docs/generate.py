@@ -12,7 +12,9 @@ A generated section lies between two comments that name what it holds::
 Kinds: ``hparams ALGORITHM`` (its declared hparams: defaults, per-dataset defaults, the range
 DomainBed's random search draws, what is allowed), ``cli COMMAND`` (the subcommand's ``--help``;
 a nested one by its words, e.g. ``cli data check``),
-``launcher NAME`` (a launcher's settings), ``sweep-keys`` (what a sweep file's ``[sweep]`` holds).
+``launcher NAME`` (a launcher's settings), ``sweep-keys`` (what a sweep file's ``[sweep]`` holds),
+``gpu TABLE`` (a table of the GPU run recorded in ``docs/gpu_proof.json``, the results file of
+``benchmarks/gpu_proof.py``; "unmeasured" where there is none).
 """
 
 from __future__ import annotations
@@ -185,11 +187,42 @@ def sweep_keys_table() -> str:
     return tabulate(rows, ["key", "default", "allowed"], tablefmt="github", disable_numparse=True)
 
 
+GPU_RESULTS = ROOT / "docs" / "gpu_proof.json"
+
+
+def gpu_proof():
+    """``benchmarks/gpu_proof.py`` as a module (the benchmarks are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_proof", ROOT / "benchmarks" / "gpu_proof.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def gpu_table(table: str, results_file: Path | None = None) -> str:
+    """One table of the GPU run recorded in ``results_file`` (default :data:`GPU_RESULTS`);
+    every table says "unmeasured" where no run is recorded. A tiny run's results are refused:
+    its figures are not measurements."""
+    import json
+
+    path = GPU_RESULTS if results_file is None else results_file
+    results = json.loads(path.read_text()) if path.exists() else None
+    if results is not None and results["mode"] != "full":
+        raise SystemExit(
+            f"{path} holds a {results['mode']} run of benchmarks/gpu_proof.py, whose figures are "
+            "not measurements: copy there the gpu_proof.json of a full run on a GPU"
+        )
+    return gpu_proof().markdown(results, table)
+
+
 KINDS: dict[str, Callable[..., str]] = {
     "hparams": hparams_table,
     "cli": cli_help,
     "launcher": launcher_table,
     "sweep-keys": sweep_keys_table,
+    "gpu": gpu_table,
 }
 
 

@@ -53,19 +53,24 @@ def pytest_configure(config):
 # Fixtures computed once per worker process, and the tests that need them.
 _SHARED_DEMO = {"demo_run", "demo_sweep", "copied_run"}
 _SHARED_FOLDERS = ("slurm", "image_path")  # one test cluster; the image-path trainings
+_GPU_TRAINING = "trained"  # tests/gpu/test_gpu_algorithms.py's fixture, one per algorithm
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """With pytest-xdist's ``--dist loadgroup``: the tests of one module run on one worker (its
     module-wide fixtures are made once), and so do all tests of the shared demo run, of the
-    test Slurm cluster and of the image path."""
+    test Slurm cluster and of the image path; the GPU lane's tests of one algorithm's training
+    (a module-wide fixture per algorithm) run on one worker, each algorithm on its own."""
     for item in items:
         path = item.path.relative_to(config.rootpath)
+        params = getattr(getattr(item, "callspec", None), "params", {})
         if _SHARED_DEMO & set(getattr(item, "fixturenames", ())):
             group = "demo"
         elif path.parts[1:2] and path.parts[1] in _SHARED_FOLDERS:
             group = path.parts[1]
+        elif path.parts[1:2] == ("gpu",) and _GPU_TRAINING in params:
+            group = f"{path}[{params[_GPU_TRAINING]}]"
         else:
             group = str(path)
         item.add_marker(pytest.mark.xdist_group(group))

@@ -24,14 +24,13 @@ def test_quick_run_writes_a_row_per_algorithm_with_ratios_to_erm(tmp_path, capsy
     step_time = load_script(monkeypatch)
     monkeypatch.setattr(step_time, "MIN_SAMPLE_S", 0.0)
     table = tmp_path / "table.csv"
-    step_time.main(
-        ["--quick", "--configs", "mlp", "resnet50", "--algorithms", "DMG", "--csv", str(table)]
-    )
+    configs = ["--configs", "mlp", "resnet50"]
+    step_time.main(["--quick", *configs, "--algorithms", "DMG", "CorGrad", "--csv", str(table)])
     printed = capsys.readouterr().out
 
     rows = list(csv.DictReader(table.open()))
-    assert [row["algorithm"] for row in rows] == ["ERM", "DMG"]
-    erm, dmg = rows
+    assert [row["algorithm"] for row in rows] == ["ERM", "DMG", "CorGrad"]
+    erm, dmg, corgrad = rows
     assert float(erm["step_ratio"]) == float(erm["memory_ratio"]) == 1.0
     assert float(dmg["step_ms"]) > 0 and float(dmg["peak_mb"]) > float(erm["peak_mb"]) * 0.5
     assert float(dmg["predict_vs_floor"]) > 0
@@ -39,5 +38,8 @@ def test_quick_run_writes_a_row_per_algorithm_with_ratios_to_erm(tmp_path, capsy
     assert float(dmg["step_floor_ratio"]) > 0 and float(dmg["memory_floor_ratio"]) > 1.0
     assert erm["step_floor_ratio"] == "" and erm["memory_floor_ratio"] == ""
     assert "DMG step / ERM" in printed and "floor" in printed
+    # CorGrad's floor: its per-domain backward passes without its rule
+    assert float(corgrad["step_floor_ratio"]) > 0 and float(corgrad["memory_floor_ratio"]) > 0
+    assert "CorGrad step / ERM" in printed and "CorGrad step / its floor" in printed
     if not torch.cuda.is_available():
         assert "resnet50: skipped, no CUDA device" in printed

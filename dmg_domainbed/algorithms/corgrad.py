@@ -19,6 +19,16 @@ from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier
 from dmg_domainbed.hparams import HParam, HParamSpace
 
 PARAMETER_SETS = ("conv_linear", "all")
+# Rows shorter than this (biases, normalisation layers) get exact Gram entries: their chunks can
+# hold fewer elements than there are domains, so that corrected chunks become collinear or zero
+# and only exact inner products tell a residue from a value.
+EXACT_BELOW = 16
+# The relative rounding error of inner products from exact Gram entries (float64's, with a wide
+# margin) and from float32 sums of some thousands of products (some 1e-7, with a margin): under
+# it, relative to the scale of the chunks, an inner product or a squared norm is rounding
+# residue, zero in exact arithmetic (see project_conflicting_chunks).
+EXACT, SUMMED = 2.0**-46, 2.0**-20
+LAYOUT_TENSORS = ("row_chunk", "chunk_rows", "tensor_chunks")
 
 
 @dataclass(frozen=True)
@@ -27,47 +37,116 @@ class ChunkLayout:
 
     The vector is the concatenation of the flattened tensors; every tensor is cut along dim 0
     (output channels / output features) as ``torch.chunk(tensor, n_parts)`` cuts it, so every
-    chunk is a contiguous run of the vector and the layout needs one entry per chunk, not per
-    element:
+    chunk is a run of whole rows (a row: one index of dim 0 and everything under it), and the
+    layout needs one entry per row, chunk and tensor, never one per element:
 
-    * ``chunk_sizes`` ``[C]``: elements of every chunk, in vector order;
-    * ``tensor_chunks`` ``[T]``: chunks of every tensor (0 for an empty tensor);
-    * ``tensor_sizes`` ``[T]``: elements of every tensor;
-    * ``num_elements``: ``P``, the length of the vector.
+    * ``matrices`` (Python ints): ``(rows, columns)`` of every tensor seen as the matrix of its
+      rows (``(0, 0)`` for an empty tensor, ``(1, 1)`` for a 0-d one);
+    * ``row_chunk`` ``[R]``: the chunk every row belongs to, rows in vector order;
+    * ``chunk_rows`` ``[C]``: rows of every chunk;
+    * ``tensor_chunks`` ``[T]``: chunks of every tensor (0 for an empty tensor).
 
-    Sums over chunks and tensors are segmented reductions (``torch.segment_reduce``: a fixed
-    reduction order, so repeatable on a GPU, unlike scatter-adds with float atomics); values
-    per chunk or tensor are spread over their elements with ``repeat_interleave``.
+    Consecutive tensors whose rows have the same length make one block of the vector, a
+    ``[rows, columns]`` matrix: products, sums along rows and per-row weights run block by
+    block, a few operations per block however many tensors it holds (tensors ordered by row
+    length, :func:`by_row_length`, make the fewest blocks: a dozen in a ResNet-50). Sums over
+    the rows of a chunk and the chunks of a tensor are segmented reductions
+    (``torch.segment_reduce``: a fixed reduction order, so repeatable on a GPU, unlike
+    scatter-adds with float atomics). No index is ever as long as the vector.
     """
 
-    chunk_sizes: torch.Tensor
+    matrices: tuple[tuple[int, int], ...]
+    row_chunk: torch.Tensor
+    chunk_rows: torch.Tensor
     tensor_chunks: torch.Tensor
-    tensor_sizes: torch.Tensor
-    num_elements: int
+
+    @property
+    def num_elements(self) -> int:
+        return sum(rows * columns for rows, columns in self.matrices)
 
     @property
     def num_chunks(self) -> int:
-        return len(self.chunk_sizes)
+        return len(self.chunk_rows)
 
     @property
     def num_tensors(self) -> int:
-        return len(self.tensor_sizes)
+        return len(self.tensor_chunks)
 
-    def chunk_sums(self, values: torch.Tensor) -> torch.Tensor:
-        """Sum of ``values [..., P]`` over the elements of each chunk: ``[..., C]``."""
-        return _segment_sums(values, self.chunk_sizes)
+    def blocks(self) -> list[tuple[int, int, int]]:
+        """``(first element, rows, columns)`` of every block, in vector order."""
+        found: list[tuple[int, int, int]] = []
+        start = 0
+        for rows, columns in self.matrices:
+            if rows and found and found[-1][2] == columns:
+                first, before, _ = found[-1]
+                found[-1] = (first, before + rows, columns)
+            elif rows:
+                found.append((start, rows, columns))
+            start += rows * columns
+        return found
+
+    def gram(self, grads: torch.Tensor) -> torch.Tensor:
+        """``[C, D, D]``, float64: the inner products ``<g_d^j, g_e^j>`` of every chunk ``j`` of
+        the ``D`` flat gradients ``grads [D, P]``.
+
+        Rows of fewer than ``EXACT_BELOW`` elements (biases, normalisation layers: chunks where
+        domains' gradients can be collinear) in float64, exactly; longer rows, some thousands
+        of elements at most, in the gradients' dtype. Sums over the rows of a chunk in float64.
+        """
+        count, blocks = len(grads), self.blocks()
+        pairs = [(d, e) for d in range(count) for e in range(d, count)]
+        row_sums: list[list[torch.Tensor]] = [[] for _ in pairs]
+        products = grads.new_empty(max((rows * columns for _, rows, columns in blocks), default=0))
+        for start, rows, columns in blocks:
+            own = grads[:, start : start + rows * columns].view(count, rows, columns)
+            exact = columns < EXACT_BELOW
+            if exact:  # float32 products are exact in float64
+                own = own.double()
+            for sums, (d, e) in zip(row_sums, pairs):
+                if exact:
+                    sums.append((own[d] * own[e]).sum(1))
+                else:
+                    product = products[: rows * columns].view(rows, columns)
+                    sums.append(torch.mul(own[d], own[e], out=product).sum(1).double())
+        gram = grads.new_empty(self.num_chunks, count, count, dtype=torch.float64)
+        for sums, (d, e) in zip(row_sums, pairs):
+            rows = torch.cat(sums) if sums else gram.new_empty(0)
+            gram[:, d, e] = gram[:, e, d] = _segment_sums(rows, self.chunk_rows)
+        return gram
+
+    def rounding(self) -> torch.Tensor:
+        """``[C]``, float64: relative error of each chunk's :meth:`gram` entries, with a margin;
+        a corrected chunk under it is rounding residue (see
+        :func:`project_conflicting_chunks`)."""
+        per_tensor = [EXACT if columns < EXACT_BELOW else SUMMED for _, columns in self.matrices]
+        values = torch.tensor(per_tensor, dtype=torch.float64, device=self.chunk_rows.device)
+        return self.per_chunk(values)
 
     def tensor_sums(self, per_chunk: torch.Tensor) -> torch.Tensor:
         """Sum of ``per_chunk [..., C]`` over the chunks of each tensor: ``[..., T]``."""
         return _segment_sums(per_chunk, self.tensor_chunks)
 
-    def per_element(self, per_chunk: torch.Tensor) -> torch.Tensor:
-        """``per_chunk [C]`` repeated over the elements of each chunk: ``[P]``."""
-        return per_chunk.repeat_interleave(self.chunk_sizes, output_size=self.num_elements)
+    def per_chunk(self, per_tensor: torch.Tensor) -> torch.Tensor:
+        """``per_tensor [..., T]`` repeated over the chunks of each tensor: ``[..., C]``."""
+        return per_tensor.repeat_interleave(self.tensor_chunks, dim=-1, output_size=self.num_chunks)
 
-    def per_tensor_element(self, per_tensor: torch.Tensor) -> torch.Tensor:
-        """``per_tensor [T]`` repeated over the elements of each tensor: ``[P]``."""
-        return per_tensor.repeat_interleave(self.tensor_sizes, output_size=self.num_elements)
+    def combine(self, grads: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """``[P]``: ``sum_d weights[j, d] g_d^j`` on every chunk ``j`` of ``grads [D, P]``, for
+        ``weights [C, D]``."""
+        per_row = weights.to(grads.dtype)[self.row_chunk]  # [R, D]: R small, one per row
+        combined = grads.new_empty(self.num_elements)  # every element lies in a block
+        first_row = 0
+        for start, rows, columns in self.blocks():
+            end = start + rows * columns
+            own = grads[:, start:end].view(len(grads), rows, columns)
+            row_weights = per_row[first_row : first_row + rows]
+            total = torch.mul(
+                own[0], row_weights[:, :1], out=combined[start:end].view(rows, columns)
+            )
+            for d in range(1, len(grads)):
+                total.addcmul_(own[d], row_weights[:, d : d + 1])
+            first_row += rows
+        return combined
 
 
 def _segment_sums(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -76,8 +155,19 @@ def _segment_sums(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     rows = math.prod(leading)
     sums = torch.segment_reduce(
         values.reshape(-1), "sum", lengths=lengths.repeat(rows), unsafe=True
-    )  # unsafe: no check that reads the lengths back; chunk_layout makes them sum to P
+    )  # unsafe: no check that reads the lengths back; chunk_layout makes them add up
     return sums.view(*leading, len(lengths))
+
+
+def by_row_length(shapes: Sequence[Sequence[int]]) -> list[int]:
+    """Positions of ``shapes`` ordered by the length of their rows (elements per index of dim
+    0), stable: the order in which :class:`ChunkLayout` makes the fewest blocks."""
+
+    def row_length(position: int) -> int:
+        shape = shapes[position]
+        return math.prod(shape[1:]) if len(shape) else 1
+
+    return sorted(range(len(shapes)), key=row_length)
 
 
 def chunk_layout(
@@ -91,116 +181,155 @@ def chunk_layout(
     """
     if n_parts < 1:
         raise ValueError(f"n_parts must be >= 1; got {n_parts}")
-    chunk_sizes: list[int] = []
+    matrices: list[tuple[int, int]] = []
+    row_chunk: list[int] = []
+    chunk_rows: list[int] = []
     tensor_chunks: list[int] = []
-    tensor_sizes: list[int] = []
     for shape in shapes:
         numel = math.prod(shape)
-        tensor_sizes.append(numel)
-        tensor_chunks.append(0)
-        if numel == 0:
-            continue
-        rows = shape[0] if len(shape) else 1
+        rows = (shape[0] if len(shape) else 1) if numel else 0
+        matrices.append((rows, numel // rows if rows else 0))
         rows_per_chunk = math.ceil(rows / n_parts)
-        for start in range(0, rows, rows_per_chunk):
-            chunk_sizes.append(min(rows_per_chunk, rows - start) * (numel // rows))
-            tensor_chunks[-1] += 1
+        starts = range(0, rows, rows_per_chunk) if rows else ()
+        for start in starts:
+            row_chunk += [len(chunk_rows)] * min(rows_per_chunk, rows - start)
+            chunk_rows.append(min(rows_per_chunk, rows - start))
+        tensor_chunks.append(len(starts))
 
     def as_tensor(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
 
     return ChunkLayout(
-        as_tensor(chunk_sizes),
+        tuple(matrices),
+        as_tensor(row_chunk),
+        as_tensor(chunk_rows),
         as_tensor(tensor_chunks),
-        as_tensor(tensor_sizes),
-        sum(tensor_sizes),
     )
 
 
+def _inner(gram: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``<sum_d a[j, d] g_d^j, sum_e b[j, e] g_e^j>`` for every chunk ``j``: ``[C]``."""
+    return torch.einsum("cd,cde,ce->c", a, gram, b)
+
+
 def project_conflicting_chunks(
-    grads: torch.Tensor, layout: ChunkLayout
+    gram: torch.Tensor, rounding: torch.Tensor | float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Step 1 of CorGrad: remove the conflicting component of every chunk, domain by domain.
 
-    ``grads [D, P]`` holds one flat gradient per source domain. For domain ``i = 0..D-1`` in
-    order, every other domain ``p`` in increasing order and every chunk ``j``::
+    With ``D`` domains' gradients ``g_d``, for domain ``i = 0..D-1`` in order, every other
+    domain ``p`` in increasing order and every chunk ``j``::
 
         if <g_i^j, g_p^j> < 0:   g_i^j <- g_i^j - (<g_i^j, g_p^j> / ||g_p^j||^2) g_p^j
 
     where ``g_p^j`` is domain ``p``'s chunk as it stands, i.e. already corrected when ``p < i``
     (the released code updates the gradients in place), which makes the rule order dependent.
 
-    Returns the corrected gradients (a new tensor), the fraction of conflicting (i, p, j)
-    triples among all ``D (D-1) C`` and the mean projection ratio
-    ``||projected component|| / ||g_i^j||`` (= ``|cos(g_i^j, g_p^j)|``) over the conflicts
-    (0 when there is none). Temporaries are one gradient long, never ``[D, P]``.
+    Every corrected chunk stays a combination of the domains' original chunks, so the rule runs
+    on ``gram [C, D, D]`` (:meth:`ChunkLayout.gram`) and returns ``mixing [C, D, D]``: the
+    corrected ``g_i^j = sum_q mixing[j, i, q] g_q^j``; inner products of corrected chunks are
+    ``a^T gram b``. No gradient-sized tensor is touched: the gradients are read once, for the
+    Gram matrices, and once more where the result is applied (:meth:`ChunkLayout.combine`).
+    The recurrence runs in float64 and follows exact arithmetic where floats leave residues of
+    either sign that the released code takes for values. With ``s_d = sum_q |mixing[j, d, q]|
+    ||g_q^j||``, the scale of the rounding errors of corrected chunk ``d``, an inner product
+    under ``rounding * s_i * s_p`` is zero (``rounding``: per chunk,
+    :meth:`ChunkLayout.rounding`): no conflict, as between a chunk and one it was just
+    projected against, orthogonal in exact arithmetic (the released code counts about half of
+    these pairs as conflicts and projects by a rounding error); and a corrected chunk whose
+    squared norm is under ``rounding * s_i^2`` is zero, as where collinear chunks are
+    projected (in one-element chunks the released code's residue, when not exactly zero, can
+    zero a later domain's chunk).
+
+    Also returns the fraction of conflicting (i, p, j) triples among all ``D (D-1) C`` and the
+    mean projection ratio ``||projected component|| / ||g_i^j||`` (= ``|cos(g_i^j, g_p^j)|``)
+    over the conflicts (0 when there is none).
     """
-    grads = grads.clone()
-    num_domains = grads.shape[0]
-    squares = torch.stack([layout.chunk_sums(g * g) for g in grads])
-    conflicts = grads.new_zeros(())
-    ratio_sum = grads.new_zeros(())
-    tiny = torch.finfo(grads.dtype).tiny
-    for i in range(num_domains):
-        for p in range(num_domains):
+    chunks, domains, _ = gram.shape
+    mixing = torch.eye(domains, dtype=gram.dtype, device=gram.device).repeat(chunks, 1, 1)
+    lengths = gram.diagonal(dim1=1, dim2=2).sqrt()  # [C, D]: ||g_d^j||
+    squares = gram.diagonal(dim1=1, dim2=2).T.clone()  # [D, C]: ||corrected g_d^j||^2
+    # [D, C]: sum_q |mixing[j, d, q]| ||g_q^j||, a bound on ||corrected g_d^j|| and the scale
+    # of the rounding errors of its inner products.
+    scales = lengths.T.clone()
+    conflicts = gram.new_zeros(())
+    ratio_sum = gram.new_zeros(())
+    tiny = torch.finfo(gram.dtype).tiny
+    for i in range(domains):
+        for p in range(domains):
             if p == i:
                 continue
-            dots = layout.chunk_sums(grads[i] * grads[p])
+            dots = _inner(gram, mixing[:, i], mixing[:, p])
+            dots = torch.where(dots.abs() <= rounding * scales[i] * scales[p], 0.0, dots)
             conflict = dots < 0
             # A conflict implies both chunks are non-zero, so the clamps never change a used value.
             coefficient = torch.where(conflict, dots / squares[p].clamp_min(tiny), 0.0)
             ratio = -dots / (squares[p].sqrt() * squares[i].sqrt()).clamp_min(tiny)
             ratio_sum += torch.where(conflict, ratio, 0.0).sum()
             conflicts += conflict.sum()
-            grads[i] -= layout.per_element(coefficient) * grads[p]
-            squares[i] = layout.chunk_sums(grads[i] * grads[i])
-    pairs = num_domains * (num_domains - 1) * layout.num_chunks
+            mixing[:, i] -= coefficient[:, None] * mixing[:, p]
+            scales[i] = (mixing[:, i].abs() * lengths).sum(1)
+            squares[i] = _inner(gram, mixing[:, i], mixing[:, i])
+            residue = conflict & (squares[i] <= rounding * scales[i].square())
+            mixing[:, i] = torch.where(residue[:, None], 0.0, mixing[:, i])
+            squares[i] = torch.where(residue, 0.0, squares[i])
+            scales[i] = torch.where(residue, 0.0, scales[i])
+    pairs = domains * (domains - 1) * chunks
     fraction = conflicts / pairs if pairs else conflicts
-    return grads, fraction, ratio_sum / conflicts.clamp_min(1)
+    return mixing, fraction, ratio_sum / conflicts.clamp_min(1)
 
 
 def blend_outliers(
-    grads: torch.Tensor, layout: ChunkLayout, alpha: float
+    gram: torch.Tensor, mixing: torch.Tensor, layout: ChunkLayout, alpha: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Step 2 of CorGrad: pull domains with an outlying gradient norm towards the others.
 
     Per parameter tensor, with ``n_d = ||g_d||``, ``mu`` their mean and ``sigma`` their
     population standard deviation, domain ``d`` is an outlier when ``|n_d - mu| > sigma``; then
     ``g_d <- alpha g_d + (1 - alpha) mean_{d' not outlier} g_d'`` (the mean taken before any
-    blending). Returns the blended gradients (a new tensor) and the fraction of (domain, tensor)
-    outliers.
+    blending). The gradients ``g_d`` are those of step 1, given as ``mixing [C, D, D]`` over
+    the original chunks whose Gram matrices are ``gram`` (see
+    :func:`project_conflicting_chunks`). Returns the blended gradients as the same kind of
+    ``[C, D, D]`` mixing and the fraction of (domain, tensor) outliers.
 
     A domain exactly one sigma away is not an outlier, and "exactly" allows for rounding: with
     two domains both always lie exactly one sigma from the mean, so rounding alone would
     otherwise decide, step by step, whether one of them is blended.
     """
-    squares = torch.stack([layout.tensor_sums(layout.chunk_sums(g * g)) for g in grads])
-    norms = squares.double().sqrt()
+    squares = torch.einsum("cid,cde,cie->ic", mixing, gram, mixing).clamp_min(0)
+    norms = layout.tensor_sums(squares).sqrt()  # [D, T]
     deviation = (norms - norms.mean(0)).abs()
     slack = 16 * torch.finfo(norms.dtype).eps * norms.amax(0)
     outlier = deviation > norms.std(0, correction=0) + slack
-    inlier = (~outlier).to(grads.dtype)
-    weights = inlier / inlier.sum(0)
-    inlier_mean = sum(layout.per_tensor_element(w) * g for w, g in zip(weights, grads))
-    blended = torch.empty_like(grads)
-    for d, g in enumerate(grads):
-        chosen = layout.per_tensor_element(outlier[d])
-        torch.where(chosen, alpha * g + (1 - alpha) * inlier_mean, g, out=blended[d])
-    return blended, outlier.to(grads.dtype).mean()
+    inlier = (~outlier).to(mixing.dtype)
+    weights = layout.per_chunk(inlier / inlier.sum(0))  # [D, C]
+    inlier_mean = torch.einsum("dc,cdq->cq", weights, mixing)
+    blended = torch.where(
+        layout.per_chunk(outlier).T[:, :, None],
+        alpha * mixing + (1 - alpha) * inlier_mean[:, None, :],
+        mixing,
+    )
+    return blended, outlier.to(mixing.dtype).mean()
 
 
 def corrected_update(
     grads: torch.Tensor, layout: ChunkLayout, alpha: float
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """CorGrad's update direction: steps 1 and 2, then the SUM over domains (step 3)."""
-    projected, conflict_fraction, projection_ratio = project_conflicting_chunks(grads, layout)
-    blended, outlier_fraction = blend_outliers(projected, layout, alpha)
+    """CorGrad's update direction ``[P]`` from the domains' flat gradients ``grads [D, P]``:
+    steps 1 and 2, then the SUM over domains (step 3); and the logged statistics (in
+    ``grads``' dtype)."""
+    gram = layout.gram(grads)
+    projected, conflict_fraction, projection_ratio = project_conflicting_chunks(
+        gram, layout.rounding()
+    )
+    blended, outlier_fraction = blend_outliers(gram, projected, layout, alpha)
     stats = {
         "conflict_fraction": conflict_fraction,
         "projection_ratio": projection_ratio,
         "outlier_fraction": outlier_fraction,
     }
-    return blended.sum(0), stats
+    update = layout.combine(grads, blended.sum(1))
+    return update, {name: value.to(grads.dtype) for name, value in stats.items()}
 
 
 def corrected_parameters(network: nn.Module, which: str) -> list[nn.Parameter]:
@@ -316,25 +445,38 @@ class CorGrad(PluginAlgorithm):
         )
         self._params = [p for p in self.network.parameters() if p.requires_grad]
         corrected = {id(p) for p in corrected_parameters(self.network, hparams["corrected_params"])}
-        self._corrected = [i for i, p in enumerate(self._params) if id(p) in corrected]
+        chosen = [i for i, p in enumerate(self._params) if id(p) in corrected]
+        # In the flat vector, ordered by row length: the fewest blocks (see ChunkLayout).
+        order = by_row_length([self._params[i].shape for i in chosen])
+        self._corrected = [chosen[k] for k in order]
         self._plain = [i for i, p in enumerate(self._params) if id(p) not in corrected]
         layout = chunk_layout([self._params[i].shape for i in self._corrected], hparams["n_parts"])
         # Derived from the network and hparams: moved by .to(), kept out of the state_dict.
-        for name in ("chunk_sizes", "tensor_chunks", "tensor_sizes"):
+        for name in LAYOUT_TENSORS:
             self.register_buffer(f"_{name}", getattr(layout, name), persistent=False)
-        self._num_elements = layout.num_elements
+        self._matrices = layout.matrices
+        self._gradients: torch.Tensor | None = None  # the domains' flat gradients, reused
 
     def _layout(self) -> ChunkLayout:
-        return ChunkLayout(
-            self._chunk_sizes,
-            self._tensor_chunks,
-            self._tensor_sizes,
-            self._num_elements,
-        )
+        tensors = {name: getattr(self, f"_{name}") for name in LAYOUT_TENSORS}
+        return ChunkLayout(self._matrices, **tensors)
+
+    def _gradient_space(self, domains: int, size: int) -> torch.Tensor:
+        """``[domains, size]`` for the domains' flat gradients, kept from step to step: a new
+        one each step would cost its allocation each step (on a CPU, every page of it)."""
+        like = self._params[0]
+        space = self._gradients
+        if (
+            space is None
+            or space.shape != (domains, size)
+            or (space.device, space.dtype) != (like.device, like.dtype)
+        ):
+            space = self._gradients = like.new_empty(domains, size)
+        return space
 
     def update(self, minibatches, unlabeled=None):
-        first = self._params[0]
-        grads = first.new_empty(len(minibatches), self._num_elements)
+        layout = self._layout()
+        grads = self._gradient_space(len(minibatches), layout.num_elements)
         plain_sum = [torch.zeros_like(self._params[i]) for i in self._plain]
         losses = []
         for d, (x, y) in enumerate(minibatches):
@@ -349,7 +491,7 @@ class CorGrad(PluginAlgorithm):
             losses.append(loss.detach())
         # fp32 under bf16 autocast: the projections' dot products decide conflicts by their sign
         with precision.full_precision():
-            update, stats = corrected_update(grads, self._layout(), self.hparams["alpha"])
+            update, stats = corrected_update(grads, layout, self.hparams["alpha"])
         offset = 0
         for i in self._corrected:
             param = self._params[i]

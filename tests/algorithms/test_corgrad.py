@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -28,31 +29,124 @@ def flat(*domains):
     return torch.tensor(domains, dtype=torch.float32)
 
 
+def applied(grads, layout, mixing):
+    """The flat gradients ``[D, P]`` that ``mixing [C, D, D]`` makes of ``grads``."""
+    return torch.stack([layout.combine(grads, mixing[:, d]) for d in range(len(grads))])
+
+
+def projected(grads, layout):
+    mixing, fraction, ratio = project_conflicting_chunks(layout.gram(grads), layout.rounding())
+    return applied(grads, layout, mixing), fraction, ratio
+
+
+def blended(grads, layout, alpha):
+    """Step 2 alone, on gradients taken as they are."""
+    identity = torch.eye(len(grads), dtype=torch.float64).repeat(layout.num_chunks, 1, 1)
+    mixing, fraction = blend_outliers(layout.gram(grads), identity, layout, alpha)
+    return applied(grads, layout, mixing), fraction
+
+
+def previous_update(grads, shapes, n_parts, alpha):
+    """The vectorised arithmetic this package used before the Gram matrices: the corrected
+    gradients themselves, updated in place chunk by chunk in float32, per-chunk values spread
+    over the elements by ``repeat_interleave``."""
+    chunk_sizes, tensor_chunks, tensor_sizes = [], [], []
+    for shape in shapes:
+        pieces = torch.chunk(torch.zeros(shape).reshape(shape or (1,)), n_parts)
+        chunk_sizes += [c.numel() for c in pieces]
+        tensor_chunks.append(len(pieces))
+        tensor_sizes.append(math.prod(shape))
+    chunk_sizes, tensor_chunks, tensor_sizes = map(
+        torch.tensor, (chunk_sizes, tensor_chunks, tensor_sizes)
+    )
+
+    def sums(values, lengths):
+        return torch.segment_reduce(values, "sum", lengths=lengths)
+
+    grads = grads.clone()
+    count = len(grads)
+    squares = torch.stack([sums(g * g, chunk_sizes) for g in grads])
+    conflicts, ratio_sum, tiny = 0, 0.0, torch.finfo(grads.dtype).tiny
+    for i in range(count):
+        for p in range(count):
+            if p == i:
+                continue
+            dots = sums(grads[i] * grads[p], chunk_sizes)
+            conflict = dots < 0
+            coefficient = torch.where(conflict, dots / squares[p].clamp_min(tiny), 0.0)
+            ratio = -dots / (squares[p].sqrt() * squares[i].sqrt()).clamp_min(tiny)
+            ratio_sum += torch.where(conflict, ratio, 0.0).sum().item()
+            conflicts += conflict.sum().item()
+            grads[i] -= coefficient.repeat_interleave(chunk_sizes) * grads[p]
+            squares[i] = sums(grads[i] * grads[i], chunk_sizes)
+    norms = (
+        torch.stack([sums(sums(g * g, chunk_sizes), tensor_chunks) for g in grads]).double().sqrt()
+    )
+    deviation = (norms - norms.mean(0)).abs()
+    outlier = deviation > norms.std(0, correction=0) + 16 * torch.finfo(
+        norms.dtype
+    ).eps * norms.amax(0)
+    inlier = (~outlier).to(grads.dtype)
+    weights = inlier / inlier.sum(0)
+    mean = sum(w.repeat_interleave(tensor_sizes) * g for w, g in zip(weights, grads))
+    total = sum(
+        torch.where(o.repeat_interleave(tensor_sizes), alpha * g + (1 - alpha) * mean, g)
+        for o, g in zip(outlier, grads)
+    )
+    stats = {
+        "conflict_fraction": conflicts / (count * (count - 1) * len(chunk_sizes)),
+        "projection_ratio": ratio_sum / max(conflicts, 1),
+        "outlier_fraction": outlier.double().mean().item(),
+    }
+    return total, stats
+
+
 def reference_update(grads, shapes, n_parts, alpha):
-    """The rule written out with torch.chunk and loops, one parameter tensor at a time."""
-    total = []
+    """The rule written out with torch.chunk and loops, one parameter tensor at a time, and its
+    statistics: the projections in exact rational arithmetic (in floats, a chunk projected
+    against a collinear one leaves a residue of either sign where the rule leaves zero, and one
+    made orthogonal to another has an inner product of either sign with it), the blending in
+    float64."""
+    total, ratios, outlier_count, chunk_count = [], [], 0, 0
     for index, shape in enumerate(shapes):
         start = sum(torch.Size(s).numel() for s in shapes[:index])
-        tensors = [
-            g[start : start + torch.Size(shape).numel()].reshape(shape).clone() for g in grads
+        tensors = [g[start : start + torch.Size(shape).numel()].reshape(shape) for g in grads]
+        chunks = [
+            [[Fraction(v) for v in c.flatten().tolist()] for c in torch.chunk(t, n_parts)]
+            for t in tensors
         ]
-        chunks = [torch.chunk(t, n_parts) for t in tensors]
         for i in range(len(tensors)):
             for j in range(len(chunks[i])):
                 for p in range(len(tensors)):
                     if p == i:
                         continue
-                    dot = (chunks[i][j] * chunks[p][j]).sum()
+                    mine, theirs = chunks[i][j], chunks[p][j]
+                    dot = sum(a * b for a, b in zip(mine, theirs))
                     if dot < 0:
-                        chunks[i][j].sub_(dot / (chunks[p][j] ** 2).sum() * chunks[p][j])
+                        square = sum(b * b for b in theirs)
+                        ratios.append(-float(dot) / math.sqrt(square * sum(a * a for a in mine)))
+                        chunks[i][j] = [a - dot / square * b for a, b in zip(mine, theirs)]
+        chunk_count += len(chunks[0])
+        tensors = [
+            torch.tensor([float(v) for c in cs for v in c], dtype=torch.float64) for cs in chunks
+        ]
         norms = torch.stack([t.norm() for t in tensors])
-        outliers = [(n - norms.mean()).abs() > norms.std(correction=0) for n in norms]
+        # exactly one sigma (two domains) is no outlier, whatever the rounding
+        sigma = norms.std(correction=0) + 1e-12 * norms.max()
+        outliers = [bool((n - norms.mean()).abs() > sigma) for n in norms]
+        outlier_count += sum(outliers)
         inlier_mean = torch.stack([t for t, o in zip(tensors, outliers) if not o]).mean(0)
         blended = [
             alpha * t + (1 - alpha) * inlier_mean if o else t for t, o in zip(tensors, outliers)
         ]
-        total.append(torch.stack(blended).sum(0).reshape(-1))
-    return torch.cat(total)
+        total.append(torch.stack(blended).sum(0).float())
+    domains = len(grads)
+    stats = {
+        "conflict_fraction": len(ratios) / (domains * (domains - 1) * chunk_count),
+        "projection_ratio": sum(ratios) / max(len(ratios), 1),
+        "outlier_fraction": outlier_count / (domains * len(shapes)),
+    }
+    return torch.cat(total), stats
 
 
 def test_registered_in_domainbed():
@@ -63,29 +157,32 @@ def test_registered_in_domainbed():
 @pytest.mark.parametrize("shape, n_parts", [((12, 3), 10), ((5,), 2), ((64, 8, 3, 3), 10), ((), 4)])
 def test_chunks_are_torch_chunk_along_dim_0(shape, n_parts):
     layout = chunk_layout([(7, 2), shape], n_parts)
-    first = [c.numel() for c in torch.chunk(torch.zeros(7, 2), n_parts)]
-    second = [c.numel() for c in torch.chunk(torch.zeros(shape).reshape(shape or (1,)), n_parts)]
-    assert layout.chunk_sizes.tolist() == first + second
+    first = [len(c) for c in torch.chunk(torch.zeros(7, 2), n_parts)]
+    second = [len(c) for c in torch.chunk(torch.zeros(shape).reshape(shape or (1,)), n_parts)]
+    assert layout.chunk_rows.tolist() == first + second
     assert layout.tensor_chunks.tolist() == [len(first), len(second)]
-    assert layout.tensor_sizes.tolist() == [14, math.prod(shape)]
+    rows = 1 if shape == () else shape[0]
+    assert layout.matrices == ((7, 2), (rows, math.prod(shape) // rows))
+    chunk_of_row = [j for j, n in enumerate(first + second) for _ in range(n)]
+    assert layout.row_chunk.tolist() == chunk_of_row
 
 
 def test_projection_only_on_conflicting_chunks():
     # One 2x2 tensor in two chunks (rows). Row 0 conflicts (<[1,0],[-1,1]> = -1), row 1 does not.
     grads = flat([1, 0, 1, 0], [-1, 1, 1, 1])
-    projected, fraction, ratio = project_conflicting_chunks(grads, chunk_layout([(2, 2)], 2))
+    projected_grads, fraction, ratio = projected(grads, chunk_layout([(2, 2)], 2))
     # g_0^0 - (-1 / 2) [-1, 1] = [0.5, 0.5]; domain 1 then meets a corrected chunk at 90 degrees.
-    assert torch.equal(projected, flat([0.5, 0.5, 1, 0], [-1, 1, 1, 1]))
+    assert torch.equal(projected_grads, flat([0.5, 0.5, 1, 0], [-1, 1, 1, 1]))
     assert fraction.item() == pytest.approx(1 / 4)  # 1 conflict among 2 ordered pairs x 2 chunks
     assert ratio.item() == pytest.approx(2**-0.5)  # ||projection|| / ||g_0^0|| = |cos 135 deg|
 
 
 def test_projection_goes_domain_by_domain_against_already_corrected_gradients():
     grads = flat([1, 0], [0, 1], [-1, -1])
-    projected, fraction, _ = project_conflicting_chunks(grads, chunk_layout([(2,)], 1))
+    projected_grads, fraction, _ = projected(grads, chunk_layout([(2,)], 1))
     # g_0 meets g_2: [1,0] + 0.5 [-1,-1] = [0.5,-0.5]. g_1 is orthogonal to the ORIGINAL g_0 but
     # conflicts with the corrected one: [0,1] + [0.5,-0.5] = [0.5,0.5]; then with g_2: [0,0].
-    assert torch.allclose(projected, flat([0.5, -0.5], [0, 0], [-1, -1]))
+    assert torch.allclose(projected_grads, flat([0.5, -0.5], [0, 0], [-1, -1]))
     assert fraction.item() == pytest.approx(3 / 6)
 
 
@@ -93,15 +190,15 @@ def test_outliers_are_one_population_std_from_the_mean_norm_and_blended_with_the
     # Norms 0, 2, 3: mean 5/3, population std 1.247 (sample std 1.528): 0 and 3 are outliers.
     grads = flat([0, 0, 1, 1], [2, 0, 1, 1], [0, 3, 1, 1])
     layout = chunk_layout([(2,), (2,)], 10)  # the second tensor has equal norms: no outlier
-    blended, fraction = blend_outliers(grads, layout, alpha=0.6)
-    assert torch.allclose(blended, flat([0.8, 0, 1, 1], [2, 0, 1, 1], [0.8, 1.8, 1, 1]))
+    result, fraction = blended(grads, layout, alpha=0.6)
+    assert torch.allclose(result, flat([0.8, 0, 1, 1], [2, 0, 1, 1], [0.8, 1.8, 1, 1]))
     assert fraction.item() == pytest.approx(2 / 6)
 
 
 def test_two_domains_are_never_outliers():
     grads = flat([1, 0], [0, 50])
-    blended, fraction = blend_outliers(grads, chunk_layout([(2,)], 1), alpha=0.0)
-    assert torch.equal(blended, grads) and fraction.item() == 0
+    result, fraction = blended(grads, chunk_layout([(2,)], 1), alpha=0.0)
+    assert torch.equal(result, grads) and fraction.item() == 0
 
 
 def test_update_is_the_sum_over_domains_of_the_corrected_gradients():
@@ -114,16 +211,72 @@ def test_update_is_the_sum_over_domains_of_the_corrected_gradients():
 def test_vectorised_rule_matches_the_rule_written_out_per_tensor_and_chunk():
     shapes = [(12, 3), (7,), (4, 3, 2, 2), (1, 5)]
     grads = torch.randn(4, sum(torch.Size(s).numel() for s in shapes))
-    update, _ = corrected_update(grads, chunk_layout(shapes, 5), alpha=0.3)
-    assert torch.allclose(update, reference_update(grads, shapes, 5, 0.3), atol=1e-5)
+    update, stats = corrected_update(grads, chunk_layout(shapes, 5), alpha=0.3)
+    expected, expected_stats = reference_update(grads, shapes, 5, 0.3)
+    assert torch.allclose(update, expected, atol=1e-5)
+    assert {k: v.item() for k, v in stats.items()} == pytest.approx(expected_stats, rel=1e-5)
 
 
-def test_the_layout_costs_one_entry_per_chunk_and_tensor_not_one_per_weight():
+# A small network's tensors: conv weights and biases, a norm layer's, a classifier's, every chunk
+# of more elements than there are domains: no chunk is collinear with another by construction.
+NETWORK_SHAPES = [(8, 3, 3, 3), (32,), (16, 8, 3, 3), (32,), (32,), (7, 16)]
+
+
+def domain_gradients(domains: int, size: int, seed: int) -> torch.Tensor:
+    """Random gradients, of unequal norms per domain as real domains have: outliers among them."""
+    generator = torch.Generator().manual_seed(seed)
+    scales = torch.rand(domains, 1, generator=generator) * 3 + 0.1
+    return torch.randn(domains, size, generator=generator) * scales
+
+
+@pytest.mark.parametrize("domains", [2, 3, 5])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_gram_arithmetic_gives_the_previous_arithmetics_update_and_statistics(domains, seed):
+    n_parts = 4
+    grads = domain_gradients(domains, sum(math.prod(s) for s in NETWORK_SHAPES), seed)
+    update, stats = corrected_update(grads, chunk_layout(NETWORK_SHAPES, n_parts), alpha=0.6)
+    previous, previous_stats = previous_update(grads, NETWORK_SHAPES, n_parts, alpha=0.6)
+    assert torch.allclose(update, previous, rtol=1e-5, atol=1e-5 * previous.abs().max())
+    assert stats["outlier_fraction"].item() == pytest.approx(previous_stats["outlier_fraction"])
+    # The previous arithmetic also counted, as conflicts, about half of the pairs made
+    # orthogonal by a projection (float inner products of either sign); exact arithmetic not.
+    # (An inner product within rounding of zero counts as none: one triple at most here.)
+    _, exact = reference_update(grads, NETWORK_SHAPES, n_parts, alpha=0.6)
+    triples = domains * (domains - 1) * chunk_layout(NETWORK_SHAPES, n_parts).num_chunks
+    assert abs(stats["conflict_fraction"].item() - exact["conflict_fraction"]) <= 1 / triples
+    assert stats["projection_ratio"].item() == pytest.approx(exact["projection_ratio"], rel=0.01)
+    assert 0 < stats["conflict_fraction"] < previous_stats["conflict_fraction"] < 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chunks_of_fewer_elements_than_domains_follow_exact_arithmetic(seed):
+    """Two-element chunks of five domains: corrected chunks become collinear, some exactly zero
+    (the previous float32 arithmetic differed from exact arithmetic there by whole units)."""
+    shapes = [(8, 3, 3, 3), (8,), (7,)]
+    grads = domain_gradients(5, sum(math.prod(s) for s in shapes), seed)
+    update, stats = corrected_update(grads, chunk_layout(shapes, 4), alpha=0.6)
+    expected, expected_stats = reference_update(grads, shapes, 4, alpha=0.6)
+    assert torch.allclose(update, expected, atol=1e-4 * expected.abs().max())
+
+
+def test_a_one_element_chunk_projected_to_zero_is_zero_for_the_next_domains():
+    # One chunk of one element: g_0 = 3 conflicts with g_1 = -7 and becomes exactly 0, which
+    # conflicts with nothing, so g_1 keeps its value and then meets g_2 = 1 (a conflict): 0.
+    # (In float32, 3 - (3 * -7 / 49) * -7 is 0 or a residue of either sign depending on the
+    # values; a residue of the sign opposite to g_1 would have zeroed g_1 instead.)
+    grads = flat([3.0], [-7.0], [1.0])
+    projected_grads, fraction, _ = projected(grads, chunk_layout([(1,)], 1))
+    assert projected_grads.flatten().tolist() == [0.0, 0.0, 1.0]
+    assert fraction.item() == pytest.approx(2 / 6)
+
+
+def test_the_layout_costs_entries_per_row_chunk_and_tensor_not_one_per_weight():
     corgrad = build("CorGrad", n_parts=4)
     layout = [b for name, b in corgrad.named_buffers() if not name.startswith("network.")]
-    tensors = len(list(corgrad.network.parameters()))
-    weights = sum(p.numel() for p in corgrad.network.parameters())
-    assert sum(b.numel() for b in layout) <= 4 * tensors + 2 * tensors < weights / 100
+    params = list(corgrad.network.parameters())
+    rows = sum(len(p) if p.dim() else 1 for p in params)
+    weights = sum(p.numel() for p in params)
+    assert sum(b.numel() for b in layout) <= 2 * rows + 5 * len(params) < weights / 20
 
 
 def test_conv_linear_set_leaves_out_normalisation_layers_and_all_takes_everything():

@@ -21,7 +21,7 @@ import torch
 from domainbed import algorithms, hparams_registry
 
 from dmg_domainbed import deit_weights, synthetic
-from dmg_domainbed.algorithms.corgrad import chunk_layout
+from dmg_domainbed.algorithms.corgrad import chunk_layout, corrected_update
 from dmg_domainbed.preflight.weights import needed_weights
 from dmg_domainbed.weight_files import Caches
 
@@ -171,9 +171,11 @@ def test_masks_reads_the_gpu_run_on_the_cpu_with_the_same_values(trained):
     on_both_devices(["masks", "--run_dir", str(run_dir)], trained, "masks")
 
 
-def test_corgrad_chunk_sums_repeat_to_the_bit_on_cuda():
-    """Sums with a fixed reduction order: two calls on the same gradients give the same bits
-    (a scatter-add with float atomics does not)."""
+def test_corgrad_rule_repeats_to_the_bit_on_cuda():
+    """Products, sums with a fixed reduction order and per-row weights: two calls on the same
+    gradients give the same bits (a scatter-add with float atomics does not)."""
     layout = chunk_layout([(2048, 512, 3, 3), (1000, 2048), (64,)], 10, device="cuda")
     values = torch.randn(3, layout.num_elements, device="cuda")
-    assert torch.equal(layout.chunk_sums(values), layout.chunk_sums(values))
+    first, again = corrected_update(values, layout, 0.6), corrected_update(values, layout, 0.6)
+    assert torch.equal(first[0], again[0])
+    assert all(torch.equal(first[1][name], again[1][name]) for name in first[1])

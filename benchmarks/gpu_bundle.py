@@ -1,0 +1,181 @@
+"""Build, on a machine with the package registry, the folder a GPU machine without network needs
+to run ``benchmarks/gpu_proof.py``, and print the one command to run there.
+
+The GPU machine is expected to have Python 3.12 with torch, torchvision, timm, pandas, scipy,
+pytest, pytest-xdist and tensorboard installed. The folder (``gpu_bundle/`` at the repository
+root by default, ignored by git) holds:
+
+* ``wheels/``: what the package, DomainBed and the tests import beyond those (:data:`WHEELS`,
+  at the versions installed here, which the tests ran with), downloaded for Python 3.12
+  (``pip download --no-deps --only-binary=:all:``; built here with ``pip wheel --no-deps`` for
+  one published as source only), and this package's own wheel (``pip wheel --no-deps .``);
+* ``DomainBed/``: DomainBed at the commit this package is tested against, from a local checkout
+  (``git archive``);
+* ``COMMIT``: this checkout's commit, which the results file records;
+* ``run.sh``: on the GPU machine, installs the wheels (``pip install --no-index --no-deps``),
+  puts DomainBed on a ``.pth`` file, keeps torch's and Hugging Face's caches under ``/tmp``
+  offline, and runs ``benchmarks/gpu_proof.py --output_dir OUTPUT_DIR`` from the repository
+  root.
+
+The folder and the working tree travel together to the GPU machine; there,
+``bash gpu_bundle/run.sh OUTPUT_DIR`` (extra arguments go to ``gpu_proof.py``).
+
+Usage: ``python benchmarks/gpu_bundle.py [--bundle DIR] [--domainbed CHECKOUT]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON_VERSION = "3.12"
+PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
+# What DomainBed (wilds and what it imports), the package and its tests need beyond what the GPU
+# machine has.
+WHEELS = (
+    "wilds",
+    "ogb",
+    "outdated",
+    "littleutils",
+    "pytz",
+    "flufl.lock",
+    "atpublic",
+    "scikit-posthocs",
+    "submitit",
+    "parameterized",
+    "hatchling",
+    "trove-classifiers",
+    "tabulate",
+    "psutil",
+)
+
+RUN_SH = r"""#!/usr/bin/env bash
+# Written by benchmarks/gpu_bundle.py. On a GPU machine without network, from anywhere:
+#   bash gpu_bundle/run.sh OUTPUT_DIR [more arguments of benchmarks/gpu_proof.py]
+# PYTHON chooses the interpreter (default python3).
+set -euo pipefail
+bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$bundle")"
+output="${1:?usage: bash gpu_bundle/run.sh OUTPUT_DIR [gpu_proof.py arguments]}"
+shift
+python="${PYTHON:-python3}"
+
+errors=/tmp/gpu_bundle_pip.err
+install() {
+  "$python" -m pip install --no-index --no-deps --quiet "$@" 2>"$errors" || {
+    # An interpreter marked as managed by the system refuses plain installs.
+    grep -q externally-managed "$errors" || { cat "$errors" >&2; exit 1; }
+    "$python" -m pip install --no-index --no-deps --quiet --break-system-packages "$@"
+  }
+}
+install "$bundle"/wheels/*.whl
+site="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$bundle/DomainBed" > "$site/domainbed_checkout.pth"
+
+# DomainBed's sweeps and the tests start `python`: make sure it is this interpreter.
+if [ "$(command -v python || true)" != "$(command -v "$python")" ]; then
+  mkdir -p /tmp/gpu_bundle_bin
+  ln -sf "$(command -v "$python")" /tmp/gpu_bundle_bin/python
+  export PATH="/tmp/gpu_bundle_bin:$PATH"
+fi
+export TORCH_HOME=/tmp/gpu_bundle_cache/torch HF_HOME=/tmp/gpu_bundle_cache/huggingface
+export HF_HUB_OFFLINE=1
+"$python" -c 'import domainbed.algorithms, dmg_domainbed, wilds; dmg_domainbed.register()'
+
+cd "$root"
+commit="$(cat "$bundle/COMMIT")"
+exec "$python" benchmarks/gpu_proof.py --output_dir "$output" --commit "$commit" "$@"
+"""
+
+
+def run(command: Sequence[str], cwd: Path = ROOT) -> str:
+    print("$", " ".join(command), flush=True)
+    return subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def pinned(name: str) -> str:
+    """``name==VERSION`` as installed here, or ``name`` where it is not installed."""
+    try:
+        return f"{name}=={importlib.metadata.version(name)}"
+    except importlib.metadata.PackageNotFoundError:
+        return name
+
+
+def download_wheels(wheels: Path) -> None:
+    pip = [sys.executable, "-m", "pip"]
+    platforms = [word for platform in PLATFORMS for word in ("--platform", platform)]
+    for requirement in map(pinned, WHEELS):
+        try:
+            run(
+                [
+                    *pip,
+                    *("download", "--no-deps", "--only-binary=:all:", "--dest", str(wheels)),
+                    *("--python-version", PYTHON_VERSION, "--implementation", "cp"),
+                    *platforms,
+                    *("--platform", "any", requirement),
+                ]
+            )
+        except subprocess.CalledProcessError:  # published as source only: build it here
+            run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), requirement])
+    run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(ROOT)])
+
+
+def extract_domainbed(checkout: Path, commit: str, bundle: Path) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        archive = Path(scratch) / "domainbed.tar"
+        run(["git", "-C", str(checkout), "archive", "--output", str(archive), commit])
+        with tarfile.open(archive) as tar:
+            tar.extractall(bundle / "DomainBed", filter="data")
+
+
+def this_commit() -> str:
+    commit = run(["git", "rev-parse", "--short", "HEAD"]).strip()
+    changed = run(["git", "status", "--porcelain", "--untracked-files=no"]).strip()
+    return f"{commit} with uncommitted changes" if changed else commit
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from dmg_domainbed import TESTED_DOMAINBED_COMMIT
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bundle", default=str(ROOT / "gpu_bundle"), help="the folder to build")
+    parser.add_argument(
+        "--domainbed",
+        default=None,
+        help="a DomainBed git checkout holding the tested commit (default: the one imported)",
+    )
+    args = parser.parse_args(argv)
+    bundle = Path(args.bundle)
+    if bundle.exists():
+        parser.error(f"{bundle} exists; it is left as it is: remove it, or pass another --bundle")
+    checkout = args.domainbed
+    if checkout is None:
+        import domainbed
+
+        checkout = str(Path(domainbed.__file__).resolve().parents[1])
+    partial = bundle.with_name(f".{bundle.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    (partial / "wheels").mkdir(parents=True)
+    download_wheels(partial / "wheels")
+    extract_domainbed(Path(checkout), TESTED_DOMAINBED_COMMIT, partial)
+    (partial / "COMMIT").write_text(this_commit() + "\n")
+    (partial / "run.sh").write_text(RUN_SH)
+    partial.rename(bundle)  # whole or not at all
+    size = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file()) / 2**20
+    print(f"\nbuilt {bundle} ({size:.1f} MiB). On the GPU machine, with this working tree:")
+    print(
+        f"  bash {bundle.relative_to(ROOT) if bundle.is_relative_to(ROOT) else bundle}/run.sh OUT"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""``benchmarks/gpu_proof.py``, the one command that proves the package on a GPU: its tiny mode
+runs end to end here, into one results file from which the docs' GPU tables are rendered; a part
+that fails or runs out of time does not stop the next. Figures are not judged here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CUDA_ONLY = ("lane_algorithms", "lane_launchers", "sfmoe_cost", "job_start")
+
+
+def load(name: str, path: Path, monkeypatch):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def proof(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the benchmarks the parts import
+    return load("gpu_proof", ROOT / "benchmarks" / "gpu_proof.py", monkeypatch)
+
+
+@pytest.fixture
+def generate(monkeypatch):
+    return load("generate", ROOT / "docs" / "generate.py", monkeypatch)
+
+
+def test_tiny_mode_runs_every_part_into_one_results_file(proof, generate, tmp_path, capsys):
+    output = tmp_path / "out"
+    code = proof.main(["--output_dir", str(output), "--tiny"])
+    printed = capsys.readouterr().out
+
+    assert sorted(os.listdir(output)) == ["gpu_proof.json", "logs.tar.gz"]
+    results = json.loads((output / "gpu_proof.json").read_text())
+    parts = results["parts"]
+    assert list(parts) == [part.name for part in proof.PARTS]
+    assert {part["status"] for part in parts.values()} <= {"passed", "skipped"}, parts
+    assert code == 0
+    for name in ("environment", "step_time", "accuracy"):
+        assert parts[name]["status"] == "passed", parts[name]
+    if not torch.cuda.is_available():
+        for name in CUDA_ONLY:
+            assert parts[name]["status"] == "skipped", parts[name]
+            assert "no CUDA device here" in parts[name]["reason"]
+    assert results["mode"] == "tiny" and results["torch"] == torch.__version__
+    assert results["commit"] and results["date"] and results["seconds"] > 0
+
+    timed = parts["step_time"]["figures"]
+    assert [row["algorithm"] for row in timed["rows"]] == ["ERM", "DMG", "CorGrad"]
+    assert [row["algorithm"] for row in timed["bf16"]] == ["ERM", "DMG", "CorGrad"]
+    assert timed["rows"][2]["step_floor_ratio"] > 0 and timed["bf16"][2]["step_speedup"] > 0
+    paired = parts["accuracy"]["figures"]["algorithms"]
+    assert set(paired) == {"ERM", "DMG"}
+    for found in paired.values():
+        assert found["pairs"] == 2 and 0 <= found["fp32"] <= 100 and 0 <= found["bf16"] <= 100
+        assert found["ci_low"] <= found["difference"] <= found["ci_high"]
+
+    with tarfile.open(output / "logs.tar.gz") as archive:
+        names = set(archive.getnames())
+    assert {f"logs/{part.name}.log" for part in proof.PARTS} <= names
+    assert {"logs/step_time.csv", "logs/step_time_bf16.csv"} <= names
+    assert sum(name.endswith(".jsonl") for name in names) == 8  # every run's records
+
+    # The docs' tables come from the results file, and the command printed them.
+    step_table = proof.markdown(results, "step_time")
+    assert "| CorGrad" in step_table and step_table in printed
+    assert "| step_time " in proof.markdown(results, "status")
+    assert "| ERM " in proof.markdown(results, "accuracy")
+    assert proof.markdown(results, "job_start").startswith("unmeasured") == (
+        not torch.cuda.is_available()
+    )
+    # ... but a tiny run's figures are not measurements: the docs refuse them.
+    with pytest.raises(SystemExit, match="tiny run"):
+        generate.gpu_table("status", output / "gpu_proof.json")
+    # Nothing already written is overwritten.
+    with pytest.raises(SystemExit):
+        proof.main(["--output_dir", str(output), "--tiny", "--parts", "environment"])
+    assert json.loads((output / "gpu_proof.json").read_text()) == results
+
+
+def test_without_a_results_file_every_gpu_table_says_unmeasured_with_the_command(generate):
+    for table in ("status", "step_time", "sfmoe_cost", "job_start", "accuracy"):
+        text = generate.gpu_table(table, ROOT / "docs" / "no_such_results.json")
+        assert "unmeasured" in text
+    assert "benchmarks/gpu_proof.py" in generate.gpu_table("step_time", Path("/nonexistent"))
+
+
+def hangs_with_a_child(settings):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    (settings.scratch / "child").write_text(str(child.pid))
+    print("half done", flush=True)
+    time.sleep(120)
+
+
+def fails(settings):
+    raise ValueError("broken on purpose")
+
+
+def measures(settings):
+    print("measuring")
+    return {"value": 1.5, "none": float("nan")}
+
+
+def test_a_part_that_fails_or_runs_out_of_time_does_not_stop_the_next(proof, tmp_path):
+    settings = proof.Settings(False, tmp_path, tmp_path / "logs")
+    settings.logs.mkdir()
+    deadline = time.monotonic() + 120
+    outcomes = {}
+    for part in (
+        proof.Part("fails", "raises", fails, 60),
+        proof.Part(
+            "hangs", "sleeps past its limit", hangs_with_a_child, 3, lambda log: {"log": log}
+        ),
+        proof.Part("measures", "returns figures", measures, 60),
+    ):
+        outcomes.update(proof.run_stage([part], settings, deadline, scale=1.0))
+
+    assert outcomes["fails"]["status"] == "failed"
+    assert outcomes["fails"]["reason"] == "ValueError: broken on purpose"
+    assert "Traceback" in (settings.logs / "fails.log").read_text()
+    assert outcomes["hangs"]["status"] == "timed out"
+    assert outcomes["hangs"]["figures"] == {"log": "half done\n"}  # what its log told
+    assert not psutil.pid_exists(int((tmp_path / "child").read_text()))  # ended with its part
+    assert outcomes["measures"]["status"] == "passed"
+    assert outcomes["measures"]["figures"] == {"value": 1.5, "none": None}  # strict JSON
+    assert (settings.logs / "measures.log").read_text() == "measuring\n"
+
+    spent = proof.run_stage([proof.Part("late", "", measures, 60)], settings, time.monotonic(), 1)
+    assert spent["late"]["status"] == "not run"
+
+
+def test_a_lane_ended_for_time_reports_the_outcomes_pytest_printed(proof):
+    """``pytest -v``'s lines in one process and in pytest-xdist's workers."""
+    log = (
+        "tests/gpu/test_gpu_bf16.py::test_a[ERM] PASSED [ 33%]\n"
+        "tests/gpu/test_gpu_bf16.py::test_a[DMG] FAILED [ 66%]\n"
+        "[gw0] [ 80%] SKIPPED tests/gpu/test_gpu_bf16.py::test_b@tests/gpu/test_gpu_bf16.py \n"
+        "[gw1] [ 90%] PASSED tests/gpu/test_gpu_algorithms.py::test_c[SFMOE]@group \n"
+        "SKIPPED [1] tests/gpu/test_gpu_bf16.py:63: needs a CUDA GPU\n"
+    )
+    found = proof.lane_progress(log)
+    assert (found["tests"], found["passed"]) == (4, 2)
+    assert [f["test"] for f in found["failed"]] == ["tests/gpu/test_gpu_bf16.py::test_a[DMG]"]
+    assert [s["test"] for s in found["skipped"]] == ["tests/gpu/test_gpu_bf16.py::test_b"]
