@@ -11,6 +11,7 @@ entry-point group               object the entry point names
 =============================== ====================================================
 ``domainbed.algorithms``        an ``Algorithm`` subclass, optional ``HPARAMS``
 ``domainbed.datasets``          a ``MultipleDomainDataset`` subclass, optional ``HPARAMS``
+                                and ``recorded_hparams()``
 ``domainbed.command_launchers`` a function ``launcher(commands: list[str])``
 =============================== ====================================================
 
@@ -252,7 +253,7 @@ def register_datasets(module: ModuleType) -> None:
     _open_namespace(module, "DATASETS", DATASET_GROUP, "dataset", "get_dataset_class")
     register_manifest_datasets(module)
     cap_loader_workers(module)
-    check_test_envs_when_built(module.MultipleDomainDataset)
+    check_and_record_when_built(module.MultipleDomainDataset)
 
 
 def check_test_envs(dataset_class: type, test_envs) -> None:
@@ -282,15 +283,21 @@ def check_test_envs(dataset_class: type, test_envs) -> None:
         raise UserError(f"--test_envs {given} leaves no domain to train on: {allowed}. {fix}")
 
 
-def check_test_envs_when_built(base: type) -> None:
+def check_and_record_when_built(base: type) -> None:
     """Have every dataset of DomainBed's family check its ``test_envs`` (:func:`check_test_envs`)
-    before it reads any data: DomainBed builds a dataset as ``cls(root, test_envs, hparams)``,
-    so ``__new__`` of their common base sees them first, whatever the algorithm. Unpickling
-    (``cls.__new__(cls)``, in data-loader workers) passes nothing and is not checked."""
+    before it reads any data, and write what it records into the run's hparams
+    (:func:`dmg_domainbed.hparams.recorded.record`): DomainBed builds a dataset as
+    ``cls(root, test_envs, hparams)``, so ``__new__`` of their common base sees them first,
+    whatever the algorithm. Unpickling (``cls.__new__(cls)``, in data-loader workers) passes
+    nothing and is not checked."""
+    from dmg_domainbed.hparams.recorded import record
 
     def __new__(cls, *args, **kwargs):
         test_envs = args[1] if len(args) > 1 else kwargs.get("test_envs")
+        hparams = args[2] if len(args) > 2 else kwargs.get("hparams")
         check_test_envs(cls, test_envs)
+        if hparams is not None:
+            record(cls, hparams)
         return object.__new__(cls)
 
     base.__new__ = staticmethod(__new__)

@@ -10,15 +10,17 @@ labels number the classes of all domains together; ``--data_dir`` is not read (t
 names its root); and the images are resized to the manifest's input side instead of 224.
 
 A manifest can change between training and reporting (domains reordered, renamed or added). So
-that a run's numbers are never shown under another domain's name, the dataset writes the domains
-it was built with into the run's hparams (``hparams["manifest_domains"]``): DomainBed's
-``train.py`` records that dict in every record of ``results.jsonl`` and in ``model.pkl``, and
-``report`` and ``evaluate`` compare it with the manifest of today.
+that a run's numbers are never shown under another domain's name, the dataset records the
+domains it was built with in the run's hparams (``hparams["manifest_domains"]``, declared by
+``recorded_hparams``, see :mod:`dmg_domainbed.hparams.recorded`): DomainBed's ``train.py``
+writes that dict into every record of ``results.jsonl`` and into ``model.pkl``, and ``report``
+and ``evaluate`` compare it with the manifest of today.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from domainbed.datasets import MultipleEnvironmentImageFolder
 from torch.utils.data import Dataset
@@ -75,11 +77,14 @@ class LabelledImages(Dataset):
 
 
 class ManifestImageFolder(MultipleEnvironmentImageFolder):
-    """The base of every manifest dataset class; ``MANIFEST`` is the class's manifest.
-
-    Building one records the manifest's domains in ``hparams[DOMAINS_HPARAM]``."""
+    """The base of every manifest dataset class; ``MANIFEST`` is the class's manifest."""
 
     MANIFEST: Manifest
+
+    @classmethod
+    def recorded_hparams(cls) -> dict[str, Any]:
+        """What a run on the dataset records in its hparams: the manifest's domains, in order."""
+        return {DOMAINS_HPARAM: list(cls.MANIFEST.domains)}
 
     def __init__(self, root, test_envs, hparams) -> None:
         manifest = self.MANIFEST
@@ -87,7 +92,6 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
         problems = file_problems(manifest, domains)
         if problems:
             raise UserError("\n".join(problems))
-        hparams[DOMAINS_HPARAM] = list(manifest.domains)
         self.classes = class_names(domains)
         label = {name: i for i, name in enumerate(self.classes)}
         plain, augmented = image_transforms(manifest.input_size)

@@ -5,8 +5,9 @@ misspelt name (``lamda_overlap``) trains the whole run with the default and no w
 This package's algorithms check the names when they are built, before the first step. A run does
 not tell its algorithm the dataset, so a name is valid when DomainBed's registry defines it for
 the algorithm on any registered dataset (DomainBed's own and plugin datasets' declared hparams
-included) or the algorithm declares it; ``precision`` (:mod:`dmg_domainbed.precision`) is valid
-for every algorithm. DomainBed's own algorithms are not checked.
+included), a registered dataset records it (:mod:`.recorded`) or the algorithm declares it;
+``precision`` (:mod:`dmg_domainbed.precision`) is valid for every algorithm. DomainBed's own
+algorithms are not checked.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.recorded import recorded_hparams
 
 
 def known_hparams(algorithm_class: type) -> frozenset[str]:
@@ -29,7 +31,7 @@ def known_hparams(algorithm_class: type) -> frozenset[str]:
 @functools.cache
 def _known_hparams(algorithm_class: type, dataset_names: tuple[str, ...]) -> frozenset[str]:
     # Cached: DomainBed's registry draws every random value on each call.
-    from domainbed import hparams_registry
+    from domainbed import datasets, hparams_registry
 
     from dmg_domainbed import precision
 
@@ -37,6 +39,7 @@ def _known_hparams(algorithm_class: type, dataset_names: tuple[str, ...]) -> fro
     names = {h.name for h in algorithm_class.HPARAMS} | {precision.HPARAM}
     for dataset in dataset_names:
         names.update(hparams_registry.default_hparams(algorithm_class.__name__, dataset))
+        names.update(recorded_hparams(vars(datasets).get(dataset)))
     return frozenset(names)
 
 

@@ -6,11 +6,12 @@ import pickle
 
 import pytest
 import torch
-from domainbed import datasets, hparams_registry
+from domainbed import algorithms, datasets, hparams_registry
 
 from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, load_manifest, read_manifests
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import requirements
+from dmg_domainbed.preflight.hparams import effective_hparams
 
 from ..helpers import cli
 from .conftest import DOMAINS, write_domains
@@ -56,6 +57,32 @@ def test_a_folder_of_domains_becomes_a_domainbed_image_dataset(manifest, registe
     assert torch.equal(dataset[2][0][0], dataset[2][0][0])
     plain = cls(None, [2], {**hparams, "data_augmentation": False})
     assert torch.equal(plain[0][0][0], plain[0][0][0])
+
+
+# SFMOE is left out: its DeiT-S weights; it is checked by the same PluginAlgorithm path.
+@pytest.mark.parametrize("name", ["DMG", "MultiHead", "Aggregate", "CorGrad", "ImportanceMask"])
+def test_every_algorithm_builds_on_a_manifest_dataset_as_train_py_builds_it(
+    manifest, registered, name
+):
+    registered(manifest)
+    hparams = hparams_registry.default_hparams(name, "MyData")
+    dataset = datasets.get_dataset_class("MyData")(None, [2], hparams)  # records its domains
+    assert hparams["manifest_domains"] == list(DOMAINS)
+    algorithm = algorithms.get_algorithm_class(name)(
+        dataset.input_shape, dataset.num_classes, len(dataset) - 1, hparams
+    )
+    assert algorithm.hparams["manifest_domains"] == list(DOMAINS)
+
+
+def test_the_preflight_checks_the_hparams_the_algorithm_is_built_with(manifest, registered):
+    registered(manifest)
+    overrides = {"lambda_overlap": 0.5}
+    built_with = hparams_registry.default_hparams("DMG", "MyData") | overrides
+    datasets.get_dataset_class("MyData")(None, [0], built_with)
+    assert effective_hparams("DMG", "MyData", overrides) == built_with
+    # A run cannot set what the dataset records: the dataset would replace it.
+    with pytest.raises(UserError, match="'manifest_domains' is recorded by dataset MyData"):
+        effective_hparams("DMG", "MyData", {"manifest_domains": ["south", "north", "west"]})
 
 
 def test_a_csv_of_path_label_and_domain(tmp_path, registered):

@@ -1,0 +1,41 @@
+"""Hparams a dataset records: what a run was built on, written into the run's hparams.
+
+DomainBed's ``train.py`` writes the hparams dict into every record of ``results.jsonl`` and into
+``model.pkl``, so a dataset that records a fact there (a manifest dataset its domains, in order)
+makes it part of the run. A dataset declares what it records with a classmethod
+``recorded_hparams()`` giving ``{name: value}`` from the class alone (no data read);
+:func:`record` writes them when the dataset is built (:mod:`dmg_domainbed.integration`), the
+preflight adds them to the hparams it checks, and the names rule (:mod:`.names`) knows them, so
+the algorithm that is then built with those hparams accepts them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping
+from typing import Any
+
+from dmg_domainbed.errors import UserError
+
+
+def recorded_hparams(dataset_class: type | None) -> dict[str, Any]:
+    """``{name: value}`` that ``dataset_class`` records in a run's hparams (none when it
+    declares nothing, or no dataset is given)."""
+    declared = getattr(dataset_class, "recorded_hparams", None)
+    return dict(declared()) if declared is not None else {}
+
+
+def record(dataset_class: type, hparams: MutableMapping[str, Any]) -> None:
+    """Write what ``dataset_class`` records into ``hparams``; :class:`UserError` when
+    ``hparams`` already give one of those names another value (the dataset would replace it,
+    so the run would not have it)."""
+    recorded = recorded_hparams(dataset_class)
+    for name, value in recorded.items():
+        if name in hparams and hparams[name] != value:
+            raise UserError(
+                f"hparam {name!r} = {json.dumps(hparams[name])} was given, but {name!r} is "
+                f"recorded by dataset {dataset_class.__name__} when it is built "
+                f"({json.dumps(value)}): it is not a setting. Remove it from --hparams (or "
+                "the sweep file)."
+            )
+    hparams.update(recorded)
