@@ -461,3 +461,12 @@ def random_weight_cache(root: Path, backbones=(), deit: bool = False):
         locations = deit_weights.weight_locations("", caches)
         synthetic.write_random_weights([f for f in locations if f.layout == TORCH_HUB_FILE])
     return caches
+
+
+def package_plugins(group: str) -> list[str]:
+    """The names this package registers in the entry-point ``group`` (e.g.
+    ``integration.ALGORITHM_GROUP``), sorted."""
+    from dmg_domainbed import integration
+
+    points = integration.entry_points(group).items()
+    return sorted(name for name, point in points if point.value.startswith("dmg_domainbed."))

@@ -43,6 +43,7 @@ from .helpers import (
     cli,
     domainbed_script,
     one_loader_worker,
+    package_plugins,
     random_weight_cache,
     read_weights_from,
     register_manifests,
@@ -50,20 +51,14 @@ from .helpers import (
 
 # --- The axes -------------------------------------------------------------------------------
 
-ALGORITHMS = (
-    "ERM",
-    *sorted(
-        name
-        for name, entry_point in integration.entry_points(integration.ALGORITHM_GROUP).items()
-        if entry_point.value.startswith("dmg_domainbed.")
-    ),
-)
+ALGORITHMS = ("ERM", *package_plugins(integration.ALGORITHM_GROUP))
 PRECISIONS = ("fp32", "bf16")  # fp32: no precision hparam at all, as users run by default
 
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of dataset: the DomainBed dataset of its cells and the network its inputs select."""
+    """A kind of dataset: the DomainBed dataset of its cells and the featurizer its inputs
+    select (DomainBed's class), which ``hparams`` settle where there is a choice."""
 
     dataset: str
     network: str
@@ -72,10 +67,10 @@ class Kind:
 
 RESNET18 = {"resnet18": True, "resnet50_augmix": False}
 KINDS = {
-    "embedded": Kind("RotatedDigits", "MLP", {}),
-    "manifest_folders": Kind("MatrixFolders", "MNIST_CNN", {}),
-    "manifest_csv": Kind("MatrixCsv", "Wide_ResNet", {}),
-    "domainbed_images": Kind("PACS", "ResNet-18", RESNET18),
+    "embedded": Kind("RotatedDigits", "MLP", {}),  # 64 features
+    "manifest_folders": Kind("MatrixFolders", "MNIST_CNN", {}),  # 28x28
+    "manifest_csv": Kind("MatrixCsv", "Wide_ResNet", {}),  # 32x32
+    "domainbed_images": Kind("PACS", "ResNet", RESNET18),  # 224x224, ResNet-18
 }
 # (algorithm, kind) -> the start of the error the algorithm refuses the kind's inputs with.
 REFUSED = {
@@ -149,10 +144,13 @@ class Trainings:
     def __init__(self, data_dir: Path, root: Path) -> None:
         self.data_dir, self.root, self.done = data_dir, root, {}
 
+    def folder(self, algorithm: str, kind: str, precision: str) -> Path:
+        return self.root / f"{algorithm}_{kind}_{precision}"
+
     def __call__(self, algorithm: str, kind: str, precision: str) -> Path:
         key = (algorithm, kind, precision)
         if key not in self.done:
-            output = self.root / "_".join(key)
+            output = self.folder(*key)
             args = [
                 *("--algorithm", algorithm, "--dataset", KINDS[kind].dataset),
                 *("--data_dir", str(self.data_dir), "--output_dir", str(output)),
@@ -179,6 +177,19 @@ def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
 
 
+def reload(run: Path):
+    """The run's model.pkl rebuilt as DomainBed's scripts rebuild it."""
+    checkpoint = torch.load(run / "model.pkl", weights_only=False)
+    algorithm = algorithms.get_algorithm_class(checkpoint["args"]["algorithm"])(
+        checkpoint["model_input_shape"],
+        checkpoint["model_num_classes"],
+        checkpoint["model_num_domains"],
+        checkpoint["model_hparams"],
+    )
+    algorithm.load_state_dict(checkpoint["model_dict"])
+    return algorithm.eval(), checkpoint
+
+
 # --- The cell ---------------------------------------------------------------------------------
 
 
@@ -186,11 +197,13 @@ def records(run: Path) -> list[dict]:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_trains_evaluates_and_draws(trained, tmp_path, algorithm, kind, precision):
+    """One cell: train.py, evaluate and masks on one algorithm, kind of dataset and precision,
+    or the algorithm's refusal of the kind's inputs before anything is trained."""
     if (algorithm, kind) in REFUSED:
         with pytest.raises(UserError, match=re.escape(REFUSED[(algorithm, kind)])) as refused:
             trained(algorithm, kind, precision)
         assert "Datasets that fit:" in str(refused.value)
-        assert not (trained.root / f"{algorithm}_{kind}_{precision}" / "results.jsonl").exists()
+        assert not (trained.folder(algorithm, kind, precision) / "results.jsonl").exists()
         return
     run = trained(algorithm, kind, precision)
     hparams = run_hparams(algorithm, kind, precision)
@@ -239,20 +252,14 @@ def test_trains_evaluates_and_draws(trained, tmp_path, algorithm, kind, precisio
         assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_selects_its_own_featurizer(trained, kind):
+    """Between them, the kinds' inputs select every featurizer DomainBed builds."""
+    model, _ = reload(trained("ERM", kind, "fp32"))
+    assert type(model.featurizer).__name__ == KINDS[kind].network
+
+
 # --- What the ResNet-18 runs show of the backbone ---------------------------------------------
-
-
-def reload(run: Path):
-    """The run's model.pkl rebuilt as DomainBed's scripts rebuild it."""
-    checkpoint = torch.load(run / "model.pkl", weights_only=False)
-    algorithm = algorithms.get_algorithm_class(checkpoint["args"]["algorithm"])(
-        checkpoint["model_input_shape"],
-        checkpoint["model_num_classes"],
-        checkpoint["model_num_domains"],
-        checkpoint["model_hparams"],
-    )
-    algorithm.load_state_dict(checkpoint["model_dict"])
-    return algorithm.eval(), checkpoint
 
 
 @pytest.mark.parametrize("algorithm", ["Aggregate", "MultiHead", "DMG", "ImportanceMask"])

@@ -32,14 +32,10 @@ from domainbed.test import helpers, test_hparams_registry, test_models
 
 from dmg_domainbed import integration
 
-from ..helpers import domainbed_env, random_weight_cache, run_python
+from ..helpers import domainbed_env, package_plugins, random_weight_cache, run_python
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-OURS = sorted(
-    name
-    for name, entry_point in integration.entry_points(integration.ALGORITHM_GROUP).items()
-    if entry_point.value.startswith("dmg_domainbed.")
-)
+OURS = package_plugins(integration.ALGORITHM_GROUP)
 
 
 def parameters(method) -> dict[str, str]:
