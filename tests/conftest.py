@@ -52,7 +52,7 @@ def pytest_configure(config):
 
 # Fixtures computed once per worker process, and the tests that need them.
 _SHARED_DEMO = {"demo_run", "demo_sweep", "copied_run"}
-_SHARED_FOLDERS = ("slurm", "image_path")  # one test cluster; the image-path trainings
+_SHARED_FOLDERS = ("slurm", "image_path")  # one test cluster; the image-path training
 _GPU_TRAINING = "trained"  # tests/gpu/test_gpu_algorithms.py's fixture, one per algorithm
 
 

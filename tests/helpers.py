@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import psutil
@@ -353,28 +354,119 @@ def machine_check(sweep, launcher: str = "local") -> str:
 def domainbed_script(script: str, *args: str) -> str:
     """What ``python -m domainbed.scripts.SCRIPT ARGS`` prints, run unmodified in this process:
     for DomainBed's scripts whose work is not about a new interpreter (``collect_results``,
-    ``list_top_hparams``, ``sweep`` with its launchers, what ``train`` does before its first
-    step), where one would check nothing more than the start-up that other tests check."""
-    import runpy
+    ``list_top_hparams``, ``sweep`` with its launchers, ``train`` where the test is about the
+    training, not its process), where one would check nothing more than the start-up that other
+    tests check. An exception the script raises (a ``UserError`` of a plugin) propagates."""
     from importlib.util import find_spec
     from unittest import mock
 
     import numpy as np
-    from domainbed.lib.misc import Tee
 
     out = io.StringIO()
     with (
         contextlib.redirect_stdout(out),
-        mock.patch.object(sys, "stderr", sys.stderr),
+        contextlib.redirect_stderr(sys.stderr),  # put back after train.py replaces it
         mock.patch.object(sys, "argv", [script, *args]),
         np.printoptions(),  # the scripts set numpy's print options
     ):
+        err = sys.stderr
         try:
-            # by file: a module another test already imported would be run with a warning
-            runpy.run_path(find_spec(f"domainbed.scripts.{script}").origin, run_name="__main__")
+            run_as_main(find_spec(f"domainbed.scripts.{script}").origin)
         finally:
-            # collect_results tees what it prints into results.txt, train both streams
-            for stream in (sys.stdout, sys.stderr):
-                if isinstance(stream, Tee):
-                    stream.file.close()
+            # collect_results tees what it prints into results.txt, train.py into out.txt and
+            # err.txt
+            for tee in {sys.stdout, sys.stderr} - {out, err}:
+                tee.file.close()
     return out.getvalue()
+
+
+def run_as_main(path: str) -> None:
+    """Run the Python file ``path`` as ``python PATH`` runs it, in this process (by file: a
+    module another test already imported would be run with a warning by ``runpy``).
+
+    The script's globals are emptied when it ends, so that what it made is freed at once. Left
+    to the garbage collector (a script's functions hold its globals in a cycle), the worker
+    processes of DomainBed's data loaders would be stopped only after the collector had closed
+    their queues, and each would be waited for 5 s, then killed."""
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    try:
+        exec(compile(Path(path).read_bytes(), path, "exec"), vars(main))
+    finally:
+        sys.modules["__main__"] = saved
+        vars(main).clear()
+
+
+@contextlib.contextmanager
+def one_loader_worker():
+    """While the block runs, every DomainBed dataset class of this process gives each of its
+    data loaders one worker process (the fewest the package allows, as a job with
+    ``DMG_DOMAINBED_LOADER_WORKERS=1`` has): DomainBed's own 8 per loader would fork this
+    process dozens of times a run. Then the classes' own numbers again."""
+    from domainbed import datasets
+
+    from dmg_domainbed import integration
+
+    integration.cap_loader_workers(datasets, {integration.LOADER_WORKERS_VARIABLE: "1"})
+    try:
+        yield
+    finally:
+        integration.cap_loader_workers(datasets)
+
+
+def register_manifests(monkeypatch, *files) -> list[str]:
+    """Register the datasets of the manifest ``files`` into the real domainbed.datasets, as
+    importing DomainBed does with ``DMG_DOMAINBED_DATASETS``; ``monkeypatch`` takes them out."""
+    from domainbed import datasets
+
+    from dmg_domainbed import integration
+    from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, read_manifests
+
+    environ = {MANIFESTS_VARIABLE: ":".join(str(f) for f in files)}
+    names = [m.name for m in read_manifests(environ)[0]]
+    monkeypatch.setattr(datasets, "DATASETS", list(datasets.DATASETS))
+    for name in names:
+        if not hasattr(datasets, name):  # taken out again when the monkeypatch is undone
+            monkeypatch.setattr(datasets, name, None, raising=False)
+            monkeypatch.delattr(datasets, name)
+    return integration.register_manifest_datasets(datasets, environ)
+
+
+def read_weights_from(monkeypatch, caches) -> None:
+    """This process's torchvision, timm and SF-MoE weight loaders read ``caches``
+    (a :class:`dmg_domainbed.weight_files.Caches`), offline, as a job with its environment
+    does."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("TORCH_HOME", caches.environment()["TORCH_HOME"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(caches.hf_hub))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+def random_weight_cache(root: Path, backbones=(), deit: bool = False):
+    """A :class:`dmg_domainbed.weight_files.Caches` under ``root`` holding random weights in
+    the files the loaders read, offline: DomainBed's ResNet featurizer for each hparams of
+    ``backbones`` and, with ``deit``, SFMOE's DeiT-S (only names and shapes matter to a test)."""
+    from dmg_domainbed import deit_weights, synthetic
+    from dmg_domainbed.preflight.weights import needed_weights
+    from dmg_domainbed.weight_files import TORCH_HUB_FILE, Caches
+
+    caches = Caches.under(root)
+    for hparams in backbones:
+        files, _ = needed_weights(hparams, synthetic.IMAGE_SHAPE, caches)
+        synthetic.write_random_weights(files)
+    if deit:
+        locations = deit_weights.weight_locations("", caches)
+        synthetic.write_random_weights([f for f in locations if f.layout == TORCH_HUB_FILE])
+    return caches
+
+
+def package_plugins(group: str) -> list[str]:
+    """The names this package registers in the entry-point ``group`` (e.g.
+    ``integration.ALGORITHM_GROUP``), sorted."""
+    from dmg_domainbed import integration
+
+    points = integration.entry_points(group).items()
+    return sorted(name for name, point in points if point.value.startswith("dmg_domainbed."))

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import package_plugins
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,18 +36,14 @@ def test_every_algorithm_command_and_launcher_of_the_package_is_documented(gener
 
     from dmg_domainbed import integration
 
-    def ours(group):
-        points = integration.entry_points(group).items()
-        return {name for name, point in points if point.value.startswith("dmg_domainbed.")}
-
     leaves = {
         name
         for name, parser in generate.subcommands().items()
         if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
     }
     expected = {
-        *(f"hparams {name}" for name in ours(integration.ALGORITHM_GROUP)),
-        *(f"launcher {name}" for name in ours(integration.LAUNCHER_GROUP)),
+        *(f"hparams {name}" for name in package_plugins(integration.ALGORITHM_GROUP)),
+        *(f"launcher {name}" for name in package_plugins(integration.LAUNCHER_GROUP)),
         *(f"cli {name}" for name in leaves),
         "sweep-keys",
     }

@@ -68,8 +68,9 @@ def look(algorithm, images: torch.Tensor) -> Seen:
     network, layers = algorithm.network, algorithm.moe_layers
     captured: list[torch.Tensor] = []
     last = network.blocks[-1].attn
+    # fp32 for numpy and matplotlib, also where a bf16 run computed it under autocast
     hook = last.register_forward_pre_hook(
-        lambda module, args: captured.append(class_token_attention(module, args[0]))
+        lambda module, args: captured.append(class_token_attention(module, args[0]).float())
     )
     routings: list[list] = [[] for _ in layers]
     device = next(network.parameters()).device

@@ -9,12 +9,13 @@ DomainBed's business; ``test_integration`` checks the plugin leaves their hparam
 the CPU where there is no GPU (:mod:`.cuda_optional`).
 
 ``test_models`` runs on ``Debug28``. Its ``Debug224`` cases differ only in the backbone, which
-the image-path tests build and train through DomainBed's own ``train.py`` at 224x224 (ResNet-50
-and ResNet-18 from pretrained weight files, for the algorithms whose networks depend on the
-backbone; SFMOE's DeiT-S in ``test_sfmoe``). SFMOE always runs its DeiT-S at 224x224, so on
-``Debug28`` its ``test_models`` case is as costly as a ``Debug224`` one: what it checks, and
-more, is checked once, by ``dmg-domainbed check-algorithm`` below, which runs ``test_models``'
-steps on ``Debug28`` for this package's algorithms and ERM. The DeiT-S weights are random files
+other tests build and train through DomainBed's own ``train.py`` at 224x224 from pretrained
+weight files: every algorithm on ResNet-18 (and SFMOE's DeiT-S) in the combination matrix
+(``tests/test_combinations.py``), DMG on ResNet-50 in ``tests/image_path``. SFMOE always runs
+its DeiT-S at 224x224, so on ``Debug28`` its ``test_models`` case is as costly as a
+``Debug224`` one: what it checks, and more, is checked once, by ``dmg-domainbed
+check-algorithm`` below, which runs ``test_models``' steps on ``Debug28`` for this package's
+algorithms and ERM. The DeiT-S weights are random files
 that :mod:`dmg_domainbed.synthetic` writes into a cache of the test's own, read by the loaders'
 own code with no network.
 """
@@ -29,17 +30,12 @@ import pytest
 from domainbed import datasets
 from domainbed.test import helpers, test_hparams_registry, test_models
 
-from dmg_domainbed import deit_weights, integration, synthetic
-from dmg_domainbed.weight_files import TORCH_HUB_FILE, Caches
+from dmg_domainbed import integration
 
-from ..helpers import domainbed_env, run_python
+from ..helpers import domainbed_env, package_plugins, random_weight_cache, run_python
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-OURS = sorted(
-    name
-    for name, entry_point in integration.entry_points(integration.ALGORITHM_GROUP).items()
-    if entry_point.value.startswith("dmg_domainbed.")
-)
+OURS = package_plugins(integration.ALGORITHM_GROUP)
 
 
 def parameters(method) -> dict[str, str]:
@@ -70,20 +66,12 @@ node_datasets = {
 HPARAMS = node_ids(test_hparams_registry, test_hparams_registry.TestHparamsRegistry)
 
 
-def random_weight_cache(root: Path) -> Caches:
-    """A cache holding random weights in the DeiT-S file SFMOE loads (on ``Debug28`` no other
-    algorithm loads a weight file)."""
-    caches = Caches.under(root)
-    deit = deit_weights.weight_locations("", caches)
-    synthetic.write_random_weights([file for file in deit if file.layout == TORCH_HUB_FILE])
-    return caches
-
-
 @pytest.fixture(scope="module")
 def weights_env(tmp_path_factory) -> dict[str, str]:
     """The environment of a process that finds random weights in every file the algorithms
     load, and no network."""
-    caches = random_weight_cache(tmp_path_factory.mktemp("weights") / "cache")
+    # the DeiT-S file SFMOE loads; on Debug28 no other algorithm loads a weight file
+    caches = random_weight_cache(tmp_path_factory.mktemp("weights") / "cache", deit=True)
     return domainbed_env(**caches.environment(), HF_HUB_OFFLINE="1", PYTHONPATH=str(REPOSITORY))
 
 

@@ -2,11 +2,9 @@
 
 import numpy as np
 import pytest
-from domainbed import datasets
 from PIL import Image
 
-from dmg_domainbed import integration
-from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, read_manifests
+from ..helpers import register_manifests
 
 DOMAINS = ("north", "south", "west")
 CLASSES = ("cat", "dog")
@@ -27,15 +25,4 @@ def write_domains(root, domains=DOMAINS, classes=CLASSES, per_class=3, seed=0):
 @pytest.fixture
 def registered(monkeypatch):
     """Register manifests into the real domainbed.datasets for one test, then take them out."""
-
-    def register(*files):
-        environ = {MANIFESTS_VARIABLE: ":".join(str(f) for f in files)}
-        names = [m.name for m in read_manifests(environ)[0]]
-        monkeypatch.setattr(datasets, "DATASETS", list(datasets.DATASETS))
-        for name in names:
-            if not hasattr(datasets, name):  # taken out again when the test ends
-                monkeypatch.setattr(datasets, name, None, raising=False)
-                monkeypatch.delattr(datasets, name)
-        return integration.register_manifest_datasets(datasets, environ)
-
-    return register
+    return lambda *files: register_manifests(monkeypatch, *files)
