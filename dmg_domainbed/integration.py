@@ -407,7 +407,7 @@ def check_and_apply_when_built(module: ModuleType) -> None:
     when the hparams say ``"bf16"`` and does nothing otherwise.
     """
     from dmg_domainbed import precision
-    from dmg_domainbed.hparams import reject_unknown
+    from dmg_domainbed.hparams.names import reject_unknown
 
     domainbed_init = module.Algorithm.__init__
     if getattr(domainbed_init, _MARK, False):

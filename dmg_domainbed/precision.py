@@ -1,11 +1,14 @@
 """bf16 mixed precision for DomainBed runs, chosen by the hparam ``precision``.
 
-``precision`` is ``"fp32"`` (the default) or ``"bf16"``. It is not one of DomainBed's default
-hparams: a run asks for bf16 with ``--hparams '{"precision": "bf16"}'`` (or ``precision =
+``precision`` is ``"fp32"`` (the default) or ``"bf16"``, declared in :data:`HPARAMS`: the
+hparams this package gives every algorithm, DomainBed's and each plugin's, on every dataset.
+The names rule (:mod:`dmg_domainbed.hparams.names`) knows them and the preflight checks their
+values by their own rule, as it does any declared hparam; but they are not in DomainBed's
+registry: a run asks for bf16 with ``--hparams '{"precision": "bf16"}'`` (or ``precision =
 "bf16"`` in a sweep file), so runs that do not ask keep exactly the hparams, results and
-checkpoints they have without this package, and a record without it is fp32. A bf16 run
-carries ``"precision": "bf16"`` in the hparams of every record of ``results.jsonl`` and of
-``model.pkl``.
+checkpoints they have without this package (random search never draws bf16), and a record
+without it is fp32. A bf16 run carries ``"precision": "bf16"`` in the hparams of every record
+of ``results.jsonl`` and of ``model.pkl``.
 
 With ``"bf16"``, every algorithm DomainBed builds (its own and every plugin's; see
 :func:`dmg_domainbed.integration.check_and_apply_when_built`) runs ``update``, ``predict`` and
@@ -21,7 +24,7 @@ Where precision matters, code runs in :func:`full_precision` islands, fp32 even 
 step: DMG's mask probabilities and soft-IoU overlap, SF-MoE's gate and routing, CorGrad's
 gradient projections and ImportanceMask's importance scores (see docs/performance.md).
 
-This module needs torch only.
+This module needs torch and this package's hparam declarations only.
 """
 
 from __future__ import annotations
@@ -36,27 +39,21 @@ import torch
 from torch import nn
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.space import HParam, HParamSpace
 
 HPARAM = "precision"
 FP32 = "fp32"
 BF16 = "bf16"
 CHOICES = (FP32, BF16)
+#: The hparams every algorithm has, outside DomainBed's registry (see the module's description).
+HPARAMS = HParamSpace(
+    # The sampler is never called by DomainBed's random search (not in its registry): fp32.
+    HParam(HPARAM, FP32, lambda random: FP32, choices=CHOICES)
+)
 #: The methods a bf16 run executes under autocast, where an algorithm has them.
 AUTOCAST_METHODS = ("update", "predict", "predict_known_domain")
 #: Methods whose tensor result is a prediction, returned as fp32.
 PREDICTIONS = ("predict", "predict_known_domain")
-
-
-def requested(hparams: Mapping[str, Any]) -> str:
-    """The precision ``hparams`` ask for (``fp32`` when absent); :class:`UserError` otherwise."""
-    value = hparams.get(HPARAM, FP32)
-    if not isinstance(value, str) or value not in CHOICES:
-        raise UserError(
-            f"hparam '{HPARAM}' is {value!r}; allowed: {', '.join(map(repr, CHOICES))}. Fix it "
-            f"""in --hparams (e.g. '{{"{HPARAM}": "{BF16}"}}') or the sweep file, or leave it """
-            f"out for {FP32}."
-        )
-    return value
 
 
 @contextlib.contextmanager
@@ -71,13 +68,17 @@ def full_precision() -> Iterator[None]:
 
 
 def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
-    """Make ``algorithm`` run in the precision ``hparams`` ask for; for fp32, do nothing.
+    """Make ``algorithm`` run in the precision ``hparams`` ask for (:class:`UserError` for a
+    value :data:`HPARAMS` refuses); for fp32, do nothing.
 
     Called when the algorithm is built, before its subclass builds its networks: the methods
     are replaced on the instance, and the layout is set on the first call, once the networks
     exist and sit on their device.
     """
-    if requested(hparams) == FP32:
+    declared = HPARAMS[HPARAM]
+    value = hparams.get(HPARAM, declared.default)
+    declared.check(value, type(algorithm).__name__)  # the preflight checks it the same way
+    if value == FP32:
         return
     for name in AUTOCAST_METHODS:
         method = getattr(type(algorithm), name, None)

@@ -11,7 +11,8 @@ warning. A name is valid for an algorithm on a dataset when
 * DomainBed's featurizer reads it for the inputs: ``networks.MLP``, its featurizer for vector
   inputs, reads :data:`VECTOR_INPUT_HPARAMS`, which the registry gives only to DANN, CDANN and
   ADRMX (a dataset of vectors declares them, or a run gives them);
-* it is ``precision`` (:mod:`dmg_domainbed.precision`), valid for every algorithm.
+* the package gives it to every algorithm (:data:`EVERY_ALGORITHM`), outside DomainBed's
+  registry.
 
 DomainBed's algorithms read their hparams by subscript, every name the registry gives them
 (none reads one with ``.get``), so a valid run of theirs gives no other name. Without a dataset
@@ -30,12 +31,17 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dmg_domainbed import precision
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.recorded import recorded_hparams
 from dmg_domainbed.hparams.space import resolve_space
 
 #: What DomainBed's ``networks.MLP`` reads: the featurizer of inputs of one dimension.
 VECTOR_INPUT_HPARAMS = ("mlp_width", "mlp_depth", "mlp_dropout")
+#: The hparams this package gives every algorithm, DomainBed's and each plugin's, on every
+#: dataset, declared where they are applied: known and checked like an algorithm's own, but not
+#: in DomainBed's registry, so a run that gives none has exactly DomainBed's hparams.
+EVERY_ALGORITHM = precision.HPARAMS
 
 
 def _registered_name(module, names: Sequence[str], cls: type) -> str:
@@ -48,14 +54,14 @@ def _registered_name(module, names: Sequence[str], cls: type) -> str:
 def _names_on(
     algorithm_class: type, algorithm: str, dataset_class: type | None, dataset: str
 ) -> frozenset[str]:
-    """The names of :func:`known_names` on one dataset, but for the inputs' and ``precision``.
-    Cached: DomainBed's registry draws every random value on each call."""
+    """The names of :func:`known_names` on one dataset, but for the inputs'. Cached:
+    DomainBed's registry draws every random value on each call."""
     from domainbed import hparams_registry
     from domainbed.lib import misc
 
     names = set(hparams_registry.default_hparams(algorithm, dataset))
-    declared = getattr(algorithm_class, "HPARAMS", None) or {}
-    names.update(resolve_space(declared, 0, misc.seed_hash, dataset, frozenset(names)))
+    for declared in (EVERY_ALGORITHM, getattr(algorithm_class, "HPARAMS", None) or {}):
+        names.update(resolve_space(declared, 0, misc.seed_hash, dataset, frozenset(names)))
     names.update(recorded_hparams(dataset_class))
     return frozenset(names)
 
@@ -69,14 +75,12 @@ def known_names(
     registered dataset) can give, for inputs of ``input_shape`` (``None``: not known)."""
     from domainbed import algorithms, datasets
 
-    from dmg_domainbed import precision
-
     algorithm = _registered_name(algorithms, algorithms.ALGORITHMS, algorithm_class)
     if dataset_class is not None:
         on = [(dataset_class, _registered_name(datasets, datasets.DATASETS, dataset_class))]
     else:
         on = [(vars(datasets).get(name), name) for name in datasets.DATASETS]
-    names = {precision.HPARAM}.union(*(_names_on(algorithm_class, algorithm, *d) for d in on))
+    names = set().union(*(_names_on(algorithm_class, algorithm, *d) for d in on))
     if input_shape is None or len(input_shape) == 1:
         names.update(VECTOR_INPUT_HPARAMS)
     return frozenset(names)

@@ -4,8 +4,9 @@ DomainBed's ``train.py`` updates the hparams with whatever ``--hparams`` holds: 
 is silently ignored and a value of the wrong type fails hours later, inside a job. Here the
 names go through the rule the algorithm applies when it is built
 (:func:`~dmg_domainbed.hparams.names.reject_unknown`), on the hparams it is built with, and a
-value must have the type of the default (or pass the check that this package's algorithms and
-datasets declare in their ``HPARAMS``).
+value must have the type of the default (or pass the check of its declaration: the
+``HPARAMS`` of this package's algorithms and datasets, and the hparams it gives every algorithm,
+:data:`~dmg_domainbed.hparams.names.EVERY_ALGORITHM`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ def effective_hparams(
     # Imported here: every command of the CLI imports this module, few of them need these.
     from domainbed import algorithms, datasets, hparams_registry
 
-    from dmg_domainbed import precision
     from dmg_domainbed.datasets import input_shape
-    from dmg_domainbed.hparams import HParamSpace, reject_unknown
+    from dmg_domainbed.hparams import HParamSpace
+    from dmg_domainbed.hparams.names import EVERY_ALGORITHM, reject_unknown
     from dmg_domainbed.hparams.recorded import record
     from dmg_domainbed.hparams.trainable import check_trainable
     from dmg_domainbed.rules import rule_like
@@ -38,9 +39,8 @@ def effective_hparams(
     record(dataset_class, hparams)  # what the dataset writes when train.py builds it
     # The hparams the algorithm is built with, through the rule it applies then.
     reject_unknown(algorithm_class, hparams, dataset_class, input_shape(dataset))
-    if precision.HPARAM in overrides:  # every algorithm's, absent from DomainBed's defaults
-        precision.requested(overrides)
-    spaces = [getattr(owner, "HPARAMS", None) for owner in (algorithm_class, dataset_class)]
+    owners = (algorithm_class, dataset_class)
+    spaces = [EVERY_ALGORITHM, *(getattr(owner, "HPARAMS", None) for owner in owners)]
     for name, value in overrides.items():
         declared = [s[name] for s in spaces if isinstance(s, HParamSpace) and name in s]
         if declared:

@@ -6,7 +6,8 @@ holding one of these files, or still empty) is done when it has ``done``; runnin
 sweep's folder lock is held by a live command or a registered launcher's ``running_jobs`` says
 its job is queued or runs; failed otherwise; and diverged, whatever its state, when a loss it
 logged is not finite. Records are read in ``os.listdir`` order, as ``collect_results`` reads
-them, checked, and a run not in fp32 is named ``<algorithm> (<precision>)``.
+them, checked, and a run not in fp32 is named ``<algorithm> (<precision>)``: the one rule by
+which every report (``report``, ``select``, ``evaluate``) tells runs of two precisions apart.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed import precision as precisions
 from dmg_domainbed import runs
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.runs import DONE_FILE, RESULTS_FILE
 
 DONE, RUNNING, FAILED = "done", "running", "failed"
-FP32 = "fp32"
 # What train.py writes into a job folder (out.txt and err.txt as it starts).
 JOB_FILES = (RESULTS_FILE, DONE_FILE, "out.txt", "err.txt")
 NAMED = 3  # jobs named per state in a summary
@@ -66,7 +67,7 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
             records = runs.read_records(results)
             runs.check_fields(records, results, runs.SWEEP)
             runs.check_environments(records, results)
-            jobs.append(Job(folder, tuple(map(labelled_precision, records))))
+            jobs.append(Job(folder, tuple(map(as_reported, records))))
         elif not name.startswith(".") and folder.is_dir():
             if any((folder / file).exists() for file in JOB_FILES) or not any(folder.iterdir()):
                 jobs.append(Job(folder, ()))
@@ -75,29 +76,38 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
 
 def precision(record: dict[str, Any]) -> str:
     """The precision a run trained in: its hparam ``precision``, ``fp32`` where absent."""
-    return record["hparams"].get("precision", FP32)
+    return record["hparams"].get(precisions.HPARAM, precisions.FP32)
 
 
 def reported_algorithm(record: dict[str, Any]) -> str:
     """The name a run's numbers are reported under: its algorithm, as ``<algorithm>
     (<precision>)`` unless in fp32 (``ERM (bf16)``). Every table of runs (``report``,
-    ``select``, ``evaluate``) names rows by it, so that DomainBed's grouping never pools runs of
-    two precisions."""
-    algorithm = record["args"]["algorithm"]
-    return algorithm if precision(record) == FP32 else f"{algorithm} ({precision(record)})"
+    ``select``, ``evaluate``) names its rows by it, and ``report`` its pictures and TensorBoard
+    runs, so that DomainBed's grouping never pools runs of two precisions."""
+    algorithm, trained_in = record["args"]["algorithm"], precision(record)
+    return algorithm if trained_in == precisions.FP32 else f"{algorithm} ({trained_in})"
 
 
-def labelled_precision(record: dict[str, Any]) -> dict[str, Any]:
+def as_reported(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` with its algorithm named by :func:`reported_algorithm`."""
-    if precision(record) == FP32:
+    if precision(record) == precisions.FP32:
         return record
     return {**record, "args": {**record["args"], "algorithm": reported_algorithm(record)}}
+
+
+def trained_algorithm(record: dict[str, Any]) -> str:
+    """The algorithm a run of :func:`read_jobs` trained: its reported name without the
+    precision that :func:`as_reported` added (``ERM`` of ``ERM (bf16)``)."""
+    algorithm, trained_in = record["args"]["algorithm"], precision(record)
+    return (
+        algorithm if trained_in == precisions.FP32 else algorithm.removesuffix(f" ({trained_in})")
+    )
 
 
 def precisions_note(records: Iterable[dict[str, Any]]) -> str:
     """What the names of runs not in fp32 mean, when ``records`` (one per run) hold any."""
     found = sorted({precision(record) for record in records})
-    if found in ([], [FP32]):
+    if found in ([], [precisions.FP32]):
         return ""
     return (
         f"Precision: the runs are in {' and '.join(found)}. Runs of different precisions are "

@@ -16,7 +16,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import path_part
 from dmg_domainbed.reporting import comparisons as paired
 from dmg_domainbed.reporting import ranks, tables
-from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
+from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs, trained_algorithm
 from dmg_domainbed.reporting.outputs import check_output_dir, placed, staged
 from dmg_domainbed.reporting.tables import AVERAGE, table_files, write_table
 from dmg_domainbed.runs import require_sweep
@@ -84,21 +84,26 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
 
 def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> dict[str, Figure]:
     """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
-    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm that draws its diagnostics;
-    names from the records escaped (:func:`~dmg_domainbed.folders.path_part`)."""
+    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm as the tables name it
+    (:func:`.jobs.reported_algorithm`) whose registered class draws its diagnostics; names from
+    the records escaped (:func:`~dmg_domainbed.folders.path_part`)."""
     from domainbed import algorithms, datasets
 
     drawn = {}
     shown = results[~results["selection_method"].isin(tables.without_results(results))]
     shown = shown if len(shown) else results
     for dataset in results["dataset"].unique():
-        own = set(records.filter_equals("args.dataset", dataset).select("args.algorithm"))
+        own = records.filter_equals("args.dataset", dataset)
         pairs = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
-        of_dataset = shown[shown.algorithm.isin(own)]
+        of_dataset = shown[shown.algorithm.isin(set(own.select("args.algorithm")))]
         drawn[f"accuracy_{path_part(dataset)}.png"] = accuracy_figure(of_dataset, dataset, pairs)
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
-        for algorithm in [name for name in algorithms.ALGORITHMS if name in own]:
-            declared = declarations_of(algorithms.get_algorithm_class(algorithm))
+        # Each algorithm as the tables name it, drawn by the class it trained.
+        trained = {r["args"]["algorithm"]: trained_algorithm(r) for r in own}
+        for algorithm in tables.ordered_algorithms(own):
+            if trained[algorithm] not in algorithms.ALGORITHMS:
+                continue
+            declared = declarations_of(algorithms.get_algorithm_class(trained[algorithm]))
             runs = first_runs(records, dataset, algorithm)
             if (curves := declared.training_curves(runs, environments)) is not None:
                 name = f"{algorithm.lower()}_diagnostics_{dataset}.png"

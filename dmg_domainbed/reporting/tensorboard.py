@@ -2,7 +2,8 @@
 accuracy each selection method takes from it (TensorBoard's HParams dashboard).
 
 Each run folder is one TensorBoard run, ``<algorithm>/<dataset>/test_env<e>/hparams<h>_trial<t>_
-<folder>`` (each part escaped: a record never names a folder outside the log folder), with every
+<folder>`` (the algorithm as the tables name it, :func:`.jobs.reported_algorithm`; each part
+escaped: a record never names a folder outside the log folder), with every
 number train.py logged at its step; its hparams (and algorithm, dataset, test_envs, seeds) go
 through the HParams plugin. Metrics per selection method: ``selected_test_acc/<method>`` (the
 test accuracy, a fraction, at the checkpoint it picks, at that step) and ``selected/<method>``
@@ -20,6 +21,7 @@ import pandas as pd
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable, check_outside, path_part
+from dmg_domainbed.reporting.jobs import as_reported
 from dmg_domainbed.runs import RESULTS_FILE, read_records, run_folders
 
 OPTION = "--tensorboard"
@@ -67,7 +69,8 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
 
     by_run = {Path(run): rows for run, rows in ranked.groupby("run", sort=False)}
     runs = [
-        (f, [r for r in read_records(f / RESULTS_FILE) if "args" in r]) for f in run_folders(sweep)
+        (f, [as_reported(r) for r in read_records(f / RESULTS_FILE) if "args" in r])
+        for f in run_folders(sweep)
     ]
     runs = [(folder, records) for folder, records in runs if records]
     values = {folder: _hparam_values(records[-1]) for folder, records in runs}

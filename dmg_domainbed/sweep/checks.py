@@ -83,11 +83,12 @@ def check_file(
 ) -> tuple[dict[tuple[str, str], dict[str, Any]], tuple[str, ...]]:
     """Steps 1 to 3: the hparams of each (algorithm, dataset) run and the notes."""
     import dmg_domainbed
-    from dmg_domainbed import precision
     from dmg_domainbed.algorithms.base import PluginAlgorithm
+    from dmg_domainbed.datasets import input_shape
+    from dmg_domainbed.hparams.names import known_names
 
     dmg_domainbed.register()
-    from domainbed import algorithms, datasets, hparams_registry
+    from domainbed import algorithms, datasets
 
     for kind, given, valid in (
         ("algorithm", config.algorithms, algorithms.ALGORITHMS),
@@ -107,9 +108,13 @@ def check_file(
             effective_hparams(algorithm, dataset, config.hparams)
         except UserError as error:
             message = f"{config.path}: [sweep.hparams]: {error}"
-            # names DomainBed's registry does not give this algorithm (precision is everyone's)
-            own = hparams_registry.default_hparams(algorithm, dataset)
-            others = [repr(n) for n in config.hparams if n not in own and n != precision.HPARAM]
+            # names this algorithm's run on this dataset does not know (the names rule)
+            known = known_names(
+                algorithms.get_algorithm_class(algorithm),
+                datasets.get_dataset_class(dataset),
+                input_shape(dataset),
+            )
+            others = [repr(n) for n in config.hparams if n not in known]
             if others:  # a name only some of the sweep's algorithms have
                 message = (
                     f"{message.rstrip('.')}. [sweep.hparams] applies to every algorithm: move "

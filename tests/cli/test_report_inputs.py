@@ -132,6 +132,29 @@ def test_runs_of_two_precisions_are_never_pooled_in_one_cell(demo_sweep, tmp_pat
     assert (comparisons.loc[comparisons["algorithm"] == "ERM (bf16)", "difference"] == 0).all()
 
 
+def test_runs_in_bf16_get_their_own_name_in_pictures_and_tensorboard(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep", ("DMG",))
+    bf16_copies(sweep, "DMG")
+    output, logs = tmp_path / "r", tmp_path / "tb"
+    code, _, _ = cli(
+        *("report", "--input_dir", str(sweep), "--output_dir", str(output)),
+        *("--tensorboard", str(logs)),
+    )
+    assert code == 0
+    drawn = {path.name for path in output.glob("*_diagnostics_*.png")}
+    assert drawn == {
+        "dmg_diagnostics_RotatedDigits.png",
+        "dmg (bf16)_diagnostics_RotatedDigits.png",
+    }
+    # TensorBoard's runs (<algorithm>/<dataset>/test_env<e>/hparams<h>_trial<t>_<folder>) are
+    # named as the tables name them
+    runs = [p.parent.relative_to(logs).parts for p in logs.glob("*/*/*/*/events.*")]
+    named = {folder.split("_", 2)[2]: algorithm for algorithm, _, _, folder in runs}
+    assert named == {f"DMG_{env}": "DMG" for env in range(4)} | {
+        f"DMG_bf16_{env}": "DMG (bf16)" for env in range(4)
+    }
+
+
 def test_select_keeps_runs_of_two_precisions_apart_as_report_does(demo_sweep, tmp_path):
     sweep = small_sweep(demo_sweep, tmp_path / "sweep", ("ERM",))
     code, _, _ = cli("select", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "fp32"))

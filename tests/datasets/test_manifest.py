@@ -21,6 +21,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.sweep import config
+from dmg_domainbed.sweep.checks import check_against_domainbed
 
 from ..helpers import cli, machine_check, snapshot
 from .conftest import DOMAINS, write_domains
@@ -94,6 +95,21 @@ def test_the_preflight_checks_the_hparams_the_algorithm_is_built_with(manifest, 
     # A run cannot set what the dataset records: the dataset would replace it.
     with pytest.raises(UserError, match="'manifest_domains' is recorded by dataset MyData"):
         effective_hparams("DMG", "MyData", {"manifest_domains": ["south", "north", "west"]})
+
+
+def test_a_sweep_setting_what_the_dataset_records_is_told_to_remove_it(manifest, registered):
+    registered(manifest)
+    path = manifest.parent / "sweep.toml"
+    path.write_text(
+        '[sweep]\nalgorithms = ["ERM", "DMG"]\ndatasets = ["MyData"]\n'
+        '[sweep.hparams]\nmanifest_domains = ["south", "north", "west"]\n'
+    )
+    with pytest.raises(UserError) as refused:
+        check_against_domainbed(config.load_sweep(path))
+    message = str(refused.value)
+    assert "[sweep.hparams]: hparam 'manifest_domains'" in message
+    assert "is recorded by dataset MyData" in message and "Remove it" in message
+    assert "algorithm_hparams" not in message  # every algorithm has it: nothing to move
 
 
 def test_a_csv_of_path_label_and_domain(tmp_path, registered):

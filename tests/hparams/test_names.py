@@ -7,7 +7,8 @@ from domainbed import algorithms, datasets, hparams_registry
 
 from dmg_domainbed.algorithms.base import PluginAlgorithm
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams import HParam, HParamSpace, reject_unknown
+from dmg_domainbed.hparams import HParam, HParamSpace
+from dmg_domainbed.hparams.names import reject_unknown
 from dmg_domainbed.integration import ALGORITHM_GROUP, entry_points
 
 OURS = sorted(entry_points(ALGORITHM_GROUP))

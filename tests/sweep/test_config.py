@@ -138,8 +138,13 @@ def test_a_bad_value_of_an_hparam_every_algorithm_has_is_not_told_to_move(tmp_pa
     with pytest.raises(UserError) as refused:
         checked(BASE + '[sweep.hparams]\nprecision = "BF16"\n', tmp_path)
     message = str(refused.value)
-    assert "[sweep.hparams]: hparam 'precision' is 'BF16'; allowed: 'fp32', 'bf16'" in message
-    assert message.endswith("or leave it out for fp32.")
+    assert (
+        "[sweep.hparams]: ERM hparam 'precision' = 'BF16' is not valid: it must be one of "
+        "'fp32', 'bf16'" in message
+    )
+    assert message.endswith(
+        """Fix it in --hparams or the sweep file, e.g. '{"precision": "fp32"}'"""
+    )
     assert ".." not in message and "algorithm_hparams" not in message
 
 
