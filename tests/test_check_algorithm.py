@@ -3,16 +3,13 @@ that cannot be imported is named with its traceback wherever it is asked for by 
 
 from __future__ import annotations
 
-import os
 import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from .helpers import cli, domainbed_env, run_domainbed, run_python
-
-REPOSITORY = Path(__file__).resolve().parents[1]
+from .helpers import cli, domainbed_script, fresh_domainbed, run_python
 
 BROKEN_PLUGINS = {
     "pyproject.toml": """
@@ -77,29 +74,20 @@ BROKEN_PLUGINS = {
 
 
 def install(files: dict[str, str], root: Path) -> Path:
-    """Install the package of ``files`` into a folder of its own; returns that folder."""
+    """Install the package of ``files`` into a folder of its own with pip (a program only: its
+    own process); returns that folder, for :func:`tests.helpers.fresh_domainbed`."""
     source, target = root / "source", root / "site"
     for name, text in files.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(textwrap.dedent(text))
-    run_python(
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--no-build-isolation",
-        "--target",
-        str(target),
-        str(source),
-    )
+    install = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+    run_python(*install, "--target", str(target), str(source))
     return target
 
 
 @pytest.fixture(scope="module")
-def broken_env(tmp_path_factory) -> dict[str, str]:
-    site = install(BROKEN_PLUGINS, tmp_path_factory.mktemp("broken"))
-    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}")
+def broken_site(tmp_path_factory) -> Path:
+    return install(BROKEN_PLUGINS, tmp_path_factory.mktemp("broken"))
 
 
 def sections(output: str) -> dict[str, str]:
@@ -109,12 +97,11 @@ def sections(output: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def checked(broken_env):
+def checked(broken_site):
     names = ["ImportBroken", "TensorUpdate", "WrongShape", "NoReload", "BadHparams"]
-    result = run_python(
-        "-m", "dmg_domainbed", "check-algorithm", *names, env=broken_env, check=False
-    )
-    return result, sections(result.stdout)
+    with fresh_domainbed(broken_site):
+        code, printed, err = cli("check-algorithm", *names)
+    return code, err, sections(printed)
 
 
 def failed(report: str) -> set[str]:
@@ -122,13 +109,13 @@ def failed(report: str) -> set[str]:
 
 
 def test_a_broken_plugin_fails_the_check_with_exit_status_1(checked):
-    result, found = checked
-    assert result.returncode == 1, result.stderr
+    code, err, found = checked
+    assert code == 1, err
     assert sorted(found) == ["BadHparams", "ImportBroken", "NoReload", "TensorUpdate", "WrongShape"]
 
 
 def test_an_import_error_is_shown_with_the_plugins_traceback(checked):
-    report = checked[1]["ImportBroken"]
+    report = checked[2]["ImportBroken"]
     assert failed(report) == {"import"}
     assert "No module named 'a_module_nobody_installed'" in report
     assert "broken_dg_plugins/missing_dependency.py" in report  # the line that failed
@@ -136,28 +123,28 @@ def test_an_import_error_is_shown_with_the_plugins_traceback(checked):
 
 
 def test_update_returning_a_tensor_is_named_with_the_key_and_the_method(checked):
-    report = checked[1]["TensorUpdate"]
+    report = checked[2]["TensorUpdate"]
     assert failed(report) == {"update"}
     assert "'loss': torch.Tensor" in report
     assert "broken_dg_plugins.TensorUpdate.update" in report and "loss.item()" in report
 
 
 def test_predict_of_the_wrong_shape_names_the_expected_shape(checked):
-    report = checked[1]["WrongShape"]
+    report = checked[2]["WrongShape"]
     assert failed(report) == {"predict"}
     assert "must give logits of shape [8, 2]" in report and "gave [8]" in report
     assert "broken_dg_plugins.WrongShape.predict" in report
 
 
 def test_state_kept_outside_the_state_dict_fails_reload_and_device_move(checked):
-    report = checked[1]["NoReload"]
+    report = checked[2]["NoReload"]
     assert failed(report) == {"state dict", "to(device)"}
     assert "predict the same logits; they differ up to 3" in report  # its three updates counted
     assert "stayed on the CPU: updates" in report
 
 
 def test_hparams_that_shadow_domainbeds_or_draw_unseeded_are_named(checked):
-    report = checked[1]["BadHparams"]
+    report = checked[2]["BadHparams"]
     assert {"hparam names", "random hparams"} <= failed(report)
     assert "'lr' (on " in report and "silently replaces DomainBed's" in report
     assert "'noise' on " in report
@@ -176,22 +163,16 @@ def test_images_per_domain_beyond_the_debug_datasets_is_refused(images):
     assert f"--images_per_domain {images}" in err and "give 1 to 16" in err
 
 
-def test_train_names_a_plugin_that_does_not_import_with_its_traceback(broken_env, tmp_path):
-    result = run_domainbed(
-        "train",
-        "--algorithm",
-        "ImportBroken",
-        "--dataset",
-        "Debug28",
-        "--output_dir",
-        str(tmp_path / "run"),
-        env=broken_env,
-        check=False,
-    )
-    assert result.returncode != 0
-    output = result.stdout + result.stderr  # DomainBed's train tees its stderr to stdout
-    assert "PluginImportError: DomainBed plugin 'ImportBroken'" in output
-    assert "broken_dg_plugins/missing_dependency.py" in output
-    assert "No module named 'a_module_nobody_installed'" in output
-    assert "Algorithm not found" not in output
+def test_train_names_a_plugin_that_does_not_import_with_its_traceback(broken_site, tmp_path):
+    args = ["--algorithm", "ImportBroken", "--dataset", "Debug28"]
+    with fresh_domainbed(broken_site):
+        from dmg_domainbed.integration import PluginImportError
+
+        with pytest.raises(PluginImportError) as refused:
+            domainbed_script("train", *args, "--output_dir", str(tmp_path / "run"))
+    message = str(refused.value)
+    assert message.startswith("DomainBed plugin 'ImportBroken'")
+    assert "broken_dg_plugins/missing_dependency.py" in message
+    assert "No module named 'a_module_nobody_installed'" in message
+    assert "Algorithm not found" not in message
     assert not (tmp_path / "run" / "results.jsonl").exists()
