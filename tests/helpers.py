@@ -1,17 +1,15 @@
-"""Helpers to run DomainBed's real scripts and this package's CLI in subprocesses."""
+"""Helpers to run DomainBed's real scripts and this package's CLI: in the test process, and in a
+new process for the tests whose subject is the process."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import io
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
@@ -43,28 +41,20 @@ def run_python(
     env: dict | None = None,
     check: bool = True,
     timeout: float = 600,
-    new_interpreter: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run ``python ARGS`` with this interpreter; on failure show what it printed.
+    """Run ``python ARGS`` in a new process of this interpreter; on failure show what it printed.
 
-    ``python -c CODE`` and ``python -m MODULE`` run in a child forked from an interpreter that
-    started with the same start-up environment and has imported DomainBed's third-party
-    libraries, and nothing of DomainBed or this package (:mod:`tests.preloaded_python`):
-    everything from DomainBed's first import on happens as in a new interpreter, without some
-    10 s of CPU each. ``new_interpreter=True`` starts a new one, for what happens before."""
-    env = env or domainbed_env()
-    if new_interpreter or args[0] not in ("-c", "-m"):
-        result = subprocess.run(
-            [sys.executable, *args],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-    else:
-        result = _run_preloaded(list(args), cwd, env, timeout)
+    For the tests whose subject is a process of its own (start-up, the exit status and error
+    stream of a script, a launcher's processes); everything else runs in the test process."""
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env or domainbed_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     if check and result.returncode != 0:
         raise AssertionError(
             f"python {' '.join(args)} exited {result.returncode}\n"
@@ -73,125 +63,9 @@ def run_python(
     return result
 
 
-# Environment variables a Python process, or a library it imports, reads at start-up or import:
-# a preloaded interpreter serves only requests whose values of these are the ones it started with
-# (an empty value counts as unset). PYTHONPATH only adds folders to sys.path: where they hold
-# nothing already imported, the child forked for the request applies it (use_python_path); the
-# child also installs the start-up hook as its .pth line would, under DMG_DOMAINBED_DISABLE.
-START_UP_VARIABLES = (
-    "PYTHON",
-    "OMP_",
-    "MKL_",
-    "HF_",
-    "HUGGINGFACE_",
-    "XDG_",
-    "TORCH",
-    "CUDA_",
-    "LD_",
-)
-_preloaded: dict[tuple, subprocess.Popen] = {}
-
-
-def _preloaded_python(env: dict) -> subprocess.Popen:
-    """The preloaded interpreter for ``env``'s start-up variables, started if it is not running."""
-    applied_in_child = _python_path_applied_in_child(env.get("PYTHONPATH", ""))
-    key = tuple(
-        sorted(
-            (name, value)
-            for name, value in env.items()
-            if name.startswith(START_UP_VARIABLES)
-            and value
-            and not (name == "PYTHONPATH" and applied_in_child)
-        )
-    )
-    server = _preloaded.get(key)
-    if server is None or server.poll() is not None:
-        script = Path(__file__).with_name("preloaded_python.py")
-        server = subprocess.Popen(
-            [sys.executable, str(script)],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            bufsize=0,
-        )
-        _preloaded[key] = server
-    return server
-
-
-def _python_path_applied_in_child(python_path: str) -> bool:
-    """Whether the child forked for a request can apply ``PYTHONPATH=python_path`` itself: no
-    folder of it holds a module that this process imported from elsewhere (a preloaded
-    interpreter imports a part of what this process has; a module it imported before the
-    request would not be replaced)."""
-    for folder in filter(None, python_path.split(os.pathsep)):
-        try:
-            entries = os.listdir(folder)
-        except OSError:
-            continue
-        for entry in entries:
-            module = sys.modules.get(entry.partition(".")[0])  # a package, .py or extension
-            if module is None:
-                continue
-            location = getattr(module, "__file__", None) or ""
-            if os.path.basename(location) == "__init__.py":
-                location = os.path.dirname(location)
-            here = os.path.join(folder, entry)
-            if not (os.path.exists(location) and os.path.samefile(here, location)):
-                return False
-    return True
-
-
-@atexit.register
-def _stop_preloaded() -> None:
-    """End the preloaded interpreters with this process (they end when their stdin closes)."""
-    for server in _preloaded.values():
-        server.stdin.close()
-    for server in _preloaded.values():
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # a child still running: end both
-            server.kill()
-            server.wait()
-
-
-def _reply(server: subprocess.Popen, deadline: float) -> dict | None:
-    """The preloaded interpreter's next JSON line, or None if none came before ``deadline``."""
-    line = b""
-    while not line.endswith(b"\n"):
-        ready, _, _ = select.select([server.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            return None
-        chunk = os.read(server.stdout.fileno(), 1)
-        if not chunk:
-            raise AssertionError(f"the preloaded python ended with status {server.wait()}")
-        line += chunk
-    return json.loads(line)
-
-
-def _run_preloaded(
-    args: list[str], cwd: Path | None, env: dict, timeout: float
-) -> subprocess.CompletedProcess:
-    server = _preloaded_python(env)
-    deadline = time.monotonic() + timeout
-    with tempfile.TemporaryDirectory() as folder:
-        out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        request = {"args": args, "cwd": str(cwd or os.getcwd()), "env": env}
-        request |= {"stdout": str(out), "stderr": str(err)}
-        server.stdin.write(json.dumps(request).encode() + b"\n")
-        pid = _reply(server, time.monotonic() + 600)["pid"]
-        ended = _reply(server, deadline)
-        if ended is None:
-            os.kill(pid, signal.SIGKILL)
-            _reply(server, time.monotonic() + 60)
-            raise subprocess.TimeoutExpired([sys.executable, *args], timeout, out.read_text())
-        return subprocess.CompletedProcess(
-            [sys.executable, *args], ended["status"], out.read_text(), err.read_text()
-        )
-
-
 def run_domainbed(script: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    """Run one of DomainBed's own, unmodified scripts, e.g. ``run_domainbed('train', ...)``."""
+    """Run one of DomainBed's own, unmodified scripts in a new process, e.g.
+    ``run_domainbed('train', ...)``."""
     return run_python("-m", f"domainbed.scripts.{script}", *args, **kwargs)
 
 
@@ -205,12 +79,6 @@ def demo_args(output: Path) -> list[str]:
     return ["demo", "--output_dir", str(output), *steps, "--algorithms", *DEMO_ALGORITHMS]
 
 
-def run_cli(*args: str, check: bool = True, cwd: Path | None = None):
-    """``python -m dmg_domainbed ARGS`` in a subprocess (two jobs at once, one thread each)."""
-    env = domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2")
-    return run_python("-m", "dmg_domainbed", *args, check=check, cwd=cwd, env=env)
-
-
 def cli(*args: str) -> tuple[int, str, str]:
     """``dmg-domainbed ARGS`` in this process: (exit code, stdout, stderr)."""
     from dmg_domainbed.cli import main
@@ -222,9 +90,8 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 
 def cli_launching(*args: str) -> tuple[int, str, str]:
-    """:func:`cli` in the environment :func:`run_cli` gives its subprocess (this interpreter
-    first on PATH, two jobs at once, one thread each): for commands whose jobs and DomainBed
-    scripts are new processes anyway, without the start-up of one more ``python``."""
+    """:func:`cli` in the environment a sweep's jobs get in these tests (this interpreter first
+    on PATH, two jobs at once, one thread each): for commands whose jobs are new processes."""
     import pytest
 
     with pytest.MonkeyPatch.context() as patch:
@@ -352,26 +219,22 @@ def machine_check(sweep, launcher: str = "local") -> str:
 
 
 def domainbed_script(script: str, *args: str) -> str:
-    """What ``python -m domainbed.scripts.SCRIPT ARGS`` prints, run unmodified in this process:
-    for DomainBed's scripts whose work is not about a new interpreter (``collect_results``,
-    ``list_top_hparams``, ``sweep`` with its launchers, ``train`` where the test is about the
-    training, not its process), where one would check nothing more than the start-up that other
-    tests check. An exception the script raises (a ``UserError`` of a plugin) propagates."""
-    from importlib.util import find_spec
-    from unittest import mock
-
+    """What ``python -m domainbed.scripts.SCRIPT ARGS`` prints on stdout, the script run
+    unmodified in this process (:func:`run_as_main`). An exception that ends it (a plugin's
+    ``UserError``) propagates; what it writes to stderr before it replaces the stream goes to
+    this process's (pytest's ``capsys``). ``train`` runs here wherever the test is about the
+    run, not its process (:func:`one_loader_worker` for datasets with loader workers)."""
     import numpy as np
 
     out = io.StringIO()
     with (
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(sys.stderr),  # put back after train.py replaces it
-        mock.patch.object(sys, "argv", [script, *args]),
         np.printoptions(),  # the scripts set numpy's print options
     ):
         err = sys.stderr
         try:
-            run_as_main(find_spec(f"domainbed.scripts.{script}").origin)
+            run_as_main(f"domainbed.scripts.{script}", *args)
         finally:
             # collect_results tees what it prints into results.txt, train.py into out.txt and
             # err.txt
@@ -380,23 +243,28 @@ def domainbed_script(script: str, *args: str) -> str:
     return out.getvalue()
 
 
-def run_as_main(path: str) -> None:
-    """Run the Python file ``path`` as ``python PATH`` runs it, in this process (by file: a
-    module another test already imported would be run with a warning by ``runpy``).
+def run_as_main(module: str, *args: str) -> None:
+    """Run ``python -m MODULE ARGS`` in this process: the module's code as ``__main__`` with its
+    spec, and ``sys.argv`` as ``-m`` sets it, both put back afterwards. The module is run from
+    its file, not imported (``runpy`` would warn where another test had imported it).
 
-    The script's globals are emptied when it ends, so that what it made is freed at once. Left
-    to the garbage collector (a script's functions hold its globals in a cycle), the worker
-    processes of DomainBed's data loaders would be stopped only after the collector had closed
-    their queues, and each would be waited for 5 s, then killed."""
+    What the script made is dropped when it ends, so that it is freed at once: left to the
+    garbage collector (a script's functions hold its globals in a cycle), the worker processes
+    of DomainBed's data loaders would be stopped only after the collector closed their queues,
+    each waited for 5 s, then killed. Its dunder names stay, for a traceback through it."""
+    from importlib.util import find_spec
+
+    spec = find_spec(module)
     main = types.ModuleType("__main__")
-    main.__file__ = path
-    saved = sys.modules["__main__"]
-    sys.modules["__main__"] = main
+    main.__spec__, main.__file__, main.__loader__ = spec, spec.origin, spec.loader
+    saved = sys.modules["__main__"], sys.argv
+    sys.modules["__main__"], sys.argv = main, [spec.origin, *args]
     try:
-        exec(compile(Path(path).read_bytes(), path, "exec"), vars(main))
+        exec(compile(Path(spec.origin).read_bytes(), spec.origin, "exec"), vars(main))
     finally:
-        sys.modules["__main__"] = saved
-        vars(main).clear()
+        sys.modules["__main__"], sys.argv = saved
+        for name in [name for name in vars(main) if not name.startswith("__")]:
+            del vars(main)[name]
 
 
 @contextlib.contextmanager
@@ -432,6 +300,46 @@ def register_manifests(monkeypatch, *files) -> list[str]:
             monkeypatch.setattr(datasets, name, None, raising=False)
             monkeypatch.delattr(datasets, name)
     return integration.register_manifest_datasets(datasets, environ)
+
+
+@contextlib.contextmanager
+def fresh_domainbed(*folders: Path, hook: bool = True):
+    """DomainBed and this package imported afresh while the block runs, as a new interpreter
+    started with ``PYTHONPATH=FOLDERS`` imports them: what it imports from them (an installed
+    plugin's entry points and modules) is seen, every registration happens again, on the
+    block's first import of DomainBed, through the start-up hook (not installed with
+    ``hook=False``, as under ``DMG_DOMAINBED_DISABLE=1``). Afterwards this process has its own
+    modules, import path, hook and ``sys.excepthook`` back, untouched. Import what the block
+    uses inside it: a name imported before is the module of before."""
+    import importlib
+    import warnings
+
+    def ours(name: str) -> bool:
+        if name.partition(".")[0] in ("domainbed", "dmg_domainbed"):
+            return True
+        location = getattr(sys.modules[name], "__file__", None) or ""
+        return any(Path(location).is_relative_to(folder) for folder in folders)
+
+    saved_modules = dict(sys.modules)
+    saved = list(sys.path), list(sys.meta_path), sys.excepthook
+    for name in [name for name in sys.modules if ours(name)]:
+        del sys.modules[name]
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "DomainBedImportWatcher"]
+    sys.path[:0] = [str(folder) for folder in folders]
+    importlib.invalidate_caches()
+    try:
+        with warnings.catch_warnings():
+            # DomainBed's sources compiled again (this environment writes no bytecode) warn of
+            # their invalid escapes, as in every new interpreter: not this block's business
+            warnings.filterwarnings("ignore", "invalid escape sequence", DeprecationWarning)
+            if hook:
+                importlib.import_module("dmg_domainbed._startup").install()
+            yield
+    finally:
+        for name in [name for name in sys.modules if ours(name)]:
+            del sys.modules[name]
+        sys.modules.update(saved_modules)
+        sys.path[:], sys.meta_path[:], sys.excepthook = saved
 
 
 def read_weights_from(monkeypatch, caches) -> None:

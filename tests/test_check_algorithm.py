@@ -3,16 +3,14 @@ that cannot be imported is named with its traceback wherever it is asked for by 
 
 from __future__ import annotations
 
-import os
 import re
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from .helpers import cli, domainbed_env, run_domainbed, run_python
-
-REPOSITORY = Path(__file__).resolve().parents[1]
+from .helpers import cli, domainbed_script, fresh_domainbed, run_python
 
 BROKEN_PLUGINS = {
     "pyproject.toml": """
@@ -113,29 +111,20 @@ BROKEN_PLUGINS = {
 
 
 def install(files: dict[str, str], root: Path) -> Path:
-    """Install the package of ``files`` into a folder of its own; returns that folder."""
+    """Install the package of ``files`` into a folder of its own with pip (a program only: its
+    own process); returns that folder, for :func:`tests.helpers.fresh_domainbed`."""
     source, target = root / "source", root / "site"
     for name, text in files.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(textwrap.dedent(text))
-    run_python(
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--no-build-isolation",
-        "--target",
-        str(target),
-        str(source),
-    )
+    install = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+    run_python(*install, "--target", str(target), str(source))
     return target
 
 
 @pytest.fixture(scope="module")
-def broken_env(tmp_path_factory) -> dict[str, str]:
-    site = install(BROKEN_PLUGINS, tmp_path_factory.mktemp("broken"))
-    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}")
+def broken_site(tmp_path_factory) -> Path:
+    return install(BROKEN_PLUGINS, tmp_path_factory.mktemp("broken"))
 
 
 def sections(output: str) -> dict[str, str]:
@@ -159,12 +148,12 @@ CHECKED = [
 
 
 @pytest.fixture(scope="module")
-def checked(broken_env):
-    names = CHECKED
-    result = run_python(
-        "-m", "dmg_domainbed", "check-algorithm", *names, env=broken_env, check=False
-    )
-    return result, sections(result.stdout)
+def checked(broken_site) -> SimpleNamespace:
+    """One ``check-algorithm`` of every broken plugin: its exit status, what it printed on stdout
+    and stderr, and each plugin's report."""
+    with fresh_domainbed(broken_site):
+        code, printed, err = cli("check-algorithm", *CHECKED)
+    return SimpleNamespace(code=code, printed=printed, err=err, reports=sections(printed))
 
 
 def failed(report: str) -> set[str]:
@@ -177,19 +166,17 @@ def not_run(report: str) -> dict[str, str]:
 
 
 def test_a_broken_plugin_fails_the_check_with_exit_status_1(checked):
-    result, found = checked
-    assert result.returncode == 1, result.stderr
-    assert sorted(found) == sorted(CHECKED)
+    assert checked.code == 1, checked.err
+    assert sorted(checked.reports) == sorted(CHECKED)
 
 
 def test_an_import_error_is_shown_once_with_the_plugins_traceback(checked):
-    result, found = checked
-    report = found["ImportBroken"]
+    report = checked.reports["ImportBroken"]
     assert failed(report) == {"import"}
     assert "No module named 'a_module_nobody_installed'" in report
     assert "broken_dg_plugins/missing_dependency.py" in report  # the line that failed
     assert "from broken-dg-plugins" in report
-    everywhere = result.stdout + result.stderr
+    everywhere = checked.printed + checked.err
     assert everywhere.count("No module named 'a_module_nobody_installed'") == 1
     assert set(not_run(report)) == {
         "hparams",
@@ -207,7 +194,7 @@ def test_an_import_error_is_shown_once_with_the_plugins_traceback(checked):
 
 
 def test_an_entry_point_to_a_function_fails_the_import_check(checked):
-    report = checked[1]["NotAnAlgorithm"]
+    report = checked.reports["NotAnAlgorithm"]
     assert failed(report) == {"import"}
     assert "'NotAnAlgorithm = broken_dg_plugins:make_model' names a function, not a " in report
     assert "subclass of DomainBed's domainbed.algorithms.Algorithm" in report
@@ -215,7 +202,7 @@ def test_an_entry_point_to_a_function_fails_the_import_check(checked):
 
 
 def test_logits_on_another_device_fail_predict_and_the_checks_that_need_it_say_so(checked):
-    report = checked[1]["OtherDevice"]
+    report = checked.reports["OtherDevice"]
     assert failed(report) == {"predict"}
     assert "must give logits on cpu" in report and "gave them on meta" in report
     assert "broken_dg_plugins.OtherDevice.predict" in report
@@ -226,7 +213,7 @@ def test_logits_on_another_device_fail_predict_and_the_checks_that_need_it_say_s
 
 
 def test_samplers_that_draw_outside_their_own_declaration_are_named(checked):
-    report = checked[1]["DrawsOutside"]
+    report = checked.reports["DrawsOutside"]
     assert failed(report) == {"random hparams"}
     assert re.search(r"'pool_alpha': \d+ of 57 draws are refused, e\.g\. 1\.\d+", report)
     assert "it must be a number <= 1" in report
@@ -236,16 +223,16 @@ def test_samplers_that_draw_outside_their_own_declaration_are_named(checked):
 
 
 def test_an_update_returning_nan_fails(checked):
-    report = checked[1]["NanUpdate"]
+    report = checked.reports["NanUpdate"]
     assert failed(report) == {"update"}
     assert "update 1 of 3 returned 'loss': nan" in report
     assert "broken_dg_plugins.NanUpdate.update" in report
 
 
-def test_a_malformed_hparams_names_the_plugins_file_and_line(checked, broken_env):
-    report = checked[1]["MalformedHparams"]
+def test_a_malformed_hparams_names_the_plugins_file_and_line(checked, broken_site):
+    report = checked.reports["MalformedHparams"]
     assert failed(report) == {"hparams"}
-    site = Path(broken_env["PYTHONPATH"].split(os.pathsep)[0]) / "broken_dg_plugins"
+    site = broken_site / "broken_dg_plugins"
     lines = (site / "__init__.py").read_text().splitlines()
     line = 1 + next(i for i, text in enumerate(lines) if '{"pool_alpha": 0.4}' in text)
     assert f"broken_dg_plugins.MalformedHparams.HPARAMS ({site / '__init__.py'}:{line})" in report
@@ -263,14 +250,14 @@ def test_a_malformed_hparams_names_the_plugins_file_and_line(checked, broken_env
 
 
 def test_update_returning_a_tensor_is_named_with_the_key_and_the_method(checked):
-    report = checked[1]["TensorUpdate"]
+    report = checked.reports["TensorUpdate"]
     assert failed(report) == {"update"}
     assert "'loss': torch.Tensor" in report
     assert "broken_dg_plugins.TensorUpdate.update" in report and "loss.item()" in report
 
 
 def test_predict_of_the_wrong_shape_names_the_expected_shape(checked):
-    report = checked[1]["WrongShape"]
+    report = checked.reports["WrongShape"]
     assert failed(report) == {"predict"}
     assert set(not_run(report)) == {"state dict"}
     assert "must give logits of shape [8, 2]" in report and "gave [8]" in report
@@ -278,14 +265,14 @@ def test_predict_of_the_wrong_shape_names_the_expected_shape(checked):
 
 
 def test_state_kept_outside_the_state_dict_fails_reload_and_device_move(checked):
-    report = checked[1]["NoReload"]
+    report = checked.reports["NoReload"]
     assert failed(report) == {"state dict", "to(device)"}
     assert "predict the same logits; they differ up to 3" in report  # its three updates counted
     assert "stayed on the CPU: updates" in report
 
 
 def test_hparams_that_shadow_domainbeds_or_draw_unseeded_are_named(checked):
-    report = checked[1]["BadHparams"]
+    report = checked.reports["BadHparams"]
     assert {"hparam names", "random hparams"} <= failed(report)
     assert "'lr' (on " in report and "silently replaces DomainBed's" in report
     assert "'noise' on " in report
@@ -304,22 +291,16 @@ def test_images_per_domain_beyond_the_debug_datasets_is_refused(images):
     assert f"--images_per_domain {images}" in err and "give 1 to 16" in err
 
 
-def test_train_names_a_plugin_that_does_not_import_with_its_traceback(broken_env, tmp_path):
-    result = run_domainbed(
-        "train",
-        "--algorithm",
-        "ImportBroken",
-        "--dataset",
-        "Debug28",
-        "--output_dir",
-        str(tmp_path / "run"),
-        env=broken_env,
-        check=False,
-    )
-    assert result.returncode != 0
-    output = result.stdout + result.stderr  # DomainBed's train tees its stderr to stdout
-    assert "PluginImportError: DomainBed plugin 'ImportBroken'" in output
-    assert "broken_dg_plugins/missing_dependency.py" in output
-    assert "No module named 'a_module_nobody_installed'" in output
-    assert "Algorithm not found" not in output
+def test_train_names_a_plugin_that_does_not_import_with_its_traceback(broken_site, tmp_path):
+    args = ["--algorithm", "ImportBroken", "--dataset", "Debug28"]
+    with fresh_domainbed(broken_site):
+        from dmg_domainbed.integration import PluginImportError
+
+        with pytest.raises(PluginImportError) as refused:
+            domainbed_script("train", *args, "--output_dir", str(tmp_path / "run"))
+    message = str(refused.value)
+    assert message.startswith("DomainBed plugin 'ImportBroken'")
+    assert "broken_dg_plugins/missing_dependency.py" in message
+    assert "No module named 'a_module_nobody_installed'" in message
+    assert "Algorithm not found" not in message
     assert not (tmp_path / "run" / "results.jsonl").exists()

@@ -1,19 +1,31 @@
 """Registration into DomainBed: automatic in every process, any import order, nothing changed
 for DomainBed's own algorithms, open to any package through entry points."""
 
+import importlib
+import io
 import json
 import sys
 import textwrap
+import unittest
 
 import pytest
 
-from .helpers import domainbed_env, run_domainbed, run_python
+from dmg_domainbed.errors import UserError
 
-DUMP_HPARAMS = textwrap.dedent(
-    """
-    import json, sys
+from .helpers import (
+    domainbed_env,
+    domainbed_script,
+    fresh_domainbed,
+    one_loader_worker,
+    run_python,
+)
+
+
+def hparams_table(names: dict | None = None) -> str:
+    """DomainBed's default and seeded random hparams of every algorithm on every dataset (those
+    of ``names``, else every registered one), as JSON."""
     from domainbed import algorithms, datasets, hparams_registry
-    names = json.loads(sys.argv[1]) if len(sys.argv) > 1 else None
+
     own_algorithms = names["algorithms"] if names else algorithms.ALGORITHMS
     own_datasets = names["datasets"] if names else datasets.DATASETS
     table = {"names": {"algorithms": own_algorithms, "datasets": own_datasets}}
@@ -21,120 +33,106 @@ DUMP_HPARAMS = textwrap.dedent(
         for d in own_datasets:
             table[f"{a}/{d}/default"] = hparams_registry.default_hparams(a, d)
             table[f"{a}/{d}/seed 7"] = hparams_registry.random_hparams(a, d, 7)
-    print(json.dumps(table, sort_keys=True, default=repr))
-    """
-)
+    return json.dumps(table, sort_keys=True, default=repr)
 
-IMPORT_ORDER_CHECK = textwrap.dedent(
-    """
-    import sys
-    {first}
-    from domainbed import algorithms, hparams_registry
+
+def registered_and_reloaded(register=lambda: None) -> None:
+    """The plugins are registered; DomainBed's modules reloaded (``register``: how the plugins
+    are registered without the hook) have them registered once."""
+    from domainbed import algorithms, command_launchers, datasets, hparams_registry
+
     assert "DMG" in algorithms.ALGORITHMS, algorithms.ALGORITHMS
     from domainbed.algorithms import DMG as registered  # an attribute, before any lookup
+
     assert algorithms.get_algorithm_class("DMG") is registered and registered.__name__ == "DMG"
     assert hparams_registry.default_hparams("DMG", "PACS")["lambda_overlap"] == 0.1
-    print("registered")
-    """
-)
-
-# DomainBed's modules reloaded ({register}: how the plugins are registered without the hook)
-RELOAD = textwrap.dedent(
-    """
-    import importlib
-    import dmg_domainbed
-    from domainbed import algorithms, command_launchers, datasets, hparams_registry
-    {register}
+    register()
     for module in (algorithms, datasets, hparams_registry, command_launchers):
         importlib.reload(module)
-    {register}
+    register()
     assert algorithms.ALGORITHMS.count("DMG") == 1, algorithms.ALGORITHMS
     assert algorithms.get_algorithm_class("DMG").__name__ == "DMG"
     assert datasets.DATASETS.count("RotatedDigits") == 1, datasets.DATASETS
     assert hparams_registry.default_hparams("DMG", "PACS")["lambda_overlap"] == 0.1
     assert "local_parallel" in command_launchers.REGISTRY
-    print("reloaded")
-    """
-)
-
-
-# DomainBed's own test of its hparams registry (it reports on stderr)
-REGISTRY_TEST = textwrap.dedent(
-    """
-    import unittest
-    from domainbed.test import test_hparams_registry
-    registry_test = unittest.defaultTestLoader.loadTestsFromModule(test_hparams_registry)
-    assert unittest.TextTestRunner().run(registry_test).wasSuccessful()
-    """
-)
 
 
 def test_domainbed_hparams_are_byte_identical_with_the_plugin_on_or_off_and_pass_its_own_test():
-    off = run_python("-c", DUMP_HPARAMS, env=domainbed_env(DMG_DOMAINBED_DISABLE="1")).stdout
+    with fresh_domainbed(hook=False):
+        off = hparams_table()
     names = json.loads(off)["names"]
     assert "ERM" in names["algorithms"] and "DMG" not in names["algorithms"]
     assert len(json.loads(off)) > 1000
-    # with the plugin on, the same process also runs DomainBed's own hparams registry test
-    on = run_python("-c", DUMP_HPARAMS + REGISTRY_TEST, json.dumps(names))
-    assert on.stdout == off
-    assert "OK" in on.stderr
+    with fresh_domainbed():
+        on = hparams_table(names)
+        # with the plugin on, DomainBed's own test of its hparams registry passes too
+        from domainbed.test import test_hparams_registry
+
+        registry_test = unittest.defaultTestLoader.loadTestsFromModule(test_hparams_registry)
+        ran = unittest.TextTestRunner(stream=io.StringIO()).run(registry_test)
+    assert on == off
+    assert ran.wasSuccessful() and ran.testsRun > 0
 
 
 def test_start_up_hook_is_installed_without_importing_torch():
+    """What the ``.pth`` line does at a new interpreter's start: a process of its own."""
     code = (
         "import sys; print(any(type(f).__name__ == 'DomainBedImportWatcher' "
         "for f in sys.meta_path), 'torch' in sys.modules)"
     )
-    assert run_python("-c", code, new_interpreter=True).stdout.split() == ["True", "False"]
-    off = domainbed_env(DMG_DOMAINBED_DISABLE="1")
-    disabled = run_python("-c", code, env=off, new_interpreter=True)
+    assert run_python("-c", code).stdout.split() == ["True", "False"]
+    disabled = run_python("-c", code, env=domainbed_env(DMG_DOMAINBED_DISABLE="1"))
     assert disabled.stdout.split() == ["False", "False"]
 
 
-# DomainBed imported before the hook is armed (here: switched off at start-up, armed later)
-LATE_HOOK = (
-    "import os, domainbed.algorithms, domainbed.datasets; "
-    "os.environ['DMG_DOMAINBED_DISABLE'] = '0'; "
-    "import dmg_domainbed._startup as hook; hook.install()"
-)
+def domainbed_first_then_the_hook(monkeypatch):
+    """DomainBed imported before the hook is armed (switched off at start-up, armed later)."""
+    import domainbed.algorithms
+    import domainbed.datasets  # noqa: F401
+
+    monkeypatch.setenv("DMG_DOMAINBED_DISABLE", "0")
+    importlib.import_module("dmg_domainbed._startup").install()
 
 
 @pytest.mark.parametrize(
-    "first, disable",
+    "first",
     [
-        ("import domainbed.hparams_registry", ""),
-        ("import domainbed.algorithms", ""),
-        ("import domainbed.datasets", ""),
-        ("from dmg_domainbed.algorithms.dmg import DMG", ""),
-        (LATE_HOOK, "1"),
+        "domainbed.hparams_registry",
+        "domainbed.algorithms",
+        "domainbed.datasets",
+        "dmg_domainbed.algorithms.dmg",
+        domainbed_first_then_the_hook,
     ],
+    ids=lambda first: first if isinstance(first, str) else "hook armed late",
 )
-def test_registration_works_in_any_import_order_and_survives_a_reload(first, disable):
-    # the import order needs a new interpreter; the reload may follow in the same one
-    code = IMPORT_ORDER_CHECK.format(first=first) + RELOAD.format(register="")
-    out = run_python("-c", code, env=domainbed_env(DMG_DOMAINBED_DISABLE=disable))
-    assert out.stdout.split() == ["registered", "reloaded"]
-    assert "dmg-domainbed:" not in out.stderr
+def test_registration_works_in_any_import_order_and_survives_a_reload(first, monkeypatch, capsys):
+    late = not isinstance(first, str)
+    monkeypatch.setenv("DMG_DOMAINBED_DISABLE", "1" if late else "")
+    with fresh_domainbed(hook=not late):
+        if late:
+            first(monkeypatch)
+        else:
+            importlib.import_module(first)
+        registered_and_reloaded()
+    assert "dmg-domainbed:" not in capsys.readouterr().err
 
 
-def test_explicit_register_without_the_hook_is_idempotent_and_survives_a_reload():
-    code = textwrap.dedent(
-        """
-        import dmg_domainbed
+def test_explicit_register_without_the_hook_is_idempotent_and_survives_a_reload(capsys):
+    with fresh_domainbed(hook=False):
         from domainbed import algorithms, hparams_registry
+
+        import dmg_domainbed
+
         assert "DMG" not in algorithms.ALGORITHMS
         dmg_domainbed.register()
         first = hparams_registry.random_hparams("DMG", "PACS", 3)
         dmg_domainbed.register()
         assert algorithms.ALGORITHMS.count("DMG") == 1
         assert hparams_registry.random_hparams("DMG", "PACS", 3) == first
-        print(sorted(set(algorithms.ALGORITHMS) & {"DMG", "MultiHead", "Aggregate"}))
-        """
-    )
-    code += RELOAD.format(register="dmg_domainbed.register()")
-    out = run_python("-c", code, env=domainbed_env(DMG_DOMAINBED_DISABLE="1"))
-    assert out.stdout.splitlines() == ["['Aggregate', 'DMG', 'MultiHead']", "reloaded"]
-    assert "dmg-domainbed:" not in out.stderr
+        ours = sorted(set(algorithms.ALGORITHMS) & {"DMG", "MultiHead", "Aggregate"})
+        assert ours == ["Aggregate", "DMG", "MultiHead"]
+        registered_and_reloaded(register=dmg_domainbed.register)
+    assert "dmg-domainbed:" not in capsys.readouterr().err
 
 
 TINY_PLUGIN = {
@@ -166,57 +164,37 @@ TINY_PLUGIN = {
 }
 
 
-def test_any_installed_package_adds_an_algorithm_through_an_entry_point(tmp_path):
+def test_any_installed_package_adds_an_algorithm_through_an_entry_point(tmp_path, capsys):
     source = tmp_path / "tiny"
     for name, text in TINY_PLUGIN.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(textwrap.dedent(text))
-    target = tmp_path / "site"
-    run_python(
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--no-build-isolation",
-        "--target",
-        str(target),
-        str(source),
-    )
-    env = domainbed_env(PYTHONPATH=str(target))
+    site = tmp_path / "site"
+    install = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+    run_python(*install, "--target", str(site), str(source))  # pip runs as a program only
     out = tmp_path / "run"
-    result = run_domainbed(
-        "train",
-        "--algorithm",
-        "TinyERM",
-        "--dataset",
-        "Debug28",
-        "--steps",
-        "2",
-        "--hparams",
-        '{"batch_size": 8}',
-        "--output_dir",
-        str(out),
-        env=env,
-    )
+    args = ["--algorithm", "TinyERM", "--dataset", "Debug28", "--steps", "2"]
+    args += ["--hparams", '{"batch_size": 8}', "--output_dir", str(out)]
+    with fresh_domainbed(site), one_loader_worker():
+        printed = domainbed_script("train", *args)
     assert (out / "done").exists()
     record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
     assert record["hparams"]["tiny_scale"] == 2.0 and record["tiny_scale"] == 2.0
     # the broken entry point is reported once, clearly, and stops nothing
-    assert result.stderr.count("skipping DomainBed plugin 'Broken") == 1
-    assert "tiny_dg_plugin.missing" in result.stderr
+    reported = printed + capsys.readouterr().err
+    assert reported.count("skipping DomainBed plugin 'Broken") == 1
+    assert "tiny_dg_plugin.missing" in reported
 
 
 def test_a_test_env_out_of_range_stops_train_before_any_step_naming_the_domains(tmp_path):
     out = tmp_path / "run"
     args = ["--algorithm", "DMG", "--dataset", "RotatedDigits", "--test_envs", "7"]
-    result = run_domainbed("train", *args, "--output_dir", str(out), check=False)
-    output = result.stdout + result.stderr  # DomainBed's train tees its stderr to stdout
-    assert result.returncode != 0
-    error = "dmg-domainbed: error: test environment 7 (--test_envs 7): RotatedDigits has 4 domains"
-    assert error in output and "Traceback" not in output
-    assert "test_envs are numbers 0 to 3" in output
-    assert "IndexError" not in output and not (out / "results.jsonl").exists()
+    with pytest.raises(UserError) as refused:
+        domainbed_script("train", *args, "--output_dir", str(out))
+    error = "test environment 7 (--test_envs 7): RotatedDigits has 4 domains"
+    assert str(refused.value).startswith(error)
+    assert "test_envs are numbers 0 to 3" in str(refused.value)
+    assert not (out / "results.jsonl").exists()
 
 
 @pytest.mark.parametrize(
@@ -230,8 +208,6 @@ def test_a_test_env_out_of_range_stops_train_before_any_step_naming_the_domains(
 )
 def test_every_dataset_checks_its_test_envs_when_built(test_envs, problem):
     from domainbed import datasets
-
-    from dmg_domainbed.errors import UserError
 
     hparams = {"data_augmentation": False}
     with pytest.raises(UserError, match=problem) as refused:

@@ -1,17 +1,18 @@
 """docs/own_algorithm.md, followed as written: its package, made of the page's own code blocks
 and installed, passes ``check-algorithm``, trains under DomainBed's ``train``, and its runs are
-read by DomainBed's ``collect_results`` and this package's ``report``."""
+read by DomainBed's ``collect_results`` and this package's ``report``. All in this process, with
+DomainBed imported afresh where the package is installed (:func:`tests.helpers.fresh_domainbed`),
+but for how ``train`` ends as a process on a misspelt hparam."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from .helpers import cli, domainbed_env, run_domainbed, run_python
+from .helpers import cli, domainbed_env, domainbed_script, fresh_domainbed, run_domainbed
 from .test_check_algorithm import install
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -26,9 +27,9 @@ def page_files() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def page_env(tmp_path_factory) -> dict[str, str]:
-    site = install(page_files(), tmp_path_factory.mktemp("own_algorithm"))
-    return domainbed_env(PYTHONPATH=f"{site}{os.pathsep}{REPOSITORY}")
+def page_site(tmp_path_factory) -> Path:
+    """The folder the page's package is installed into."""
+    return install(page_files(), tmp_path_factory.mktemp("own_algorithm"))
 
 
 def test_the_page_holds_a_whole_package_of_three_methods_and_an_hparam():
@@ -40,33 +41,36 @@ def test_the_page_holds_a_whole_package_of_three_methods_and_an_hparam():
     assert "HPARAMS = " in code and "dmg_domainbed" not in code
 
 
-def test_the_pages_algorithm_passes_check_algorithm(page_env):
-    ran = run_python("-m", "dmg_domainbed", "check-algorithm", "SmoothERM", env=page_env)
-    assert "SmoothERM: passed" in ran.stdout
+def test_the_pages_algorithm_passes_check_algorithm(page_site):
+    with fresh_domainbed(page_site):
+        code, printed, err = cli("check-algorithm", "SmoothERM")
+    assert "SmoothERM: passed" in printed and code == 0, err
 
 
-def test_the_pages_algorithm_trains_and_shows_in_collect_results_and_report(page_env, tmp_path):
+def test_the_pages_algorithm_trains_and_shows_in_collect_results_and_report(page_site, tmp_path):
     sweep = tmp_path / "sweep"
-    run_domainbed(
-        "train",
-        *("--algorithm", "SmoothERM", "--dataset", "RotatedDigits", "--test_envs", "0"),
-        *("--data_dir", str(tmp_path), "--steps", STEPS, "--output_dir", str(sweep / "run")),
-        *("--hparams", '{"smoothing": 0.05}'),
-        env=page_env,
-    )
+    with fresh_domainbed(page_site):
+        domainbed_script(
+            "train",
+            *("--algorithm", "SmoothERM", "--dataset", "RotatedDigits", "--test_envs", "0"),
+            *("--data_dir", str(tmp_path), "--steps", STEPS, "--output_dir", str(sweep / "run")),
+            *("--hparams", '{"smoothing": 0.05}'),
+        )
+        collected = domainbed_script("collect_results", "--input_dir", str(sweep))
     record = json.loads((sweep / "run" / "results.jsonl").read_text().splitlines()[-1])
     assert record["args"]["algorithm"] == "SmoothERM" and record["hparams"]["smoothing"] == 0.05
-    collected = run_domainbed("collect_results", "--input_dir", str(sweep), env=page_env)
-    assert re.search(r"^SmoothERM +[\d.]+ \+/- ", collected.stdout, flags=re.M), collected.stdout
+    assert re.search(r"^SmoothERM +[\d.]+ \+/- ", collected, flags=re.M), collected
     report = tmp_path / "report"  # the report reads the records only: in-process
     code, _, err = cli("report", "--input_dir", str(sweep), "--output_dir", str(report))
     assert code == 0, err
     assert "SmoothERM" in (report / "results.md").read_text()
 
 
-def test_a_misspelt_hparam_of_the_pages_algorithm_stops_train_with_the_message(page_env, tmp_path):
+def test_a_misspelt_hparam_of_the_pages_algorithm_stops_train_with_the_message(page_site, tmp_path):
     """A plugin that declares its hparams as a plain mapping, without this package's base
-    class: the names are checked all the same, and the process ends with the message alone."""
+    class: the names are checked all the same, and the process ends with the message alone (a
+    process: what it prints as it ends, and its exit status)."""
+    page_env = domainbed_env(PYTHONPATH=str(page_site))
     run = tmp_path / "run"
     result = run_domainbed(
         "train",

@@ -19,7 +19,7 @@ from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.sweep.checks import check_against_domainbed
 from dmg_domainbed.sweep.config import load_sweep
 
-from .helpers import run_python
+from .helpers import domainbed_script, one_loader_worker
 
 BF16 = {"precision": "bf16"}
 NUM_CLASSES = 10
@@ -205,27 +205,6 @@ def test_fp32_leaves_the_algorithm_and_its_numbers_as_they_are(monkeypatch):
             assert all(torch.equal(state[key], plain_state[key]) for key in plain_state)
 
 
-# DomainBed's own train.py, several runs in one process (the imports paid once), each either
-# through this package's precision hook or with DomainBed's own Algorithm.__init__.
-TRAIN_WORKER = """
-import json, runpy, sys
-import dmg_domainbed
-dmg_domainbed.register()
-from domainbed import algorithms, datasets
-hooked = algorithms.Algorithm.__init__
-classes = [datasets.MultipleDomainDataset]
-for cls in classes:  # tiny in-memory data: no loader worker processes
-    cls.N_WORKERS = 0
-    classes += cls.__subclasses__()
-stdout, stderr = sys.stdout, sys.stderr
-for args, with_hook in json.load(open(sys.argv[1])):
-    algorithms.Algorithm.__init__ = hooked if with_hook else hooked.__wrapped__
-    sys.argv = ["train.py", *args]
-    try:
-        runpy.run_module("domainbed.scripts.train", run_name="__main__", alter_sys=True)
-    finally:
-        sys.stdout, sys.stderr = stdout, stderr
-"""
 # bf16 runs of train.py, with evaluate and masks on them, are cells of the combination matrix
 # (tests/test_combinations.py).
 RUNS = {
@@ -239,9 +218,12 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """Every run of :data:`RUNS`: 3 steps of DomainBed's train.py, checkpoints at steps 0 and 2."""
+    """Every run of :data:`RUNS`: 3 steps of DomainBed's train.py in this process, checkpoints
+    at steps 0 and 2, either through this package's precision hook or with DomainBed's own
+    ``Algorithm.__init__``."""
     root = tmp_path_factory.mktemp("precision_runs")
-    jobs = []
+    hooked = algorithms.Algorithm.__init__
+    init = {True: hooked, False: hooked.__wrapped__}
     for name, (algorithm, dataset, hparams, with_hook) in RUNS.items():
         args = [
             *("--algorithm", algorithm, "--dataset", dataset, "--test_envs", "0"),
@@ -249,9 +231,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         ]
         if hparams:
             args += ["--hparams", json.dumps(hparams)]
-        jobs.append((args, with_hook))
-    (root / "jobs.json").write_text(json.dumps(jobs))
-    run_python("-c", TRAIN_WORKER, str(root / "jobs.json"))
+        with pytest.MonkeyPatch.context() as patch, one_loader_worker():
+            patch.setattr(algorithms.Algorithm, "__init__", init[with_hook])
+            domainbed_script("train", *args)
     return {name: root / name for name in RUNS}
 
 

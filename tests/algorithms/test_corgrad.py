@@ -20,7 +20,7 @@ from dmg_domainbed.algorithms.corgrad import (
     project_conflicting_chunks,
 )
 from dmg_domainbed.errors import UserError
-from tests.helpers import run_domainbed
+from tests.helpers import domainbed_script, one_loader_worker
 
 from .conftest import build, build_resnet18, minibatches
 
@@ -351,21 +351,10 @@ def test_bad_hparams_fail_at_construction(hparams, message):
 
 
 def test_domainbed_train_script_runs_corgrad_and_logs_its_statistics(tmp_path):
-    run_domainbed(
-        "train",
-        "--algorithm",
-        "CorGrad",
-        "--dataset",
-        "Debug28",
-        "--data_dir",
-        str(tmp_path),
-        "--hparams",
-        json.dumps({"batch_size": 8}),
-        "--steps",
-        "5",
-        "--output_dir",
-        str(tmp_path / "out"),
-    )
+    args = ["--algorithm", "CorGrad", "--dataset", "Debug28", "--data_dir", str(tmp_path)]
+    args += ["--hparams", json.dumps({"batch_size": 8}), "--steps", "5"]
+    with one_loader_worker():
+        domainbed_script("train", *args, "--output_dir", str(tmp_path / "out"))
     assert (tmp_path / "out" / "done").exists()
     lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]

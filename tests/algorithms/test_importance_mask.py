@@ -20,7 +20,7 @@ from dmg_domainbed.algorithms.importance_mask import (
     weight_importance,
 )
 from dmg_domainbed.errors import UserError
-from tests.helpers import run_domainbed
+from tests.helpers import domainbed_script, one_loader_worker
 
 from .conftest import build, minibatches
 from .torch_calls import TorchCalls
@@ -303,21 +303,10 @@ def test_unknown_tracked_layer_lists_the_valid_names():
 
 def test_domainbed_train_script_runs_both_phases_and_saves_the_masks(tmp_path):
     hparams = {"batch_size": 8, **SHORT}
-    run_domainbed(
-        "train",
-        "--algorithm",
-        "ImportanceMask",
-        "--dataset",
-        "Debug28",
-        "--data_dir",
-        str(tmp_path),
-        "--hparams",
-        json.dumps(hparams),
-        "--steps",
-        "5",
-        "--output_dir",
-        str(tmp_path / "out"),
-    )
+    args = ["--algorithm", "ImportanceMask", "--dataset", "Debug28", "--data_dir", str(tmp_path)]
+    args += ["--hparams", json.dumps(hparams), "--steps", "5"]
+    with one_loader_worker():
+        domainbed_script("train", *args, "--output_dir", str(tmp_path / "out"))
     assert (tmp_path / "out" / "done").exists()
     lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     assert 1 < json.loads(lines[-1])["phase"] < 2, "the last window spans both phases"

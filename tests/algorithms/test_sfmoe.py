@@ -22,7 +22,7 @@ from dmg_domainbed.reporting import in_domain
 from dmg_domainbed.reporting.outputs import RECORD
 from dmg_domainbed.runs import read_run
 
-from ..helpers import run_domainbed
+from ..helpers import domainbed_script, one_loader_worker
 
 try:
     import tomllib
@@ -292,26 +292,15 @@ def test_doctor_says_where_it_looked_whether_the_file_fits_and_how_to_get_it(
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """DomainBed's own train.py runs SFMOE for one step on Debug224 (random 224x224 images),
-    a batch of two per domain, random weights; test domain 0. train.py evaluates the step on
-    every split (48 images through DeiT-S: most of the run's cost)."""
+    """DomainBed's own train.py runs SFMOE in this process for one step on Debug224 (random
+    224x224 images), a batch of two per domain, random weights; test domain 0. train.py
+    evaluates the step on every split (48 images through DeiT-S: most of the run's cost)."""
     output = tmp_path_factory.mktemp("sfmoe_run")
     hparams = {**OFFLINE, "batch_size": 2}
-    run_domainbed(
-        "train",
-        "--algorithm",
-        "SFMOE",
-        "--dataset",
-        "Debug224",
-        "--test_envs",
-        "0",
-        "--steps",
-        "1",
-        "--hparams",
-        json.dumps(hparams),
-        "--output_dir",
-        str(output),
-    )
+    args = ["--algorithm", "SFMOE", "--dataset", "Debug224", "--test_envs", "0", "--steps", "1"]
+    args += ["--hparams", json.dumps(hparams), "--output_dir", str(output)]
+    with one_loader_worker():
+        domainbed_script("train", *args)
     return read_run(output)
 
 

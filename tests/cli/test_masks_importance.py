@@ -3,24 +3,15 @@
 import pandas as pd
 import pytest
 
-from tests.helpers import cli, run_domainbed, runs_of, snapshot
+from tests.helpers import cli, domainbed_script, runs_of, snapshot
 
 
 @pytest.fixture(scope="module")
 def phase1_run(tmp_path_factory):
     """A run that ended in phase 1: 3 steps with the default schedule (phase 1 is 2,500)."""
     run_dir = tmp_path_factory.mktemp("importance") / "phase1"
-    run_domainbed(
-        "train",
-        "--algorithm",
-        "ImportanceMask",
-        "--dataset",
-        "RotatedDigits",
-        "--steps",
-        "3",
-        "--output_dir",
-        str(run_dir),
-    )
+    args = ["--algorithm", "ImportanceMask", "--dataset", "RotatedDigits", "--steps", "3"]
+    domainbed_script("train", *args, "--output_dir", str(run_dir))
     return run_dir
 
 

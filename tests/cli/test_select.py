@@ -18,7 +18,7 @@ from domainbed.lib import misc
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.checks import check_against_domainbed
 from dmg_domainbed.sweep.config import load_sweep, resolve
-from tests.helpers import cli, run_python, snapshot
+from tests.helpers import cli, domainbed_script, snapshot
 
 HARD = "DMG-KnownDomain, hard masks"
 
@@ -56,9 +56,9 @@ def paper_run(tmp_path_factory):
     (job,) = [j for j in plan.jobs(sweep, sweep.groups[0]) if j.train_args["test_envs"] == [0]]
     assert "--save_model_every_checkpoint  --seed" in job.command_str  # a bare switch
     os.makedirs(job.output_dir)
-    python, *args = shlex.split(job.command_str)  # as the launchers' shell splits it
-    assert python == "python"
-    run_python(*args)
+    python, option, module, *args = shlex.split(job.command_str)  # as the launchers' shell does
+    assert [python, option, module] == ["python", "-m", "domainbed.scripts.train"]
+    domainbed_script("train", *args)  # here: the run, not its process, is what is tested
     return Path(sweep.output_dir), Path(job.output_dir)
 
 

@@ -1,8 +1,7 @@
 """A manifest dataset trains through DomainBed's own scripts wherever the job runs: jobs forked
-by local_parallel from a sweep, and a train.py started as a new process in another folder; the
-sweep is then read by ``report``. Every process finds the manifest through
-DMG_DOMAINBED_DATASETS alone. 28x28 inputs select DomainBed's MNIST_CNN: no pretrained
-weights."""
+by local_parallel from a sweep, and a train.py started in another folder; the sweep is then read
+by ``report``. Each finds the manifest through DMG_DOMAINBED_DATASETS alone, read as DomainBed
+is imported. 28x28 inputs select DomainBed's MNIST_CNN: no pretrained weights."""
 
 import json
 import re
@@ -12,7 +11,7 @@ import pytest
 
 from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE
 
-from ..helpers import cli, domainbed_env, domainbed_script, run_domainbed, run_python
+from ..helpers import cli, domainbed_env, domainbed_script, fresh_domainbed, run_python
 from .conftest import write_domains
 
 MANIFEST = """
@@ -50,6 +49,8 @@ def environment(manifest, **extra):
 
 
 def test_a_sweep_through_local_parallel_and_its_report(manifest, tmp_path, registered):
+    """The command runs as a process of its own: local_parallel forks its jobs from one fork
+    server per process, which reads the variable once, as it imports DomainBed."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     sweep_file = elsewhere / "sweep.toml"
@@ -75,17 +76,22 @@ def test_a_sweep_through_local_parallel_and_its_report(manifest, tmp_path, regis
 
 @pytest.fixture(scope="module")
 def trained_run(manifest, tmp_path_factory):
-    """One train.py run on the manifest, started as a new process in another folder; one
+    """One train.py run on the manifest, started in another folder, with DomainBed imported
+    afresh in an environment that names the manifest, as a new process imports it; one
     data-loader worker per loader (an image folder's own 8 fork dozens of processes)."""
     folder = tmp_path_factory.mktemp("trained")
     args = ["--dataset", "TinyDomains", "--algorithm", "ERM", "--test_envs", "1"]
     args += ["--output_dir", str(folder / "run"), "--hparams", '{"batch_size": 4}']
-    env = environment(manifest, DMG_DOMAINBED_LOADER_WORKERS="1")
-    run_domainbed("train", *args, cwd=folder, env=env)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environment(manifest, DMG_DOMAINBED_LOADER_WORKERS="1").items():
+            patch.setenv(name, value)
+        patch.chdir(folder)
+        with fresh_domainbed():
+            domainbed_script("train", *args)
     return folder / "run"
 
 
-def test_train_py_in_a_new_process_started_in_another_folder(trained_run):
+def test_train_py_started_in_another_folder_finds_the_manifest_through_the_variable(trained_run):
     lines = (trained_run / "results.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["step"] for r in records] == [0, 2]  # the manifest's steps and checkpoint_freq

@@ -65,7 +65,7 @@ def pacs(tmp_path_factory):
 
 def run(args: list[str], environment: dict, cwd: Path | None = None) -> str:
     """What ``python ARGS`` prints, run in a new interpreter (CUDA starts in it as in a user's)."""
-    return run_python(*args, env=environment, cwd=cwd, timeout=900, new_interpreter=True).stdout
+    return run_python(*args, env=environment, cwd=cwd, timeout=900).stdout
 
 
 def on_gpu(environment: dict) -> dict:

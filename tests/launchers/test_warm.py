@@ -119,7 +119,7 @@ def test_a_new_process_and_a_warm_job_get_the_same_settings(tmp_path, job_enviro
     from ..helpers import run_python
 
     fresh = tmp_path / "fresh.json"
-    run_python("-m", PROBE, "settings", str(fresh), env=job_environ, new_interpreter=True)
+    run_python("-m", PROBE, "settings", str(fresh), env=job_environ)
     forked = tmp_path / "forked.json"
     assert run_warm(tmp_path, ["settings", str(forked)], job_environ)[0] == 0
     fresh, forked = json.loads(fresh.read_text()), json.loads(forked.read_text())
@@ -144,6 +144,8 @@ def test_a_warm_job_ends_as_a_new_process_would(tmp_path, job_environ, args, cod
 
 
 def test_no_job_is_forked_while_a_thread_that_the_imports_started_runs(tmp_path):
+    """In a process of its own: a process has one fork server, started with its first warm
+    job, and this one must preload the module whose import starts the thread."""
     from ..helpers import domainbed_env, run_python
 
     start_one = (
