@@ -437,31 +437,20 @@ def changed_rows(before: dict, after: dict, datasets, manifests: set[str]) -> se
 
 
 @pytest.fixture
-def fresh_domainbed(monkeypatch):
+def domainbed_as_defined(monkeypatch):
     """DomainBed's modules imported afresh, as DomainBed defines them (no start-up hook, no
-    setting of this package), and the process's own put back when the test ends."""
+    setting of this package, Python's own ``sys.excepthook``), and the process's own put back
+    when the test ends."""
     import importlib
 
-    from dmg_domainbed import _startup
-
-    def own(name: str) -> bool:
-        return name == "domainbed" or name.startswith("domainbed.")
-
-    saved = {name: module for name, module in sys.modules.items() if own(name)}
-    for name in saved:
-        del sys.modules[name]
-    watcher = _startup.DomainBedImportWatcher.__name__
-    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if type(f).__name__ != watcher])
     monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
     for variable in ("DMG_DOMAINBED_DISABLE", "DMG_DOMAINBED_LOADER_WORKERS"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.delenv("DMG_DOMAINBED_DATASETS", raising=False)
-    try:
+    with fresh_domainbed(hook=False):
+        from dmg_domainbed import _startup
+
         yield [importlib.import_module(name) for name in sorted(_startup.WATCHED_MODULES)]
-    finally:
-        for name in [name for name in sys.modules if own(name)]:
-            del sys.modules[name]
-        sys.modules.update(saved)
 
 
 CONDITIONAL_ROWS = {"datasets.<manifest>", "datasets.<dataset>.N_WORKERS"}
@@ -477,7 +466,7 @@ CONDITIONAL_ROWS = {"datasets.<manifest>", "datasets.<dataset>.N_WORKERS"}
     ids=["no settings", "every setting", "disabled"],
 )
 def test_the_table_names_every_name_the_start_up_hook_changes_in_domainbed(
-    fresh_domainbed, settings, expected, monkeypatch, tmp_path
+    domainbed_as_defined, settings, expected, monkeypatch, tmp_path
 ):
     """A patch without a row in integration.py's table, or a row without its patch, fails."""
     from dmg_domainbed import _startup
@@ -489,18 +478,20 @@ def test_the_table_names_every_name_the_start_up_hook_changes_in_domainbed(
         value = str(tmp_path / "table.toml") if value == "manifest" else value
         monkeypatch.setenv(variable, value)
     datasets = sys.modules["domainbed.datasets"]
-    before = names_and_values(fresh_domainbed)
+    before = names_and_values(domainbed_as_defined)
     _startup.install()
-    after = names_and_values(fresh_domainbed)
+    after = names_and_values(domainbed_as_defined)
     changed = changed_rows(before, after, datasets, {"TableData"})
     assert changed == expected(table_names())
 
 
-def test_disabled_an_explicit_register_writes_every_row_but_the_start_up_hooks(fresh_domainbed):
+def test_disabled_an_explicit_register_writes_every_row_but_the_start_up_hooks(
+    domainbed_as_defined,
+):
     import dmg_domainbed
 
     datasets = sys.modules["domainbed.datasets"]
-    before = names_and_values(fresh_domainbed)
+    before = names_and_values(domainbed_as_defined)
     dmg_domainbed.register()
-    changed = changed_rows(before, names_and_values(fresh_domainbed), datasets, set())
+    changed = changed_rows(before, names_and_values(domainbed_as_defined), datasets, set())
     assert changed == table_names() - CONDITIONAL_ROWS - {"sys.meta_path"}

@@ -133,7 +133,9 @@ def test_train_py_refuses_a_domain_smaller_than_one_batch_instead_of_waiting_for
     args += ["--output_dir", str(tmp_path / "run"), "--holdout_fraction", "0.5"]
     args += ["--hparams", '{"batch_size": 8}']
     env = environment(manifest)
-    refused = run_domainbed("train", *args, cwd=tmp_path, env=env, check=False, timeout=300)
+    refused = run_python(
+        "-m", "domainbed.scripts.train", *args, cwd=tmp_path, env=env, check=False, timeout=300
+    )
     assert refused.returncode != 0
     printed = refused.stdout + refused.stderr  # train.py tees stderr into stdout
     assert (
