@@ -1,7 +1,8 @@
 """bf16 mixed precision for DomainBed runs, chosen by the hparam ``precision``.
 
-``precision`` is ``"fp32"`` (the default) or ``"bf16"``, declared in :data:`HPARAMS`: the
-hparams this package gives every algorithm, DomainBed's and each plugin's, on every dataset.
+``precision`` is ``"fp32"`` (the default) or ``"bf16"``, declared in
+:mod:`dmg_domainbed.hparams.every_algorithm` (here :data:`HPARAMS`): the hparams this package
+gives every algorithm, DomainBed's and each plugin's, on every dataset.
 The names rule (:mod:`dmg_domainbed.hparams.names`) knows them and the preflight checks their
 values by their own rule, as it does any declared hparam; but they are not in DomainBed's
 registry: a run asks for bf16 with ``--hparams '{"precision": "bf16"}'`` (or ``precision =
@@ -39,17 +40,11 @@ import torch
 from torch import nn
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams.space import HParam, HParamSpace
+from dmg_domainbed.hparams.every_algorithm import BF16, FP32
+from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM as HPARAMS
+from dmg_domainbed.hparams.every_algorithm import PRECISION as HPARAM
 
-HPARAM = "precision"
-FP32 = "fp32"
-BF16 = "bf16"
 CHOICES = (FP32, BF16)
-#: The hparams every algorithm has, outside DomainBed's registry (see the module's description).
-HPARAMS = HParamSpace(
-    # The sampler is never called by DomainBed's random search (not in its registry): fp32.
-    HParam(HPARAM, FP32, lambda random: FP32, choices=CHOICES)
-)
 #: The methods a bf16 run executes under autocast, where an algorithm has them.
 AUTOCAST_METHODS = ("update", "predict", "predict_known_domain")
 #: Methods whose tensor result is a prediction, returned as fp32.

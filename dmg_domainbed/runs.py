@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmg_domainbed.datacheck.batch_fit import training_examples
 from dmg_domainbed.datasets.manifest import (
     CLASSES_HPARAM,
     DOMAINS_HPARAM,
@@ -34,6 +33,7 @@ from dmg_domainbed.datasets.manifest import (
     MANIFESTS_VARIABLE,
 )
 from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.datasets.training_split import training_examples
 from dmg_domainbed.errors import UserError
 
 RESULTS_FILE = "results.jsonl"

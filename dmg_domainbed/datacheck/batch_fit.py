@@ -1,39 +1,29 @@
 """Can every domain's training split fill one batch? If not, DomainBed's job hangs.
 
-DomainBed's ``train.py`` holds out ``int(n * holdout_fraction)`` of a domain's ``n`` examples
-(``misc.split_dataset``) and trains on the other ``n - int(n * holdout_fraction)``, drawn by its
-``InfiniteDataLoader``: a ``RandomSampler`` with replacement that draws as many indices per
-pass as the split holds, cut into batches of ``batch_size`` with ``drop_last=True``. A split
-smaller than one batch yields no batch in a pass, and the loader's infinite sampler starts the
-next pass for ever: the job hangs before its first step, without an error. (With the hparam
-``class_balanced`` a ``WeightedRandomSampler`` draws ``batch_size`` indices per pass instead;
-it is off in DomainBed's defaults and its random search.)
+The rule, and why a short split hangs, is :mod:`dmg_domainbed.datasets.training_split`'s;
+here it is applied to the batches a run or a sweep trains with.
 
 A single run trains with its hparams' ``batch_size``; a sweep's job with ``hparams_seed`` 0
 with DomainBed's defaults, any other with ``random_hparams(algorithm, dataset,
 seed_hash(hparams_seed, trial_seed))`` (its random search draws up to 45 on image datasets),
 both updated with the fixed ``--hparams``; every domain trains in some job of a sweep. A
-manifest dataset applies the same rule when ``train.py`` builds it
-(:func:`training_holdout_fraction`).
+manifest dataset applies the same rule when ``train.py`` builds it.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from dmg_domainbed.datacheck.findings import ERROR, DatasetReport, Finding
+from dmg_domainbed.datasets.findings import DatasetReport
 from dmg_domainbed.datasets.layouts import MNIST_DATASETS
-
-# train.py's default --holdout_fraction.
-HOLDOUT_FRACTION = 0.2
-# DomainBed's training script, as a module and as the last parts of its path.
-TRAIN_MODULE = "domainbed.scripts.train"
-TRAIN_SCRIPT = ("domainbed", "scripts", "train.py")
+from dmg_domainbed.datasets.training_split import (
+    HOLDOUT_FRACTION,
+    batch_findings,
+    training_examples,
+)
 
 
 @dataclass(frozen=True)
@@ -55,19 +45,6 @@ class Batch:
 
 # A run without --hparams and with train.py's default holdout_fraction.
 DEFAULT_BATCH = Batch()
-
-
-def training_examples(examples: int, holdout_fraction: float) -> int:
-    """The examples of a domain that ``train.py`` trains on (``misc.split_dataset``)."""
-    return examples - int(examples * holdout_fraction)
-
-
-def examples_needed(batch_size: int, holdout_fraction: float) -> int:
-    """The fewest examples of a domain whose training split fills one batch."""
-    examples = batch_size
-    while training_examples(examples, holdout_fraction) < batch_size:
-        examples += 1
-    return examples
 
 
 def default_batch_size(dataset: str) -> int:
@@ -121,39 +98,6 @@ def domain_examples(report: DatasetReport, environments: Sequence[str]) -> list[
     return [(count.domain, count.images) for count in report.counts]
 
 
-def batch_findings(
-    dataset: str,
-    examples: Sequence[tuple[str, int]],
-    batch_size: int,
-    holdout_fraction: float,
-    source: str,
-) -> list[Finding]:
-    """An error for each domain of ``examples`` (domain, examples) of ``dataset`` whose training
-    split cannot fill a batch of ``batch_size`` (``source`` says where that size comes from)."""
-    short = [(d, n) for d, n in examples if 0 < training_examples(n, holdout_fraction) < batch_size]
-    if not short:
-        return []
-    fits = min(training_examples(n, holdout_fraction) for _, n in short)
-    findings = []
-    for domain, n in short:
-        held_out = n - training_examples(n, holdout_fraction)
-        findings.append(
-            Finding(
-                ERROR,
-                f"domain {domain!r} of {dataset} trains on {n - held_out:,} images ({n:,} "
-                f"less {held_out:,} held out, holdout_fraction {holdout_fraction:g}): fewer "
-                f"than one batch of {batch_size} ({source})",
-                "a training split of at least one batch in every domain: DomainBed's training "
-                "loader drops an incomplete batch, and its infinite sampler then waits for "
-                "ever: the job hangs before its first step, without an error",
-                f'lower the hparam batch_size to at most {fits} (--hparams \'{{"batch_size": '
-                f"{fits}}}', or batch_size in the sweep file's [sweep.hparams]), or give the "
-                f"domain at least {examples_needed(batch_size, holdout_fraction):,} images",
-            )
-        )
-    return findings
-
-
 def add_batch_findings(
     report: DatasetReport, examples: Sequence[tuple[str, int]], batch: Batch
 ) -> None:
@@ -166,18 +110,3 @@ def add_batch_findings(
     report.findings += batch_findings(
         report.dataset, examples, batch_size, holdout_fraction, batch.source
     )
-
-
-def training_holdout_fraction() -> float | None:
-    """The ``--holdout_fraction`` of DomainBed's ``train.py`` when this process runs it, else
-    ``None``. DomainBed builds a dataset with its hparams only; ``train.py`` keeps its parsed
-    arguments in its module's global ``args``, and runs as ``__main__`` (``python -m``, a
-    script path, or ``runpy`` as local_parallel's warm jobs run it)."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None:
-        is_train = spec.name == TRAIN_MODULE
-    else:
-        is_train = Path(getattr(main, "__file__", None) or "").parts[-3:] == TRAIN_SCRIPT
-    fraction = getattr(getattr(main, "args", None), "holdout_fraction", None)
-    return float(fraction) if is_train and isinstance(fraction, int | float) else None

@@ -19,10 +19,10 @@ from dmg_domainbed.datacheck.batch_fit import (
     add_batch_findings,
     domain_examples,
 )
-from dmg_domainbed.datacheck.findings import ERROR, DatasetReport
 from dmg_domainbed.datacheck.folder_check import check_image_dataset, check_manifest_dataset
 from dmg_domainbed.datacheck.mnist_check import check_mnist
 from dmg_domainbed.datacheck.wilds_check import check_wilds
+from dmg_domainbed.datasets.findings import ERROR, DatasetReport
 from dmg_domainbed.datasets.layouts import (
     IMAGE_LAYOUTS,
     MNIST_DATASETS,

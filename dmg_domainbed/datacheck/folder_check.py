@@ -27,9 +27,9 @@ from pathlib import Path
 
 from dmg_domainbed.datacheck.decoding import decode_all
 from dmg_domainbed.datacheck.downloads import download_command
-from dmg_domainbed.datacheck.findings import ERROR, INFO, WARNING, DatasetReport, DomainCount
 from dmg_domainbed.datacheck.headers import add_header_findings
 from dmg_domainbed.datacheck.image_findings import add_image_findings
+from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport, DomainCount
 from dmg_domainbed.datasets.image_files import DomainFiles, list_image_folders, listing_problems
 from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
 from dmg_domainbed.datasets.manifest import Manifest, file_problems, list_files

@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 
 from dmg_domainbed.datacheck.downloads import download_command
-from dmg_domainbed.datacheck.findings import ERROR, INFO, DatasetReport, DomainCount
+from dmg_domainbed.datasets.findings import ERROR, INFO, DatasetReport, DomainCount
 from dmg_domainbed.datasets.layouts import MNIST_FOLDER, MNIST_IMAGES, MNIST_SIDE
 
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from dmg_domainbed.datacheck.decoding import decode_all
 from dmg_domainbed.datacheck.downloads import download_command
-from dmg_domainbed.datacheck.findings import ERROR, DatasetReport, DomainCount
 from dmg_domainbed.datacheck.image_findings import add_image_findings
+from dmg_domainbed.datasets.findings import ERROR, DatasetReport, DomainCount
 from dmg_domainbed.datasets.layouts import WildsLayout
 
 

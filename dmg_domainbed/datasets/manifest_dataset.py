@@ -32,7 +32,6 @@ from torch.utils.data import Dataset
 from torchvision import transforms
 from torchvision.datasets.folder import default_loader
 
-from dmg_domainbed.datacheck.batch_fit import batch_findings, training_holdout_fraction
 from dmg_domainbed.datasets.image_files import DomainFiles
 from dmg_domainbed.datasets.manifest import (
     CLASSES_HPARAM,
@@ -44,6 +43,7 @@ from dmg_domainbed.datasets.manifest import (
     file_problems,
     list_files,
 )
+from dmg_domainbed.datasets.training_split import batch_findings, training_holdout_fraction
 from dmg_domainbed.errors import UserError
 
 # DomainBed's image statistics (ImageNet's), with which its image datasets normalise.
@@ -143,7 +143,7 @@ def data_facts(
 def refuse_short_domains(manifest: Manifest, domains, test_envs, hparams) -> None:
     """:class:`UserError` when DomainBed's ``train.py`` builds the dataset and a training domain
     cannot fill one batch: its loader would wait for ever (the rule of the data check,
-    :mod:`dmg_domainbed.datacheck.batch_fit`). Only ``train.py`` draws training batches, and
+    :mod:`dmg_domainbed.datasets.training_split`). Only ``train.py`` draws training batches, and
     only there is ``holdout_fraction`` known; a class-balanced sampler draws a whole batch
     from any domain."""
     holdout_fraction = training_holdout_fraction()

@@ -31,17 +31,13 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dmg_domainbed import precision
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM
 from dmg_domainbed.hparams.recorded import recorded_hparams
 from dmg_domainbed.hparams.space import resolve_space
 
 #: What DomainBed's ``networks.MLP`` reads: the featurizer of inputs of one dimension.
 VECTOR_INPUT_HPARAMS = ("mlp_width", "mlp_depth", "mlp_dropout")
-#: The hparams this package gives every algorithm, DomainBed's and each plugin's, on every
-#: dataset, declared where they are applied: known and checked like an algorithm's own, but not
-#: in DomainBed's registry, so a run that gives none has exactly DomainBed's hparams.
-EVERY_ALGORITHM = precision.HPARAMS
 
 
 def _registered_name(module, names: Sequence[str], cls: type) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dmg_domainbed.datacheck.batch_fit import Batch
 from dmg_domainbed.datacheck.data_check import FILE_DATASETS, check_dataset, registered_manifests
-from dmg_domainbed.datacheck.findings import INFO
+from dmg_domainbed.datasets.findings import INFO
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, NO_FILES
 
 PRESENT, MISSING, INVALID = "present", "missing", "not usable"

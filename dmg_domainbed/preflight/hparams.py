@@ -6,7 +6,7 @@ names go through the rule the algorithm applies when it is built
 (:func:`~dmg_domainbed.hparams.names.reject_unknown`), on the hparams it is built with, and a
 value must have the type of the default (or pass the check of its declaration: the
 ``HPARAMS`` of this package's algorithms and datasets, and the hparams it gives every algorithm,
-:data:`~dmg_domainbed.hparams.names.EVERY_ALGORITHM`).
+:data:`~dmg_domainbed.hparams.every_algorithm.EVERY_ALGORITHM`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def effective_hparams(
 
     from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.hparams import HParamSpace
-    from dmg_domainbed.hparams.names import EVERY_ALGORITHM, reject_unknown
+    from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM
+    from dmg_domainbed.hparams.names import reject_unknown
     from dmg_domainbed.hparams.recorded import record
     from dmg_domainbed.hparams.trainable import check_trainable
     from dmg_domainbed.rules import rule_like

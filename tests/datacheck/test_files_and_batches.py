@@ -14,7 +14,7 @@ from PIL import Image
 
 from dmg_domainbed.datacheck.batch_fit import Batch
 from dmg_domainbed.datacheck.data_check import check_dataset
-from dmg_domainbed.datacheck.findings import ERROR, WARNING
+from dmg_domainbed.datasets.findings import ERROR, WARNING
 from dmg_domainbed.datasets.manifest import load_manifest
 from dmg_domainbed.datasets.manifest_dataset import dataset_class
 from dmg_domainbed.errors import UserError
