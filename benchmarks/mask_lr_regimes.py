@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from dmg_domainbed.masks import hard_masks, mean_over_pairs, pairwise_soft_iou
+from dmg_domainbed.algorithms.dmg.masks import hard_masks, mean_over_pairs, pairwise_soft_iou
 
 DATASET = "RotatedDigits"
 UNDECIDED = (0.1, 0.9)

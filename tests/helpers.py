@@ -357,7 +357,8 @@ def random_weight_cache(root: Path, backbones=(), deit: bool = False):
     """A :class:`dmg_domainbed.weight_files.Caches` under ``root`` holding random weights in
     the files the loaders read, offline: DomainBed's ResNet featurizer for each hparams of
     ``backbones`` and, with ``deit``, SFMOE's DeiT-S (only names and shapes matter to a test)."""
-    from dmg_domainbed import deit_weights, synthetic
+    from dmg_domainbed import synthetic
+    from dmg_domainbed.algorithms.sfmoe import weights as deit_weights
     from dmg_domainbed.preflight.weights import needed_weights
     from dmg_domainbed.weight_files import TORCH_HUB_FILE, Caches
 

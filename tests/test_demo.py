@@ -4,7 +4,7 @@ import json
 import re
 import shutil
 
-from dmg_domainbed.algorithms.importance_mask import ImportanceMask
+from dmg_domainbed.algorithms.importance_mask.importance_mask import ImportanceMask
 from tests.helpers import (
     DEMO_ALGORITHMS,
     DEMO_STEPS,

@@ -100,7 +100,7 @@ def domainbed_first_then_the_hook(monkeypatch):
         "domainbed.hparams_registry",
         "domainbed.algorithms",
         "domainbed.datasets",
-        "dmg_domainbed.algorithms.dmg",
+        "dmg_domainbed.algorithms.dmg.dmg",
         domainbed_first_then_the_hook,
     ],
     ids=lambda first: first if isinstance(first, str) else "hook armed late",
@@ -367,12 +367,13 @@ def test_another_packages_entry_point_cannot_take_this_packages_name(monkeypatch
     integration.entry_points.cache_clear()
     try:
         declared = integration.entry_points(integration.ALGORITHM_GROUP)
-        assert declared["DMG"].value == "dmg_domainbed.algorithms.dmg:DMG"
+        assert declared["DMG"].value == "dmg_domainbed.algorithms.dmg.dmg:DMG"
         err = capsys.readouterr().err
         assert "'DMG = squatter_plugin:DMG' of group 'domainbed.algorithms' (from" in err
         assert "squatter-plugin) is not registered: 'DMG' is dmg-domainbed's own" in err
         assert "Rename the entry point in squatter-plugin" in err
-        assert algorithms.get_algorithm_class("DMG").__module__ == "dmg_domainbed.algorithms.dmg"
+        own = "dmg_domainbed.algorithms.dmg.dmg"
+        assert algorithms.get_algorithm_class("DMG").__module__ == own
         assert algorithms.get_algorithm_class("ERM").__module__ == "domainbed.algorithms"
         err = capsys.readouterr().err
         assert "plugin algorithm 'ERM' (group 'domainbed.algorithms') is not registered" in err

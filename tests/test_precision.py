@@ -12,9 +12,9 @@ import torch
 from domainbed import algorithms, datasets, hparams_registry
 from torch import nn
 
-from dmg_domainbed import masks
+from dmg_domainbed.algorithms.dmg import masks
+from dmg_domainbed.algorithms.sfmoe.moe import SparseMoE
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.moe import SparseMoE
 from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.sweep.checks import check_against_domainbed
 from dmg_domainbed.sweep.config import load_sweep

@@ -14,9 +14,10 @@ def test_pure_maths_runs_and_the_rest_fails_with_the_set_up_instructions(tmp_pat
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text('raise ImportError("DomainBed is hidden")\n')
     env = domainbed_env(PYTHONPATH=str(hidden.parent))
-    pure, needs_domainbed = "tests/test_masks.py", "tests/algorithms/test_aggregate.py"
+    pure = "tests/algorithms/dmg/test_masks.py"
+    needs_domainbed = "tests/algorithms/paper_baselines/test_aggregate.py"
     result = run_python(
-        *("-m", "pytest", "-q", "-rA"),  # -rA: a line per test, PASSED tests/test_masks.py::...
+        *("-m", "pytest", "-q", "-rA"),  # -rA: a line per test, PASSED <pure>::<test>
         *("-p", "no:cacheprovider", "-n", "0"),
         *(pure, needs_domainbed, "tests/cli/test_report.py"),
         cwd=ROOT,

@@ -101,8 +101,8 @@ def needed_weights(
     if input_shape is None or tuple(input_shape[1:3]) != (224, 224):
         return [], []
     caches = caches or Caches.current()
-    if hparams.get("alexnet"):  # this package's AlexNet featurizer (dmg_domainbed.alexnet)
-        from dmg_domainbed.alexnet import WEIGHTS
+    if hparams.get("alexnet"):  # the AlexNet featurizer of the DMG paper's algorithms
+        from dmg_domainbed.algorithms.paper_baselines.alexnet import WEIGHTS
 
         return [_torchvision_file("alexnet", WEIGHTS, caches)], []
     if hparams.get("vit"):

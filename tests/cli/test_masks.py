@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dmg_domainbed import masks
+from dmg_domainbed.algorithms.dmg import masks
 from tests.helpers import cli, runs_of, snapshot
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

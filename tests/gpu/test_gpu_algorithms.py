@@ -20,8 +20,10 @@ import pytest
 import torch
 from domainbed import algorithms, hparams_registry
 
-from dmg_domainbed import deit_weights, synthetic
-from dmg_domainbed.algorithms.corgrad import chunk_layout, corrected_update
+from dmg_domainbed import synthetic
+from dmg_domainbed.algorithms.corgrad.chunks import chunk_layout
+from dmg_domainbed.algorithms.corgrad.corgrad import corrected_update
+from dmg_domainbed.algorithms.sfmoe import weights as deit_weights
 from dmg_domainbed.preflight.weights import needed_weights
 from dmg_domainbed.weight_files import Caches
 

@@ -102,8 +102,8 @@ def test_an_algorithm_s_own_weights_get_random_stand_ins_where_it_loads_them(
 ):
     """SFMOE loads DeiT-S itself (not DomainBed's featurizer): with --synthetic, random DeiT-S
     weights go where its own lookup finds them, in the check's cache, once for both jobs."""
-    from dmg_domainbed import deit_weights
-    from dmg_domainbed.algorithms import sfmoe_network
+    from dmg_domainbed.algorithms.sfmoe import network as sfmoe_network
+    from dmg_domainbed.algorithms.sfmoe import weights as deit_weights
 
     without = Staging(tmp_path / "plain", None).stage(
         jobs.from_command_line(["SFMOE"], ["PACS"], {})

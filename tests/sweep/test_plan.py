@@ -9,7 +9,7 @@ from pathlib import Path
 
 from domainbed import hparams_registry
 
-from dmg_domainbed.algorithms.importance_mask import ImportanceMask
+from dmg_domainbed.algorithms.importance_mask.importance_mask import ImportanceMask
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import load_sweep, resolve
 from dmg_domainbed.sweep.launcher_settings import launcher_environment

@@ -1,6 +1,6 @@
 """Where SF-MoE's pretrained DeiT-S weights are found, and whether a file holds them.
 
-The network (:mod:`dmg_domainbed.algorithms.sfmoe_network`) loads timm's distilled DeiT-Small
+The network (:mod:`.network`) loads timm's distilled DeiT-Small
 ``deit_small_distilled_patch16_224.fb_in1k``, looked up offline first: the file of the
 ``sfmoe_weights`` hparam, else timm's own caches, the Hugging Face hub cache (``model.safetensors``
 or ``pytorch_model.bin`` of a snapshot), then the torch hub checkpoint folder. This module says

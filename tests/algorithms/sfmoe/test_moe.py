@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmg_domainbed.moe import SparseMoE, balance_loss, expert_capacity, route
+from dmg_domainbed.algorithms.sfmoe.moe import SparseMoE, balance_loss, expert_capacity, route
 
 pytestmark = pytest.mark.no_domainbed
 

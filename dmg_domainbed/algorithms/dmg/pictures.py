@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from dmg_domainbed import masks
+from dmg_domainbed.algorithms.dmg import masks
 from dmg_domainbed.drawing import Drawn, FinishedRun, figure, save
 
 

@@ -30,7 +30,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from torch import nn
 
-from dmg_domainbed.algorithms.sfmoe_network import GRID, PREFIX_TOKENS
+from dmg_domainbed.algorithms.sfmoe.network import GRID, PREFIX_TOKENS
 from dmg_domainbed.drawing import Drawn, FinishedRun, colours, figure, save
 
 IMAGES_PER_DOMAIN = 2

@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from domainbed import algorithms
 from torch import nn
 
-from dmg_domainbed.algorithms.corgrad import (
+from dmg_domainbed.algorithms.corgrad.chunks import chunk_layout
+from dmg_domainbed.algorithms.corgrad.corgrad import (
     CorGrad,
     blend_outliers,
-    chunk_layout,
     corrected_parameters,
     corrected_update,
     project_conflicting_chunks,
@@ -22,7 +22,7 @@ from dmg_domainbed.algorithms.corgrad import (
 from dmg_domainbed.errors import UserError
 from tests.helpers import domainbed_script, one_loader_worker
 
-from .conftest import build, build_resnet18, minibatches
+from ..conftest import build, build_resnet18, minibatches
 
 
 def flat(*domains):

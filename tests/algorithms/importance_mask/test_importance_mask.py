@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from domainbed import algorithms
 
-from dmg_domainbed.algorithms import importance_mask
-from dmg_domainbed.algorithms.importance_mask import (
+from dmg_domainbed.algorithms.importance_mask import importance_mask
+from dmg_domainbed.algorithms.importance_mask.importance_mask import (
     ImportanceMask,
     apply_rates,
     linear_quantile,
@@ -22,8 +22,8 @@ from dmg_domainbed.algorithms.importance_mask import (
 from dmg_domainbed.errors import UserError
 from tests.helpers import domainbed_script, one_loader_worker
 
-from .conftest import build, minibatches
-from .torch_calls import TorchCalls
+from ..conftest import build, minibatches
+from ..torch_calls import TorchCalls
 
 SHORT = {"phase1_steps": 2, "freeze_step": 4}
 
@@ -323,7 +323,7 @@ def test_domainbed_train_script_runs_both_phases_and_saves_the_masks(tmp_path):
 
 
 def test_scaled_schedule_keeps_the_default_proportions():
-    from dmg_domainbed.algorithms.importance_mask import ImportanceMask
+    from dmg_domainbed.algorithms.importance_mask.importance_mask import ImportanceMask
 
     schedule_hparams = ImportanceMask.run_length_hparams
 

@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 from domainbed import algorithms
 
-from dmg_domainbed.algorithms.aggregate import Aggregate
+from dmg_domainbed.algorithms.paper_baselines.aggregate import Aggregate
 
-from .conftest import build, minibatches
+from ..conftest import build, minibatches
 
 
 def test_registered_in_domainbed():

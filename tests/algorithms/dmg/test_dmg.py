@@ -8,11 +8,11 @@ import torchvision
 from domainbed import algorithms, hparams_registry
 from torch import nn
 
-from dmg_domainbed.algorithms.dmg import DMG
+from dmg_domainbed.algorithms.dmg.dmg import DMG
 from dmg_domainbed.errors import UserError
 
-from .conftest import build, minibatches
-from .torch_calls import TorchCalls
+from ..conftest import build, minibatches
+from ..torch_calls import TorchCalls
 
 
 def set_constant_probabilities(dmg, per_domain):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmg_domainbed import masks
+from dmg_domainbed.algorithms.dmg import masks
 
 pytestmark = pytest.mark.no_domainbed
 

@@ -10,11 +10,11 @@ from domainbed import hparams_registry
 from domainbed.lib import misc
 from torch import nn
 
-from dmg_domainbed.alexnet import AlexNetFeaturizer
-from dmg_domainbed.algorithms.dmg import DMG
+from dmg_domainbed.algorithms.dmg.dmg import DMG
+from dmg_domainbed.algorithms.paper_baselines.alexnet import AlexNetFeaturizer
 from dmg_domainbed.errors import UserError
 
-from .conftest import build, minibatches
+from ..conftest import build, minibatches
 
 PAPER_ALGORITHMS = ["Aggregate", "MultiHead", "DMG"]
 FEATURES = (10,)

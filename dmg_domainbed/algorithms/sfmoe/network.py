@@ -6,12 +6,12 @@ drop rate, attention drop and drop-path 0. Its output is the mean of the class a
 heads' logits, what the authors' ``predict`` returns; there is no distillation loss.
 
 The MLPs of the chosen blocks (the authors': 0-based 5 and 11) become
-:class:`~dmg_domainbed.moe.SparseMoE` layers. Expert initialisation ``random``: fresh experts and
+:class:`~.moe.SparseMoE` layers. Expert initialisation ``random``: fresh experts and
 gate, which is what the authors' runs had (timm's pretrained loader dropped the dense MLP
 weights of those blocks when it went non-strict for a class count other than 1000); ``copy``:
 every expert is the pretrained dense MLP, biases included (GMoE's upcycling).
 
-Pretrained weights are looked up offline first (:mod:`dmg_domainbed.deit_weights`: the file of
+Pretrained weights are looked up offline first (:mod:`.weights`: the file of
 the ``sfmoe_weights`` hparam, else timm's own caches). With none of them timm downloads the
 weights, as DomainBed does with its own backbones.
 """
@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmg_domainbed.deit_weights import MODEL, find_weights, how_to_get, weight_locations
+from dmg_domainbed.algorithms.sfmoe.moe import SparseMoE
+from dmg_domainbed.algorithms.sfmoe.weights import MODEL, find_weights, how_to_get, weight_locations
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.moe import SparseMoE
 
 DEPTH = 12  # DeiT-S blocks
 INPUT_SHAPE = (3, 224, 224)

@@ -3,7 +3,7 @@
 import pytest
 from torch import nn
 
-from dmg_domainbed import named_layers
+from dmg_domainbed.algorithms import named_layers
 from dmg_domainbed.errors import UserError
 
 pytestmark = pytest.mark.no_domainbed

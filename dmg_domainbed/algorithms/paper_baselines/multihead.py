@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmg_domainbed.algorithms import paper
 from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
+from dmg_domainbed.algorithms.paper_baselines import paper
 from dmg_domainbed.hparams import HParamSpace
 
 

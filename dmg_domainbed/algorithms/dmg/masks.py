@@ -28,7 +28,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from dmg_domainbed import named_layers, precision
+from dmg_domainbed import precision
+from dmg_domainbed.algorithms import named_layers
 
 EPS = 1e-6  # the authors' smoothing of the soft IoU
 INITS = ("random_uniform", "scalar")

@@ -18,8 +18,8 @@ from domainbed import networks
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from dmg_domainbed import lr_schedules
-from dmg_domainbed.alexnet import AlexNetFeaturizer
+from dmg_domainbed.algorithms.paper_baselines import schedules
+from dmg_domainbed.algorithms.paper_baselines.alexnet import AlexNetFeaturizer
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam
 from dmg_domainbed.hparams.trainable import MAX_DROPOUT
@@ -68,7 +68,7 @@ LR_SCHEDULE = (
         "lr_schedule",
         "constant",
         lambda r: "constant",
-        choices=lr_schedules.SCHEDULES,
+        choices=schedules.SCHEDULES,
         help="constant (DomainBed); exponential: network lr x 0.99 per epoch (the authors' "
         "PACS); inverse: every lr x (1 + 1e-4 t)^-0.75 (the authors' DomainNet)",
     ),
@@ -141,7 +141,7 @@ def lr_schedulers(
     network: torch.optim.Optimizer | None = None,
     masks: torch.optim.Optimizer | None = None,
 ) -> dict[str, LambdaLR]:
-    """The authors' schedule (:mod:`dmg_domainbed.lr_schedules`) for the network's optimiser
+    """The authors' schedule (:mod:`.schedules`) for the network's optimiser
     and/or DMG's mask optimiser, by the name their rate is logged under (``lr``, ``mask_lr``);
     empty at DomainBed's constant rate.
 
@@ -159,7 +159,7 @@ def lr_schedulers(
             "epoch, e.g. for PACS under DomainBed's 80% training splits "
             """--hparams '{"lr_schedule": "exponential", "epoch_examples": 5995}'"""
         )
-    network_factor, mask_factor = lr_schedules.factors(
+    network_factor, mask_factor = schedules.factors(
         schedule, hparams["batch_size"] * num_domains, hparams["epoch_examples"]
     )
     schedulers = {}

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmg_domainbed import named_layers, precision
+from dmg_domainbed import precision
+from dmg_domainbed.algorithms import named_layers
 from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier, pooled
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace, positive
@@ -19,106 +20,6 @@ from dmg_domainbed.hparams.trainable import MAX_LR
 
 if TYPE_CHECKING:
     from dmg_domainbed.drawing import Drawn
-
-
-def weight_importance(initial: torch.Tensor, finals: torch.Tensor) -> torch.Tensor:
-    """``I = sum_d |w_d - w_0|``: how far each weight moved, summed over the domain copies.
-
-    ``initial [N]`` is the shared initialisation ``w_0``, ``finals [D, N]`` the copies' weights.
-    """
-    return (finals - initial).abs().sum(0)
-
-
-def normalise(importance: torch.Tensor) -> torch.Tensor:
-    """Min-max normalisation to [0, 1] over all tracked weights at once (one global range).
-
-    A constant importance carries no ranking and maps to 0.5 everywhere, as in the original.
-    """
-    low, high = importance.min(), importance.max()
-    if high - low <= 0:
-        return torch.full_like(importance, 0.5)
-    return (importance - low) / (high - low)
-
-
-#: Largest input ``torch.quantile`` accepts (it refuses tensors of more elements).
-QUANTILE_MAX_ELEMENTS = 2**24
-
-
-def top_fraction(scores: torch.Tensor, fraction: float) -> torch.Tensor:
-    """Boolean mask of the scores at or above their ``1 - fraction`` quantile: the original's
-    ``score >= torch.quantile(score, 1 - fraction)``, ties at the threshold included.
-
-    ``torch.quantile`` itself decides wherever it accepts the scores, so the kept weights are the
-    original's on every torch version; above :data:`QUANTILE_MAX_ELEMENTS` elements
-    :func:`linear_quantile` computes the same threshold.
-    """
-    flat = scores.reshape(-1)
-    if flat.numel() == 0:
-        return torch.zeros_like(scores, dtype=torch.bool)
-    if flat.numel() <= QUANTILE_MAX_ELEMENTS:
-        threshold = torch.quantile(flat, 1 - fraction)
-    else:
-        threshold = linear_quantile(flat, 1 - fraction)
-    return scores >= threshold
-
-
-def linear_quantile(values: torch.Tensor, q: float) -> torch.Tensor:
-    """``torch.quantile(values, q)`` (linear interpolation) for a 1-d tensor of any size.
-
-    With the sorted values ``v_(0) <= ... <= v_(N-1)`` and the rank ``r = q (N - 1)``, the
-    quantile is ``lerp(v_(floor r), v_(ceil r), r - floor r)``. The arithmetic is
-    ``torch.quantile``'s: ``q`` rounded to the values' dtype, ``r`` in double precision, the
-    weight ``r - floor r`` in the values' dtype; the two order statistics come from
-    ``kthvalue``, so no sorted copy is made. Every operand lives on the values' device.
-    """
-    size = values.numel()
-    rank = torch.tensor(q, dtype=values.dtype).item() * (size - 1)
-    below, above = math.floor(rank), math.ceil(rank)
-    low = values.kthvalue(below + 1).values
-    high = values.kthvalue(above + 1).values
-    weight = torch.tensor(rank - below, dtype=values.dtype, device=values.device)
-    return torch.lerp(low, high, weight)
-
-
-def unimportant_rate(
-    step: int, phase1_steps: int, freeze_step: int, factor: float, half_life: float
-) -> float:
-    """Learning-rate multiplier of the unimportant weights at global update ``step`` (phase 2).
-
-    ``factor * 2 ** (-(step - phase1_steps) / half_life)`` until ``freeze_step``, then 0.
-    """
-    if step >= freeze_step:
-        return 0.0
-    return factor * 0.5 ** ((step - phase1_steps) / half_life)
-
-
-def apply_rates(before: torch.Tensor, after: torch.Tensor, rates: torch.Tensor) -> torch.Tensor:
-    """Weights after an optimiser step with per-weight learning rates ``lr * rates``.
-
-    Adam's step (L2 weight decay included) is proportional to its learning rate, so a weight with
-    rate ``r`` moves ``r`` times Adam's step: ``before + r (after - before)``. ``torch.lerp`` gives
-    ``before`` exactly at ``r = 0`` (frozen) and ``after`` exactly at ``r = 1``.
-    """
-    return torch.lerp(before, after, rates)
-
-
-def _tracked_parameters(network: nn.Module, layers: list[str]) -> OrderedDict[str, nn.Parameter]:
-    """Every parameter of the named layers (their sub-layers included), in network order."""
-    modules = named_layers.modules_named(network, layers, "track")
-    empty = [
-        name for name, module in zip(layers, modules) if next(module.parameters(), None) is None
-    ]
-    if empty:
-        raise UserError(
-            f"ImportanceMask hparam 'importance_layers': layers {empty!r} have no weights to "
-            "track; name layers that have weights, e.g. 'classifier'"
-        )
-    prefixes = tuple(f"{name}." for name in layers)
-    return OrderedDict(
-        (name, param)
-        for name, param in network.named_parameters()
-        if name.startswith(prefixes) and param.requires_grad
-    )
 
 
 SCHEDULE_HPARAMS = ("phase1_steps", "freeze_step", "unimportant_lr_half_life")
@@ -338,9 +239,9 @@ class ImportanceMask(PluginAlgorithm):
     def draw_learned(self, run, output_dir, stem) -> Drawn:
         """``<stem>.png`` (importance and important mask per tracked parameter) and
         ``<stem>_importance.csv``; a run that ended in phase 1 has no importance yet."""
-        from dmg_domainbed.algorithms import importance_mask_pictures
+        from dmg_domainbed.algorithms.importance_mask import pictures
 
-        return importance_mask_pictures.draw_importance(self, run, output_dir, stem)
+        return pictures.draw_importance(self, run, output_dir, stem)
 
     def _per_parameter(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         maps, offset = {}, 0
@@ -366,3 +267,103 @@ class ImportanceMask(PluginAlgorithm):
         count = state_dict.get(f"{prefix}update_count")
         if count is not None:
             self._steps = int(count)
+
+
+def weight_importance(initial: torch.Tensor, finals: torch.Tensor) -> torch.Tensor:
+    """``I = sum_d |w_d - w_0|``: how far each weight moved, summed over the domain copies.
+
+    ``initial [N]`` is the shared initialisation ``w_0``, ``finals [D, N]`` the copies' weights.
+    """
+    return (finals - initial).abs().sum(0)
+
+
+def normalise(importance: torch.Tensor) -> torch.Tensor:
+    """Min-max normalisation to [0, 1] over all tracked weights at once (one global range).
+
+    A constant importance carries no ranking and maps to 0.5 everywhere, as in the original.
+    """
+    low, high = importance.min(), importance.max()
+    if high - low <= 0:
+        return torch.full_like(importance, 0.5)
+    return (importance - low) / (high - low)
+
+
+#: Largest input ``torch.quantile`` accepts (it refuses tensors of more elements).
+QUANTILE_MAX_ELEMENTS = 2**24
+
+
+def top_fraction(scores: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Boolean mask of the scores at or above their ``1 - fraction`` quantile: the original's
+    ``score >= torch.quantile(score, 1 - fraction)``, ties at the threshold included.
+
+    ``torch.quantile`` itself decides wherever it accepts the scores, so the kept weights are the
+    original's on every torch version; above :data:`QUANTILE_MAX_ELEMENTS` elements
+    :func:`linear_quantile` computes the same threshold.
+    """
+    flat = scores.reshape(-1)
+    if flat.numel() == 0:
+        return torch.zeros_like(scores, dtype=torch.bool)
+    if flat.numel() <= QUANTILE_MAX_ELEMENTS:
+        threshold = torch.quantile(flat, 1 - fraction)
+    else:
+        threshold = linear_quantile(flat, 1 - fraction)
+    return scores >= threshold
+
+
+def linear_quantile(values: torch.Tensor, q: float) -> torch.Tensor:
+    """``torch.quantile(values, q)`` (linear interpolation) for a 1-d tensor of any size.
+
+    With the sorted values ``v_(0) <= ... <= v_(N-1)`` and the rank ``r = q (N - 1)``, the
+    quantile is ``lerp(v_(floor r), v_(ceil r), r - floor r)``. The arithmetic is
+    ``torch.quantile``'s: ``q`` rounded to the values' dtype, ``r`` in double precision, the
+    weight ``r - floor r`` in the values' dtype; the two order statistics come from
+    ``kthvalue``, so no sorted copy is made. Every operand lives on the values' device.
+    """
+    size = values.numel()
+    rank = torch.tensor(q, dtype=values.dtype).item() * (size - 1)
+    below, above = math.floor(rank), math.ceil(rank)
+    low = values.kthvalue(below + 1).values
+    high = values.kthvalue(above + 1).values
+    weight = torch.tensor(rank - below, dtype=values.dtype, device=values.device)
+    return torch.lerp(low, high, weight)
+
+
+def unimportant_rate(
+    step: int, phase1_steps: int, freeze_step: int, factor: float, half_life: float
+) -> float:
+    """Learning-rate multiplier of the unimportant weights at global update ``step`` (phase 2).
+
+    ``factor * 2 ** (-(step - phase1_steps) / half_life)`` until ``freeze_step``, then 0.
+    """
+    if step >= freeze_step:
+        return 0.0
+    return factor * 0.5 ** ((step - phase1_steps) / half_life)
+
+
+def apply_rates(before: torch.Tensor, after: torch.Tensor, rates: torch.Tensor) -> torch.Tensor:
+    """Weights after an optimiser step with per-weight learning rates ``lr * rates``.
+
+    Adam's step (L2 weight decay included) is proportional to its learning rate, so a weight with
+    rate ``r`` moves ``r`` times Adam's step: ``before + r (after - before)``. ``torch.lerp`` gives
+    ``before`` exactly at ``r = 0`` (frozen) and ``after`` exactly at ``r = 1``.
+    """
+    return torch.lerp(before, after, rates)
+
+
+def _tracked_parameters(network: nn.Module, layers: list[str]) -> OrderedDict[str, nn.Parameter]:
+    """Every parameter of the named layers (their sub-layers included), in network order."""
+    modules = named_layers.modules_named(network, layers, "track")
+    empty = [
+        name for name, module in zip(layers, modules) if next(module.parameters(), None) is None
+    ]
+    if empty:
+        raise UserError(
+            f"ImportanceMask hparam 'importance_layers': layers {empty!r} have no weights to "
+            "track; name layers that have weights, e.g. 'classifier'"
+        )
+    prefixes = tuple(f"{name}." for name in layers)
+    return OrderedDict(
+        (name, param)
+        for name, param in network.named_parameters()
+        if name.startswith(prefixes) and param.requires_grad
+    )

@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from dmg_domainbed import deit_weights
-from dmg_domainbed.algorithms import sfmoe_network
 from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
+from dmg_domainbed.algorithms.sfmoe import network, weights
+from dmg_domainbed.algorithms.sfmoe.moe import SECOND_POLICIES, SparseMoE
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace, positive
 from dmg_domainbed.hparams.trainable import MAX_LOSS_WEIGHT, MAX_LR, MAX_WEIGHT_DECAY, MIN_LR
-from dmg_domainbed.moe import SECOND_POLICIES, SparseMoE
 
 if TYPE_CHECKING:
     from dmg_domainbed.drawing import Drawn, FinishedRun
@@ -39,7 +38,7 @@ def _fixed(value: Any):
 
 
 def _blocks(value: Sequence[int]) -> None:
-    depth = sfmoe_network.DEPTH
+    depth = network.DEPTH
     if not all(isinstance(b, int) and not isinstance(b, bool) for b in value):
         raise ValueError(f"give block indices (integers 0..{depth - 1}), e.g. [5, 11]")
     if any(not 0 <= b < depth for b in value) or len(set(value)) != len(value):
@@ -49,10 +48,10 @@ def _blocks(value: Sequence[int]) -> None:
 class SFMOE(PluginAlgorithm):
     """Sparse Fusion Mixture-of-Experts (Li et al., arXiv 2206.04046v1), as the authors ran it.
 
-    Network (:mod:`~dmg_domainbed.algorithms.sfmoe_network`): timm's distilled DeiT-Small
+    Network (:mod:`~.network`): timm's distilled DeiT-Small
     (``deit_small_distilled_patch16_224``, ImageNet weights) whose blocks ``sfmoe_blocks``
     (default 5 and 11) have a sparse top-2-of-4 mixture of experts in place of their MLP
-    (:class:`~dmg_domainbed.moe.SparseMoE`); the other blocks are the paper's dense "fusion"
+    (:class:`~.moe.SparseMoE`); the other blocks are the paper's dense "fusion"
     blocks. ``predict`` is the mean of the class and distillation heads' logits.
 
     Loss: cross-entropy on the pooled source minibatches plus every MoE layer's balance loss
@@ -63,7 +62,7 @@ class SFMOE(PluginAlgorithm):
     are for. Images of another size, e.g. DomainBed's 28x28 ``Debug28`` and MNIST datasets, are
     resized bilinearly to 224x224 before the first layer (each input pixel then spans several
     16-pixel patches; nothing is renormalised), and a single grayscale channel is repeated over
-    the three (:func:`~.sfmoe_network.patch_grid_images`): such a run trains and predicts like
+    the three (:func:`~.network.patch_grid_images`): such a run trains and predicts like
     any other, at the cost of a 224x224 image per example. Other inputs (2-channel
     ``ColoredMNIST``, flat features) are refused before anything is built.
 
@@ -188,7 +187,7 @@ class SFMOE(PluginAlgorithm):
         self.check_input_shape(input_shape)
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.blocks = list(hparams["sfmoe_blocks"])
-        self.network = sfmoe_network.build_network(num_classes, hparams)
+        self.network = network.build_network(num_classes, hparams)
         self.optimizer = torch.optim.Adam(
             self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
@@ -196,10 +195,10 @@ class SFMOE(PluginAlgorithm):
     @classmethod
     def check_input_shape(cls, input_shape: Sequence[int]) -> None:
         """:class:`UserError` unless the inputs are images the network takes (see
-        :func:`~.sfmoe_network.patch_grid_images`), naming the datasets whose images are."""
-        if sfmoe_network.takes(input_shape):
+        :func:`~.network.patch_grid_images`), naming the datasets whose images are."""
+        if network.takes(input_shape):
             return
-        fitting = _datasets_taking(sfmoe_network.takes)
+        fitting = _datasets_taking(network.takes)
         raise UserError(
             f"{cls.__name__} runs a 224x224 vision transformer on images with 3 (RGB) or 1 "
             f"(grayscale) channels, any height and width; the dataset's inputs are "
@@ -210,7 +209,7 @@ class SFMOE(PluginAlgorithm):
     def check_weights(cls, hparams: Mapping[str, Any]) -> WeightsCheck:
         """Where the pretrained weights are, whether they load and fit (``dmg-domainbed
         doctor``)."""
-        return deit_weights.check_weights(hparams)
+        return weights.check_weights(hparams)
 
     @property
     def moe_layers(self) -> list[SparseMoE]:
@@ -218,7 +217,7 @@ class SFMOE(PluginAlgorithm):
 
     def update(self, minibatches, unlabeled=None):
         x, y = pooled(minibatches)
-        ce = F.cross_entropy(self.network(sfmoe_network.patch_grid_images(x)), y)
+        ce = F.cross_entropy(self.network(network.patch_grid_images(x)), y)
         layers = self.moe_layers
         balance = sum((layer.balance for layer in layers), torch.zeros((), device=x.device))
         loss = ce + balance
@@ -236,12 +235,12 @@ class SFMOE(PluginAlgorithm):
         return dict(zip(names, torch.stack(values).tolist()))
 
     def predict(self, x):
-        return self.network(sfmoe_network.patch_grid_images(x))
+        return self.network(network.patch_grid_images(x))
 
     def draw_learned(self, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
-        from dmg_domainbed.algorithms import sfmoe_pictures
+        from dmg_domainbed.algorithms.sfmoe import pictures
 
-        return sfmoe_pictures.draw(self, run, output_dir, stem)
+        return pictures.draw(self, run, output_dir, stem)
 
 
 def _datasets_taking(takes) -> list[str]:

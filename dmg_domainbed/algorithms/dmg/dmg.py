@@ -9,12 +9,13 @@ import torch.nn.functional as F
 from domainbed import networks
 from torch import nn
 
-from dmg_domainbed import masks, named_layers
-from dmg_domainbed.alexnet import AlexNetFeaturizer
-from dmg_domainbed.algorithms import paper
-from dmg_domainbed.algorithms.aggregate import Aggregate
+from dmg_domainbed.algorithms import named_layers
 from dmg_domainbed.algorithms.base import pooled
+from dmg_domainbed.algorithms.dmg import masks
 from dmg_domainbed.algorithms.domains import domain_labels, known_domains
+from dmg_domainbed.algorithms.paper_baselines import paper
+from dmg_domainbed.algorithms.paper_baselines.aggregate import Aggregate
+from dmg_domainbed.algorithms.paper_baselines.alexnet import AlexNetFeaturizer
 from dmg_domainbed.hparams import HParam, HParamSpace
 from dmg_domainbed.hparams.trainable import MAX_LOSS_WEIGHT, MAX_LR, MAX_WEIGHT_DECAY
 
@@ -24,33 +25,6 @@ if TYPE_CHECKING:
 #: Keys of the per-layer hard IoU and per-domain active fraction in ``update``'s diagnostics.
 IOU_PREFIX = "mask_iou/"
 ACTIVE_PREFIX = "mask_active/d"
-
-
-def default_mask_layers(network: nn.Module) -> list[str]:
-    """The layers whose inputs DMG masks when ``mask_layers`` is ``"auto"``.
-
-    * ResNet-18/50: inputs of layer3, layer4 and the classifier, per channel for the convs
-      (the authors' released ResNet runs);
-    * AlexNet: inputs of its two 4096-unit layers and of the classifier (9216, 4096 and 4096
-      units: the authors' ``classifier.1``, ``classifier.4`` and ``classifier.6``);
-    * MNIST_CNN: input of the last conv block and of the classifier;
-    * MLP: its hidden layers' inputs (every post-ReLU activation) and the classifier input;
-    * Wide ResNet (32x32 inputs): input of its last stage and of the classifier;
-    * anything else: the classifier input.
-    """
-    featurizer = network.featurizer
-    if isinstance(featurizer, networks.ResNet):
-        return ["featurizer.network.layer3", "featurizer.network.layer4", "classifier"]
-    if isinstance(featurizer, AlexNetFeaturizer):
-        return ["featurizer.classifier.1", "featurizer.classifier.4", "classifier"]
-    if isinstance(featurizer, networks.MNIST_CNN):
-        return ["featurizer.conv4", "classifier"]
-    if isinstance(featurizer, networks.MLP):
-        hidden = [f"featurizer.hiddens.{i}" for i in range(len(featurizer.hiddens))]
-        return hidden + ["featurizer.output", "classifier"]
-    if hasattr(featurizer, "layer3"):
-        return ["featurizer.layer3", "classifier"]
-    return ["classifier"]
 
 
 class DMG(Aggregate):
@@ -215,14 +189,41 @@ class DMG(Aggregate):
     def draw_learned(self, run, output_dir, stem) -> Drawn:
         """``<stem>.png`` (mask probabilities and hard IoU per layer),
         ``<stem>_probabilities.csv`` and ``<stem>_iou.csv``."""
-        from dmg_domainbed.algorithms import dmg_pictures
+        from dmg_domainbed.algorithms.dmg import pictures
 
-        return dmg_pictures.draw_masks(self, run, output_dir, stem)
+        return pictures.draw_masks(self, run, output_dir, stem)
 
     @classmethod
     def training_curves(cls, runs, environments):
         """Overlap loss, hard IoU between domain masks per layer and active fraction per domain,
         over training."""
-        from dmg_domainbed.algorithms import dmg_pictures
+        from dmg_domainbed.algorithms.dmg import pictures
 
-        return dmg_pictures.training_curves(runs, environments, IOU_PREFIX, ACTIVE_PREFIX)
+        return pictures.training_curves(runs, environments, IOU_PREFIX, ACTIVE_PREFIX)
+
+
+def default_mask_layers(network: nn.Module) -> list[str]:
+    """The layers whose inputs DMG masks when ``mask_layers`` is ``"auto"``.
+
+    * ResNet-18/50: inputs of layer3, layer4 and the classifier, per channel for the convs
+      (the authors' released ResNet runs);
+    * AlexNet: inputs of its two 4096-unit layers and of the classifier (9216, 4096 and 4096
+      units: the authors' ``classifier.1``, ``classifier.4`` and ``classifier.6``);
+    * MNIST_CNN: input of the last conv block and of the classifier;
+    * MLP: its hidden layers' inputs (every post-ReLU activation) and the classifier input;
+    * Wide ResNet (32x32 inputs): input of its last stage and of the classifier;
+    * anything else: the classifier input.
+    """
+    featurizer = network.featurizer
+    if isinstance(featurizer, networks.ResNet):
+        return ["featurizer.network.layer3", "featurizer.network.layer4", "classifier"]
+    if isinstance(featurizer, AlexNetFeaturizer):
+        return ["featurizer.classifier.1", "featurizer.classifier.4", "classifier"]
+    if isinstance(featurizer, networks.MNIST_CNN):
+        return ["featurizer.conv4", "classifier"]
+    if isinstance(featurizer, networks.MLP):
+        hidden = [f"featurizer.hiddens.{i}" for i in range(len(featurizer.hiddens))]
+        return hidden + ["featurizer.output", "classifier"]
+    if hasattr(featurizer, "layer3"):
+        return ["featurizer.layer3", "classifier"]
+    return ["classifier"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from dmg_domainbed.algorithms import paper
 from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
+from dmg_domainbed.algorithms.paper_baselines import paper
 from dmg_domainbed.hparams import HParamSpace
 
 

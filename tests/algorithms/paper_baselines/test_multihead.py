@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 from domainbed import algorithms
 
-from dmg_domainbed.algorithms.multihead import MultiHead
+from dmg_domainbed.algorithms.paper_baselines.multihead import MultiHead
 
-from .conftest import build, minibatches
+from ..conftest import build, minibatches
 
 
 def head_logits(model, x, d):

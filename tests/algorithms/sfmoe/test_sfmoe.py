@@ -13,16 +13,16 @@ import torch
 import torch.nn.functional as F
 from domainbed import algorithms, datasets, hparams_registry
 
-from dmg_domainbed import deit_weights
-from dmg_domainbed.algorithms import sfmoe_network
-from dmg_domainbed.algorithms.sfmoe import SFMOE
+from dmg_domainbed.algorithms.sfmoe import network as sfmoe_network
+from dmg_domainbed.algorithms.sfmoe import weights as deit_weights
+from dmg_domainbed.algorithms.sfmoe.moe import SparseMoE
+from dmg_domainbed.algorithms.sfmoe.sfmoe import SFMOE
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.moe import SparseMoE
 from dmg_domainbed.reporting import in_domain
 from dmg_domainbed.reporting.outputs import RECORD
 from dmg_domainbed.runs import read_run
 
-from ..helpers import domainbed_script, one_loader_worker
+from ...helpers import domainbed_script, one_loader_worker
 
 try:
     import tomllib
@@ -349,7 +349,7 @@ def test_sweep_files_run_sfmoe_on_the_papers_datasets_and_note_its_own_weights(
 ):
     from dmg_domainbed.cli import main
 
-    sweeps = Path(__file__).resolve().parents[2] / "sweeps"
+    sweeps = Path(__file__).resolve().parents[3] / "sweeps"
     code = main(
         [
             "sweep",
