@@ -34,6 +34,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "demo_results.json"
@@ -42,7 +43,7 @@ DEMO_COMMAND = "dmg-domainbed demo"
 SELECTION = "training-domain validation set"  # the model selection the README shows
 REFERENCE_ALGORITHM = "ERM"
 LOAD_EVERY_S = 5.0
-WIDTH = 110  # the README's lines
+WIDTH = 112  # the README's lines
 
 
 def pictures(dataset: str) -> dict[str, str]:
@@ -54,12 +55,17 @@ def pictures(dataset: str) -> dict[str, str]:
     }
 
 
-def demo_arguments(output_dir: Path) -> argparse.Namespace:
-    """``dmg-domainbed demo --output_dir OUTPUT_DIR`` as the command line parses it: every other
-    setting the demo's default."""
+def demo_plan(output_dir: Path) -> tuple[argparse.Namespace, Any, list]:
+    """``dmg-domainbed demo --output_dir OUTPUT_DIR``, every other setting the demo's default:
+    its arguments as the command line parses them, its sweep and DomainBed's jobs of it."""
     from dmg_domainbed.cli import build_parser
+    from dmg_domainbed.cli.sweeps import demo_config_of
+    from dmg_domainbed.demo import SWEEP, demo_sweep
+    from dmg_domainbed.sweep.plan import plan_sweep
 
-    return build_parser().parse_args(["demo", "--output_dir", str(output_dir)])
+    args = build_parser().parse_args(["demo", "--output_dir", str(output_dir)])
+    config = demo_config_of(args)
+    return args, config, plan_sweep(demo_sweep(config, output_dir / SWEEP)).jobs
 
 
 class LoadAverage:
@@ -161,11 +167,14 @@ def final_accuracies(output_dir: str) -> dict:
     return {"step": last["step"], **{k: v for k, v in last.items() if k.endswith("_acc")}}
 
 
+def job_arguments(job) -> dict:
+    """A job's ``train.py`` arguments, but its output folder (the run's own)."""
+    return {k: v for k, v in job.train_args.items() if k != "output_dir"}
+
+
 def job_record(job) -> dict:
-    """A job's ``train.py`` arguments (its output folder left out: it is the run's own) and
-    final accuracies."""
-    args = {k: v for k, v in job.train_args.items() if k != "output_dir"}
-    return {"args": args, "final": final_accuracies(job.output_dir)}
+    """A job's ``train.py`` arguments and final accuracies."""
+    return {"args": job_arguments(job), "final": final_accuracies(job.output_dir)}
 
 
 def read_report(report_dir: Path, jobs: list) -> dict:
@@ -197,20 +206,16 @@ def read_report(report_dir: Path, jobs: list) -> dict:
 def run_and_record(output_dir: Path) -> tuple[dict, Path]:
     """Run the demo into ``output_dir``; return the results file's content and the report's
     folder."""
-    from dmg_domainbed.cli.sweeps import demo_config_of
-    from dmg_domainbed.demo import DATASET, REPORT, SWEEP, demo_sweep
-    from dmg_domainbed.sweep.plan import plan_sweep
+    from dmg_domainbed.demo import DATASET, REPORT
 
     tree = git("status", "--porcelain").splitlines()
-    args = demo_arguments(output_dir)
-    config = demo_config_of(args)
+    args, config, jobs = demo_plan(output_dir)
     started, start = datetime.now(timezone.utc), time.monotonic()
     with LoadAverage() as load:
         code = args.func(args)
     wall_s = time.monotonic() - start
     if code != 0:
         raise SystemExit(f"{DEMO_COMMAND} failed (exit status {code}): nothing recorded")
-    jobs = plan_sweep(demo_sweep(config, output_dir / SWEEP)).jobs
     results = {
         "command": DEMO_COMMAND,
         "recorded_by": COMMAND,
@@ -273,108 +278,32 @@ def load(path: Path = RESULTS) -> dict:
 
 def _duration(seconds: float) -> str:
     minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+    # No-break spaces keep a duration on one line (textwrap breaks at ASCII whitespace only).
+    return f"{minutes}\u00a0min {rest}\u00a0s" if minutes else f"{rest}\u00a0s"
 
 
-def run_text(results: dict) -> str:
-    """The stamp as a sentence, then collect_results' table under the README's selection."""
-    from dmg_domainbed.reporting.tables import AVERAGE, cell_text
+def _fill(text: str) -> str:
+    return textwrap.fill(text, WIDTH, break_on_hyphens=False).replace("\u00a0", " ")
 
-    demo, run = results["demo"], results["stamp"]
+
+def stamp_text(results: dict) -> str:
+    """What ran, where and when, and what the table below shows."""
+    run = results["stamp"]
     machine, load_ = run["machine"], run["load_average"]
-    tree = "clean tree" if run["clean"] else "with uncommitted changes"
-    gpus = "without a GPU" if not machine["gpus"] else f"with {machine['gpus']} GPU(s), unused"
-    stamp_ = (
-        f"Our run of exactly that command ({demo['steps']} steps, {demo['trials']} trials), "
-        f"recorded by `{results['recorded_by']}` on {run['date']} at commit {run['commit']} "
-        f"({tree}; torch {run['torch']}, numpy {run['numpy']}, Python {run['python']}, DomainBed "
-        f"{run['domainbed']}) on a {machine['cores']}-core {machine['architecture']} CPU "
-        f"({machine['cpu']}) {gpus}, load average {load_['min']:.1f} to {load_['max']:.1f} "
-        f"during the run: {_duration(run['wall_time_s'])} of wall time, "
-        f"{run['jobs_at_once']} jobs at a time. Test accuracy (%) on the held-out domain, mean "
-        f"+/- standard error over the {demo['trials']} trials, {SELECTION.removesuffix(' set')} "
-        "(collect_results' table):"
+    tree = "clean" if run["clean"] else "with uncommitted changes"
+    gpus = "no GPU" if not machine["gpus"] else f"{machine['gpus']} GPU(s), unused"
+    return (
+        f"Our run of that command (`{results['recorded_by']}`, {run['date'][:10]}, "
+        f"commit {run['commit']}, {tree}; torch {run['torch']}, numpy {run['numpy']}, Python "
+        f"{run['python']}, DomainBed {run['domainbed']}; {machine['cores']}-core "
+        f"{machine['architecture']} {machine['cpu']}, {gpus}, load average {load_['min']:.1f} to "
+        f"{load_['max']:.1f}) took {_duration(run['wall_time_s'])}."
     )
-    cells = [r for r in results["results"] if r["selection_method"] == SELECTION]
-    domains = list(dict.fromkeys(r["test_domain"] for r in cells))
-    lines = [f"| Algorithm | {' | '.join(domains)} |", "|---" * (len(domains) + 1) + "|"]
-    for algorithm in dict.fromkeys(r["algorithm"] for r in cells):
-        own = {r["test_domain"]: r for r in cells if r["algorithm"] == algorithm}
-        texts = [
-            f"{own[d]['accuracy']:.1f}"
-            if d == AVERAGE
-            else cell_text(own[d]["accuracy"], own[d]["stderr"], own[d]["n_trials"])
-            for d in domains
-        ]
-        lines.append(f"| {algorithm} | {' | '.join(texts)} |")
-    return f"{textwrap.fill(stamp_, WIDTH)}\n\n" + "\n".join(lines)
-
-
-def _difference(row: dict, first: bool) -> str:
-    """``DMG -2.3 ([-5.9, +1.2]: no clear difference)``; the first says what the numbers are."""
-    interval = f"[{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
-    verdict = {"unclear": "no clear difference"}.get(row["verdict"], row["verdict"])
-    difference = f"{row['difference']:+.1f}" + (" points" if first else "")
-    interval = f"95% interval {interval}" if first else interval
-    return f"{row['algorithm']} {difference} ({interval}: {verdict})"
-
-
-def in_domain_means(results: dict) -> dict[str, float]:
-    """Per prediction, the mean over the first trial's runs (one per held-out domain) of its
-    accuracy averaged over the source domains' validation splits."""
-    per_run: dict[str, dict[int, list[float]]] = {}
-    for row in results["in_domain"]:
-        per_run.setdefault(row["prediction"], {}).setdefault(row["test_env"], []).append(
-            row["accuracy"]
-        )
-    return {
-        prediction: sum(sum(v) / len(v) for v in runs.values()) / len(runs)
-        for prediction, runs in per_run.items()
-    }
-
-
-def comparisons_text(results: dict) -> str:
-    """The paired differences to ERM over the dataset, and the in-domain accuracies of ERM and
-    of MultiHead's two predictions that explain MultiHead's."""
-    from dmg_domainbed.reporting.tables import AVERAGE
-
-    average = [
-        r
-        for r in results["comparisons"]
-        if r["selection_method"] == SELECTION and r["test_domain"] == AVERAGE
-    ]
-    named = [_difference(r, i == 0) for i, r in enumerate(average)]
-    listed = ", ".join(named[:-1]) + f" and {named[-1]}" if len(named) > 1 else named[0]
-    trials = results["demo"]["trials"]
-    means = in_domain_means(results)
-    in_domain = (
-        "In-domain (`evaluate` of the first trial: the source domains' validation splits, mean "
-        "over the four runs, one per held-out domain), ERM classifies "
-        f"{means['ERM (predict)']:.1f}% correctly, MultiHead's averaged heads "
-        f"{means['MultiHead (predict)']:.1f}%, and MultiHead with each example's own head "
-        f"{means['MultiHead-KnownDomain, own head']:.1f}%."
-    )
-    text = (
-        f"Paired with {average[0]['reference']} on the same splits over the test domains and "
-        f"{trials} trials, the report finds {listed}. {in_domain}"
-    )
-    return textwrap.fill(text, WIDTH)
-
-
-def in_domain_table(results: dict, test_env: str) -> str:
-    """``evaluate``'s Table 3 of the first trial's runs with ``test_env`` held out."""
-    import pandas as pd
-
-    from dmg_domainbed.reporting.in_domain import table3
-    from dmg_domainbed.reporting.tables import markdown_table
-
-    own = pd.DataFrame([r for r in results["in_domain"] if r["test_env"] == int(test_env)])
-    return markdown_table(table3(own), "Prediction").rstrip("\n")
 
 
 def hparams_text() -> str:
     """The hparams the demo's jobs train with (hparams seed 0: the defaults), from the code's
-    declarations: the dataset's own, and each algorithm's declared for that dataset."""
+    declarations: the dataset's own, and those an algorithm declares for that dataset."""
     from domainbed import algorithms, datasets, hparams_registry
 
     from dmg_domainbed.demo import ALGORITHMS, DATASET
@@ -392,31 +321,107 @@ def hparams_text() -> str:
         for hparam in getattr(algorithms.get_algorithm_class(name), "HPARAMS", ()):
             if DATASET in hparam.per_dataset:
                 special.append(
-                    f"{name}'s `{hparam.name}` {shown(values[hparam.name])} (its {DATASET} "
-                    f"default; {shown(hparam.default)} on other datasets)"
+                    f"{name}'s `{hparam.name}` {shown(values[hparam.name])} on {DATASET}, "
+                    f"{shown(hparam.default)} elsewhere"
                 )
-    text = (
-        "Each job trains with hparams seed 0, the declared defaults: the dataset's own "
-        f"{', '.join(own)}; each algorithm's own at their defaults "
-        "([docs/algorithms.md](docs/algorithms.md))"
-        + (f", except {' and '.join(special)}." if special else ".")
+    return f"Hparams: seed 0, declared defaults ({'; '.join([', '.join(own), *special])})."
+
+
+def table_text(results: dict) -> str:
+    """collect_results' table under the README's model selection, as collect_results writes
+    its cells."""
+    from dmg_domainbed.reporting.tables import AVERAGE, cell_text
+
+    cells = [r for r in results["results"] if r["selection_method"] == SELECTION]
+    domains = list(dict.fromkeys(r["test_domain"] for r in cells))
+    lines = [f"| Algorithm | {' | '.join(domains)} |", "|---" * (len(domains) + 1) + "|"]
+    for algorithm in dict.fromkeys(r["algorithm"] for r in cells):
+        own = {r["test_domain"]: r for r in cells if r["algorithm"] == algorithm}
+        texts = [
+            f"{own[d]['accuracy']:.1f}"
+            if d == AVERAGE
+            else cell_text(own[d]["accuracy"], own[d]["stderr"], own[d]["n_trials"])
+            for d in domains
+        ]
+        lines.append(f"| {algorithm} | {' | '.join(texts)} |")
+    return "\n".join(lines)
+
+
+def _difference(row: dict, first: bool) -> str:
+    """``DMG -2.5 ([-5.9, +0.8]: no clear difference)``; the first says what the numbers are."""
+    interval = f"[{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
+    verdict = {"unclear": "no clear difference"}.get(row["verdict"], row["verdict"])
+    difference = f"{row['difference']:+.1f}" + (" points" if first else "")
+    interval = f"95% interval {interval}" if first else interval
+    return f"{row['algorithm']} {difference} ({interval}: {verdict})"
+
+
+def in_domain_means(results: dict) -> dict[str, float]:
+    """Per prediction, the mean over the first trial's runs (one per held-out domain) of its
+    accuracy averaged over the source domains' validation splits."""
+    per_run: dict[str, dict[int, list[float]]] = {}
+    for row in results["in_domain"]:
+        own = per_run.setdefault(row["prediction"], {})
+        own.setdefault(row["test_env"], []).append(row["accuracy"])
+    return {
+        prediction: sum(sum(v) / len(v) for v in runs.values()) / len(runs)
+        for prediction, runs in per_run.items()
+    }
+
+
+def comparisons_text(results: dict) -> str:
+    """The paired differences to ERM over the dataset, and the in-domain accuracies of ERM and
+    of MultiHead's two predictions, which explain MultiHead's."""
+    from dmg_domainbed.reporting.tables import AVERAGE
+
+    average = [
+        r
+        for r in results["comparisons"]
+        if r["selection_method"] == SELECTION and r["test_domain"] == AVERAGE
+    ]
+    named = [_difference(r, i == 0) for i, r in enumerate(average)]
+    means = in_domain_means(results)
+    return (
+        f"Paired with {average[0]['reference']} over the test domains: {', '.join(named)}. "
+        "In-domain (`evaluate`, first trial, source validation splits): ERM "
+        f"{means['ERM (predict)']:.1f}%, MultiHead's averaged heads "
+        f"{means['MultiHead (predict)']:.1f}%, own head "
+        f"{means['MultiHead-KnownDomain, own head']:.1f}%."
     )
-    return textwrap.fill(text, WIDTH)
 
 
-FROM_RESULTS = {"run": run_text, "comparisons": comparisons_text, "in-domain": in_domain_table}
-FROM_CODE = {"hparams": hparams_text}
+def run_text(results: dict) -> str:
+    """The README's demo: the stamp and the hparams, collect_results' table, the paired
+    differences and the in-domain accuracies."""
+    header = (
+        f"{stamp_text(results)} {hparams_text()} collect_results' test accuracy (%), mean "
+        f"+/- standard error over {results['demo']['trials']} trials of "
+        f"{results['demo']['steps']} steps, "
+        f"{SELECTION.removesuffix(' set')}:"
+    )
+    return f"{_fill(header)}\n\n{table_text(results)}\n\n{_fill(comparisons_text(results))}"
+
+
+def in_domain_table(results: dict, test_env: str) -> str:
+    """``evaluate``'s Table 3 of the first trial's runs with ``test_env`` held out."""
+    import pandas as pd
+
+    from dmg_domainbed.reporting.in_domain import table3
+    from dmg_domainbed.reporting.tables import markdown_table
+
+    own = pd.DataFrame([r for r in results["in_domain"] if r["test_env"] == int(test_env)])
+    return markdown_table(table3(own), "Prediction").rstrip("\n")
+
+
+SECTIONS = {"run": run_text, "in-domain": in_domain_table}
 
 
 def markdown(section: str, *arguments: str) -> str:
-    """A ``demo SECTION ARGUMENTS`` section of the docs: from the results file, or, for what
-    the demo will run, from the code."""
-    if section in FROM_CODE:
-        return FROM_CODE[section](*arguments)
-    if section not in FROM_RESULTS:
-        known = ", ".join([*FROM_RESULTS, *FROM_CODE])
-        raise SystemExit(f"unknown demo section {section!r}; sections: {known}")
-    return FROM_RESULTS[section](load(), *arguments)
+    """A ``demo SECTION ARGUMENTS`` section of the docs, from the results file (and, for the
+    hparams the demo's jobs train with, the code)."""
+    if section not in SECTIONS:
+        raise SystemExit(f"unknown demo section {section!r}; sections: {', '.join(SECTIONS)}")
+    return SECTIONS[section](load(), *arguments)
 
 
 def main(argv: list[str] | None = None) -> int:
