@@ -58,6 +58,12 @@ def demo_config(
     )
 
 
+def demo_sweep(config: SweepConfig, sweep_dir: Path) -> Sweep:
+    """The demo's sweep of ``config`` (:func:`demo_config`) into ``sweep_dir``; its jobs, as
+    DomainBed's sweep makes them: ``plan_sweep(demo_sweep(...)).jobs``."""
+    return Sweep(config, DATA_DIR, str(sweep_dir.resolve()), LAUNCHER)
+
+
 def check_no_conflicting_runs(sweep_dir: Path, jobs: list) -> None:
     """Refuse a folder holding an unplanned run of a planned (algorithm, test domain):
     collect_results would select among the runs of both configurations."""
@@ -138,7 +144,7 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG
     check_output_dir(output_dir)  # its log: writable
     check_output_dir(report_dir, writes=WRITTEN)  # its report: no file of the user's in the way
-    sweep = Sweep(config, DATA_DIR, str(sweep_dir.resolve()), LAUNCHER)
+    sweep = demo_sweep(config, sweep_dir)
     planned = check_and_plan(sweep, os.environ)
     jobs = planned.plan.jobs
     check_no_conflicting_runs(sweep_dir, jobs)

@@ -14,7 +14,10 @@ DomainBed's random search draws, what is allowed), ``cli COMMAND`` (the subcomma
 a nested one by its words, e.g. ``cli data check``),
 ``launcher NAME`` (a launcher's settings), ``sweep-keys`` (what a sweep file's ``[sweep]`` holds),
 ``gpu TABLE`` (a table of the GPU run recorded in ``docs/gpu_proof.json``, the results file of
-``benchmarks/gpu_proof.py``; "unmeasured" where there is none).
+``benchmarks/gpu_proof.py``; "unmeasured" where there is none), ``demo SECTION`` (the README's
+demo: ``run``, its stamp and collect_results' table, ``comparisons``, ``in-domain TEST_ENV``,
+from ``docs/demo_results.json``, which ``docs/demo_figures.py`` records; ``hparams``, what the
+demo's jobs train with, from the code).
 """
 
 from __future__ import annotations
@@ -190,15 +193,21 @@ def sweep_keys_table() -> str:
 GPU_RESULTS = ROOT / "docs" / "gpu_proof.json"
 
 
-def gpu_proof():
-    """``benchmarks/gpu_proof.py`` as a module (the benchmarks are scripts, not a package)."""
+def script(path: Path):
+    """A script of the repository (``benchmarks/``, ``docs/``: scripts, not a package) as a
+    module."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_proof", ROOT / "benchmarks" / "gpu_proof.py")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def gpu_proof():
+    """``benchmarks/gpu_proof.py`` as a module."""
+    return script(ROOT / "benchmarks" / "gpu_proof.py")
 
 
 def gpu_table(table: str, results_file: Path | None = None) -> str:
@@ -217,12 +226,18 @@ def gpu_table(table: str, results_file: Path | None = None) -> str:
     return gpu_proof().markdown(results, table)
 
 
+def demo_section(section: str, *arguments: str) -> str:
+    """A section of the README's demo, rendered by ``docs/demo_figures.py``."""
+    return script(ROOT / "docs" / "demo_figures.py").markdown(section, *arguments)
+
+
 KINDS: dict[str, Callable[..., str]] = {
     "hparams": hparams_table,
     "cli": cli_help,
     "launcher": launcher_table,
     "sweep-keys": sweep_keys_table,
     "gpu": gpu_table,
+    "demo": demo_section,
 }
 
 

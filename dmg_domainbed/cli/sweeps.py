@@ -82,9 +82,11 @@ def add_parsers(subparsers) -> None:
     sweep.set_defaults(func=sweep_command)
 
 
-def demo_command(args: argparse.Namespace) -> int:
+def demo_config_of(args: argparse.Namespace):
+    """The demo's sweep (:func:`dmg_domainbed.demo.demo_config`) that ``demo ARGS`` runs, its
+    flags checked; ``build_parser().parse_args(["demo"])`` gives the defaults' one."""
     import dmg_domainbed
-    from dmg_domainbed.demo import SWEEP, demo_config, run_demo
+    from dmg_domainbed.demo import demo_config
     from dmg_domainbed.sweep.checks import check_names
     from dmg_domainbed.sweep.config import SWEEP_KEYS
 
@@ -98,7 +100,13 @@ def demo_command(args: argparse.Namespace) -> int:
         ("--hparams_samples", "n_hparams", args.hparams_samples),
     ):
         SWEEP_KEYS[key].check(value, flag, f"Give {flag} within these bounds (a sweep's {key}).")
-    config = demo_config(args.algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
+    return demo_config(args.algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed.demo import SWEEP, run_demo
+
+    config = demo_config_of(args)
     try:
         return run_demo(args.output_dir, config, lambda line: print(line, flush=True))
     except KeyboardInterrupt:
