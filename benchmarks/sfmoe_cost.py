@@ -31,12 +31,10 @@ Usage: ``python benchmarks/sfmoe_cost.py [--configs cpu cuda] [--batch N] [--qui
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
-import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -48,7 +46,7 @@ from step_time import (
     lower,
     machine,
     peak_training_memory,
-    speedup_table,
+    save,
     synchronizer,
 )
 
@@ -277,24 +275,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(table(rows))
     print()
     print("\n".join(checks(rows)))
-    with open(args.csv, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(asdict(rows[0])))
-        writer.writeheader()
-        writer.writerows(asdict(row) for row in rows)
-    print(f"\nsaved {args.csv}")
-    if speedups:
-        print(
-            f"\n{args.precision} against fp32, same rounds: step x and predict x = fp32 time / "
-            f"{args.precision} time (above 1: {args.precision} is faster); memory = "
-            f"{args.precision} peak training memory / fp32's"
-        )
-        print(speedup_table(speedups, args.precision))
-        path = os.path.splitext(args.csv)[0] + f"_{args.precision}.csv"
-        with open(path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(asdict(speedups[0])))
-            writer.writeheader()
-            writer.writerows(asdict(s) for s in speedups)
-        print(f"saved {path}")
+    save(rows, speedups, args.csv, args.precision)
 
 
 if __name__ == "__main__":

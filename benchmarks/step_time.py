@@ -536,6 +536,28 @@ def machine() -> str:
     )
 
 
+def save(rows: Sequence, speedups: Sequence[SpeedUp], csv_path: str, precision: str) -> None:
+    """Write ``rows`` to ``csv_path``; with ``speedups``, print their table and write them beside
+    it (``<csv>_<precision>.csv``)."""
+    write_csv(rows, csv_path)
+    if speedups:
+        print(
+            f"\n{precision} against fp32, same rounds: step x and predict x = fp32 time / "
+            f"{precision} time (above 1: {precision} is faster); memory = "
+            f"{precision} peak training memory / fp32's"
+        )
+        print(speedup_table(speedups, precision))
+        write_csv(speedups, os.path.splitext(csv_path)[0] + f"_{precision}.csv")
+
+
+def write_csv(rows: Sequence, path: str) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(asdict(rows[0])))
+        writer.writeheader()
+        writer.writerows(asdict(row) for row in rows)
+    print(f"\nsaved {path}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a rough figure fast")
@@ -616,24 +638,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(table(rows))
     print()
     print("\n".join(checks(rows)))
-    with open(args.csv, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(asdict(rows[0])))
-        writer.writeheader()
-        writer.writerows(asdict(row) for row in rows)
-    print(f"\nsaved {args.csv}")
-    if speedups:
-        print(
-            f"\n{args.precision} against fp32, same rounds: step x and predict x = fp32 time / "
-            f"{args.precision} time (above 1: {args.precision} is faster); memory = "
-            f"{args.precision} peak training memory / fp32's"
-        )
-        print(speedup_table(speedups, args.precision))
-        path = os.path.splitext(args.csv)[0] + f"_{args.precision}.csv"
-        with open(path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(asdict(speedups[0])))
-            writer.writeheader()
-            writer.writerows(asdict(s) for s in speedups)
-        print(f"saved {path}")
+    save(rows, speedups, args.csv, args.precision)
 
 
 if __name__ == "__main__":

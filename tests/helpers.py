@@ -379,3 +379,20 @@ def package_plugins(group: str) -> list[str]:
 
     points = integration.entry_points(group).items()
     return sorted(name for name, point in points if point.value.startswith("dmg_domainbed."))
+
+
+def reload(run: Path):
+    """The algorithm of a run folder's ``model.pkl``, rebuilt as DomainBed's scripts rebuild it
+    (the class by name, ``load_state_dict``), in eval mode, and the checkpoint."""
+    import torch
+    from domainbed import algorithms
+
+    checkpoint = torch.load(run / "model.pkl", weights_only=False)
+    algorithm = algorithms.get_algorithm_class(checkpoint["args"]["algorithm"])(
+        checkpoint["model_input_shape"],
+        checkpoint["model_num_classes"],
+        checkpoint["model_num_domains"],
+        checkpoint["model_hparams"],
+    )
+    algorithm.load_state_dict(checkpoint["model_dict"])
+    return algorithm.eval(), checkpoint

@@ -48,6 +48,7 @@ from .helpers import (
     random_weight_cache,
     read_weights_from,
     register_manifests,
+    reload,
 )
 
 # --- The axes -------------------------------------------------------------------------------
@@ -176,19 +177,6 @@ def trained(data_dir, tmp_path_factory) -> Trainings:
 
 def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
-
-
-def reload(run: Path):
-    """The run's model.pkl rebuilt as DomainBed's scripts rebuild it."""
-    checkpoint = torch.load(run / "model.pkl", weights_only=False)
-    algorithm = algorithms.get_algorithm_class(checkpoint["args"]["algorithm"])(
-        checkpoint["model_input_shape"],
-        checkpoint["model_num_classes"],
-        checkpoint["model_num_domains"],
-        checkpoint["model_hparams"],
-    )
-    algorithm.load_state_dict(checkpoint["model_dict"])
-    return algorithm.eval(), checkpoint
 
 
 # --- The cell ---------------------------------------------------------------------------------

@@ -10,26 +10,13 @@ import shutil
 import pandas as pd
 import timm
 import torch
-from domainbed import algorithms, datasets
+from domainbed import datasets
 
-from tests.helpers import cli
+from tests.helpers import cli, reload
 
 from .conftest import BATCH_SIZE, CLASSES, DATASET, MASK_UNITS, RESNET50, STEPS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def reload(run):
-    """The run's model.pkl rebuilt as DomainBed's scripts rebuild it."""
-    checkpoint = torch.load(run / "model.pkl", weights_only=False)
-    algorithm = algorithms.get_algorithm_class(checkpoint["args"]["algorithm"])(
-        checkpoint["model_input_shape"],
-        checkpoint["model_num_classes"],
-        checkpoint["model_num_domains"],
-        checkpoint["model_hparams"],
-    )
-    algorithm.load_state_dict(checkpoint["model_dict"])
-    return algorithm.eval(), checkpoint
 
 
 def test_dmg_trains_on_resnet50_and_reloads(image_run, offline_caches):
