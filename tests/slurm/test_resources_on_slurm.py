@@ -5,15 +5,13 @@ unset settings default to what fits; the jobs get what was asked for."""
 from __future__ import annotations
 
 import math
-import runpy
-import sys
-from importlib.util import find_spec
 
 import pytest
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import submitit_launcher as launcher
 
+from ..helpers import domainbed_script
 from .cluster import NODE_CPUS, SHORT_PARTITION, SHORT_PARTITION_MAX_MIN, array_tasks
 from .conftest import job_environment
 
@@ -126,37 +124,32 @@ def test_jobs_get_the_resources_and_arrays_that_were_asked_for(
 
 
 def test_domainbed_s_own_sweep_refused_leaves_no_job_folder_behind(
-    slurm_cluster, use_cluster, tmp_path, monkeypatch
+    slurm_cluster, use_cluster, tmp_path
 ):
     use_cluster(slurm_cluster, cpus="8")
     sweep = tmp_path / "sweep"
     # DomainBed's own sweep script, in this process (where DomainBed is already imported).
-    monkeypatch.setattr(
-        sys,
-        "argv",
-        [
-            "sweep",
-            "launch",
-            "--datasets",
-            "RotatedDigits",
-            "--algorithms",
-            "ERM",
-            "--n_hparams",
-            "1",
-            "--n_trials",
-            "1",
-            "--single_test_envs",
-            "--data_dir",
-            str(tmp_path / "data"),
-            "--output_dir",
-            str(sweep),
-            "--command_launcher",
-            "submitit",
-            "--skip_confirmation",
-        ],
-    )
+    arguments = [
+        "launch",
+        "--datasets",
+        "RotatedDigits",
+        "--algorithms",
+        "ERM",
+        "--n_hparams",
+        "1",
+        "--n_trials",
+        "1",
+        "--single_test_envs",
+        "--data_dir",
+        str(tmp_path / "data"),
+        "--output_dir",
+        str(sweep),
+        "--command_launcher",
+        "submitit",
+        "--skip_confirmation",
+    ]
     with pytest.raises(UserError, match=r"cpus = 8 \(DMG_SUBMITIT_CPUS\)") as refused:
-        runpy.run_path(find_spec("domainbed.scripts.sweep").origin, run_name="__main__")
+        domainbed_script("sweep", *arguments)
     assert "The 4 empty job folder(s) made for the jobs that were not submitted were removed" in (
         str(refused.value)
     )
