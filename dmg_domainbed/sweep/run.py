@@ -59,7 +59,7 @@ def check_and_plan(sweep: Sweep, environ: Mapping[str, str]) -> PlannedSweep:
     if sweep.launcher is not None:
         config = sweep.config
         env, notes = launcher_environment(
-            sweep.launcher, environ, config.launcher, config.launcher_options
+            config.path, sweep.launcher, environ, config.launcher, config.launcher_options
         )
     checked = check_sweep(sweep, env)
     planned = plan_sweep(sweep)
