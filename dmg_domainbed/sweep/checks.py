@@ -71,14 +71,17 @@ def check_sweep(sweep: Sweep, env: Mapping[str, str]) -> Checked:
     runs, notes = check_file(config)
     if sweep.launcher is None:
         return Checked(runs, notes)
-    seeds, holdout = range(config.n_hparams_from, config.n_hparams), config.holdout_fraction
+    # Step 4 asks down, in this order: what each run misses on disk (its data must fill the
+    # largest batch its jobs fix or draw), then the output folder; its problem is the first of
+    # the output folder's, python's, the runs', the launcher's.
+    seeds, holdout = range(config.n_hparams_from, config.n_hparams), float(config.holdout_fraction)
     try:
         missing = {}
         for run in runs.values():
             fixed = config.fixed_hparams[run.algorithm]
             if "batch_size" in fixed:
                 batch = Batch(fixed["batch_size"], holdout, "fixed by the sweep's hparams")
-            else:  # the largest its jobs draw, drawn when the data is there to compare with
+            else:  # drawn only when the data is there to compare with
                 source = f"the largest that the sweep's jobs of {run.algorithm} draw"
                 draw = (run.algorithm, run.dataset, seeds, config.n_trials)
                 batch = Batch(None, holdout, source, functools.partial(largest_drawn_batch, *draw))

@@ -4,10 +4,10 @@
 DomainBed's defaults) and the fixed hparams of every job (``[sweep.hparams]``) or algorithm
 (``[sweep.algorithm_hparams.NAME]``); ``[launcher]`` names a DomainBed command launcher and its
 settings (its ``options``, checked in :mod:`.launcher_settings`). :func:`read_sweep` reads a
-file once into a resolved :class:`Sweep`: its structure checked (:func:`load_sweep`), its
-folders and launcher resolved (:func:`resolve`). :mod:`.checks` then checks it against
-DomainBed and this machine in one pass (names, hparams, networks, data, weights); nothing here
-looks at hparams or data.
+file once, in one pass: its ``[launcher]`` first, then the rest against its rules
+(:func:`load_sweep`), then the command line's folders and launcher over the file's
+(:func:`resolve`). :mod:`.checks` then checks it against DomainBed and this machine in one pass
+(names, hparams, networks, data, weights); nothing here looks at hparams or data.
 
 ``n_hparams`` and ``n_trials`` are bounded (:data:`MAX_HPARAMS`, :data:`MAX_TRIALS`): DomainBed
 builds every job of a sweep in memory before launching any, so ``n_hparams = 1000000000`` would
