@@ -132,6 +132,17 @@ def test_names_and_hparams_are_checked_against_domainbed(text, message, tmp_path
         checked(text, tmp_path)
 
 
+def test_smoke_reads_a_file_whose_launcher_is_not_registered_here(tmp_path):
+    """``smoke`` launches nothing: a file whose ``[launcher]`` names a launcher of another
+    machine is read for its runs; ``sweep`` refuses it."""
+    text = BASE + '[launcher]\nname = "their_cluster"\nqueue = "gpu"\n'
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert load_sweep(path, registered=False).launcher == "their_cluster"
+    with pytest.raises(UserError, match="unknown launcher 'their_cluster'"):
+        load_sweep(path)
+
+
 def test_a_bad_value_of_an_hparam_every_algorithm_has_is_not_told_to_move(tmp_path):
     with pytest.raises(UserError) as refused:
         checked(BASE + '[sweep.hparams]\nprecision = "BF16"\n', tmp_path)
