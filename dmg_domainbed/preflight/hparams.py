@@ -17,7 +17,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Run:
+class CheckedRun:
     """A DomainBed run as ``train.py`` will build it, known before it starts: its algorithm and
     dataset, the input shape its featurizer sees (``None`` when the dataset's class does not
     tell) and its hparams with ``hparams_seed`` 0, checked (:func:`checked_run`)."""
@@ -28,7 +28,9 @@ class Run:
     hparams: dict[str, Any]
 
 
-def checked_run(algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None) -> Run:
+def checked_run(
+    algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
+) -> CheckedRun:
     """The run of ``algorithm`` on ``dataset`` with the fixed hparams ``overrides``: the defaults
     updated with them and with what the dataset records, as its algorithm is built with them.
     Raises :class:`UserError` for an unknown name, a value of the wrong type or one that cannot
@@ -64,7 +66,7 @@ def checked_run(algorithm: str, dataset: str, overrides: Mapping[str, Any] | Non
             fix = f"Give a value of the type of its default, {defaults[name]!r}."
             rule_like(defaults[name]).check(value, what, fix)
     check_trainable(hparams, algorithm)
-    return Run(algorithm, dataset, shape, hparams)
+    return CheckedRun(algorithm, dataset, shape, hparams)
 
 
 def effective_hparams(

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight.hparams import Run
+from dmg_domainbed.preflight.hparams import CheckedRun
 
 TORCHVISION_BUILDERS = ("resnet18", "resnet50", "alexnet")
 
@@ -47,7 +47,7 @@ def without_pretrained_weights() -> Iterator[None]:
         yield
 
 
-def check_network(run: Run) -> str | None:
+def check_network(run: CheckedRun) -> str | None:
     """Build the algorithm of ``run`` for its dataset with its hparams as train.py would (no
     weights, no data). A :class:`UserError` of the algorithm (an hparam value the network
     refutes) is raised; any other failure of the cheap build is returned as a note (the check

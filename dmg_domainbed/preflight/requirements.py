@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dmg_domainbed.preflight import data, weights
-from dmg_domainbed.preflight.hparams import Run, checked_run
+from dmg_domainbed.preflight.hparams import CheckedRun, checked_run, effective_hparams
 from dmg_domainbed.weight_files import Caches, WeightFile, WeightsCheck
 
 
@@ -46,11 +46,13 @@ def own_weights(
 
     from dmg_domainbed.algorithms.base import declarations_of
 
-    hparams = checked_run(algorithm, dataset, overrides).hparams
+    hparams = effective_hparams(algorithm, dataset, overrides)
     return declarations_of(algorithms.get_algorithm_class(algorithm)).check_weights(hparams)
 
 
-def missing_for(run: Run, data_dir: str | None, batch: data.Batch | None = None) -> list[str]:
+def missing_for(
+    run: CheckedRun, data_dir: str | None, batch: data.Batch | None = None
+) -> list[str]:
     """Everything that would stop ``run`` (:func:`~dmg_domainbed.preflight.hparams.checked_run`)
     before its first step (or hang it), each naming the path looked at and the command that
     fixes it; empty when nothing does."""
@@ -58,8 +60,8 @@ def missing_for(run: Run, data_dir: str | None, batch: data.Batch | None = None)
 
     from dmg_domainbed.algorithms.base import declarations_of
 
-    # The files DomainBed's featurizer loads, then the data, then the weights the algorithm
-    # loads itself, which replace the featurizer's when it has them.
+    # Asked in floor order: the files DomainBed's featurizer loads (looked up even for an
+    # algorithm that loads its own weights instead), the data, then the algorithm's own weights.
     files, model_problems = weights.needed_weights(run.hparams, run.input_shape)
     found = data_status(run.dataset, data_dir, batch)
     own = declarations_of(algorithms.get_algorithm_class(run.algorithm)).check_weights(run.hparams)

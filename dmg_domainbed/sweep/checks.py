@@ -40,7 +40,7 @@ from dmg_domainbed.datacheck.data_check import check_output_dir
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.names import UnknownHparams
 from dmg_domainbed.launchers.common import as_launcher
-from dmg_domainbed.preflight.hparams import Run, checked_run
+from dmg_domainbed.preflight.hparams import CheckedRun, checked_run
 from dmg_domainbed.preflight.networks import check_network
 from dmg_domainbed.preflight.requirements import missing_for
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
@@ -56,7 +56,7 @@ class Checked:
     ``notes`` on networks that could not be built before launch, and, for this machine, either
     ``launcher`` (how the launcher will run the jobs) or ``problem`` (what would stop them)."""
 
-    runs: Mapping[tuple[str, str], Run]
+    runs: Mapping[tuple[str, str], CheckedRun]
     notes: tuple[str, ...] = ()
     launcher: str | None = None
     problem: UserError | None = None
@@ -116,7 +116,7 @@ def check_against_domainbed(config: SweepConfig) -> list[str]:
     return list(check_file(config)[1])
 
 
-def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], Run], tuple[str, ...]]:
+def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], tuple[str, ...]]:
     """Steps 1 to 3: the run of each (algorithm, dataset) and the notes."""
     import dmg_domainbed
     from dmg_domainbed.algorithms.base import PluginAlgorithm
