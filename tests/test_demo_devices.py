@@ -8,7 +8,9 @@ from dmg_domainbed.sweep.launcher_settings import launcher_environment
 
 
 def plan_of(config, environ):
-    env, _ = launcher_environment(demo.LAUNCHER, environ, config.launcher, config.launcher_options)
+    env, _ = launcher_environment(
+        config.path, demo.LAUNCHER, environ, config.launcher, config.launcher_options
+    )
     return Plan.from_environment(env)
 
 

@@ -199,7 +199,7 @@ def smoke_command(args: argparse.Namespace) -> int:
         )
     data_dir = args.data_dir
     if args.file is not None:
-        config = load_sweep(args.file)
+        config = load_sweep(args.file, registered=False)  # smoke launches nothing
         data_dir = data_dir or config.data_dir
         smoke_jobs = jobs.from_sweep(config, args.algorithms, args.datasets)
     elif args.algorithms and args.datasets:

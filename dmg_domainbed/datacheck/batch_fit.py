@@ -12,10 +12,8 @@ manifest dataset applies the same rule when ``train.py`` builds it.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dmg_domainbed.datasets.findings import DatasetReport
 from dmg_domainbed.datasets.layouts import MNIST_DATASETS
@@ -70,23 +68,6 @@ def largest_drawn_batch(
     if 0 in hparams_seeds:
         drawn.append(hparams_registry.default_hparams(algorithm, dataset))
     return max(hparams["batch_size"] for hparams in drawn)
-
-
-def sweep_batch(
-    algorithm: str,
-    dataset: str,
-    fixed: Mapping[str, Any],
-    hparams_seeds: Sequence[int],
-    trials: int,
-    holdout_fraction: float,
-) -> Batch:
-    """The largest batch among a sweep's jobs of ``algorithm`` on ``dataset``: the one its
-    hparams fix, or the largest that the jobs' ``train.py`` draw (drawn when first needed)."""
-    if "batch_size" in fixed:
-        return Batch(fixed["batch_size"], holdout_fraction, "fixed by the sweep's hparams")
-    source = f"the largest that the sweep's jobs of {algorithm} draw"
-    draw = functools.partial(largest_drawn_batch, algorithm, dataset, hparams_seeds, trials)
-    return Batch(None, holdout_fraction, source, draw)
 
 
 def domain_examples(report: DatasetReport, environments: Sequence[str]) -> list[tuple[str, int]]:

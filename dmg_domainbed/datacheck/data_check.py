@@ -30,6 +30,7 @@ from dmg_domainbed.datasets.layouts import (
     WILDS_LAYOUTS,
 )
 from dmg_domainbed.datasets.manifest import Manifest
+from dmg_domainbed.folders import check_creatable, check_outside
 
 # DomainBed's datasets whose files this check knows, in DomainBed's order.
 FILE_DATASETS = (*MNIST_DATASETS, *IMAGE_LAYOUTS, *WILDS_LAYOUTS)
@@ -100,6 +101,26 @@ def dataset_folders(data_dir: str | Path) -> dict[str, Path]:
         else:
             folders[dataset] = base / MNIST_FOLDER
     return folders
+
+
+def check_output_dir(output_dir: Path, data_dir: str, option: str) -> None:
+    """:class:`UserError` if ``output_dir`` (``option``), a folder that jobs write into, cannot
+    be made, or is, or lies inside, the folder of a dataset: a manifest's root (any registered
+    one), or the folder under ``data_dir`` of one of DomainBed's datasets with files. DomainBed
+    takes every folder in a folder of domains (and in a domain) for a domain (a class), so the
+    job folders would become part of the data."""
+    manifests = {name: manifest.root for name, manifest in registered_manifests().items()}
+    datasets = dataset_folders(data_dir) | manifests
+    check_creatable(output_dir, option)
+    for dataset, folder in datasets.items():
+        check_outside(
+            output_dir,
+            [folder],
+            option,
+            f"{dataset} dataset",
+            "an output_dir",
+            why=": job folders written in it would be read as the dataset's domains or classes",
+        )
 
 
 def found_under(data_dir: str | Path) -> list[str]:

@@ -82,15 +82,23 @@ def known_names(
     return frozenset(names)
 
 
+class UnknownHparams(UserError):
+    """The :class:`UserError` of :func:`reject_unknown`; ``names``: the names it refuses."""
+
+    def __init__(self, message: str, names: Sequence[str]) -> None:
+        super().__init__(message)
+        self.names = tuple(names)
+
+
 def reject_unknown(
     algorithm_class: type,
     hparams: Mapping[str, Any],
     dataset_class: type | None = None,
     input_shape: Sequence[int] | None = None,
 ) -> None:
-    """Raise :class:`UserError` for a name in ``hparams`` that a run of ``algorithm_class`` on
-    ``dataset_class`` (``None``: any registered dataset) does not read (:func:`known_names`),
-    with the closest valid name."""
+    """Raise :class:`UnknownHparams` for the names in ``hparams`` that a run of
+    ``algorithm_class`` on ``dataset_class`` (``None``: any registered dataset) does not read
+    (:func:`known_names`), with the closest valid name."""
     known = known_names(algorithm_class, dataset_class, input_shape)
     unknown = sorted(set(hparams) - known)
     if not unknown:
@@ -102,9 +110,10 @@ def reject_unknown(
         close = difflib.get_close_matches(name, known, n=1)
         described.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
     which, them = ("hparam", "it") if len(unknown) == 1 else ("hparams", "them")
-    raise UserError(
+    raise UnknownHparams(
         f"{owner} does not know {which} {', '.join(described)}: neither DomainBed's registry "
         f"(for {owner} {where}) nor {owner} nor the dataset defines {them}, so the run would "
         f"ignore {them}. Fix the name in --hparams (or the sweep file); {owner}'s hparams "
-        f"{where} are: {', '.join(sorted(known))}"
+        f"{where} are: {', '.join(sorted(known))}",
+        unknown,
     )

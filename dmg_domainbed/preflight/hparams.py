@@ -12,15 +12,29 @@ value must have the type of the default (or pass the check of its declaration: t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 
-def effective_hparams(
+@dataclass(frozen=True)
+class CheckedRun:
+    """A DomainBed run as ``train.py`` will build it, known before it starts: its algorithm and
+    dataset, the input shape its featurizer sees (``None`` when the dataset's class does not
+    tell) and its hparams with ``hparams_seed`` 0, checked (:func:`checked_run`)."""
+
+    algorithm: str
+    dataset: str
+    input_shape: tuple[int, ...] | None
+    hparams: dict[str, Any]
+
+
+def checked_run(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The hparams of a run with ``hparams_seed`` 0, as its algorithm is built with them: the
-    defaults updated with ``overrides`` and what the dataset records. Raises
-    :class:`UserError` for an unknown name, a value of the wrong type or one that cannot train."""
+) -> CheckedRun:
+    """The run of ``algorithm`` on ``dataset`` with the fixed hparams ``overrides``: the defaults
+    updated with them and with what the dataset records, as its algorithm is built with them.
+    Raises :class:`UserError` for an unknown name, a value of the wrong type or one that cannot
+    train."""
     # Imported here: every command of the CLI imports this module, few of them need these.
     from domainbed import algorithms, datasets, hparams_registry
 
@@ -32,6 +46,7 @@ def effective_hparams(
     from dmg_domainbed.hparams.trainable import check_trainable
     from dmg_domainbed.rules import rule_like
 
+    shape = input_shape(dataset)
     defaults = hparams_registry.default_hparams(algorithm, dataset)
     overrides = dict(overrides or {})
     algorithm_class = algorithms.get_algorithm_class(algorithm)
@@ -39,7 +54,7 @@ def effective_hparams(
     hparams = defaults | overrides
     record(dataset_class, hparams)  # what the dataset writes when train.py builds it
     # The hparams the algorithm is built with, through the rule it applies then.
-    reject_unknown(algorithm_class, hparams, dataset_class, input_shape(dataset))
+    reject_unknown(algorithm_class, hparams, dataset_class, shape)
     owners = (algorithm_class, dataset_class)
     spaces = [EVERY_ALGORITHM, *(getattr(owner, "HPARAMS", None) for owner in owners)]
     for name, value in overrides.items():
@@ -51,4 +66,11 @@ def effective_hparams(
             fix = f"Give a value of the type of its default, {defaults[name]!r}."
             rule_like(defaults[name]).check(value, what, fix)
     check_trainable(hparams, algorithm)
-    return hparams
+    return CheckedRun(algorithm, dataset, shape, hparams)
+
+
+def effective_hparams(
+    algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The hparams of :func:`checked_run`."""
+    return checked_run(algorithm, dataset, overrides).hparams

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.preflight.hparams import CheckedRun
 
 TORCHVISION_BUILDERS = ("resnet18", "resnet50", "alexnet")
 
@@ -46,23 +47,22 @@ def without_pretrained_weights() -> Iterator[None]:
         yield
 
 
-def check_network(algorithm: str, dataset: str, hparams: Mapping[str, Any]) -> str | None:
-    """Build ``algorithm`` for ``dataset`` with ``hparams`` as train.py would (no weights, no
-    data). A :class:`UserError` of the algorithm (an hparam value the network refutes) is raised;
-    any other failure of the cheap build is returned as a note (the check could not be made)."""
+def check_network(run: CheckedRun) -> str | None:
+    """Build the algorithm of ``run`` for its dataset with its hparams as train.py would (no
+    weights, no data). A :class:`UserError` of the algorithm (an hparam value the network
+    refutes) is raised; any other failure of the cheap build is returned as a note (the check
+    could not be made)."""
     import torch
     from domainbed import algorithms, datasets
 
-    from dmg_domainbed.datasets import input_shape
-
-    shape = input_shape(dataset)
-    if shape is None:
+    algorithm, dataset = run.algorithm, run.dataset
+    if run.input_shape is None:
         return f"{algorithm} on {dataset}: input shape unknown before loading the data; not built"
     num_domains = max(1, len(datasets.get_dataset_class(dataset).ENVIRONMENTS) - 1)
     cls = algorithms.get_algorithm_class(algorithm)
     try:
         with without_pretrained_weights(), torch.device("meta"):
-            cls(shape, 2, num_domains, dict(hparams))
+            cls(run.input_shape, 2, num_domains, dict(run.hparams))
     except UserError:
         raise
     except Exception as error:  # the cheap build itself failed: say so, do not block the sweep

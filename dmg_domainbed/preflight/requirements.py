@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.preflight import data, weights
-from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.preflight.hparams import CheckedRun, checked_run, effective_hparams
 from dmg_domainbed.weight_files import Caches, WeightFile, WeightsCheck
 
 
@@ -34,8 +33,8 @@ def weight_files(
     """The weight files a run with the fixed hparams ``overrides`` loads, looked up in ``caches``
     (default: this process's), and problems that stop its model from being built. Raises
     ``UserError`` for a bad hparam."""
-    hparams = effective_hparams(algorithm, dataset, overrides)
-    return weights.needed_weights(hparams, input_shape(dataset), caches)
+    run = checked_run(algorithm, dataset, overrides)
+    return weights.needed_weights(run.hparams, run.input_shape, caches)
 
 
 def own_weights(
@@ -43,52 +42,34 @@ def own_weights(
 ) -> WeightsCheck | None:
     """The algorithm's ``check_weights`` of the weights it loads instead of DomainBed's
     featurizer's, or ``None`` when it has none."""
-    return _own_weights(algorithm, effective_hparams(algorithm, dataset, overrides))
-
-
-def _own_weights(algorithm: str, hparams: Mapping[str, Any]) -> WeightsCheck | None:
     from domainbed import algorithms
 
     from dmg_domainbed.algorithms.base import declarations_of
 
+    hparams = effective_hparams(algorithm, dataset, overrides)
     return declarations_of(algorithms.get_algorithm_class(algorithm)).check_weights(hparams)
 
 
-def missing(
-    algorithm: str,
-    dataset: str,
-    data_dir: str | None,
-    overrides: Mapping[str, Any] | None = None,
-    batch: data.Batch | None = None,
-) -> list[str]:
-    """Everything that would stop the run with the fixed hparams ``overrides`` before its first
-    step (:func:`missing_for`); raises ``UserError`` for a bad hparam."""
-    return missing_for(
-        algorithm, dataset, data_dir, effective_hparams(algorithm, dataset, overrides), batch
-    )
-
-
 def missing_for(
-    algorithm: str,
-    dataset: str,
-    data_dir: str | None,
-    hparams: Mapping[str, Any],
-    batch: data.Batch | None = None,
+    run: CheckedRun, data_dir: str | None, batch: data.Batch | None = None
 ) -> list[str]:
-    """Everything that would stop a run with the checked, complete ``hparams`` (those of
-    :func:`~dmg_domainbed.preflight.hparams.effective_hparams`) before its first step (or
-    hang it), each naming the path looked at and the command that fixes it; empty when nothing
-    does."""
-    problems = []
-    found = data_status(dataset, data_dir, batch)
-    if not found.ok:
-        problems.append(f"{dataset} data {found.state}: {found.detail}")
-    own = _own_weights(algorithm, hparams)
+    """Everything that would stop ``run`` (:func:`~dmg_domainbed.preflight.hparams.checked_run`)
+    before its first step (or hang it), each naming the path looked at and the command that
+    fixes it; empty when nothing does."""
+    from domainbed import algorithms
+
+    from dmg_domainbed.algorithms.base import declarations_of
+
+    # Asked in floor order: the files DomainBed's featurizer loads (looked up even for an
+    # algorithm that loads its own weights instead), the data, then the algorithm's own weights.
+    files, model_problems = weights.needed_weights(run.hparams, run.input_shape)
+    found = data_status(run.dataset, data_dir, batch)
+    own = declarations_of(algorithms.get_algorithm_class(run.algorithm)).check_weights(run.hparams)
+    problems = [] if found.ok else [f"{run.dataset} data {found.state}: {found.detail}"]
     if own is not None:
         if not own.ready:
-            problems.append(f"{algorithm}'s pretrained weights: {'; '.join(own.details)}")
+            problems.append(f"{run.algorithm}'s pretrained weights: {'; '.join(own.details)}")
         return problems
-    files, model_problems = weights.needed_weights(hparams, input_shape(dataset))
     problems += model_problems
     if absent := [f for f in files if not f.present]:
         problems.append(f"pretrained weights missing: {weights.missing_weights_message(absent)}")

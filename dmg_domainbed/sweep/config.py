@@ -4,10 +4,10 @@
 DomainBed's defaults) and the fixed hparams of every job (``[sweep.hparams]``) or algorithm
 (``[sweep.algorithm_hparams.NAME]``); ``[launcher]`` names a DomainBed command launcher and its
 settings (its ``options``, checked in :mod:`.launcher_settings`). :func:`read_sweep` reads a
-file once into a resolved :class:`Sweep`: its structure checked (:func:`load_sweep`), its
-folders and launcher resolved (:func:`resolve`). :mod:`.checks` then checks it against
-DomainBed and this machine in one pass (names, hparams, networks, data, weights); nothing here
-looks at hparams or data.
+file once, in one pass: its ``[launcher]`` first, then the rest against its rules
+(:func:`load_sweep`), then the command line's folders and launcher over the file's
+(:func:`resolve`). :mod:`.checks` then checks it against DomainBed and this machine in one pass
+(names, hparams, networks, data, weights); nothing here looks at hparams or data.
 
 ``n_hparams`` and ``n_trials`` are bounded (:data:`MAX_HPARAMS`, :data:`MAX_TRIALS`): DomainBed
 builds every job of a sweep in memory before launching any, so ``n_hparams = 1000000000`` would
@@ -26,7 +26,7 @@ from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule, not_blank, refuse_unknown_keys
-from dmg_domainbed.sweep.launcher_settings import check_launcher
+from dmg_domainbed.sweep.launcher_settings import launcher_table
 
 try:
     import tomllib
@@ -105,12 +105,16 @@ def _check_json_values(table: Mapping[str, Any], where: str) -> None:
             )
 
 
-def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
-    """A :class:`SweepConfig` from a parsed TOML document; :class:`UserError` if invalid."""
+def parse_sweep(document: Mapping[str, Any], path: Path, registered: bool = True) -> SweepConfig:
+    """A :class:`SweepConfig` from a parsed TOML document; :class:`UserError` if invalid. Its
+    ``[launcher]`` comes first (:func:`~.launcher_settings.launcher_table`; with ``registered``,
+    checked against DomainBed's registered launchers and what the one named declares), then the
+    rest of the file against its rules."""
 
     def fail(message: str) -> UserError:
         return UserError(f"{path}: {message}")
 
+    name, launcher = launcher_table(path, document.get("launcher", {}), registered)
     refuse_unknown_keys(path, "the file (top-level tables)", document, ("sweep", "launcher"))
     sweep = document.get("sweep")
     if not isinstance(sweep, dict):
@@ -121,16 +125,6 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
             raise fail(f"[sweep] needs {key} = [...] ({SWEEP_KEYS[key].allowed()} of names)")
     for key, value in sweep.items():
         SWEEP_KEYS[key].check(value, f"{path}: [sweep] {key}", "Fix it in the sweep file.")
-    if not isinstance(document.get("launcher", {}), dict):
-        raise fail('[launcher] must be a table with name = "LAUNCHER" and its settings')
-    launcher = dict(document.get("launcher", {}))
-    name = launcher.pop("name", None)
-    if name is not None:
-        Rule((str,), validate=not_blank).check(
-            name, f"{path}: [launcher] name", "Name a DomainBed command launcher."
-        )
-    if launcher and name is None:
-        raise fail(f'[launcher] has settings ({", ".join(launcher)}) but no name = "..."')
     names = {key: tuple(sweep[key]) for key in REQUIRED}
     config = SweepConfig(path, launcher=name, launcher_options=launcher, **{**sweep, **names})
     n_from, n_hparams = config.n_hparams_from, config.n_hparams
@@ -147,8 +141,8 @@ def parse_sweep(document: Mapping[str, Any], path: Path) -> SweepConfig:
     return config
 
 
-def load_sweep(path: str | Path) -> SweepConfig:
-    """Read and check a sweep file (structure only; :func:`read_sweep` resolves it)."""
+def load_sweep(path: str | Path, registered: bool = True) -> SweepConfig:
+    """Read and check a sweep file (:func:`parse_sweep`; :func:`read_sweep` resolves it)."""
     path = Path(path)
     try:
         with open(path, "rb") as stream:
@@ -164,7 +158,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
         ) from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"{path}: not valid TOML: {error}") from None
-    return parse_sweep(document, path)
+    return parse_sweep(document, path, registered)
 
 
 @dataclass(frozen=True)
@@ -218,8 +212,7 @@ def resolve(
     launcher: str | None = None,
 ) -> Sweep:
     """The command line's folders and launcher win over the file's; folders are made absolute.
-    The launcher (the file's and the one chosen) is a registered one and the file's settings are
-    its settings. The groups are made here, once: later steps read them."""
+    The groups are made here, once: later steps read them."""
     dirs = {"data_dir": data_dir or config.data_dir, "output_dir": output_dir or config.output_dir}
     for key, value in dirs.items():
         if value is None:
@@ -229,13 +222,8 @@ def resolve(
     import dmg_domainbed
 
     dmg_domainbed.register()
-    launcher = launcher or config.launcher
-    for name in dict.fromkeys([config.launcher, launcher]):  # the file's, then the chosen one
-        if name is not None:
-            mine = config.launcher_options if name == config.launcher else None
-            check_launcher(config.path, name, mine)
     folders = {key: os.path.abspath(os.path.expanduser(value)) for key, value in dirs.items()}
-    sweep = Sweep(config, **folders, launcher=launcher)
+    sweep = Sweep(config, **folders, launcher=launcher or config.launcher)
     sweep.groups  # noqa: B018 (made once, here, with the plugins registered; later steps read them)
     return sweep
 
@@ -246,7 +234,9 @@ def read_sweep(
     output_dir: str | None = None,
     launcher: str | None = None,
 ) -> Sweep:
-    """A sweep file read once into a resolved :class:`Sweep`: its structure checked
+    """A sweep file read once into a resolved :class:`Sweep`: checked against its rules
     (:func:`load_sweep`), the command line's folders and launcher applied (:func:`resolve`).
-    What DomainBed and this machine make of it is :mod:`.checks`'s."""
-    return resolve(load_sweep(path), data_dir, output_dir, launcher)
+    What DomainBed and this machine make of it is :mod:`.checks`'s; the launcher chosen is
+    checked when its environment is made (:func:`~.launcher_settings.launcher_environment`)."""
+    config = load_sweep(path)
+    return resolve(config, data_dir, output_dir, launcher)

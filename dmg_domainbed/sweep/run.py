@@ -1,10 +1,12 @@
 """``dmg-domainbed sweep`` as one call: a sweep file read, checked, planned and launched.
 
 :func:`run_sweep` takes what the command line was given (:class:`SweepRequest`) and calls down,
-in this order: :mod:`.config` reads the file and resolves its folders and launcher;
-:func:`check_and_plan` gives the launcher its environment, checks the sweep (:mod:`.checks`),
-plans its jobs (:mod:`.plan`) and checks their command lines (:mod:`.command_line`); the plan is
-shown, and :mod:`.launch` launches it. The demo builds its sweep in code and goes through the
+each step once, in this order: :mod:`.config` reads the file (its launcher first, then the rest
+against its rules) and resolves its folders and launcher; :func:`check_and_plan` gives the
+launcher chosen its environment (:mod:`.launcher_settings`, which refuses an unknown one),
+checks the sweep (:mod:`.checks`, down through the preflight, the data check and the folders),
+plans its jobs (:mod:`.plan`) and checks their command lines (:mod:`.command_line`); the plan
+is shown, and :mod:`.launch` launches it. The demo builds its sweep in code and goes through the
 same :func:`check_and_plan` and launch.
 """
 
@@ -59,7 +61,7 @@ def check_and_plan(sweep: Sweep, environ: Mapping[str, str]) -> PlannedSweep:
     if sweep.launcher is not None:
         config = sweep.config
         env, notes = launcher_environment(
-            sweep.launcher, environ, config.launcher, config.launcher_options
+            config.path, sweep.launcher, environ, config.launcher, config.launcher_options
         )
     checked = check_sweep(sweep, env)
     planned = plan_sweep(sweep)

@@ -6,7 +6,7 @@ import pytest
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.sweep.checks import check_against_domainbed
-from dmg_domainbed.sweep.config import load_sweep, parse_sweep, resolve
+from dmg_domainbed.sweep.config import load_sweep, parse_sweep
 
 SWEEPS = sorted((Path(__file__).parents[2] / "sweeps").glob("*.toml"))
 
@@ -18,9 +18,8 @@ def parse(text, tmp_path):
 
 
 def checked(text, tmp_path):
-    config = parse(text, tmp_path)
+    config = parse(text, tmp_path)  # its launcher too
     check_against_domainbed(config)
-    resolve(config, str(tmp_path), str(tmp_path))  # its launcher
     return config
 
 
@@ -29,9 +28,8 @@ BASE = '[sweep]\nalgorithms = ["ERM", "DMG"]\ndatasets = ["RotatedDigits"]\n'
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
-def test_shipped_sweep_files_are_valid_and_their_networks_build(path, tmp_path):
-    config = load_sweep(path)
-    resolve(config, str(tmp_path), str(tmp_path))  # its launcher
+def test_shipped_sweep_files_are_valid_and_their_networks_build(path):
+    config = load_sweep(path)  # its launcher too
     assert check_against_domainbed(config) == []
 
 
@@ -132,6 +130,17 @@ def test_structure_mistakes(text, message, tmp_path):
 def test_names_and_hparams_are_checked_against_domainbed(text, message, tmp_path):
     with pytest.raises(UserError, match=message):
         checked(text, tmp_path)
+
+
+def test_smoke_reads_a_file_whose_launcher_is_not_registered_here(tmp_path):
+    """``smoke`` launches nothing: a file whose ``[launcher]`` names a launcher of another
+    machine is read for its runs; ``sweep`` refuses it."""
+    text = BASE + '[launcher]\nname = "their_cluster"\nqueue = "gpu"\n'
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert load_sweep(path, registered=False).launcher == "their_cluster"
+    with pytest.raises(UserError, match="unknown launcher 'their_cluster'"):
+        load_sweep(path)
 
 
 def test_a_bad_value_of_an_hparam_every_algorithm_has_is_not_told_to_move(tmp_path):

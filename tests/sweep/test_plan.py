@@ -144,14 +144,14 @@ def test_launcher_settings_of_the_file_become_variables_the_environment_wins(tmp
     config = load_sweep(SWEEPS / "pacs_resnet50.toml")
     file_launcher, settings = config.launcher, config.launcher_options
     env, notes = launcher_environment(
-        "submitit", {"DMG_SUBMITIT_TIME_MIN": "30"}, file_launcher, settings
+        config.path, "submitit", {"DMG_SUBMITIT_TIME_MIN": "30"}, file_launcher, settings
     )
     assert env["DMG_SUBMITIT_GPUS"] == "1" and env["DMG_SUBMITIT_MEM_GB"] == "32"
     assert env["DMG_SUBMITIT_TIME_MIN"] == "30"
     assert notes == [
         "DMG_SUBMITIT_TIME_MIN=30 from the environment wins over time_min = 720 in the file"
     ]
-    env, notes = launcher_environment("local_parallel", {}, file_launcher, settings)
+    env, notes = launcher_environment(config.path, "local_parallel", {}, file_launcher, settings)
     assert "DMG_SUBMITIT_GPUS" not in env and "not used" in notes[0]
 
 
