@@ -51,14 +51,16 @@ def start_launcher():
             process.communicate()
 
 
-def domainbed_job(sweep: Path, test_env: int, steps: int, hparams: str | None = None) -> str:
-    """DomainBed's train command of one RotatedDigits job (ERM; DMG with ``hparams``), with its
-    folder made as DomainBed's sweep makes it before calling the launcher."""
+def domainbed_job(
+    sweep: Path, test_env: int, steps: int, hparams: str | None = None, algorithm: str = "ERM"
+) -> str:
+    """DomainBed's train command of one RotatedDigits job of ``algorithm`` (with ``hparams``),
+    with its folder made as DomainBed's sweep makes it before calling the launcher."""
     from domainbed.scripts.sweep import Job
 
     args = {
         "dataset": "RotatedDigits",
-        "algorithm": "DMG" if hparams else "ERM",
+        "algorithm": algorithm,
         "test_envs": [test_env],
         "holdout_fraction": 0.2,
         "hparams_seed": 0,
@@ -113,10 +115,12 @@ def preempted_run(slurm_cluster, tmp_path_factory):
     that fails, which run on the CPUs the others leave. Sharing the run keeps a CPU busy while
     the pre-empted job waits to run again."""
     sweep = tmp_path_factory.mktemp("preempted") / "sweep"
-    # The long one trains for seconds after its first record: Slurm may take 5 s to accept the
+    # The long one trains for seconds after its first record, however fast the machine (its MLP
+    # eight times DomainBed's width: some 20 ms a step here): Slurm may take 5 s to accept the
     # pre-emption ("Job can not be altered now"), and the job must still run then.
-    short, long = domainbed_job(sweep, 0, steps=5), domainbed_job(sweep, 1, steps=500)
-    bad_hparam = domainbed_job(sweep, 2, steps=5, hparams='{"lambda_overlap": -1}')
+    short = domainbed_job(sweep, 0, steps=5)
+    long = domainbed_job(sweep, 1, steps=500, hparams='{"mlp_width": 1024}')
+    bad_hparam = domainbed_job(sweep, 2, steps=5, hparams='{"lambda_overlap": -1}', algorithm="DMG")
     no_output_dir = "echo cannot reach the data server at $((6000 + 66)) >&2; exit 3"
     logs = str(sweep.parent / "logs")  # the plain command names no --output_dir
     env = job_environment(slurm_cluster, cpus="1", mem_gb="1", wait="true", folder=logs)
