@@ -396,3 +396,27 @@ def reload(run: Path):
     )
     algorithm.load_state_dict(checkpoint["model_dict"])
     return algorithm.eval(), checkpoint
+
+
+def assert_masks_on_resnet_channels(model, domains: int, units: tuple[int, ...]) -> None:
+    """A reloaded DMG model on a ResNet (``model.network.featurizer.network``) masks the inputs
+    of layer3, layer4 and the classifier, ``units`` channels each, one logit per domain; the
+    input layer3 receives is layer2's output scaled per channel by the domain's soft mask."""
+    import torch
+
+    resnet = model.network.featurizer.network
+    assert model.masks.layer_names == [
+        "featurizer.network.layer3",
+        "featurizer.network.layer4",
+        "classifier",
+    ]
+    assert [tuple(logits.shape) for logits in model.masks.logits] == [(domains, u) for u in units]
+    seen = {}
+    resnet.layer2.register_forward_hook(lambda m, i, out: seen.setdefault("layer2", out))
+    resnet.layer3.register_forward_pre_hook(lambda m, args: seen.setdefault("layer3", args[0]))
+    domain = domains - 1
+    with torch.no_grad(), model.masks.per_example(torch.tensor([domain]), mode="soft"):
+        model.network(torch.randn(1, 3, 224, 224))
+    mask = torch.sigmoid(model.masks.logits[0][domain]).view(1, -1, 1, 1)
+    assert seen["layer3"].shape[1] == units[0] and seen["layer3"].shape[2:] == (28, 28)
+    torch.testing.assert_close(seen["layer3"], seen["layer2"] * mask)

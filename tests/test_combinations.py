@@ -41,6 +41,7 @@ from dmg_domainbed.reporting.jobs import reported_algorithm
 
 from .datasets.conftest import write_domains
 from .helpers import (
+    assert_masks_on_resnet_channels,
     cli,
     domainbed_script,
     one_loader_worker,
@@ -269,27 +270,9 @@ def test_a_saved_resnet18_model_reloads_and_classifies_held_out_images(trained, 
 
 def test_dmg_masks_one_value_per_channel_of_the_real_resnet18(trained):
     model, checkpoint = reload(trained("DMG", "domainbed_images", "fp32"))
-    resnet = model.network.featurizer.network
-    assert isinstance(resnet, torchvision.models.ResNet)
-    assert model.masks.layer_names == [
-        "featurizer.network.layer3",
-        "featurizer.network.layer4",
-        "classifier",
-    ]
-    domains = checkpoint["model_num_domains"]
-    units = (128, 256, 512)  # input channels of layer3 and layer4, classifier inputs
-    assert [tuple(logits.shape) for logits in model.masks.logits] == [(domains, u) for u in units]
-
-    # The input layer3 receives is layer2's output scaled per channel by the domain's mask.
-    seen = {}
-    resnet.layer2.register_forward_hook(lambda m, i, out: seen.setdefault("layer2", out))
-    resnet.layer3.register_forward_pre_hook(lambda m, args: seen.setdefault("layer3", args[0]))
-    domain = domains - 1
-    with torch.no_grad(), model.masks.per_example(torch.tensor([domain]), mode="soft"):
-        model.network(torch.randn(1, 3, 224, 224))
-    mask = torch.sigmoid(model.masks.logits[0][domain]).view(1, -1, 1, 1)
-    assert seen["layer3"].shape[1] == units[0] and seen["layer3"].shape[2:] == (28, 28)
-    torch.testing.assert_close(seen["layer3"], seen["layer2"] * mask)
+    assert isinstance(model.network.featurizer.network, torchvision.models.ResNet)
+    # input channels of layer3 and layer4, classifier inputs
+    assert_masks_on_resnet_channels(model, checkpoint["model_num_domains"], (128, 256, 512))
 
 
 def test_evaluate_puts_runs_side_by_side_and_classifies_unaugmented(trained, tmp_path):

@@ -12,7 +12,7 @@ import timm
 import torch
 from domainbed import datasets
 
-from tests.helpers import cli, reload
+from tests.helpers import assert_masks_on_resnet_channels, cli, reload
 
 from .conftest import BATCH_SIZE, CLASSES, DATASET, MASK_UNITS, RESNET50, STEPS
 
@@ -41,27 +41,8 @@ def test_dmg_trains_on_resnet50_and_reloads(image_run, offline_caches):
 
 def test_dmg_masks_one_value_per_channel_of_the_real_resnet50(image_run, offline_caches):
     model, checkpoint = reload(image_run)
-    resnet = model.network.featurizer.network
-    assert isinstance(resnet, timm.models.ResNet)
-    assert model.masks.layer_names == [
-        "featurizer.network.layer3",
-        "featurizer.network.layer4",
-        "classifier",
-    ]
-    domains = checkpoint["model_num_domains"]
-    shapes = [tuple(logits.shape) for logits in model.masks.logits]
-    assert shapes == [(domains, units) for units in MASK_UNITS]
-
-    # The input layer3 receives is layer2's output scaled per channel by the domain's mask.
-    seen = {}
-    resnet.layer2.register_forward_hook(lambda m, i, out: seen.setdefault("layer2", out))
-    resnet.layer3.register_forward_pre_hook(lambda m, args: seen.setdefault("layer3", args[0]))
-    domain = domains - 1
-    with torch.no_grad(), model.masks.per_example(torch.tensor([domain]), mode="soft"):
-        model.network(torch.randn(1, 3, 224, 224))
-    mask = torch.sigmoid(model.masks.logits[0][domain]).view(1, -1, 1, 1)
-    assert seen["layer3"].shape[1] == MASK_UNITS[0] and seen["layer3"].shape[2:] == (28, 28)
-    torch.testing.assert_close(seen["layer3"], seen["layer2"] * mask)
+    assert isinstance(model.network.featurizer.network, timm.models.ResNet)
+    assert_masks_on_resnet_channels(model, checkpoint["model_num_domains"], MASK_UNITS)
 
 
 def test_mask_pictures_of_conv_masks(image_run, offline_caches, tmp_path):
