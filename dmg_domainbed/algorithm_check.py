@@ -180,8 +180,8 @@ def check_algorithm(
     except integration.PluginImportError as error:
         loaded = error
     cls = runs.run("import", lambda: _import(name, loaded))
-    runs.run("hparams", lambda: _default_hparams(cls, name, dataset))
-    runs.run("random hparams", lambda: _random_hparams(cls, name))
+    runs.run("hparams", lambda: _default_hparams(name, dataset))
+    runs.run("random hparams", lambda: _random_hparams(name))
     runs.run("hparam names", lambda: _shadowing(name))
     built = runs.run("build", lambda: _build(cls, name, dataset, images_per_domain))
     if built is not None:
@@ -247,7 +247,7 @@ def _import(name: str, cls: Any):
     )
 
 
-def _default_hparams(cls: type, name: str, dataset: str):
+def _default_hparams(name: str, dataset: str):
     from domainbed import hparams_registry
 
     from dmg_domainbed import integration
@@ -264,10 +264,10 @@ def _default_hparams(cls: type, name: str, dataset: str):
     return None, _finding("hparams", True, f"default hparams on {dataset}")
 
 
-def _random_hparams(cls: type, name: str):
+def _random_hparams(name: str):
     """Random hparams are the same per seed on every dataset (DomainBed's
     ``test_hparams_registry``), and each declared sampler draws values its declaration allows,
-    for every job of DomainBed's default sweep (:func:`_bad_draws`)."""
+    for every job of DomainBed's default sweep (:func:`_draws`)."""
     from domainbed import datasets, hparams_registry
 
     differing = []

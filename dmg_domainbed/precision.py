@@ -40,11 +40,11 @@ import torch
 from torch import nn
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams.every_algorithm import BF16, FP32
+from dmg_domainbed.hparams.every_algorithm import BF16, FP32, PRECISIONS
 from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM as HPARAMS
 from dmg_domainbed.hparams.every_algorithm import PRECISION as HPARAM
 
-CHOICES = (FP32, BF16)
+CHOICES = PRECISIONS
 #: The methods a bf16 run executes under autocast, where an algorithm has them.
 AUTOCAST_METHODS = ("update", "predict", "predict_known_domain")
 #: Methods whose tensor result is a prediction, returned as fp32.

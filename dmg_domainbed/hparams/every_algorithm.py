@@ -10,7 +10,8 @@ from dmg_domainbed.hparams.space import HParam, HParamSpace
 PRECISION = "precision"
 FP32 = "fp32"
 BF16 = "bf16"
+PRECISIONS = (FP32, BF16)
 EVERY_ALGORITHM = HParamSpace(
     # The sampler is never called by DomainBed's random search (not in its registry): fp32.
-    HParam(PRECISION, FP32, lambda random: FP32, choices=(FP32, BF16))
+    HParam(PRECISION, FP32, lambda random: FP32, choices=PRECISIONS)
 )

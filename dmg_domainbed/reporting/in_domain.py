@@ -63,12 +63,18 @@ def _classes(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate_run(
-    run: Run, data_dir: str | None = None, device: str | None = None, step: int | None = None
+    run: Run,
+    data_dir: str | None = None,
+    device: str | None = None,
+    step: int | None = None,
+    dataset=None,
 ) -> pd.DataFrame:
     """Accuracy (%) of every prediction of ``run`` on each source domain's held-out split, the
     % of examples whose class differs from ``predict``'s (``changed``), and train.py's logged
     ``env<i>_out_acc`` (``predict`` only, where it did not classify them augmented). ``step``:
-    the model saved at that checkpoint and its record, instead of ``model.pkl`` and the last."""
+    the model saved at that checkpoint and its record, instead of ``model.pkl`` and the last.
+    ``dataset``: the run's dataset as ``run_files.load_dataset(run, data_dir, augment=False)``
+    builds it, when already built (one per run for all its checkpoints)."""
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
@@ -76,7 +82,8 @@ def evaluate_run(
     model_file = None if step is None else run_files.checkpoint_models(run)[step]
     # The held-out images as they are (Table 3), never with the training augmentation; what
     # train.py logged is then comparable only where it did not augment them either.
-    dataset = run_files.load_dataset(run, data_dir, augment=False)
+    if dataset is None:
+        dataset = run_files.load_dataset(run, data_dir, augment=False)
     algorithm = run_files.load_algorithm(run, on, model_file, dataset)
     comparable = not run_files.augmented_evaluation(run)
     environments = type(dataset).ENVIRONMENTS
@@ -270,11 +277,13 @@ def write_selection(
             "true)."
         )
     # Every prediction's accuracy (%) on the source validation splits, per checkpoint model.
-    frames = [
-        evaluate_run(run, data_dir, step=step).assign(step=step)
-        for run in with_known_domain
-        for step in run_files.checkpoint_models(run)
-    ]
+    frames = []
+    for run in with_known_domain:
+        steps = list(run_files.checkpoint_models(run))
+        if steps:  # its dataset built and checked once for all its checkpoints
+            dataset = run_files.load_dataset(run, data_dir, augment=False)
+            evaluated = [evaluate_run(run, data_dir, step=s, dataset=dataset) for s in steps]
+            frames += [frame.assign(step=s) for frame, s in zip(evaluated, steps, strict=True)]
     no_frames = pd.DataFrame(columns=["run", "prediction", "step"])
     evaluations = pd.concat(frames, ignore_index=True) if frames else no_frames
     selection = selection_frame(selection_records(runs, evaluations))

@@ -25,7 +25,7 @@ from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.sweep import plan
-from dmg_domainbed.sweep.checks import check_against_domainbed
+from dmg_domainbed.sweep.checks import check_against_domainbed, check_names
 from dmg_domainbed.sweep.config import SweepConfig
 from dmg_domainbed.weight_files import HF_SNAPSHOT, Caches, WeightsCheck
 
@@ -113,14 +113,8 @@ def from_command_line(
     from domainbed import algorithms as registered_algorithms
     from domainbed import datasets as registered_datasets
 
-    for kind, given, valid in (
-        ("algorithm", algorithms, registered_algorithms.ALGORITHMS),
-        ("dataset", datasets, registered_datasets.DATASETS),
-    ):
-        if unknown := [name for name in given if name not in valid]:
-            raise UserError(
-                f"unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: {', '.join(valid)}"
-            )
+    check_names("--algorithms", "algorithm", algorithms, registered_algorithms.ALGORITHMS)
+    check_names("--datasets", "dataset", datasets, registered_datasets.DATASETS)
     for algorithm in algorithms:
         for dataset in datasets:
             try:

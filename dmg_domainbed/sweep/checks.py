@@ -12,10 +12,10 @@ the next:
 3. the networks: each of this package's algorithms is built cheaply with those hparams
    (:func:`~dmg_domainbed.preflight.networks.check_network`), so that a value only its network
    can refute stops the sweep here;
-4. this machine: what each run needs on disk, its data (each domain's training split must fill
-   the largest batch the sweep's jobs draw or fix) and its pretrained weights
-   (:func:`~dmg_domainbed.preflight.requirements.missing_for`); the output folder can be made
-   and lies outside every dataset's folder
+4. this machine (:func:`check_machine`): what each run needs on disk, its data (each domain's
+   training split must fill the largest batch the sweep's jobs draw or fix: :func:`largest_batch`)
+   and its pretrained weights (:func:`~dmg_domainbed.preflight.requirements.missing_for`); the
+   output folder can be made and lies outside every dataset's folder
    (:func:`~dmg_domainbed.datacheck.data_check.check_output_dir`); ``python`` is on the
    launcher's ``PATH``; and the launcher's own ``check(environ)`` passes.
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import itertools
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,11 +52,10 @@ MAX_JOBS = 100_000
 
 @dataclass(frozen=True)
 class Checked:
-    """What the pass found: the ``runs``, by (algorithm, dataset), with hparams seed 0,
-    ``notes`` on networks that could not be built before launch, and, for this machine, either
-    ``launcher`` (how the launcher will run the jobs) or ``problem`` (what would stop them)."""
+    """What the pass found: ``notes`` on networks that could not be built before launch, and,
+    for this machine, either ``launcher`` (how the launcher will run the jobs) or ``problem``
+    (what would stop them)."""
 
-    runs: Mapping[tuple[str, str], CheckedRun]
     notes: tuple[str, ...] = ()
     launcher: str | None = None
     problem: UserError | None = None
@@ -65,48 +64,57 @@ class Checked:
 def check_sweep(sweep: Sweep, env: Mapping[str, str]) -> Checked:
     """The whole pass; ``env``: the environment the launcher will run the jobs with. The
     machine is checked only when the sweep names a launcher."""
+    runs, notes = check_file(sweep.config)
+    if sweep.launcher is None:
+        return Checked(notes)
+    try:
+        return Checked(notes, launcher=check_machine(sweep, env, runs.values()))
+    except UserError as problem:
+        return Checked(notes, problem=problem)
+
+
+def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRun]) -> str:
+    """Step 4, asking down in floor order: what each run misses on disk (its data must fill the
+    largest batch its jobs fix or draw), then the output folder; raises the first problem of
+    the output folder's, ``python``'s, the runs', the launcher's; returns how the launcher will
+    run the jobs."""
     from domainbed import command_launchers
 
-    config = sweep.config
-    runs, notes = check_file(config)
-    if sweep.launcher is None:
-        return Checked(runs, notes)
-    # Step 4 asks down, in this order: what each run misses on disk (its data must fill the
-    # largest batch its jobs fix or draw), then the output folder; its problem is the first of
-    # the output folder's, python's, the runs', the launcher's.
-    seeds, holdout = range(config.n_hparams_from, config.n_hparams), float(config.holdout_fraction)
+    missing = {}
+    for run in runs:
+        missing |= dict.fromkeys(missing_for(run, sweep.data_dir, largest_batch(sweep.config, run)))
+    check_output_dir(Path(sweep.output_dir), sweep.data_dir, "the sweep's output_dir")
+    if shutil.which("python", path=env.get("PATH")) is None:
+        raise UserError(
+            "no `python` on PATH: DomainBed's sweep starts every job as "
+            "`python -m domainbed.scripts.train`. Activate the environment that has "
+            "DomainBed and this package, or put its python first on PATH."
+        )
+    if missing:
+        raise UserError(
+            "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\n"
+            "Fix it with the commands above, or pass --data_dir with the folder that holds "
+            "the data."
+        )
+    launcher = sweep.launcher
     try:
-        missing = {}
-        for run in runs.values():
-            fixed = config.fixed_hparams[run.algorithm]
-            if "batch_size" in fixed:
-                batch = Batch(fixed["batch_size"], holdout, "fixed by the sweep's hparams")
-            else:  # drawn only when the data is there to compare with
-                source = f"the largest that the sweep's jobs of {run.algorithm} draw"
-                draw = (run.algorithm, run.dataset, seeds, config.n_trials)
-                batch = Batch(None, holdout, source, functools.partial(largest_drawn_batch, *draw))
-            missing |= dict.fromkeys(missing_for(run, sweep.data_dir, batch))
-        check_output_dir(Path(sweep.output_dir), sweep.data_dir, "the sweep's output_dir")
-        if shutil.which("python", path=env.get("PATH")) is None:
-            raise UserError(
-                "no `python` on PATH: DomainBed's sweep starts every job as "
-                "`python -m domainbed.scripts.train`. Activate the environment that has "
-                "DomainBed and this package, or put its python first on PATH."
-            )
-        if missing:
-            raise UserError(
-                "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\n"
-                "Fix it with the commands above, or pass --data_dir with the folder that holds "
-                "the data."
-            )
-        launcher = sweep.launcher
-        try:
-            described = as_launcher(command_launchers.REGISTRY[launcher]).check(env)
-        except UserError as error:
-            raise UserError(f"launcher {launcher}: {error}") from None
-        return Checked(runs, notes, launcher=f"{launcher}: {described}" if described else launcher)
-    except UserError as problem:
-        return Checked(runs, notes, problem=problem)
+        described = as_launcher(command_launchers.REGISTRY[launcher]).check(env)
+    except UserError as error:
+        raise UserError(f"launcher {launcher}: {error}") from None
+    return f"{launcher}: {described}" if described else launcher
+
+
+def largest_batch(config: SweepConfig, run: CheckedRun) -> Batch:
+    """The largest batch among the sweep's jobs of ``run``: the one its hparams fix, or the
+    largest that the jobs' ``train.py`` draw (drawn only when the data is there to compare)."""
+    holdout = float(config.holdout_fraction)
+    fixed = config.fixed_hparams[run.algorithm]
+    if "batch_size" in fixed:
+        return Batch(fixed["batch_size"], holdout, "fixed by the sweep's hparams")
+    source = f"the largest that the sweep's jobs of {run.algorithm} draw"
+    seeds = range(config.n_hparams_from, config.n_hparams)
+    draw = (run.algorithm, run.dataset, seeds, config.n_trials)
+    return Batch(None, holdout, source, functools.partial(largest_drawn_batch, *draw))
 
 
 def check_against_domainbed(config: SweepConfig) -> list[str]:

@@ -83,8 +83,7 @@ class Plan:
     @property
     def unfinished(self) -> list[Any]:
         """The jobs without a ``done`` file: those a launch may start."""
-        done = set(map(id, self.done))
-        return [job for job in self.jobs if id(job) not in done]
+        return [*self.to_launch, *self.incomplete]
 
     def summary(self) -> str:
         """What the sweep holds: jobs per dataset and algorithm, their states, the fixed

@@ -45,7 +45,6 @@ class PlannedSweep:
     ``notes`` to show; and, for this machine, either ``launcher`` (how the launcher will run
     the jobs) or ``problem`` (what would stop them)."""
 
-    sweep: Sweep
     env: Mapping[str, str]
     plan: Plan
     notes: tuple[str, ...] = ()
@@ -70,9 +69,7 @@ def check_and_plan(sweep: Sweep, environ: Mapping[str, str]) -> PlannedSweep:
         check_commands(planned.unfinished, env)
     except UserError as too_long:
         problem = problem or too_long
-    return PlannedSweep(
-        sweep, env, planned, checked.notes + tuple(notes), checked.launcher, problem
-    )
+    return PlannedSweep(env, planned, checked.notes + tuple(notes), checked.launcher, problem)
 
 
 def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int:

@@ -25,7 +25,7 @@ EXACT_BELOW = 16
 # residue, zero in exact arithmetic (see corgrad.project_conflicting_chunks).
 EXACT, SUMMED = 2.0**-46, 2.0**-20
 # The tensor fields of a ChunkLayout (CorGrad keeps them as buffers, moved by .to()).
-LAYOUT_TENSORS = ("row_chunk", "chunk_rows", "tensor_chunks")
+LAYOUT_TENSORS = ("row_chunk", "chunk_rows", "tensor_chunks", "exact_chunks")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,10 @@ class ChunkLayout:
       rows (``(0, 0)`` for an empty tensor, ``(1, 1)`` for a 0-d one);
     * ``row_chunk`` ``[R]``: the chunk every row belongs to, rows in vector order;
     * ``chunk_rows`` ``[C]``: rows of every chunk;
-    * ``tensor_chunks`` ``[T]``: chunks of every tensor (0 for an empty tensor).
+    * ``tensor_chunks`` ``[T]``: chunks of every tensor (0 for an empty tensor);
+    * ``exact_chunks`` ``[C]``, bool: the chunks whose rows are shorter than ``EXACT_BELOW``;
+    * ``blocks`` (Python ints, from ``matrices``, made once with the layout):
+      ``(first element, rows, columns)`` of every block, in vector order.
 
     Consecutive tensors whose rows have the same length make one block of the vector, a
     ``[rows, columns]`` matrix: products, sums along rows and per-row weights run block by
@@ -53,9 +56,11 @@ class ChunkLayout:
     """
 
     matrices: tuple[tuple[int, int], ...]
+    blocks: tuple[tuple[int, int, int], ...]
     row_chunk: torch.Tensor
     chunk_rows: torch.Tensor
     tensor_chunks: torch.Tensor
+    exact_chunks: torch.Tensor
 
     @property
     def num_elements(self) -> int:
@@ -69,19 +74,6 @@ class ChunkLayout:
     def num_tensors(self) -> int:
         return len(self.tensor_chunks)
 
-    def blocks(self) -> list[tuple[int, int, int]]:
-        """``(first element, rows, columns)`` of every block, in vector order."""
-        found: list[tuple[int, int, int]] = []
-        start = 0
-        for rows, columns in self.matrices:
-            if rows and found and found[-1][2] == columns:
-                first, before, _ = found[-1]
-                found[-1] = (first, before + rows, columns)
-            elif rows:
-                found.append((start, rows, columns))
-            start += rows * columns
-        return found
-
     def gram(self, grads: torch.Tensor) -> torch.Tensor:
         """``[C, D, D]``, float64: the inner products ``<g_d^j, g_e^j>`` of every chunk ``j`` of
         the ``D`` flat gradients ``grads [D, P]``.
@@ -90,7 +82,7 @@ class ChunkLayout:
         domains' gradients can be collinear) in float64, exactly; longer rows, some thousands
         of elements at most, in the gradients' dtype. Sums over the rows of a chunk in float64.
         """
-        count, blocks = len(grads), self.blocks()
+        count, blocks = len(grads), self.blocks
         pairs = [(d, e) for d in range(count) for e in range(d, count)]
         row_sums: list[list[torch.Tensor]] = [[] for _ in pairs]
         products = grads.new_empty(max((rows * columns for _, rows, columns in blocks), default=0))
@@ -115,9 +107,8 @@ class ChunkLayout:
         """``[C]``, float64: relative error of each chunk's :meth:`gram` entries, with a margin;
         a corrected chunk under it is rounding residue (see
         :func:`.corgrad.project_conflicting_chunks`)."""
-        per_tensor = [EXACT if columns < EXACT_BELOW else SUMMED for _, columns in self.matrices]
-        values = torch.tensor(per_tensor, dtype=torch.float64, device=self.chunk_rows.device)
-        return self.per_chunk(values)
+        summed = torch.full(self.exact_chunks.shape, SUMMED, dtype=torch.float64)
+        return summed.to(self.exact_chunks.device).masked_fill_(self.exact_chunks, EXACT)
 
     def tensor_sums(self, per_chunk: torch.Tensor) -> torch.Tensor:
         """Sum of ``per_chunk [..., C]`` over the chunks of each tensor: ``[..., T]``."""
@@ -133,7 +124,7 @@ class ChunkLayout:
         per_row = weights.to(grads.dtype)[self.row_chunk]  # [R, D]: R small, one per row
         combined = grads.new_empty(self.num_elements)  # every element lies in a block
         first_row = 0
-        for start, rows, columns in self.blocks():
+        for start, rows, columns in self.blocks:
             end = start + rows * columns
             own = grads[:, start:end].view(len(grads), rows, columns)
             row_weights = per_row[first_row : first_row + rows]
@@ -182,6 +173,7 @@ def chunk_layout(
     row_chunk: list[int] = []
     chunk_rows: list[int] = []
     tensor_chunks: list[int] = []
+    exact: list[bool] = []
     for shape in shapes:
         numel = math.prod(shape)
         rows = (shape[0] if len(shape) else 1) if numel else 0
@@ -192,13 +184,31 @@ def chunk_layout(
             row_chunk += [len(chunk_rows)] * min(rows_per_chunk, rows - start)
             chunk_rows.append(min(rows_per_chunk, rows - start))
         tensor_chunks.append(len(starts))
+        exact += [matrices[-1][1] < EXACT_BELOW] * len(starts)
 
     def as_tensor(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
 
     return ChunkLayout(
         tuple(matrices),
+        blocks_of(matrices),
         as_tensor(row_chunk),
         as_tensor(chunk_rows),
         as_tensor(tensor_chunks),
+        torch.tensor(exact, dtype=torch.bool, device=device),
     )
+
+
+def blocks_of(matrices: Sequence[tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """``(first element, rows, columns)`` of every block of consecutive non-empty matrices whose
+    rows have the same length, in vector order."""
+    found: list[tuple[int, int, int]] = []
+    start = 0
+    for rows, columns in matrices:
+        if rows and found and found[-1][2] == columns:
+            first, before, _ = found[-1]
+            found[-1] = (first, before + rows, columns)
+        elif rows:
+            found.append((start, rows, columns))
+        start += rows * columns
+    return tuple(found)

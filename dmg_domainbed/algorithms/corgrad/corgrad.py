@@ -123,12 +123,12 @@ class CorGrad(PluginAlgorithm):
         # Derived from the network and hparams: moved by .to(), kept out of the state_dict.
         for name in LAYOUT_TENSORS:
             self.register_buffer(f"_{name}", getattr(layout, name), persistent=False)
-        self._matrices = layout.matrices
+        self._matrices, self._blocks = layout.matrices, layout.blocks
         self._gradients: torch.Tensor | None = None  # the domains' flat gradients, reused
 
     def _layout(self) -> ChunkLayout:
         tensors = {name: getattr(self, f"_{name}") for name in LAYOUT_TENSORS}
-        return ChunkLayout(self._matrices, **tensors)
+        return ChunkLayout(self._matrices, self._blocks, **tensors)
 
     def _gradient_space(self, domains: int, size: int) -> torch.Tensor:
         """``[domains, size]`` for the domains' flat gradients, kept from step to step: a new
@@ -213,8 +213,9 @@ def project_conflicting_chunks(
     Every corrected chunk stays a combination of the domains' original chunks, so the rule runs
     on ``gram [C, D, D]`` (:meth:`ChunkLayout.gram`) and returns ``mixing [C, D, D]``: the
     corrected ``g_i^j = sum_q mixing[j, i, q] g_q^j``; inner products of corrected chunks are
-    ``a^T gram b``. No gradient-sized tensor is touched: the gradients are read once, for the
-    Gram matrices, and once more where the result is applied (:meth:`ChunkLayout.combine`).
+    ``a^T gram b``. No gradient-sized tensor is touched: the gradients are read for the Gram
+    matrices (a product of rows per pair of domains) and once more where the result is applied
+    (:meth:`ChunkLayout.combine`).
     The recurrence runs in float64 and follows exact arithmetic where floats leave residues of
     either sign that the released code takes for values. With ``s_d = sum_q |mixing[j, d, q]|
     ||g_q^j||``, the scale of the rounding errors of corrected chunk ``d``, an inner product
