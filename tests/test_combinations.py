@@ -222,7 +222,7 @@ def test_trains_evaluates_and_draws(trained, tmp_path, algorithm, kind, precisio
     assert "WARNING" not in printed
     table = pd.read_csv(tmp_path / "e" / "in_domain.csv", dtype={"domain": str})
     known = declarations_of(algorithms.get_algorithm_class(algorithm)).KNOWN_DOMAIN_PREDICTIONS
-    name = reported_algorithm(record)  # a bf16 run's rows are its own: 'DMG (bf16)'
+    name = reported_algorithm(logged[-1])  # a bf16 run's rows are its own: 'DMG (bf16)'
     predictions = [f"{name} (predict)", *(f"{name}-{k}" for k in known.values())]
     assert list(table["prediction"].unique()) == predictions
     sources = [name for env, name in enumerate(environments) if env != TEST_ENV]
@@ -297,6 +297,7 @@ def test_evaluate_puts_runs_side_by_side_and_classifies_unaugmented(trained, tmp
     code, _, _ = cli(
         "evaluate", "--run_dir", str(runs[-1]), "--output_dir", str(tmp_path / "again")
     )
+    assert code == 0
     again = pd.read_csv(tmp_path / "again" / "in_domain.csv")
     dmg = table[table["algorithm"] == "DMG"].reset_index(drop=True)
     pd.testing.assert_frame_equal(again.drop(columns="run"), dmg.drop(columns="run"))

@@ -17,6 +17,8 @@ import psutil
 import pytest
 import torch
 
+from tests.helpers import run_python
+
 ROOT = Path(__file__).resolve().parents[1]
 CUDA_ONLY = ("lane_algorithms", "lane_launchers", "sfmoe_cost", "job_start")
 OUTCOMES = ("passed", "skipped")  # of every part of a tiny run
@@ -46,9 +48,9 @@ def test_tiny_mode_runs_every_part_into_one_results_file(proof, generate, tmp_pa
     # warm jobs starts its own fork server (one forked from a test process would find the
     # test process's, which is not its child).
     output = tmp_path / "out"
-    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_proof.py")]
-    finished = subprocess.run(
-        [*command, "--output_dir", str(output), "--tiny"], capture_output=True, text=True
+    script = str(ROOT / "benchmarks" / "gpu_proof.py")
+    finished = run_python(
+        script, "--output_dir", str(output), "--tiny", env=dict(os.environ), check=False
     )
     code, printed = finished.returncode, finished.stdout
 

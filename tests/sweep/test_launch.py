@@ -109,7 +109,7 @@ def test_ctrl_c_stops_the_jobs_frees_the_folder_and_says_how_to_resume(tmp_path)
     )
 
 
-def recording_launcher(tmp_path, running=None):
+def recording_launcher(running=None):
     """A launcher of this test's own (DomainBed stays real): it writes down the commands it is
     given and the environment, and says that the folders in ``running`` still have a running job."""
     from dmg_domainbed.launchers.common import Launcher
@@ -149,7 +149,7 @@ def test_incomplete_jobs_are_deleted_and_launched_again_only_when_asked(tmp_path
     from dmg_domainbed.sweep import launch
 
     sweep, incomplete = incomplete_and_done(tmp_path)
-    launcher, calls = recording_launcher(tmp_path)
+    launcher, calls = recording_launcher()
     monkeypatch.setitem(command_launchers.REGISTRY, "recording", launcher)
     lines = []
 
@@ -171,7 +171,7 @@ def test_delete_incomplete_stops_at_a_job_the_launcher_still_runs(tmp_path, monk
     from domainbed import command_launchers
 
     sweep, incomplete = incomplete_and_done(tmp_path)
-    launcher, calls = recording_launcher(tmp_path, running=incomplete[:1])
+    launcher, calls = recording_launcher(running=incomplete[:1])
     monkeypatch.setitem(command_launchers.REGISTRY, "recording", launcher)
     for name, value in domainbed_env().items():
         monkeypatch.setenv(name, value)
