@@ -15,9 +15,9 @@ a nested one by its words, e.g. ``cli data check``),
 ``launcher NAME`` (a launcher's settings), ``sweep-keys`` (what a sweep file's ``[sweep]`` holds),
 ``gpu TABLE`` (a table of the GPU run recorded in ``docs/gpu_proof.json``, the results file of
 ``benchmarks/gpu_proof.py``; "unmeasured" where there is none), ``demo SECTION`` (the README's
-demo: ``run``, its stamp and collect_results' table, ``comparisons``, ``in-domain TEST_ENV``,
-from ``docs/demo_results.json``, which ``docs/demo_figures.py`` records; ``hparams``, what the
-demo's jobs train with, from the code).
+demo: ``run``, its stamp, hparams, collect_results' table and paired comparisons, and
+``in-domain TEST_ENV``, from ``docs/demo_results.json``, which ``docs/demo_figures.py``
+records).
 """
 
 from __future__ import annotations
