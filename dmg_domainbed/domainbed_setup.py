@@ -217,7 +217,7 @@ def _use_existing(folder: Path, source: str, commit: str, force: bool, say) -> N
         )
     fetched = _git("fetch", source, cwd=folder)
     if fetched.returncode != 0:
-        raise _fetch_failed(source, (fetched.stderr or fetched.stdout).strip())
+        raise _fetch_failed(source, fetched)
     _checkout(folder, commit, source)
     say(f"{folder}: checked out the tested commit {commit[:12]} (was {there[:12]})")
 
@@ -231,8 +231,9 @@ def _checkout(folder: Path, commit: str, source: str) -> None:
     _git_or_fail("checkout", "--detach", commit, cwd=folder, doing=f"checking out {commit[:12]}")
 
 
-def _fetch_failed(source: str, message: str) -> UserError:
+def _fetch_failed(source: str, answer: subprocess.CompletedProcess) -> UserError:
     """Git could not fetch from ``source``: its message, and for a URL how to do without it."""
+    message = (answer.stderr or answer.stdout).strip()
     if _is_local(source):
         return UserError(f"git could not read {source}: {message}")
     return UserError(
@@ -282,7 +283,7 @@ def _clone(source: str, folder: Path, commit: str, say) -> None:
     try:
         answer = _git("clone", "--quiet", "--no-checkout", source, str(partial))
         if answer.returncode != 0:
-            raise _fetch_failed(source, (answer.stderr or answer.stdout).strip())
+            raise _fetch_failed(source, answer)
         _checkout(partial, commit, source)
         if not (partial / MARKER).is_file():
             raise UserError(f"{source} at commit {commit[:12]} has no {MARKER}: not DomainBed")

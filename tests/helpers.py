@@ -420,3 +420,19 @@ def assert_masks_on_resnet_channels(model, domains: int, units: tuple[int, ...])
     mask = torch.sigmoid(model.masks.logits[0][domain]).view(1, -1, 1, 1)
     assert seen["layer3"].shape[1] == units[0] and seen["layer3"].shape[2:] == (28, 28)
     torch.testing.assert_close(seen["layer3"], seen["layer2"] * mask)
+
+
+def held_out_logits(run: Path, test_env: int, images: int = 2):
+    """``predict``'s logits for the first ``images`` images of the held-out domain ``test_env``,
+    by the run's model reloaded from ``model.pkl`` (:func:`reload`) on the run's dataset, built
+    as train.py builds it; and those images."""
+    import torch
+    from domainbed import datasets
+
+    model, checkpoint = reload(run)
+    dataset = datasets.get_dataset_class(checkpoint["args"]["dataset"])(
+        checkpoint["args"]["data_dir"], [test_env], checkpoint["model_hparams"]
+    )
+    x = torch.stack([dataset[test_env][i][0] for i in range(images)])
+    with torch.no_grad():
+        return model.predict(x), x

@@ -44,6 +44,7 @@ from .helpers import (
     assert_masks_on_resnet_channels,
     cli,
     domainbed_script,
+    held_out_logits,
     one_loader_worker,
     package_plugins,
     random_weight_cache,
@@ -257,14 +258,8 @@ def test_each_kind_selects_its_own_featurizer(trained, kind):
 def test_a_saved_resnet18_model_reloads_and_classifies_held_out_images(trained, algorithm):
     """The algorithms whose networks depend on the backbone (masks on its layers, heads on its
     features), reloaded from model.pkl, classify 224x224 images of the held-out domain."""
-    model, checkpoint = reload(trained(algorithm, "domainbed_images", "fp32"))
-    dataset = datasets.get_dataset_class(checkpoint["args"]["dataset"])(
-        checkpoint["args"]["data_dir"], [TEST_ENV], checkpoint["model_hparams"]
-    )
-    x = torch.stack([dataset[TEST_ENV][i][0] for i in range(2)])
+    logits, x = held_out_logits(trained(algorithm, "domainbed_images", "fp32"), TEST_ENV)
     assert x.shape[1:] == (3, 224, 224)
-    with torch.no_grad():
-        logits = model.predict(x)
     assert logits.shape == (2, CLASSES) and torch.isfinite(logits).all()
 
 

@@ -103,7 +103,7 @@ def dataset_folders(data_dir: str | Path) -> dict[str, Path]:
     return folders
 
 
-def check_output_dir(output_dir: Path, data_dir: str, option: str) -> None:
+def check_sweep_output_dir(output_dir: Path, data_dir: str, option: str) -> None:
     """:class:`UserError` if ``output_dir`` (``option``), a folder that jobs write into, cannot
     be made, or is, or lies inside, the folder of a dataset: a manifest's root (any registered
     one), or the folder under ``data_dir`` of one of DomainBed's datasets with files. DomainBed

@@ -10,9 +10,8 @@ import shutil
 import pandas as pd
 import timm
 import torch
-from domainbed import datasets
 
-from tests.helpers import assert_masks_on_resnet_channels, cli, reload
+from tests.helpers import assert_masks_on_resnet_channels, cli, held_out_logits, reload
 
 from .conftest import BATCH_SIZE, CLASSES, DATASET, MASK_UNITS, RESNET50, STEPS
 
@@ -29,13 +28,7 @@ def test_dmg_trains_on_resnet50_and_reloads(image_run, offline_caches):
     assert {k: hparams[k] for k in RESNET50} == RESNET50
     assert hparams["batch_size"] == BATCH_SIZE
 
-    model, checkpoint = reload(run)
-    dataset = datasets.get_dataset_class(checkpoint["args"]["dataset"])(
-        checkpoint["args"]["data_dir"], [0], checkpoint["model_hparams"]
-    )
-    x = torch.stack([dataset[0][i][0] for i in range(2)])  # held-out domain, 224x224
-    with torch.no_grad():
-        logits = model.predict(x)
+    logits, _ = held_out_logits(run, 0)  # held-out domain, 224x224
     assert logits.shape == (2, CLASSES) and torch.isfinite(logits).all()
 
 

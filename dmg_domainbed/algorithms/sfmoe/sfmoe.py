@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from dmg_domainbed.algorithms.base import PluginAlgorithm, pooled
-from dmg_domainbed.algorithms.sfmoe import network, weights
+from dmg_domainbed.algorithms.sfmoe import network as deit_network
+from dmg_domainbed.algorithms.sfmoe import weights as deit_weights
 from dmg_domainbed.algorithms.sfmoe.moe import SECOND_POLICIES, SparseMoE
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace, positive
@@ -38,7 +39,7 @@ def _fixed(value: Any):
 
 
 def _blocks(value: Sequence[int]) -> None:
-    depth = network.DEPTH
+    depth = deit_network.DEPTH
     if not all(isinstance(b, int) and not isinstance(b, bool) for b in value):
         raise ValueError(f"give block indices (integers 0..{depth - 1}), e.g. [5, 11]")
     if any(not 0 <= b < depth for b in value) or len(set(value)) != len(value):
@@ -187,7 +188,7 @@ class SFMOE(PluginAlgorithm):
         self.check_input_shape(input_shape)
         super().__init__(input_shape, num_classes, num_domains, hparams)
         self.blocks = list(hparams["sfmoe_blocks"])
-        self.network = network.build_network(num_classes, hparams)
+        self.network = deit_network.build_network(num_classes, hparams)
         self.optimizer = torch.optim.Adam(
             self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
@@ -196,9 +197,9 @@ class SFMOE(PluginAlgorithm):
     def check_input_shape(cls, input_shape: Sequence[int]) -> None:
         """:class:`UserError` unless the inputs are images the network takes (see
         :func:`~.network.patch_grid_images`), naming the datasets whose images are."""
-        if network.takes(input_shape):
+        if deit_network.takes(input_shape):
             return
-        fitting = _datasets_taking(network.takes)
+        fitting = _datasets_taking(deit_network.takes)
         raise UserError(
             f"{cls.__name__} runs a 224x224 vision transformer on images with 3 (RGB) or 1 "
             f"(grayscale) channels, any height and width; the dataset's inputs are "
@@ -209,7 +210,7 @@ class SFMOE(PluginAlgorithm):
     def check_weights(cls, hparams: Mapping[str, Any]) -> WeightsCheck:
         """Where the pretrained weights are, whether they load and fit (``dmg-domainbed
         doctor``)."""
-        return weights.check_weights(hparams)
+        return deit_weights.check_weights(hparams)
 
     @property
     def moe_layers(self) -> list[SparseMoE]:
@@ -217,7 +218,7 @@ class SFMOE(PluginAlgorithm):
 
     def update(self, minibatches, unlabeled=None):
         x, y = pooled(minibatches)
-        ce = F.cross_entropy(self.network(network.patch_grid_images(x)), y)
+        ce = F.cross_entropy(self.network(deit_network.patch_grid_images(x)), y)
         layers = self.moe_layers
         balance = sum((layer.balance for layer in layers), torch.zeros((), device=x.device))
         loss = ce + balance
@@ -235,7 +236,7 @@ class SFMOE(PluginAlgorithm):
         return dict(zip(names, torch.stack(values).tolist()))
 
     def predict(self, x):
-        return self.network(network.patch_grid_images(x))
+        return self.network(deit_network.patch_grid_images(x))
 
     def draw_learned(self, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
         from dmg_domainbed.algorithms.sfmoe import pictures
