@@ -205,8 +205,8 @@ def training_curves(
 
 
 def overlap_caption(weights: list[float]) -> str:
-    """Why the overlap loss moves as it does, as measured on the demo's runs (docs/reports.md,
-    "Why DMG's overlap rises"): the two gradients on the mask logits of Eq. 3."""
+    """Why the overlap loss moves as it does (docs/reports.md, "Why DMG's overlap rises"): the
+    two gradients on the mask logits of Eq. 3."""
     weight = ", ".join(f"{w:g}" for w in weights) or "?"
     text = (
         "Why the overlap moves: the soft IoU grows with the level of the mask probabilities, "
