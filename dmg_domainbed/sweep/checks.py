@@ -82,7 +82,8 @@ def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRu
 
     missing = {}
     for run in runs:
-        missing |= dict.fromkeys(missing_for(run, sweep.data_dir, largest_batch(sweep.config, run)))
+        batch = largest_batch(sweep.config, run)
+        missing |= dict.fromkeys(missing_for(run, sweep.data_dir, batch))
     check_sweep_output_dir(Path(sweep.output_dir), sweep.data_dir, "the sweep's output_dir")
     if shutil.which("python", path=env.get("PATH")) is None:
         raise UserError(
