@@ -13,9 +13,10 @@ root by default, ignored by git) holds:
   (``git archive``);
 * ``COMMIT``: this checkout's commit, which the results file records;
 * ``run.sh``: on the GPU machine, installs the wheels (``pip install --no-index --no-deps``),
-  puts DomainBed on a ``.pth`` file, keeps torch's and Hugging Face's caches under ``/tmp``
-  offline, and runs ``benchmarks/gpu_proof.py --output_dir OUTPUT_DIR`` from the repository
-  root.
+  stops in seconds, naming them, where a distribution the package requires is still missing
+  (the GPU machine lacks one this list assumes), puts DomainBed on a ``.pth`` file, keeps
+  torch's and Hugging Face's caches under ``/tmp`` offline, and runs ``benchmarks/gpu_proof.py
+  --output_dir OUTPUT_DIR`` from the repository root.
 
 The folder and the working tree travel together to the GPU machine; there,
 ``bash gpu_bundle/run.sh OUTPUT_DIR`` (extra arguments go to ``gpu_proof.py``).
@@ -79,6 +80,31 @@ install() {
 install "$bundle"/wheels/*.whl
 site="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "$bundle/DomainBed" > "$site/domainbed_checkout.pth"
+"$python" - <<'PY'
+# Every distribution the package requires (with DomainBed's, Slurm's and the tests' extras, ruff
+# aside) is installed: checked before any GPU work, so that a missing one stops here in seconds.
+import importlib.metadata as metadata
+import re
+import sys
+
+EXTRAS = ("domainbed", "slurm", "test")
+missing = []
+for requirement in metadata.requires("dmg-domainbed") or []:
+    name = re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0)
+    marker = requirement.partition(";")[2]
+    extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)", marker)
+    if name == "ruff" or "python_version" in marker or (extra and extra.group(1) not in EXTRAS):
+        continue
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        missing.append(name)
+if missing:
+    sys.exit(
+        f"not installed here: {', '.join(missing)}. Add them (and what they need) to WHEELS in "
+        "benchmarks/gpu_bundle.py, build the bundle again and rerun; no GPU work was started."
+    )
+PY
 
 # DomainBed's sweeps and the tests start `python`: make sure it is this interpreter.
 if [ "$(command -v python || true)" != "$(command -v "$python")" ]; then
