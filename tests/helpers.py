@@ -436,3 +436,14 @@ def held_out_logits(run: Path, test_env: int, images: int = 2):
     x = torch.stack([dataset[test_env][i][0] for i in range(images)])
     with torch.no_grad():
         return model.predict(x), x
+
+
+def erm_sweep_args(data_dir: Path, output_dir: Path, *more: str) -> list[str]:
+    """Arguments of DomainBed's sweep script (after its command) for ERM on RotatedDigits, one
+    hparam setting and trial, each test domain alone (4 jobs), without asking to confirm."""
+    return [
+        *("--datasets", "RotatedDigits", "--algorithms", "ERM"),
+        *("--n_hparams", "1", "--n_trials", "1", "--single_test_envs"),
+        *("--data_dir", str(data_dir), "--output_dir", str(output_dir), "--skip_confirmation"),
+        *more,
+    ]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..helpers import alive, descendants, domainbed_env
+from ..helpers import alive, descendants, domainbed_env, erm_sweep_args
 
 ROOT = Path(__file__).parents[2]
 JOB = "tests.launchers.sleep_job"
@@ -100,24 +100,8 @@ def test_kill_9_of_domainbed_sweep_ends_its_jobs(tmp_path, leftovers):
             "-m",
             "domainbed.scripts.sweep",
             "launch",
-            "--datasets",
-            "RotatedDigits",
-            "--algorithms",
-            "ERM",
-            "--n_hparams",
-            "1",
-            "--n_trials",
-            "1",
-            "--single_test_envs",
-            "--steps",
-            "1000000",
-            "--data_dir",
-            str(tmp_path / "data"),
-            "--output_dir",
-            str(sweep_dir),
-            "--command_launcher",
-            "local_parallel",
-            "--skip_confirmation",
+            *erm_sweep_args(tmp_path / "data", sweep_dir, "--steps", "1000000"),
+            *("--command_launcher", "local_parallel"),
         ],
         env=domainbed_env(DMG_LOCAL_PARALLEL_JOBS="2"),
         stdout=subprocess.DEVNULL,

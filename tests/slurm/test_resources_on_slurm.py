@@ -11,7 +11,7 @@ import pytest
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import submitit_launcher as launcher
 
-from ..helpers import domainbed_script
+from ..helpers import domainbed_script, erm_sweep_args
 from .cluster import NODE_CPUS, SHORT_PARTITION, SHORT_PARTITION_MAX_MIN, array_tasks
 from .conftest import job_environment
 
@@ -129,27 +129,9 @@ def test_domainbed_s_own_sweep_refused_leaves_no_job_folder_behind(
     use_cluster(slurm_cluster, cpus="8")
     sweep = tmp_path / "sweep"
     # DomainBed's own sweep script, in this process (where DomainBed is already imported).
-    arguments = [
-        "launch",
-        "--datasets",
-        "RotatedDigits",
-        "--algorithms",
-        "ERM",
-        "--n_hparams",
-        "1",
-        "--n_trials",
-        "1",
-        "--single_test_envs",
-        "--data_dir",
-        str(tmp_path / "data"),
-        "--output_dir",
-        str(sweep),
-        "--command_launcher",
-        "submitit",
-        "--skip_confirmation",
-    ]
+    arguments = erm_sweep_args(tmp_path / "data", sweep, "--command_launcher", "submitit")
     with pytest.raises(UserError, match=r"cpus = 8 \(DMG_SUBMITIT_CPUS\)") as refused:
-        domainbed_script("sweep", *arguments)
+        domainbed_script("sweep", "launch", *arguments)
     assert "The 4 empty job folder(s) made for the jobs that were not submitted were removed" in (
         str(refused.value)
     )

@@ -10,7 +10,7 @@ import re
 
 from dmg_domainbed.cli import main
 
-from ..helpers import domainbed_script
+from ..helpers import domainbed_script, erm_sweep_args
 from .cluster import array_tasks
 from .conftest import wait_until
 
@@ -69,24 +69,7 @@ def test_a_sweep_runs_as_one_array_survives_scancel_and_a_rerun_submits_nothing(
     assert "4 incomplete job(s) are left as they are" in out and "submitted" not in out
 
     # Resume with DomainBed's own sweep script: the same jobs as the file's.
-    same_jobs = [
-        "--datasets",
-        "RotatedDigits",
-        "--algorithms",
-        "ERM",
-        "--n_hparams",
-        "1",
-        "--n_trials",
-        "1",
-        "--steps",
-        "5",
-        "--single_test_envs",
-        "--data_dir",
-        str(tmp_path / "data"),
-        "--output_dir",
-        str(sweep),
-        "--skip_confirmation",
-    ]
+    same_jobs = erm_sweep_args(tmp_path / "data", sweep, "--steps", "5")
     out = domainbed_script("sweep", "delete_incomplete", *same_jobs, "--command_launcher", "local")
     assert "Deleted 4 jobs!" in out
     use_cluster(slurm_cluster, cpus="1", mem_gb="1")
