@@ -107,8 +107,9 @@ class ChunkLayout:
         """``[C]``, float64: relative error of each chunk's :meth:`gram` entries, with a margin;
         a corrected chunk under it is rounding residue (see
         :func:`.corgrad.project_conflicting_chunks`)."""
-        summed = torch.full(self.exact_chunks.shape, SUMMED, dtype=torch.float64)
-        return summed.to(self.exact_chunks.device).masked_fill_(self.exact_chunks, EXACT)
+        exact = self.exact_chunks  # filled where it lies: nothing copied from the host
+        summed = torch.full(exact.shape, SUMMED, dtype=torch.float64, device=exact.device)
+        return summed.masked_fill_(exact, EXACT)
 
     def tensor_sums(self, per_chunk: torch.Tensor) -> torch.Tensor:
         """Sum of ``per_chunk [..., C]`` over the chunks of each tensor: ``[..., T]``."""
