@@ -12,11 +12,12 @@ root by default, ignored by git) holds:
 * ``DomainBed/``: DomainBed at the commit this package is tested against, from a local checkout
   (``git archive``);
 * ``COMMIT``: this checkout's commit, which the results file records;
-* ``run.sh``: on the GPU machine, installs the wheels (``pip install --no-index --no-deps``),
-  stops in seconds, naming them, where a distribution the package requires is still missing
-  (the GPU machine lacks one this list assumes), puts DomainBed on a ``.pth`` file, keeps
-  torch's and Hugging Face's caches under ``/tmp`` offline, and runs ``benchmarks/gpu_proof.py
-  --output_dir OUTPUT_DIR`` from the repository root.
+* ``run.sh``: on the GPU machine, installs the wheels of distributions missing there, and this
+  package's (``pip install --no-index --no-deps``; the machine's own copies stay), stops in
+  seconds, naming them, where a distribution the package needs, directly or through another, is
+  still missing (the GPU machine lacks one this list assumes), puts DomainBed on a ``.pth``
+  file, keeps torch's and Hugging Face's caches under ``/tmp`` offline, and runs
+  ``benchmarks/gpu_proof.py --output_dir OUTPUT_DIR`` from the repository root.
 
 The folder and the working tree travel together to the GPU machine; there,
 ``bash gpu_bundle/run.sh OUTPUT_DIR`` (extra arguments go to ``gpu_proof.py``).
@@ -40,7 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON_VERSION = "3.12"
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 # What DomainBed (wilds and what it imports), the package and its tests need beyond what the GPU
-# machine has.
+# machine is expected to have (torch, torchvision, timm, pandas, scipy, pytest, pytest-xdist,
+# tensorboard and what they require). The machine's own copies win: run.sh installs a wheel only
+# where its distribution is missing there, and this package's wheel always.
 WHEELS = (
     "wilds",
     "ogb",
@@ -51,11 +54,37 @@ WHEELS = (
     "atpublic",
     "scikit-posthocs",
     "submitit",
+    "cloudpickle",
     "parameterized",
     "hatchling",
+    "pathspec",
+    "tomlkit",
     "trove-classifiers",
     "tabulate",
     "psutil",
+    "tqdm",
+    "scikit-learn",
+    "joblib",
+    "threadpoolctl",
+    "matplotlib",
+    "contourpy",
+    "cycler",
+    "fonttools",
+    "kiwisolver",
+    "pyparsing",
+    "seaborn",
+    "statsmodels",
+    "patsy",
+    "formulaic",
+    "interface-meta",
+    "narwhals",
+    "wrapt",
+    "requests",
+    "urllib3",
+    "idna",
+    "certifi",
+    "charset-normalizer",
+    "six",
 )
 
 RUN_SH = r"""#!/usr/bin/env bash
@@ -77,32 +106,64 @@ install() {
     "$python" -m pip install --no-index --no-deps --quiet --break-system-packages "$@"
   }
 }
-install "$bundle"/wheels/*.whl
-site="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "$bundle/DomainBed" > "$site/domainbed_checkout.pth"
-"$python" - <<'PY'
-# Every distribution the package requires (with DomainBed's, Slurm's and the tests' extras, ruff
-# aside) is installed: checked before any GPU work, so that a missing one stops here in seconds.
+# A wheel whose distribution the machine already has is left out: its own copy stays.
+mapfile -t wheels < <("$python" - "$bundle"/wheels/*.whl <<'PY'
 import importlib.metadata as metadata
 import re
 import sys
 
-EXTRAS = ("domainbed", "slurm", "test")
-missing = []
-for requirement in metadata.requires("dmg-domainbed") or []:
-    name = re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0)
-    marker = requirement.partition(";")[2]
-    extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)", marker)
-    if name == "ruff" or "python_version" in marker or (extra and extra.group(1) not in EXTRAS):
-        continue
+for wheel in sys.argv[1:]:
+    name = re.sub(r"[-_.]+", "-", wheel.rsplit("/", 1)[-1].split("-")[0]).lower()
     try:
-        metadata.version(name)
+        if name != "dmg-domainbed":
+            metadata.version(name)
+            continue
+    except metadata.PackageNotFoundError:
+        pass
+    print(wheel)
+PY
+)
+install "${wheels[@]}"
+site="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$bundle/DomainBed" > "$site/domainbed_checkout.pth"
+"$python" - <<'PY'
+# Every distribution the package requires, and what those require in turn (with DomainBed's,
+# Slurm's and the tests' extras, ruff aside), is installed: checked before any GPU work, so that a
+# missing one stops here in seconds.
+import importlib.metadata as metadata
+import sys
+
+from packaging.requirements import Requirement
+
+EXTRAS = ("domainbed", "slurm", "test")
+missing, seen = [], set()
+
+
+def walk(name: str, extras: tuple[str, ...]) -> None:
+    try:
+        requirements = metadata.requires(name) or []
     except metadata.PackageNotFoundError:
         missing.append(name)
+        return
+    for text in requirements:
+        requirement = Requirement(text)
+        marker = requirement.marker
+        if requirement.name == "ruff" or (
+            marker and not any(marker.evaluate({"extra": extra}) for extra in extras or ("",))
+        ):
+            continue
+        key = (requirement.name.lower(), tuple(sorted(requirement.extras)))
+        if key not in seen:
+            seen.add(key)
+            walk(requirement.name, key[1])
+
+
+walk("dmg-domainbed", EXTRAS)
 if missing:
     sys.exit(
-        f"not installed here: {', '.join(missing)}. Add them (and what they need) to WHEELS in "
-        "benchmarks/gpu_bundle.py, build the bundle again and rerun; no GPU work was started."
+        f"not installed here: {', '.join(sorted(set(missing)))}. Add them (and what they need) "
+        "to WHEELS in benchmarks/gpu_bundle.py, build the bundle again and rerun; no GPU work "
+        "was started."
     )
 PY
 
