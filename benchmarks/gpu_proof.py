@@ -292,9 +292,9 @@ def sfmoe_part(settings: Settings) -> dict:
 
 def job_start_part(settings: Settings) -> dict:
     import job_start
-    from domainbed import datasets
 
     from dmg_domainbed import synthetic
+    from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.launchers.local_parallel import visible_gpus
     from dmg_domainbed.preflight.weights import needed_weights
     from dmg_domainbed.weight_files import Caches
@@ -310,8 +310,7 @@ def job_start_part(settings: Settings) -> dict:
     caches = Caches.under(settings.scratch / "cache")
     os.environ.update(caches.environment())  # the jobs read the random weights from here
     hparams = dict(job_start.GPU_HPARAMS, batch_size=batch)
-    shape = datasets.get_dataset_class("PACS").INPUT_SHAPE
-    files, problems = needed_weights(hparams, shape, caches)
+    files, problems = needed_weights(hparams, input_shape("PACS"), caches)
     if problems:
         raise RuntimeError(f"cannot place DomainBed's ResNet-50 weights: {problems}")
     synthetic.write_random_weights(files)

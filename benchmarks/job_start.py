@@ -51,6 +51,7 @@ from domainbed.lib import misc
 from domainbed.scripts.sweep import Job
 
 from dmg_domainbed import precision as precisions
+from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.launchers.common import output_dir_of
 from dmg_domainbed.launchers.local_parallel import Outcome, Plan, run_commands, usable_cores
 from dmg_domainbed.launchers.local_parallel import visible_gpus as gpus_here
@@ -306,7 +307,7 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
     if not found.ok:
         sys.exit(f"gpu: PACS data not found under --data_dir: {found.detail}")
     hparams = dict(GPU_HPARAMS, batch_size=args.batch_size)
-    files, problems = needed_weights(hparams, dataset.INPUT_SHAPE)
+    files, problems = needed_weights(hparams, input_shape("PACS"))
     missing = [str(f.path) for f in files if not f.present] + problems
     if missing:
         sys.exit(f"gpu: the weights DomainBed loads are not cached: {', '.join(missing)}")
