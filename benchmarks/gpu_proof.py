@@ -207,6 +207,8 @@ VERBOSE_OUTCOME = re.compile(
     r"^(?:\[gw\d+\] \[ *\d+%\] (?P<a>[A-Z]+) (?P<x>tests/\S+)|(?P<y>tests/\S+) (?P<b>[A-Z]+))",
     re.MULTILINE,
 )
+# pytest's count of the lane's tests: "collected N items" in one process, "[N items]" in xdist's.
+COLLECTED = re.compile(r"\[(?P<n>\d+) items?\]|collected (?P<m>\d+) items?")
 
 
 def lane_progress(log: str) -> dict:
@@ -216,8 +218,10 @@ def lane_progress(log: str) -> dict:
         outcome = found.group("a") or found.group("b")
         test = (found.group("x") or found.group("y")).split("@")[0]  # xdist adds @group
         outcomes.setdefault(outcome, []).append(test)
+    collected = COLLECTED.search(log)
     return {
         "tests": sum(map(len, outcomes.values())),  # those finished
+        "collected": int(collected.group("n") or collected.group("m")) if collected else None,
         "passed": len(outcomes.get("PASSED", [])),
         "failed": [{"test": t, "message": ""} for t in outcomes.get("FAILED", [])],
         "skipped": [{"test": t, "reason": ""} for t in outcomes.get("SKIPPED", [])],
@@ -644,6 +648,11 @@ def status_table(results: dict | None) -> str:
                 f"{figures['passed']} passed, {len(figures['failed'])} failed, "
                 f"{len(figures['skipped'])} skipped of {figures['tests']}"
                 + (
+                    f" finished, {figures['collected']} collected"
+                    if figures.get("collected") not in (None, figures["tests"])
+                    else ""
+                )
+                + (
                     f": {', '.join(f['test'] for f in figures['failed'])}"
                     if figures["failed"]
                     else ""
@@ -733,10 +742,13 @@ def job_start_table(results: dict | None) -> str:
                 _number(speedup),
                 " / ".join(str(w["utilisation"]) for w in (fp32, bf16) if w),
                 " / ".join(_number(w["memory_gb"], 1) for w in (fp32, bf16) if w),
+                " / ".join(_number(w.get("first_step_s"), 1) for w in (fp32, bf16) if w),
+                " / ".join(_number(w["wall"], 0) for w in (fp32, bf16) if w),
             ]
         )
     headers = ["algorithm", "jobs per GPU", "fp32 images/s per GPU", "bf16 images/s per GPU"]
     headers += ["bf16 speed-up", "GPU utilisation % fp32 / bf16", "peak GPU GB fp32 / bf16"]
+    headers += ["step 0 s fp32 / bf16", "wave wall s fp32 / bf16"]
     return f"`{figures['command']}`:\n\n{_table(headers, rows)}"
 
 

@@ -237,8 +237,8 @@ class GpuSampler:
         self._thread.join()
 
 
-def last_record(job_dir: Path) -> dict:
-    return json.loads((job_dir / "results.jsonl").read_text().splitlines()[-1])
+def job_records(job_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (job_dir / "results.jsonl").read_text().splitlines()]
 
 
 @dataclass
@@ -249,6 +249,7 @@ class Wave:
     utilisation: str
     memory_gb: float
     torch_gb_per_job: float
+    first_step_s: float  # DomainBed's step 0 (a checkpoint of its own), mean over the jobs
     wall: float
 
     @property
@@ -283,17 +284,18 @@ def gpu_wave(
     job_dirs = [Path(output_dir_of(command)) for command in commands]
     with GpuSampler(job_dirs, gpus) as sampler:
         wall, _, _ = run_wave(commands, plan)
-    records = [last_record(d) for d in job_dirs]
+    records = [job_records(d) for d in job_dirs]
     utilisation = (
         f"{statistics.mean(sampler.training_utilisation):.0f}"
         if sampler.training_utilisation
         else "-"
     )
     return Wave(
-        [args.batch_size * training_domains / r["step_time"] for r in records],
+        [args.batch_size * training_domains / r[-1]["step_time"] for r in records],
         utilisation,
         max(sampler.peak_memory_mib.values(), default=float("nan")) / 1024,
-        max(r["mem_gb"] for r in records),
+        max(r[-1]["mem_gb"] for r in records),
+        statistics.mean(r[0]["step_time"] for r in records),
         wall,
     )
 
@@ -318,7 +320,7 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
     columns = f"{'algorithm':<15} {'precision':<9} " if compare else ""
     header = (
         f"{columns}{'jobs/GPU':>8} {'jobs':>5} {'img/s/job':>10} {'img/s':>8} {'GPU util %':>10} "
-        f"{'GPU mem GB':>10} {'torch GB/job':>12} {'wall s':>7}"
+        f"{'GPU mem GB':>10} {'torch GB/job':>12} {'step 0 s':>8} {'wall s':>7}"
     )
     print(
         f"{', '.join(args.algorithms)}, ResNet-50 (random weights), PACS 224x224, "
@@ -357,7 +359,7 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
                     f"{label}{per_gpu:>8} {jobs:>5} "
                     f"{statistics.mean(wave.images_per_s_per_job):>10.0f} "
                     f"{wave.images_per_s:>8.0f} {wave.utilisation:>10} {wave.memory_gb:>10.1f} "
-                    f"{wave.torch_gb_per_job:>12.1f} {wave.wall:>7.0f}",
+                    f"{wave.torch_gb_per_job:>12.1f} {wave.first_step_s:>8.1f} {wave.wall:>7.0f}",
                     flush=True,
                 )
             if compare:

@@ -13,9 +13,9 @@ Kinds: ``hparams ALGORITHM`` (its declared hparams: defaults, per-dataset defaul
 DomainBed's random search draws, what is allowed), ``cli COMMAND`` (the subcommand's ``--help``;
 a nested one by its words, e.g. ``cli data check``),
 ``launcher NAME`` (a launcher's settings), ``sweep-keys`` (what a sweep file's ``[sweep]`` holds),
-``gpu TABLE`` (a table of the GPU run recorded in ``docs/gpu_proof.json``, the results file of
-``benchmarks/gpu_proof.py``; "unmeasured" where there is none), ``demo SECTION`` (the README's
-demo: ``run``, its stamp, hparams, collect_results' table and paired comparisons, and
+``gpu TABLE [FILE]`` (a table of the GPU run recorded in ``docs/gpu_proof.json``, or in FILE, a
+results file of ``benchmarks/gpu_proof.py``; "unmeasured" where there is none), ``demo SECTION``
+(the README's demo: ``run``, its stamp, hparams, collect_results' table and paired comparisons, and
 ``in-domain TEST_ENV``, from ``docs/demo_results.json``, which ``docs/demo_figures.py``
 records).
 """
@@ -210,13 +210,13 @@ def gpu_proof():
     return script(ROOT / "benchmarks" / "gpu_proof.py")
 
 
-def gpu_table(table: str, results_file: Path | None = None) -> str:
-    """One table of the GPU run recorded in ``results_file`` (default :data:`GPU_RESULTS`);
-    every table says "unmeasured" where no run is recorded. A tiny run's results are refused:
-    its figures are not measurements."""
+def gpu_table(table: str, results_file: str | Path | None = None) -> str:
+    """One table of the GPU run recorded in ``results_file`` (a path from the repository root;
+    default :data:`GPU_RESULTS`); every table says "unmeasured" where no run is recorded. A tiny
+    run's results are refused: its figures are not measurements."""
     import json
 
-    path = GPU_RESULTS if results_file is None else results_file
+    path = GPU_RESULTS if results_file is None else ROOT / results_file
     results = json.loads(path.read_text()) if path.exists() else None
     if results is not None and results["mode"] != "full":
         raise SystemExit(

@@ -157,6 +157,7 @@ def test_a_part_that_fails_or_runs_out_of_time_does_not_stop_the_next(proof, tmp
 def test_a_lane_ended_for_time_reports_the_outcomes_pytest_printed(proof):
     """``pytest -v``'s lines in one process and in pytest-xdist's workers."""
     log = (
+        "8 workers [5 items]\n"
         "tests/gpu/test_gpu_bf16.py::test_a[ERM] PASSED [ 33%]\n"
         "tests/gpu/test_gpu_bf16.py::test_a[DMG] FAILED [ 66%]\n"
         "[gw0] [ 80%] SKIPPED tests/gpu/test_gpu_bf16.py::test_b@tests/gpu/test_gpu_bf16.py \n"
@@ -164,6 +165,7 @@ def test_a_lane_ended_for_time_reports_the_outcomes_pytest_printed(proof):
         "SKIPPED [1] tests/gpu/test_gpu_bf16.py:63: needs a CUDA GPU\n"
     )
     found = proof.lane_progress(log)
-    assert (found["tests"], found["passed"]) == (4, 2)
+    assert (found["tests"], found["collected"], found["passed"]) == (4, 5, 2)
+    assert proof.lane_progress("collected 3 items\n")["collected"] == 3
     assert [f["test"] for f in found["failed"]] == ["tests/gpu/test_gpu_bf16.py::test_a[DMG]"]
     assert [s["test"] for s in found["skipped"]] == ["tests/gpu/test_gpu_bf16.py::test_b"]
