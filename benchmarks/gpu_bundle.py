@@ -109,11 +109,13 @@ install() {
 # A wheel whose distribution the machine already has is left out: its own copy stays.
 mapfile -t wheels < <("$python" - "$bundle"/wheels/*.whl <<'PY'
 import importlib.metadata as metadata
-import re
+import os
 import sys
 
+from packaging.utils import parse_wheel_filename
+
 for wheel in sys.argv[1:]:
-    name = re.sub(r"[-_.]+", "-", wheel.rsplit("/", 1)[-1].split("-")[0]).lower()
+    name = parse_wheel_filename(os.path.basename(wheel))[0]
     try:
         if name != "dmg-domainbed":
             metadata.version(name)
