@@ -169,3 +169,32 @@ def test_a_lane_ended_for_time_reports_the_outcomes_pytest_printed(proof):
     assert proof.lane_progress("collected 3 items\n")["collected"] == 3
     assert [f["test"] for f in found["failed"]] == ["tests/gpu/test_gpu_bf16.py::test_a[DMG]"]
     assert [s["test"] for s in found["skipped"]] == ["tests/gpu/test_gpu_bf16.py::test_b"]
+
+
+def test_the_jobs_per_gpu_table_shows_each_waves_step_0_and_wall_time(proof, monkeypatch):
+    """What a job spends outside its steps: step 0 and the wave's wall time, beside images/s."""
+    from dataclasses import asdict
+
+    job_start = load("job_start", ROOT / "benchmarks" / "job_start.py", monkeypatch)
+    waves = [
+        {
+            "algorithm": "ERM",
+            "precision": precision,
+            "jobs_per_gpu": 1,
+            "gpus": 1,
+            "images_per_s_per_gpu": per_s,
+            **asdict(job_start.Wave([per_s], "57", 10.5, 8.2, first_step, wall)),
+        }
+        for precision, per_s, first_step, wall in (
+            ("fp32", 1369.0, 9.5, 65.0),
+            ("bf16", 2000.0, 7.3, 51.0),
+        )
+    ]
+    figures = {"command": "python benchmarks/job_start.py gpu", "waves": waves}
+    results = {"parts": {"job_start": {"status": "passed", "figures": figures}}}
+    table = proof.markdown(results, "job_start")
+    header, _, row = table.splitlines()[-3:]
+    cells = dict(zip(*([c.strip() for c in line.strip("|").split("|")] for line in (header, row))))
+    assert cells["step 0 s fp32 / bf16"] == "9.5 / 7.3"
+    assert cells["wave wall s fp32 / bf16"] == "65 / 51"
+    assert cells["bf16 speed-up"] == "1.46"
