@@ -1,10 +1,11 @@
 """The demo: a real DomainBed sweep on the embedded RotatedDigits, and its report.
 
 The demo is a sweep like any other, written in code instead of a file: it goes through the
-package's sweep runner (:func:`dmg_domainbed.sweep.run.check_and_plan`: checks, DomainBed's job
-list; then :func:`dmg_domainbed.sweep.launch.execute`: ``Job.launch`` with the ``local_parallel``
-launcher, progress, resume), then collect_results' own tables, the sweep report, in-domain
-Table 3 and the pictures of what each run learned.
+package's sweep runner (:func:`dmg_domainbed.sweep.run.check`; then, with the folder locked,
+DomainBed's job list, :func:`dmg_domainbed.sweep.plan.plan_sweep`, and
+:func:`dmg_domainbed.sweep.launch.execute`: ``Job.launch`` with the ``local_parallel`` launcher,
+progress, resume), then collect_results' own tables, the sweep report, in-domain Table 3 and
+the pictures of what each run learned.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from dmg_domainbed import runs
 from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import path_part
+from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
 from dmg_domainbed.sweep.launch import execute, is_done
-from dmg_domainbed.sweep.plan import describe_job
-from dmg_domainbed.sweep.run import check_and_plan
+from dmg_domainbed.sweep.plan import describe_job, plan_sweep
+from dmg_domainbed.sweep.run import check
 
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
@@ -145,25 +147,27 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     check_output_dir(output_dir)  # its log: writable
     check_output_dir(report_dir, writes=WRITTEN)  # its report: no file of the user's in the way
     sweep = demo_sweep(config, sweep_dir)
-    planned = check_and_plan(sweep, os.environ)
-    jobs = planned.plan.jobs
-    check_no_conflicting_runs(sweep_dir, jobs)
-    if planned.problem is not None:
-        raise planned.problem
-    launcher, done = planned.launcher, len(planned.plan.done)
-    echo(
-        f"DomainBed sweep of {', '.join(config.algorithms)} on {DATASET}, every test domain, "
-        f"{config.n_hparams} hparam setting(s) x {config.n_trials} trial(s): "
-        f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
-        f"(launcher {launcher}; log: {log_path})"
-    )
-    for group in sweep.groups:
-        if group.hparams:
-            echo(
-                f"{', '.join(group.algorithms)}: hparams sized for {config.steps} steps, "
-                f"--hparams '{group.hparams_json}'"
-            )
-    code = execute(sweep, LAUNCHER, planned.env, delete_incomplete=True, echo=echo, log=log_path)
+    checked = check(sweep, os.environ)
+    if checked.problem is not None:
+        raise checked.problem
+    with FolderLock(sweep_dir):  # the job states read, and the jobs launched, under the lock
+        plan = plan_sweep(sweep)
+        jobs = plan.jobs
+        check_no_conflicting_runs(sweep_dir, jobs)
+        done = len(plan.done)
+        echo(
+            f"DomainBed sweep of {', '.join(config.algorithms)} on {DATASET}, every test "
+            f"domain, {config.n_hparams} hparam setting(s) x {config.n_trials} trial(s): "
+            f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
+            f"(launcher {checked.launcher}; log: {log_path})"
+        )
+        for group in sweep.groups:
+            if group.hparams:
+                echo(
+                    f"{', '.join(group.algorithms)}: hparams sized for {config.steps} steps, "
+                    f"--hparams '{group.hparams_json}'"
+                )
+        code = execute(plan, LAUNCHER, checked.env, delete_incomplete=True, echo=echo, log=log_path)
     failed = [job for job in jobs if not is_done(job)]
     for job in failed:
         echo(f"FAILED: {describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")

@@ -65,27 +65,25 @@ def check_dataset(
     report = DatasetReport(dataset, str(data_dir), quick)
     if dataset in manifests:
         check_manifest_dataset(report, manifests[dataset], workers)
-        if batch is not None:
-            examples = domain_examples(report, manifests[dataset].domains)
-            add_batch_findings(report, examples, batch)
-        return report
-    if dataset not in FILE_DATASETS:
+        domains = manifests[dataset].domains
+    elif dataset not in FILE_DATASETS:
         raise ValueError(f"no check of the files of {dataset}")
-    if data_dir is None:
+    elif data_dir is None:
         report.present = False
         report.add(ERROR, "no --data_dir given", f"the folder that holds {dataset}")
         return report
-    base = Path(data_dir).expanduser().resolve()
-    if dataset in IMAGE_LAYOUTS:
-        environments = _environments(dataset)
-        check_image_dataset(report, IMAGE_LAYOUTS[dataset], environments, base, workers)
-    elif dataset in WILDS_LAYOUTS:
-        domains = len(_environments(dataset))
-        check_wilds(report, WILDS_LAYOUTS[dataset], domains, base, workers)
     else:
-        check_mnist(report, base)
+        domains = _environments(dataset)
+        base = Path(data_dir).expanduser().resolve()
+        if dataset in IMAGE_LAYOUTS:
+            check_image_dataset(report, IMAGE_LAYOUTS[dataset], domains, base, workers)
+        elif dataset in WILDS_LAYOUTS:
+            check_wilds(report, WILDS_LAYOUTS[dataset], len(domains), base, workers)
+        else:
+            check_mnist(report, base)
     if report.present and batch is not None:
-        add_batch_findings(report, domain_examples(report, _environments(dataset)), batch)
+        examples = domain_examples(report, domains)
+        add_batch_findings(report, examples, batch)
     return report
 
 

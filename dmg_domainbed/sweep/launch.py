@@ -1,11 +1,11 @@
-"""Launching a checked sweep's jobs with DomainBed's own sweep code.
+"""Launching a checked and planned sweep's jobs with DomainBed's own sweep code.
 
 The one way this package launches a sweep (``dmg-domainbed sweep`` and the demo alike, through
-:mod:`.run`): lock the output folder, check what can be checked before ``Job.launch`` creates
-job folders, launch each group of :mod:`.plan` with ``Job.launch`` in this process, report jobs
-as they write DomainBed's ``done`` file (whatever the launcher), and stop cleanly on Ctrl-C. A
-launcher is asked about its jobs through :class:`~dmg_domainbed.launchers.common.Launcher`
-(never a particular launcher imported here): ``check(environ)`` first (:mod:`.checks`),
+:mod:`.run`, which holds the output folder's lock and plans the jobs under it): launch each
+group of the plan (:mod:`.plan`) with ``Job.launch`` in this process, report jobs as they write
+DomainBed's ``done`` file (whatever the launcher), and stop cleanly on Ctrl-C. A launcher is
+asked about its jobs through :class:`~dmg_domainbed.launchers.common.Launcher` (never a
+particular launcher imported here): ``check(environ)`` first (:mod:`.checks`),
 ``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
 delete-incomplete, and ``launch(commands, environ)``: the sweep's environment is passed to what
 starts the jobs, never swapped into this process's.
@@ -25,11 +25,9 @@ from typing import IO
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.common import Launcher, as_launcher
-from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.runs import DONE_FILE
-from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.command_line import check_commands
-from dmg_domainbed.sweep.config import Sweep
+from dmg_domainbed.sweep.plan import Plan, describe_job
 
 
 def is_done(job) -> bool:
@@ -51,7 +49,7 @@ def watch_done(
         for job in [job for job in pending if is_done(job)]:
             pending.remove(job)
             finished, seconds = f"{len(jobs) - len(pending)}/{len(jobs)}", time.monotonic() - start
-            report(f"[{finished}] done: {plan.describe_job(job)} ({seconds:.0f} s)")
+            report(f"[{finished}] done: {describe_job(job)} ({seconds:.0f} s)")
 
     def watch() -> None:
         while not stop.wait(interval):
@@ -68,33 +66,30 @@ def watch_done(
 
 
 def execute(
-    sweep: Sweep,
+    plan: Plan,
     launcher: str,
     env: Mapping[str, str],
     delete_incomplete: bool,
     echo: Callable[[str], None] = print,
     log: Path | None = None,
 ) -> int:
-    """Launch every group's jobs not launched yet (after deleting the incomplete ones when
-    ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line as each
-    finishes; a failed launch stops with status 1, a job command too long to start
-    (:func:`~.command_line.check_commands`) with :class:`UserError` before
-    anything is deleted or launched. What the launches print goes to ``log``
-    (appended) when given. The folder is locked meanwhile: a second command on it stops before
-    it deletes or launches anything. Ctrl-C stops the jobs and exits with status 130, saying
-    how to resume."""
+    """Launch every group's jobs of ``plan`` not launched yet (after deleting the incomplete
+    ones when ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line
+    as each finishes; a failed launch stops with status 1, a job command too long to start
+    (:func:`~.command_line.check_commands`) with :class:`UserError` before anything is deleted
+    or launched. What the launches print goes to ``log`` (appended) when given. The caller
+    holds the output folder's lock (:class:`~dmg_domainbed.locks.FolderLock`) and made ``plan``
+    under it (:mod:`.run`), so that no other command changes the job states meanwhile. Ctrl-C
+    stops the jobs and exits with status 130, saying how to resume."""
     from domainbed import command_launchers
     from domainbed.scripts.sweep import Job
 
-    chosen, jobs = as_launcher(command_launchers.REGISTRY[launcher]), []
+    chosen, jobs = as_launcher(command_launchers.REGISTRY[launcher]), plan.jobs
     launch = functools.partial(chosen.launch, environ=env)  # as DomainBed calls a launcher
+    incomplete = list(plan.incomplete)
+    check_commands(plan.unfinished, env)
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(FolderLock(sweep.output_dir))
-            # job states are read under the lock: no other command changes them meanwhile
-            planned = plan.plan_sweep(sweep)
-            jobs, incomplete = planned.jobs, list(planned.incomplete)
-            check_commands(planned.unfinished, env)
             if delete_incomplete:
                 refuse_deleting_running(incomplete, chosen, env)
             stack.enter_context(watch_done(jobs, echo))
@@ -106,7 +101,7 @@ def execute(
                 Job.delete(incomplete)
             # the jobs never launched, and the incomplete ones once their folders are deleted
             states = {Job.NOT_LAUNCHED} | ({Job.INCOMPLETE} if delete_incomplete else set())
-            for group, group_jobs in planned.jobs_by_group:
+            for group, group_jobs in plan.jobs_by_group:
                 new = [job for job in group_jobs if job.state in states]
                 names = ", ".join(group.algorithms)
                 print(f"{len(group_jobs)} jobs of {names}: {len(new)} to launch", flush=True)
@@ -122,7 +117,8 @@ def execute(
         again = "" if delete_incomplete else " with --delete-incomplete"
         print(
             f"Interrupted: the sweep's running jobs were stopped; {done} of {len(jobs)} jobs "
-            f"are done and kept in {sweep.output_dir}. Run the same command{again} to resume.",
+            f"are done and kept in {plan.sweep.output_dir}. Run the same command{again} to "
+            "resume.",
             file=sys.stderr,
         )
         raise SystemExit(130) from None

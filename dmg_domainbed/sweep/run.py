@@ -1,29 +1,33 @@
 """``dmg-domainbed sweep`` as one call: a sweep file read, checked, planned and launched.
 
-:func:`run_sweep` takes what the command line was given (:class:`SweepRequest`) and calls down,
-each step once, in this order: :mod:`.config` reads the file (its launcher first, then the rest
-against its rules) and resolves its folders and launcher; :func:`check_and_plan` gives the
-launcher chosen its environment (:mod:`.launcher_settings`, which refuses an unknown one),
-checks the sweep (:mod:`.checks`, down through the preflight, the data check and the folders),
-plans its jobs (:mod:`.plan`) and checks their command lines (:mod:`.command_line`); the plan
-is shown, and :mod:`.launch` launches it. The demo builds its sweep in code and goes through the
-same :func:`check_and_plan` and launch.
+:func:`run_sweep` takes what the command line was given (:class:`SweepRequest`) and goes one
+way, each step once: :mod:`.config` reads the file (its launcher first, then the rest against
+its rules) and resolves its folders and launcher; :func:`check` gives the launcher chosen its
+environment (:mod:`.launcher_settings`, which refuses an unknown one) and checks the sweep
+(:mod:`.checks`, down through the preflight, the data check and the folders); the output folder
+is locked (not for a dry run, nor for a sweep that cannot run here); :mod:`.plan` plans the jobs,
+their states read under that lock, so that no other command changes them before the launch; the
+plan is shown, and :mod:`.launch` checks the jobs' command lines (:mod:`.command_line`; a dry run
+shows what that check says) and launches them. The demo builds its sweep in code and goes
+through the same :func:`check`, lock, plan and launch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.sweep.checks import check_sweep
 from dmg_domainbed.sweep.command_line import check_commands
 from dmg_domainbed.sweep.config import Sweep, read_sweep
 from dmg_domainbed.sweep.launch import execute
 from dmg_domainbed.sweep.launcher_settings import launcher_environment
-from dmg_domainbed.sweep.plan import Plan, plan_sweep
+from dmg_domainbed.sweep.plan import plan_sweep
 
 
 @dataclass(frozen=True)
@@ -40,22 +44,22 @@ class SweepRequest:
 
 
 @dataclass(frozen=True)
-class PlannedSweep:
-    """A checked and planned sweep: ``env``, the environment its launcher runs the jobs with;
-    ``notes`` to show; and, for this machine, either ``launcher`` (how the launcher will run
-    the jobs) or ``problem`` (what would stop them)."""
+class CheckedSweep:
+    """A checked sweep: ``env``, the environment its launcher runs the jobs with; ``notes`` to
+    show; and, for this machine, either ``launcher`` (how the launcher will run the jobs) or
+    ``problem`` (what would stop them)."""
 
+    sweep: Sweep
     env: Mapping[str, str]
-    plan: Plan
     notes: tuple[str, ...] = ()
     launcher: str | None = None
     problem: UserError | None = None
 
 
-def check_and_plan(sweep: Sweep, environ: Mapping[str, str]) -> PlannedSweep:
-    """The launcher's environment (the file's settings over ``environ``), the sweep's checks,
-    its jobs, and whether their command lines can start. A mistake in the file raises
-    :class:`UserError`; what would stop the jobs on this machine is the result's ``problem``."""
+def check(sweep: Sweep, environ: Mapping[str, str]) -> CheckedSweep:
+    """The launcher's environment (the file's settings over ``environ``) and the sweep's checks.
+    A mistake in the file raises :class:`UserError`; what would stop the jobs on this machine
+    is the result's ``problem``."""
     env, notes = environ, []
     if sweep.launcher is not None:
         config = sweep.config
@@ -63,13 +67,7 @@ def check_and_plan(sweep: Sweep, environ: Mapping[str, str]) -> PlannedSweep:
             config.path, sweep.launcher, environ, config.launcher, config.launcher_options
         )
     checked = check_sweep(sweep, env)
-    planned = plan_sweep(sweep)
-    problem = checked.problem
-    try:
-        check_commands(planned.unfinished, env)
-    except UserError as too_long:
-        problem = problem or too_long
-    return PlannedSweep(env, planned, checked.notes + tuple(notes), checked.launcher, problem)
+    return CheckedSweep(sweep, env, checked.notes + tuple(notes), checked.launcher, checked.problem)
 
 
 def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int:
@@ -82,25 +80,36 @@ def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int
             f'{sweep.config.path} names no launcher: add [launcher] name = "..." to it or pass '
             "--launcher NAME (e.g. local_parallel, submitit, local)"
         )
-    planned = check_and_plan(sweep, os.environ)
-    echo(planned.plan.summary())
-    for note in planned.notes:
-        echo(f"  note: {note}")
-    if request.dry_run:
-        launcher = sweep.launcher or "LAUNCHER"
-        echo(f"Launcher: {launcher} (DomainBed's Job.launch, one launch per group)")
-        new = [f"  {job.command_str}" for job in planned.plan.to_launch]
-        echo("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
-        if planned.problem is not None:
-            echo(f"Launching it now would stop before any job: {planned.problem}")
-        return 0
-    if planned.problem is not None:
-        raise planned.problem
-    echo(f"  launcher: {planned.launcher}")
-    incomplete = len(planned.plan.incomplete)
-    if incomplete and not request.delete_incomplete:
-        echo(
-            f"  {incomplete} incomplete job(s) are left as they are (they may still be running)"
-            "; once they have stopped, rerun with --delete-incomplete to launch them again"
-        )
-    return execute(sweep, sweep.launcher, planned.env, request.delete_incomplete, echo)
+    checked = check(sweep, os.environ)
+    launching = not request.dry_run and checked.problem is None
+    # Locked before the plan reads the job states: no other command changes them until the
+    # launch ends. A dry run, or a sweep that cannot run here, creates nothing.
+    with FolderLock(sweep.output_dir) if launching else contextlib.nullcontext():
+        plan = plan_sweep(sweep)
+        echo(plan.summary())
+        for note in checked.notes:
+            echo(f"  note: {note}")
+        if request.dry_run:
+            problem = checked.problem
+            try:
+                check_commands(plan.unfinished, checked.env)
+            except UserError as too_long:
+                problem = problem or too_long
+            launcher = sweep.launcher or "LAUNCHER"
+            echo(f"Launcher: {launcher} (DomainBed's Job.launch, one launch per group)")
+            new = [f"  {job.command_str}" for job in plan.to_launch]
+            echo("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
+            if problem is not None:
+                echo(f"Launching it now would stop before any job: {problem}")
+            return 0
+        if checked.problem is not None:
+            raise checked.problem
+        echo(f"  launcher: {checked.launcher}")
+        incomplete = len(plan.incomplete)
+        if incomplete and not request.delete_incomplete:
+            echo(
+                f"  {incomplete} incomplete job(s) are left as they are (they may still be "
+                "running); once they have stopped, rerun with --delete-incomplete to launch "
+                "them again"
+            )
+        return execute(plan, sweep.launcher, checked.env, request.delete_incomplete, echo)

@@ -143,22 +143,30 @@ def incomplete_and_done(tmp_path):
     return sweep, [Path(job.output_dir) for job in jobs[:2]]
 
 
+def locked_execute(sweep, *args, **kwargs) -> int:
+    """:func:`~dmg_domainbed.sweep.launch.execute` as the runner calls it: the plan made with
+    the output folder locked."""
+    from dmg_domainbed.locks import FolderLock
+    from dmg_domainbed.sweep import launch, plan
+
+    with FolderLock(sweep.output_dir):
+        return launch.execute(plan.plan_sweep(sweep), *args, **kwargs)
+
+
 def test_incomplete_jobs_are_deleted_and_launched_again_only_when_asked(tmp_path, monkeypatch):
     from domainbed import command_launchers
-
-    from dmg_domainbed.sweep import launch
 
     sweep, incomplete = incomplete_and_done(tmp_path)
     launcher, calls = recording_launcher()
     monkeypatch.setitem(command_launchers.REGISTRY, "recording", launcher)
     lines = []
 
-    assert launch.execute(sweep, "recording", {}, False, echo=lines.append) == 0
+    assert locked_execute(sweep, "recording", {}, False, echo=lines.append) == 0
     assert calls == {"commands": [], "asked": [], "environ": []}  # nothing else to launch
     assert all((folder / "out.txt").exists() for folder in incomplete)
 
     log = tmp_path / "sweep.log"
-    assert launch.execute(sweep, "recording", {"X": "1"}, True, echo=lines.append, log=log) == 0
+    assert locked_execute(sweep, "recording", {"X": "1"}, True, echo=lines.append, log=log) == 0
     assert calls["asked"] == [sorted(incomplete)]
     assert sorted(output_dir_of(c) for c in calls["commands"]) == sorted(map(str, incomplete))
     assert all(not (folder / "out.txt").exists() for folder in incomplete)  # deleted, relaunched
@@ -238,7 +246,7 @@ def test_a_job_command_too_long_to_start_stops_the_sweep_before_any_job_folder(t
     check of values refuses, as a plugin's list hparam could be): the runner refuses it before
     it deletes or launches anything, naming the hparam."""
     from dmg_domainbed.errors import UserError
-    from dmg_domainbed.sweep import config, launch
+    from dmg_domainbed.sweep import config
     from dmg_domainbed.sweep.command_line import argument_limit, total_limit
 
     size = (argument_limit() or total_limit()) + 1
@@ -248,7 +256,7 @@ def test_a_job_command_too_long_to_start_stops_the_sweep_before_any_job_folder(t
     )
     sweep = config.resolve(config.load_sweep(sweep_file), None, None, "local")
     with pytest.raises(UserError) as refused:
-        launch.execute(sweep, "local", domainbed_env(), delete_incomplete=True, echo=print)
+        locked_execute(sweep, "local", domainbed_env(), delete_incomplete=True, echo=print)
     message = str(refused.value)
     assert "the jobs' command lines are too long to start: the longest, of ERM on " in message
     assert f"most of all notes ({size + 2:,} bytes)" in message
