@@ -39,6 +39,7 @@ RESERVED_MEMORY_MB = 1024
 # The node's CPUs, whatever the machine has: the tests' requests and timings assume this many.
 NODE_CPUS = 2
 START_TIMEOUT_S = 60
+APT_LOCK_WAIT_S = 300
 STOP_TIMEOUT_S = 20
 
 
@@ -66,12 +67,14 @@ def install(accounting: bool) -> None:
             "there is no apt-get to install Debian's packages"
         )
     packages = SLURM_PACKAGES + (ACCOUNTING_PACKAGES if accounting else ())
-    command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
+    # Another apt (a machine's own updates, say) may hold dpkg's lock: wait for it, not fail.
+    wait = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}"]
+    command = ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *packages]
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         # A fresh machine has no package lists yet.
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+        subprocess.run(["apt-get", *wait, "update", "-q"], env=env, capture_output=True)
         result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0 or missing_tools(accounting):
         raise ClusterUnavailable(
