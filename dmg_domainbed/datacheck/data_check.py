@@ -62,18 +62,18 @@ def check_dataset(
     default: the registered ones) under ``data_dir``, for runs with ``batch`` (default:
     DomainBed's default batch; ``None``: batches not looked at)."""
     manifests = registered_manifests() if manifests is None else manifests
-    report = DatasetReport(dataset, str(data_dir), quick)
-    if dataset in manifests:
-        check_manifest_dataset(report, manifests[dataset], workers)
-        domains = manifests[dataset].domains
-    elif dataset not in FILE_DATASETS:
+    manifest = manifests.get(dataset)
+    if manifest is None and dataset not in FILE_DATASETS:
         raise ValueError(f"no check of the files of {dataset}")
+    domains = list(manifest.domains) if manifest is not None else _environments(dataset)
+    report = DatasetReport(dataset, str(data_dir), quick)
+    if manifest is not None:
+        check_manifest_dataset(report, manifest, workers)
     elif data_dir is None:
         report.present = False
         report.add(ERROR, "no --data_dir given", f"the folder that holds {dataset}")
         return report
     else:
-        domains = _environments(dataset)
         base = Path(data_dir).expanduser().resolve()
         if dataset in IMAGE_LAYOUTS:
             check_image_dataset(report, IMAGE_LAYOUTS[dataset], domains, base, workers)
