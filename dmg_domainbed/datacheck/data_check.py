@@ -65,7 +65,7 @@ def check_dataset(
     manifest = manifests.get(dataset)
     if manifest is None and dataset not in FILE_DATASETS:
         raise ValueError(f"no check of the files of {dataset}")
-    domains = list(manifest.domains) if manifest is not None else _environments(dataset)
+    domains = manifest.domains if manifest is not None else _environments(dataset)
     report = DatasetReport(dataset, str(data_dir), quick)
     if manifest is not None:
         check_manifest_dataset(report, manifest, workers)

@@ -49,7 +49,6 @@ class CheckedSweep:
     show; and, for this machine, either ``launcher`` (how the launcher will run the jobs) or
     ``problem`` (what would stop them)."""
 
-    sweep: Sweep
     env: Mapping[str, str]
     notes: tuple[str, ...] = ()
     launcher: str | None = None
@@ -67,7 +66,7 @@ def check(sweep: Sweep, environ: Mapping[str, str]) -> CheckedSweep:
             config.path, sweep.launcher, environ, config.launcher, config.launcher_options
         )
     checked = check_sweep(sweep, env)
-    return CheckedSweep(sweep, env, checked.notes + tuple(notes), checked.launcher, checked.problem)
+    return CheckedSweep(env, checked.notes + tuple(notes), checked.launcher, checked.problem)
 
 
 def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int:
