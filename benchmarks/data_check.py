@@ -36,7 +36,7 @@ import numpy as np
 from PIL import Image
 
 from dmg_domainbed.cores import usable_cores
-from dmg_domainbed.datacheck.data_check import check_dataset
+from dmg_domainbed.datasets.check.data_check import check_dataset
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS
 
 SIDE = 227

@@ -14,7 +14,7 @@ import pytest
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT, domainbed_setup
 from dmg_domainbed.cli import main
-from dmg_domainbed.datacheck.downloads import domainbed_checkout
+from dmg_domainbed.datasets.check.downloads import domainbed_checkout
 from dmg_domainbed.errors import UserError
 
 from .helpers import read_only

@@ -220,7 +220,7 @@ def data_check_command(args: argparse.Namespace) -> int:
 
     from dmg_domainbed import integration
     from dmg_domainbed.cores import usable_cores
-    from dmg_domainbed.datacheck import data_check
+    from dmg_domainbed.datasets.check import data_check
     from dmg_domainbed.datasets.manifest import load_manifest, read_manifests
 
     integration.register_into(datasets)  # the datasets only: no algorithm is needed here

@@ -11,7 +11,7 @@ next pass for ever: the job hangs before its first step, without an error. (With
 it is off in DomainBed's defaults and its random search.)
 
 The data check and the sweep's checks apply the rule to the files
-(:mod:`dmg_domainbed.datacheck.batch_fit`); a manifest dataset applies it when ``train.py``
+(:mod:`dmg_domainbed.datasets.check.batch_fit`); a manifest dataset applies it when ``train.py``
 builds it (:func:`training_holdout_fraction`).
 """
 

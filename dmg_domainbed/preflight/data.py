@@ -1,8 +1,8 @@
 """Will a dataset's data be what DomainBed reads under ``--data_dir``? The quick data check
-(:mod:`dmg_domainbed.datacheck.data_check`: names, counts and file headers, no decoding) summed up
-as one state for ``doctor``, the sweep preflight and ``smoke``: ``present``, ``missing``, or
-``not usable`` when something would stop a job or make it train on other data than the
-download's, a domain that cannot fill the run's batch (the job would hang) included.
+(:mod:`dmg_domainbed.datasets.check.data_check`: names, counts and file headers, no decoding)
+summed up as one state for ``doctor``, the sweep preflight and ``smoke``: ``present``,
+``missing``, or ``not usable`` when something would stop a job or make it train on other data
+than the download's, a domain that cannot fill the run's batch (the job would hang) included.
 ``dmg-domainbed data check`` gives the whole report and decodes every image.
 """
 
@@ -11,8 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmg_domainbed.datacheck.batch_fit import Batch
-from dmg_domainbed.datacheck.data_check import FILE_DATASETS, check_dataset, registered_manifests
+from dmg_domainbed.datasets.check.batch_fit import Batch
+from dmg_domainbed.datasets.check.data_check import (
+    FILE_DATASETS,
+    check_dataset,
+    registered_manifests,
+)
 from dmg_domainbed.datasets.findings import INFO
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, NO_FILES
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup, domainbed_setup, register
-from dmg_domainbed.datacheck.downloads import domainbed_checkout
 from dmg_domainbed.datasets import input_shape
+from dmg_domainbed.datasets.check.downloads import domainbed_checkout
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, environment, requirements
 from dmg_domainbed.preflight.hparams import effective_hparams

@@ -16,7 +16,7 @@ the next:
    training split must fill the largest batch the sweep's jobs draw or fix: :func:`largest_batch`)
    and its pretrained weights (:func:`~dmg_domainbed.preflight.requirements.missing_for`); the
    output folder can be made and lies outside every dataset's folder
-   (:func:`~dmg_domainbed.datacheck.data_check.check_sweep_output_dir`); ``python`` is on the
+   (:func:`~dmg_domainbed.datasets.check.data_check.check_sweep_output_dir`); ``python`` is on the
    launcher's ``PATH``; and the launcher's own ``check(environ)`` passes.
 
 Steps 1 to 3 are mistakes in the file and raise :class:`UserError`. Step 4 depends on the
@@ -35,8 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmg_domainbed.datacheck.batch_fit import Batch, largest_drawn_batch
-from dmg_domainbed.datacheck.data_check import check_sweep_output_dir
+from dmg_domainbed.datasets.check.batch_fit import Batch, largest_drawn_batch
+from dmg_domainbed.datasets.check.data_check import check_sweep_output_dir
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.names import UnknownHparams
 from dmg_domainbed.launchers.common import as_launcher

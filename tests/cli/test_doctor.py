@@ -224,7 +224,7 @@ def test_the_installed_torch_and_torchvision_are_read_without_importing_them():
 
 def test_the_checkout_install_domainbed_made_is_named(registered, capsys, tmp_path):
     from dmg_domainbed import domainbed_setup
-    from dmg_domainbed.datacheck.downloads import domainbed_checkout
+    from dmg_domainbed.datasets.check.downloads import domainbed_checkout
 
     registered.setattr(domainbed_setup, "site_packages", lambda: tmp_path)
     (tmp_path / domainbed_setup.PTH_NAME).write_text(f"{domainbed_checkout()}\n")

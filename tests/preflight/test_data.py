@@ -8,7 +8,7 @@ import struct
 import pytest
 from PIL import Image
 
-from dmg_domainbed.datacheck.mnist_check import mnist_files
+from dmg_domainbed.datasets.check.mnist_check import mnist_files
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_SIDE, SYNTHETIC_MARKER
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import doctor, environment

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dmg_domainbed.datacheck.decoding import Decoded
+from dmg_domainbed.datasets.check.decoding import Decoded
 from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport, Finding
 from dmg_domainbed.datasets.shortlist import SHOWN, shortlist
 from dmg_domainbed.datasets.within_root import changed_outside, outside_note

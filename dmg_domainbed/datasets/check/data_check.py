@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from dmg_domainbed.datacheck.batch_fit import (
+from dmg_domainbed.datasets.check.batch_fit import (
     DEFAULT_BATCH,
     Batch,
     add_batch_findings,
     domain_examples,
 )
-from dmg_domainbed.datacheck.folder_check import check_image_dataset, check_manifest_dataset
-from dmg_domainbed.datacheck.mnist_check import check_mnist
-from dmg_domainbed.datacheck.wilds_check import check_wilds
+from dmg_domainbed.datasets.check.folder_check import check_image_dataset, check_manifest_dataset
+from dmg_domainbed.datasets.check.mnist_check import check_mnist
+from dmg_domainbed.datasets.check.wilds_check import check_wilds
 from dmg_domainbed.datasets.findings import ERROR, DatasetReport
 from dmg_domainbed.datasets.layouts import (
     IMAGE_LAYOUTS,

@@ -14,7 +14,7 @@ import os
 import struct
 from pathlib import Path
 
-from dmg_domainbed.datacheck.downloads import download_command
+from dmg_domainbed.datasets.check.downloads import download_command
 from dmg_domainbed.datasets.findings import ERROR, INFO, DatasetReport, DomainCount
 from dmg_domainbed.datasets.layouts import MNIST_FOLDER, MNIST_IMAGES, MNIST_SIDE
 

@@ -15,9 +15,9 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from dmg_domainbed.datacheck.decoding import decode_all
-from dmg_domainbed.datacheck.downloads import download_command
-from dmg_domainbed.datacheck.image_findings import add_image_findings
+from dmg_domainbed.datasets.check.decoding import decode_all
+from dmg_domainbed.datasets.check.downloads import download_command
+from dmg_domainbed.datasets.check.image_findings import add_image_findings
 from dmg_domainbed.datasets.findings import ERROR, DatasetReport, DomainCount
 from dmg_domainbed.datasets.layouts import WildsLayout
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dmg_domainbed.datacheck.batch_fit import Batch
-from dmg_domainbed.datacheck.data_check import check_dataset
+from dmg_domainbed.datasets.check.batch_fit import Batch
+from dmg_domainbed.datasets.check.data_check import check_dataset
 from dmg_domainbed.datasets.findings import ERROR, WARNING
 from dmg_domainbed.datasets.layouts import DOMAINNET_DUPLICATES_FILE, IMAGE_LAYOUTS
 
-from ..helpers import cli
+from ...helpers import cli
 
 PACS = IMAGE_LAYOUTS["PACS"]
 

@@ -12,15 +12,15 @@ import pytest
 from domainbed import hparams_registry
 from PIL import Image
 
-from dmg_domainbed.datacheck.batch_fit import Batch
-from dmg_domainbed.datacheck.data_check import check_dataset
+from dmg_domainbed.datasets.check.batch_fit import Batch
+from dmg_domainbed.datasets.check.data_check import check_dataset
 from dmg_domainbed.datasets.findings import ERROR, WARNING
 from dmg_domainbed.datasets.manifest import load_manifest
 from dmg_domainbed.datasets.manifest_dataset import dataset_class
 from dmg_domainbed.errors import UserError
 
-from ..datasets.conftest import write_domains
-from ..helpers import cli
+from ..conftest import write_domains
+from ...helpers import cli
 
 
 def dataset(folder, per_class=20, classes=("cat", "dog")):

@@ -25,10 +25,10 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmg_domainbed.datacheck.decoding import decode_all
-from dmg_domainbed.datacheck.downloads import download_command
-from dmg_domainbed.datacheck.headers import add_header_findings
-from dmg_domainbed.datacheck.image_findings import add_image_findings
+from dmg_domainbed.datasets.check.decoding import decode_all
+from dmg_domainbed.datasets.check.downloads import download_command
+from dmg_domainbed.datasets.check.headers import add_header_findings
+from dmg_domainbed.datasets.check.image_findings import add_image_findings
 from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport, DomainCount
 from dmg_domainbed.datasets.image_files import DomainFiles, list_image_folders, listing_problems
 from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
