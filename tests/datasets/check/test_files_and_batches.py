@@ -19,8 +19,8 @@ from dmg_domainbed.datasets.manifest import load_manifest
 from dmg_domainbed.datasets.manifest_dataset import dataset_class
 from dmg_domainbed.errors import UserError
 
-from ..conftest import write_domains
 from ...helpers import cli
+from ..conftest import write_domains
 
 
 def dataset(folder, per_class=20, classes=("cat", "dog")):
