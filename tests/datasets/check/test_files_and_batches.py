@@ -2,6 +2,7 @@
 (quick), folders it cannot read, links that multiply a class, palette transparency, domains too
 small for a batch, and long findings told in a line."""
 
+import contextlib
 import errno
 import os
 import re
@@ -81,12 +82,18 @@ def test_quick_reads_each_file_s_header(tmp_path):
     assert code == 1 and "NOT READY" in out
 
 
-def make_unreadable(folder, monkeypatch):
-    """``folder`` unreadable: mode 000, or, where this process is root (whom modes do not stop,
-    as in CI), ``os.scandir`` of it raising the PermissionError the system gives others."""
+@contextlib.contextmanager
+def unreadable(folder, monkeypatch):
+    """``folder`` unreadable while the block runs: mode 000, or, where this process is root (whom
+    modes do not stop, as in CI), ``os.scandir`` of it raising the PermissionError the system
+    gives others."""
     if os.geteuid() != 0:
         folder.chmod(0)
-        return lambda: folder.chmod(0o755)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
     real, target = os.scandir, os.path.realpath(folder)
 
     def scandir(path="."):
@@ -94,18 +101,16 @@ def make_unreadable(folder, monkeypatch):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
         return real(path)
 
-    monkeypatch.setattr(os, "scandir", scandir)
-    return lambda: None
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "scandir", scandir)
+        yield
 
 
 @pytest.mark.parametrize("folder", ["images/south", "images/south/dog"])
 def test_an_unreadable_folder_of_a_manifest_dataset_is_named(tmp_path, monkeypatch, folder):
     manifest = dataset(tmp_path)
-    restore = make_unreadable(tmp_path / folder, monkeypatch)
-    try:
+    with unreadable(tmp_path / folder, monkeypatch):
         code, out, _ = cli("data", "check", "--manifest", str(manifest), "--quick")
-    finally:
-        restore()
     assert code == 1
     assert f"{tmp_path / folder} (Permission denied)" in out
     assert "cannot be read" in out and "chmod -R u+rX" in out
@@ -113,11 +118,8 @@ def test_an_unreadable_folder_of_a_manifest_dataset_is_named(tmp_path, monkeypat
 
 def test_an_unreadable_dataset_folder_is_named(tmp_path, monkeypatch):
     write_domains(tmp_path / "PACS", domains=("art_painting",), per_class=1)
-    restore = make_unreadable(tmp_path / "PACS", monkeypatch)
-    try:
+    with unreadable(tmp_path / "PACS", monkeypatch):
         code, out, _ = cli("data", "check", "--data_dir", str(tmp_path), "--quick")
-    finally:
-        restore()
     assert code == 1
     assert f"folder {tmp_path / 'PACS'} cannot be read (Permission denied)" in out
 
