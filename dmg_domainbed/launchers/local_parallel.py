@@ -14,14 +14,15 @@ process), which has imported the train module and the launcher's ``__main__`` (a
 runs the launcher needs the ``if __name__ == "__main__":`` guard) and let the threads those
 imports started end (:mod:`.fork_server`). The child ends its group once the launcher is gone,
 takes the job's environment, applies what a new process reads at import (torch's threads,
-capped at the physical cores as MKL's torch does; the data-loader cap) and runs DomainBed's
-unmodified ``train.py`` as ``__main__``; as train.py seeds every generator from ``--seed``, a
-warm job writes the results a new process writes (a test compares them), and an exception
-that ends it goes to ``sys.excepthook`` and exit status 1, as in a new process (multiprocessing
-would print its own traceback). Left different: the hash seed and the code (a source file edited
-meanwhile reaches new processes only). Other commands run as new processes (plain words directly,
-anything else by ``sh -c``), tied to the launcher by Linux's ``PR_SET_PDEATHSIG``, which no
-library offers.
+capped at the physical cores as MKL's torch does; the data-loader cap), has multiprocessing's
+default start method a new process has (its data-loader workers start as theirs do) and runs
+DomainBed's unmodified ``train.py`` as ``__main__``; as train.py seeds every generator from
+``--seed``, a warm job writes the results a new process writes (a test compares them), and an
+exception that ends it goes to ``sys.excepthook`` and exit status 1, as in a new process
+(multiprocessing would print its own traceback). Left different: the hash seed and the code (a
+source file edited meanwhile reaches new processes only). Other commands run as new processes
+(plain words directly, anything else by ``sh -c``), tied to the launcher by Linux's
+``PR_SET_PDEATHSIG``, which no library offers.
 """
 
 from __future__ import annotations
@@ -317,6 +318,11 @@ def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: P
                 os.dup2(output.fileno(), stream)
     os.environ.clear()
     os.environ.update(environ)
+    # multiprocessing set the fork server's method as this child's default; a new interpreter
+    # has none set, so that DomainBed's data-loader workers start by the platform's default
+    # (a fork of the job on Linux before Python 3.14), not through a second fork server that
+    # imports the job's modules again for every worker.
+    multiprocessing.set_start_method(None, force=True)
     threads = environ.get("OMP_NUM_THREADS", "").strip()
     torch = sys.modules.get("torch")
     if torch is not None and threads.isdigit() and int(threads) > 0:

@@ -1,19 +1,22 @@
 """A job for the launcher tests: ``python -m tests.launchers.probe_job MODE [ARG]``.
 
 ``report PATH`` writes what the job sees (ids, environment, threads, streams) to PATH as JSON,
-``settings PATH`` only torch's threads and DomainBed's data-loader workers; the other modes end
-the job in one way each.
+``settings PATH`` only torch's threads, DomainBed's data-loader workers, multiprocessing's start
+method and how a worker of DomainBed's data loader started; the other modes end the job in one
+way each.
 Like DomainBed's train.py, its top level imports torch and DomainBed, which the fork server of
 warm jobs imports once.
 """
 
 import json
+import multiprocessing
 import os
 import signal
 import sys
 
 import torch
 from domainbed import datasets
+from domainbed.lib.fast_data_loader import InfiniteDataLoader
 
 
 def report(path: str) -> None:
@@ -45,10 +48,30 @@ def report(path: str) -> None:
         json.dump(state, out)
 
 
+class WorkerOrigin(torch.utils.data.Dataset):
+    """One item: the pid of the process that started the worker reading it."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> int:
+        return os.getppid()
+
+
+def loader_worker_parent() -> str:
+    """Who started the worker of a DomainBed loader with one worker, as train.py builds its
+    training loaders: this job (a fork of it) or another process (a fork server, spawn)."""
+    loader = InfiniteDataLoader(WorkerOrigin(), None, batch_size=1, num_workers=1)
+    parent = int(next(iter(loader))[0])
+    return "this job" if parent == os.getpid() else "another process"
+
+
 def settings(path: str) -> None:
     state = {
         "torch_threads": torch.get_num_threads(),
         "pacs_loader_workers": datasets.PACS.N_WORKERS,
+        "loader_worker_parent": loader_worker_parent(),
+        "start_method": multiprocessing.get_start_method(),
     }
     with open(path, "w") as out:
         json.dump(state, out)

@@ -115,7 +115,10 @@ def test_a_warm_job_starts_as_a_new_process(tmp_path, job_environ):
 
 def test_a_new_process_and_a_warm_job_get_the_same_settings(tmp_path, job_environ):
     """Threads and data-loader workers: what a new process reads from its variables at import,
-    a warm job gets too (torch with MKL caps threads at the physical cores in both)."""
+    a warm job gets too (torch with MKL caps threads at the physical cores in both); and
+    multiprocessing's default start method, by which DomainBed's loaders start their workers
+    (a fork of the job on Linux before Python 3.14, not a second fork server whose workers
+    import the job's modules again: tens of seconds before step 0 on image datasets)."""
     from ..helpers import run_python
 
     fresh = tmp_path / "fresh.json"
