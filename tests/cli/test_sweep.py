@@ -58,9 +58,9 @@ def test_dry_run_lists_the_jobs_and_creates_nothing(job_env, tmp_path, capsys):
     )
     printed = capsys.readouterr().out
     assert code == 0
-    assert "720 job(s): 720 to launch, 0 done, 0 incomplete" in printed
+    assert "960 job(s): 960 to launch, 0 done, 0 incomplete" in printed
     assert re.search(r"PACS +DMG +240 +0 +0", printed)
-    assert printed.count("python -m domainbed.scripts.train ") == 720
+    assert printed.count("python -m domainbed.scripts.train ") == 960
     assert "Launcher: submitit" in printed
     assert "Dry run: nothing was created or launched." in printed
     assert not out.exists() and not (tmp_path / "data").exists()

@@ -36,8 +36,9 @@ def test_pacs_resnet50_expands_to_the_paper_s_comparison(tmp_path):
     )
     jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
 
-    assert len(jobs) == 720  # 3 algorithms x 4 test domains x 20 hparams x 3 trials
+    assert len(jobs) == 960  # 4 algorithms x 4 test domains x 20 hparams x 3 trials
     assert Counter(j.train_args["algorithm"] for j in jobs) == {
+        "ERM": 240,  # the baseline the report pairs every algorithm with
         "Aggregate": 240,
         "MultiHead": 240,
         "DMG": 240,
@@ -47,7 +48,7 @@ def test_pacs_resnet50_expands_to_the_paper_s_comparison(tmp_path):
     assert {j.train_args["trial_seed"] for j in jobs} == {0, 1, 2}
     assert {j.train_args["dataset"] for j in jobs} == {"PACS"}
     assert all("steps" not in j.train_args for j in jobs)  # DomainBed's own step budget
-    assert len({j.output_dir for j in jobs}) == 720
+    assert len({j.output_dir for j in jobs}) == 960
     assert not (tmp_path / "sweep").exists()
 
     for job in jobs:
