@@ -15,6 +15,8 @@ offers. The callers ask the class, through :func:`declarations_of`, and never te
                                (:mod:`dmg_domainbed.hparams.names`)
 ``KNOWN_DOMAIN_PREDICTIONS``   known-domain predictions (paper Table 3) as ``{mode: label}``,
                                served by ``predict_known_domain(x, domain, mode)``; none
+``check_hparams(hparams)``     ``UserError`` for values it cannot train with (built, and
+                               every job of a sweep before launch); its ``HPARAMS``' ranges
 ``run_length_hparams(steps)``  hparams whose value depends on the run's number of steps; none
 ``LEARNED_PICTURES``           what ``draw_learned(run, output_dir, stem)`` draws of a finished
                                run (``dmg-domainbed masks``); empty: nothing. ``run`` is plain
@@ -63,10 +65,17 @@ class PluginAlgorithm(Algorithm):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
-        self.HPARAMS.validate(hparams, type(self).__name__)
-        check_trainable(hparams, type(self).__name__)
+        self.check_hparams(hparams)
         self.num_domains = num_domains
         self.num_classes = num_classes
+
+    @classmethod
+    def check_hparams(cls, hparams: Mapping[str, Any]) -> None:
+        """``UserError`` for values it cannot train with: its declared ones out of their range,
+        DomainBed's shared ones out of theirs. Asked when it is built, and of every job's
+        hparams before a sweep launches, so a subclass that adds a check adds it here."""
+        cls.HPARAMS.validate(hparams, cls.__name__)
+        check_trainable(hparams, cls.__name__)
 
     @classmethod
     def run_length_hparams(cls, steps: int) -> dict[str, Any]:

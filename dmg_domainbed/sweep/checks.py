@@ -8,7 +8,8 @@ the next:
    included), and its jobs are few enough to plan (:data:`MAX_JOBS`);
 2. the hparams: for each run, the file's common hparams alone, then the algorithm's fixed ones,
    are names it has and values it can train on
-   (:func:`~dmg_domainbed.preflight.hparams.checked_run`);
+   (:func:`~dmg_domainbed.preflight.hparams.checked_run`); then every job's hparams, as
+   ``train.py`` will draw them, pass the algorithm's own checks (:func:`check_jobs_hparams`);
 3. the networks: each of this package's algorithms is built cheaply with those hparams
    (:func:`~dmg_domainbed.preflight.networks.check_network`), so that a value only its network
    can refute stops the sweep here;
@@ -166,6 +167,7 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
                         "that have it"
                     )
                 raise UserError(message) from None
+    check_jobs_hparams(config, jobs)
     notes = []
     for run in runs.values():
         if issubclass(algorithms.get_algorithm_class(run.algorithm), PluginAlgorithm):
@@ -175,6 +177,57 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
                 where = f"{run.algorithm}'s network on {run.dataset}"
                 raise UserError(f"{config.path}: {where}: {error}") from None
     return runs, tuple(note for note in notes if note)
+
+
+#: How many refused jobs a message names before it says how many more there are.
+NAMED_JOBS = 5
+
+
+def check_jobs_hparams(config: SweepConfig, jobs: int) -> None:
+    """The hparams of every job, as ``train.py`` will build them
+    (:func:`~dmg_domainbed.hparams.of_job.job_hparams`), through their algorithm's own checks
+    (``check_hparams``, which this package's algorithms run when built): :class:`UserError`
+    naming the jobs whose random search draws a value their algorithm refuses (``jobs``: how
+    many the sweep has)."""
+    from domainbed import algorithms, datasets
+
+    from dmg_domainbed.algorithms.base import PluginAlgorithm
+    from dmg_domainbed.hparams.of_job import job_hparams
+    from dmg_domainbed.sweep.config import jobs_fixed_hparams
+
+    refused, count = [], 0
+    for algorithm, fixed in jobs_fixed_hparams(config).items():
+        cls = algorithms.get_algorithm_class(algorithm)
+        if not issubclass(cls, PluginAlgorithm):
+            continue  # DomainBed's algorithms, and other packages', check no values
+        for dataset in config.datasets:
+            n = datasets.num_environments(dataset)
+            per_draw = n if config.single_test_envs else n + n * (n - 1) // 2
+            for hparams_seed in range(config.n_hparams_from, config.n_hparams):
+                for trial_seed in range(config.n_trials):
+                    hparams = job_hparams(algorithm, dataset, hparams_seed, trial_seed, fixed)
+                    try:
+                        cls.check_hparams(hparams)
+                    except UserError as error:
+                        count += per_draw
+                        problem = str(error).partition(". Fix ")[0].rstrip(".")
+                        refused.append(
+                            f"{algorithm} on {dataset}, hparams_seed {hparams_seed}, trial_seed "
+                            f"{trial_seed} ({per_draw} jobs, one per choice of test domains): "
+                            f"{problem}"
+                        )
+    if refused:
+        more = len(refused) - NAMED_JOBS
+        raise UserError(
+            f"{config.path}: {count:,} of the sweep's {jobs:,} jobs would stop at their start: "
+            "the hparams DomainBed's random search draws for them are values their algorithm "
+            "refuses:\n  "
+            + "\n  ".join(refused[:NAMED_JOBS])
+            + (f"\n  and {more:,} more draw(s) like these" if more > 0 else "")
+            + "\nFix the hparam's value for every job in [sweep.algorithm_hparams.NAME] of the "
+            "file (a fixed value replaces the drawn one), or make the algorithm's sampler draw "
+            "within the range it allows"
+        )
 
 
 def check_names(source: str, kind: str, given: Sequence[str], valid: Sequence[str]) -> None:

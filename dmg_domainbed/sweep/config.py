@@ -187,22 +187,29 @@ class Sweep:
 
     @functools.cached_property
     def groups(self) -> list[Group]:
-        """The algorithms grouped by their fixed hparams: with a fixed number of steps, those an
-        algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then the
-        file's common hparams, then its own; later ones win."""
-        from domainbed import algorithms
-
-        from dmg_domainbed.algorithms.base import declarations_of
-
+        """The algorithms grouped by their fixed hparams (:func:`jobs_fixed_hparams`)."""
         by_hparams: dict[str, list[str]] = {}
-        for algorithm in self.config.algorithms:
-            sized = {}
-            if self.config.steps is not None and algorithm in algorithms.ALGORITHMS:
-                cls = algorithms.get_algorithm_class(algorithm)
-                sized = declarations_of(cls).run_length_hparams(self.config.steps)
-            fixed = {**sized, **self.config.hparams_of(algorithm)}
+        for algorithm, fixed in jobs_fixed_hparams(self.config).items():
             by_hparams.setdefault(json.dumps(fixed, sort_keys=True), []).append(algorithm)
         return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
+
+
+def jobs_fixed_hparams(config: SweepConfig) -> dict[str, dict[str, Any]]:
+    """Per algorithm, the ``--hparams`` of its jobs: with a fixed number of steps, those it
+    sizes for the run's length (e.g. ImportanceMask's phase schedule), then the file's common
+    hparams, then its own; later ones win."""
+    from domainbed import algorithms
+
+    from dmg_domainbed.algorithms.base import declarations_of
+
+    fixed = {}
+    for algorithm in config.algorithms:
+        sized = {}
+        if config.steps is not None and algorithm in algorithms.ALGORITHMS:
+            cls = algorithms.get_algorithm_class(algorithm)
+            sized = declarations_of(cls).run_length_hparams(config.steps)
+        fixed[algorithm] = {**sized, **config.hparams_of(algorithm)}
+    return fixed
 
 
 def resolve(

@@ -125,12 +125,6 @@ class ImportanceMask(PluginAlgorithm):
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
-        if hparams["freeze_step"] < hparams["phase1_steps"]:
-            raise UserError(
-                f"ImportanceMask hparam 'freeze_step' ({hparams['freeze_step']}) must be >= "
-                f"'phase1_steps' ({hparams['phase1_steps']}): weights are frozen in phase 2; "
-                """fix it with e.g. --hparams '{"phase1_steps": 2500, "freeze_step": 4250}'"""
-            )
         layers = named_layers.resolve(hparams["importance_layers"], lambda: ["classifier"])
         initial = featurizer_classifier(input_shape, num_classes, hparams)
         self.network = featurizer_classifier(input_shape, num_classes, hparams)
@@ -228,6 +222,17 @@ class ImportanceMask(PluginAlgorithm):
         if self.in_phase1:
             return torch.stack([net(x) for net in self.domain_networks]).mean(0)
         return self.network(x)
+
+    @classmethod
+    def check_hparams(cls, hparams) -> None:
+        """Its ranges, then the phases' order: weights are frozen in phase 2."""
+        super().check_hparams(hparams)
+        if hparams["freeze_step"] < hparams["phase1_steps"]:
+            raise UserError(
+                f"ImportanceMask hparam 'freeze_step' ({hparams['freeze_step']}) must be >= "
+                f"'phase1_steps' ({hparams['phase1_steps']}): weights are frozen in phase 2; "
+                """fix it with e.g. --hparams '{"phase1_steps": 2500, "freeze_step": 4250}'"""
+            )
 
     @classmethod
     def run_length_hparams(cls, steps: int) -> dict[str, int]:
