@@ -346,7 +346,8 @@ class UnavoidableTraining:
 class PerDomainBackward:
     """CorGrad's training step without its rule: the network, hparams (``freeze_bn`` included)
     and optimiser CorGrad builds, one forward and backward pass per source domain, the
-    gradients summed by autograd, one Adam step."""
+    gradients summed by autograd, one Adam step, the mean loss read back once (as ERM and
+    CorGrad read their logged floats)."""
 
     def __init__(self, config: Config) -> None:
         hparams = hparams_for("CorGrad", config)
@@ -360,10 +361,14 @@ class PerDomainBackward:
 
     def update(self, minibatches: list) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
+        losses = []
         for x, y in minibatches:
-            nn.functional.cross_entropy(self.network(x), y).backward()
+            loss = nn.functional.cross_entropy(self.network(x), y)
+            loss.backward()
+            losses.append(loss.detach())
         self.optimizer.step()
-        return {}
+        # one read of the host per step, as ERM's and CorGrad's logged floats
+        return {"loss": torch.stack(losses).mean().item()}
 
 
 # The unavoidable training step of the algorithms that have one (see the module docstring).

@@ -43,3 +43,53 @@ def test_quick_run_writes_a_row_per_algorithm_with_ratios_to_erm(tmp_path, capsy
     assert "CorGrad step / ERM" in printed and "CorGrad step / its floor" in printed
     if not torch.cuda.is_available():
         assert "resnet50: skipped, no CUDA device" in printed
+
+
+COUNTS_SCRIPT = SCRIPT.with_name("step_counts.py")
+
+
+def load_counts(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # step_counts imports step_time beside it
+    spec = importlib.util.spec_from_file_location("step_counts", COUNTS_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "step_counts", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_counts_print_every_step_and_floor_with_one_host_read_each(capsys, monkeypatch):
+    step_counts = load_counts(monkeypatch)
+    tiny = next(c for c in step_counts.configurations() if c.name == "tiny")
+    names = ["ERM", "CorGrad", "ImportanceMask"]
+    steps = ["ERM", "CorGrad", "ImportanceMask phase 1", "ImportanceMask phase 2"]
+    for precision, floors in [("fp32", ["CorGrad floor"]), ("bf16", [])]:
+        counts = step_counts.count(names, tiny, precision)
+        assert list(counts) == steps + floors
+        for label, counted in counts.items():
+            assert counted.ops >= counted.launches > 0, (precision, label)
+            # every step reads its logged floats back once; Adam's step counts stay on the host
+            assert counted.syncs == 1, (precision, label)
+    step_counts.main(["--configs", "tiny", "--algorithms", "CorGrad", "--precision", "fp32"])
+    printed = capsys.readouterr().out
+    assert "aten ops launches syncs slow foreach" in printed and "CorGrad floor" in printed
+
+
+def test_counts_tell_foreach_calls_whose_tensors_differ_in_strides(monkeypatch):
+    """Gradients in another memory format than their weights: a GPU runs Adam's foreach
+    kernels tensor by tensor."""
+    step_counts = load_counts(monkeypatch)
+    weight = torch.nn.Parameter(torch.randn(8, 4, 3, 3).to(memory_format=torch.channels_last))
+    bias = torch.nn.Parameter(torch.randn(8))
+    optimizer = torch.optim.Adam([weight, bias], foreach=True)
+
+    def launches(weight_grad):
+        weight.grad, bias.grad = weight_grad, torch.ones(8)
+        with step_counts.StepRecorder() as recorder:
+            optimizer.step()
+        return recorder.counts()
+
+    launches(torch.ones_like(weight))  # Adam's state made
+    same = launches(torch.ones_like(weight))
+    other = launches(torch.ones(8, 4, 3, 3))
+    assert same.slow_foreach == 0
+    assert other.slow_foreach > 0 and other.launches > same.launches
