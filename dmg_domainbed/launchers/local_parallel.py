@@ -224,12 +224,18 @@ class Plan:
         )
 
 
+# A word a shell passes on as it is written, but for its quotes: characters ``shlex.quote``
+# leaves bare, single-quoted runs and ``"'"`` (how ``shlex.quote`` writes a single quote).
+_LITERAL_WORD = r"""(?:[\w@%+=:,./-]|'[^']*'|"'")+"""
+_PLAIN_COMMAND = re.compile(rf"[ \t]*{_LITERAL_WORD}(?:[ \t]+{_LITERAL_WORD})*[ \t]*", re.ASCII)
+
+
 def plain_words(command: str) -> list[str] | None:
-    """The words of ``command`` if a shell would read it as plain words and nothing else."""
-    with contextlib.suppress(ValueError):
-        words = shlex.split(command)
-        return words if words and shlex.join(words) == command else None
-    return None
+    """The words a shell would pass to the program ``command`` names, if it reads it as plain
+    words and nothing else (no variable, glob, redirection or second command), else None.
+    Spaces between words may repeat: DomainBed's sweep writes a flag without a value (an empty
+    list in its arguments, as ``--save_model_every_checkpoint``) followed by two spaces."""
+    return shlex.split(command) if _PLAIN_COMMAND.fullmatch(command) else None
 
 
 def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | None:
@@ -451,6 +457,13 @@ def run_commands(
     if module and (refusal := warm_refusal(plan.environ)):
         say(f"local_parallel: {module} jobs start as new processes: {refusal}")
         module = None
+    cold = [c for c in commands if module and module in c and module_arguments(c, module) is None]
+    if cold:
+        say(
+            f"local_parallel: {len(cold)} command(s) naming {module} start as new processes: "
+            f"only `python -m {module} ARGUMENTS` in plain words (quoted as shlex.quote "
+            f"quotes, no other shell syntax) starts warm; the first: {cold[0]}"
+        )
     pending, free_slots = deque(enumerate(commands)), deque(range(plan.jobs))
     running: list[Outcome] = []
     finished: list[Outcome] = []

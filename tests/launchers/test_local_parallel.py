@@ -187,6 +187,23 @@ def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(clean_env, tmp_path)
     assert "with a GPU to itself: lower the batch size" in hint_alone
 
 
+def test_a_command_of_the_warm_module_that_runs_as_a_new_process_says_why(clean_env, tmp_path):
+    """A command naming the module in another form than ``python -m MODULE ARGUMENTS`` in
+    plain words (here with an interpreter option) runs, as a new process, and the launcher
+    says why it did not start warm."""
+    clean_env.setenv("PATH", domainbed_env()["PATH"])
+    plan = local_parallel.Plan(jobs=1, gpus=(), threads=1, loader_workers=1, warm=True)
+    command = f"python -u -m tests.launchers.sleep_job 0 {tmp_path / 'ran'}"
+    printed = []
+    outcomes = local_parallel.run_commands(
+        [command], plan, say=printed.append, warm_module="tests.launchers.sleep_job"
+    )
+    assert not outcomes[0].warm and outcomes[0].returncode == 0 and (tmp_path / "ran").exists()
+    assert "1 command(s) naming tests.launchers.sleep_job start as new processes" in printed[0]
+    assert "only `python -m tests.launchers.sleep_job ARGUMENTS` in plain words" in printed[0]
+    assert printed[0].endswith(command)
+
+
 def test_a_job_killed_by_sigkill_is_reported_with_the_memory_settings(clean_env, tmp_path):
     clean_env.setenv("DMG_LOCAL_PARALLEL_JOBS", "2")
     clean_env.setenv("DMG_DOMAINBED_LOADER_WORKERS", "3")

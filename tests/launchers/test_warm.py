@@ -5,6 +5,7 @@ status)."""
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +18,9 @@ PROBE = "tests.launchers.probe_job"
 
 
 def test_domainbed_train_commands_start_warm_with_their_arguments():
+    """With the words the shell passes to train.py when the command runs as a new process,
+    a flag without a value (which the sweep file's ``save_model_every_checkpoint = true`` adds
+    as an empty list, written as two spaces) included."""
     from domainbed.scripts.sweep import Job
 
     command = Job(
@@ -25,15 +29,22 @@ def test_domainbed_train_commands_start_warm_with_their_arguments():
             "algorithm": "DMG",
             "test_envs": [0, 1],
             "hparams": '{"lambda_overlap": 0.5}',
-            "data_dir": "/data dir",
+            "data_dir": "/data dir's",
+            "save_model_every_checkpoint": [],
+            "seed": 3,
         },
         "/tmp/sweep output",
     ).command_str
     arguments = lp.module_arguments(command)
+    printed = command.replace("python -m domainbed.scripts.train", "printf '%s\\0'", 1)
+    from_shell = subprocess.run(["sh", "-c", printed], capture_output=True, text=True, check=True)
+    assert arguments == from_shell.stdout.split("\0")[:-1]
     assert arguments[arguments.index("--hparams") + 1] == '{"lambda_overlap": 0.5}'
     start = arguments.index("--test_envs") + 1
     assert arguments[start : start + 2] == ["0", "1"]
-    assert arguments[arguments.index("--data_dir") + 1] == "/data dir"
+    assert arguments[arguments.index("--data_dir") + 1] == "/data dir's"
+    flag = arguments.index("--save_model_every_checkpoint")
+    assert arguments[flag + 1 : flag + 3] == ["--seed", "3"]
 
 
 @pytest.mark.parametrize(
@@ -47,6 +58,10 @@ def test_domainbed_train_commands_start_warm_with_their_arguments():
         "python -m domainbed.scripts.sweep launch",
         "python3 -m domainbed.scripts.train --steps 5",
         "python -m domainbed.scripts.train --steps 5; rm -rf x",
+        "python -m domainbed.scripts.train --data_dir ~/data",
+        "python -m domainbed.scripts.train --data_dir data/*",
+        "python -m domainbed.scripts.train --steps 5\nrm -rf x",
+        "python -m domainbed.scripts.train --data_dir 'a'\\''b'",
     ],
 )
 def test_anything_else_runs_as_a_new_process(command):
