@@ -66,6 +66,8 @@ def missing_for(
     found = data_status(run.dataset, data_dir, batch)
     own = declarations_of(algorithms.get_algorithm_class(run.algorithm)).check_weights(run.hparams)
     problems = [] if found.ok else [f"{run.dataset} data {found.state}: {found.detail}"]
+    if found.state == data.MISSING and data_dir is not None:
+        problems[0] += f"; or pass --data_dir with the folder that holds {run.dataset}"
     if own is not None:
         if not own.ready:
             problems.append(f"{run.algorithm}'s pretrained weights: {'; '.join(own.details)}")

@@ -95,8 +95,7 @@ def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRu
     if missing:
         raise UserError(
             "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\n"
-            "Fix it with the commands above, or pass --data_dir with the folder that holds "
-            "the data."
+            "Fix each as it says, then run the sweep again."
         )
     launcher = sweep.launcher
     try:

@@ -62,3 +62,31 @@ def test_alexnet_needs_only_torchvisions_alexnet_weights(caches):
     assert problems == [] and names(files) == ["alexnet-owt-7be5be79.pth"]
     assert files[0].folder == caches / "torch" / "hub" / "checkpoints" and not files[0].present
     assert "IMAGENET1K_V1" in files[0].what
+
+
+def test_a_sweep_missing_only_weights_is_told_how_to_get_them_not_where_data_is(
+    tmp_path, monkeypatch
+):
+    """The data is there, the ResNet-18 weights are not: the refusal names the file and the
+    command that fetches it, and says nothing of the data or --data_dir."""
+    from dmg_domainbed import synthetic
+    from dmg_domainbed.errors import UserError
+    from dmg_domainbed.sweep import config
+    from dmg_domainbed.weight_files import Caches
+    from tests.helpers import machine_check, read_weights_from
+
+    read_weights_from(monkeypatch, Caches.under(tmp_path / "empty caches"))
+    synthetic.write_image_dataset("PACS", tmp_path / "data", images_per_domain=7)
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(
+        f'[sweep]\nalgorithms = ["ERM"]\ndatasets = ["PACS"]\noutput_dir = "{tmp_path / "out"}"\n'
+        "[sweep.hparams]\nresnet18 = true\nresnet50_augmix = false\nbatch_size = 2\n"
+    )
+    sweep = config.resolve(config.load_sweep(sweep_file), str(tmp_path / "data"), None)
+    with pytest.raises(UserError, match="the jobs would fail before their first step") as refused:
+        machine_check(sweep)
+    message = str(refused.value)
+    assert "pretrained weights missing: torchvision resnet18 ImageNet weights" in message
+    assert "to get it: TORCH_HOME=" in message
+    assert "--data_dir" not in message and "the data" not in message
+    assert not (tmp_path / "out").exists()
