@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import sys
 import threading
 import time
@@ -91,6 +92,7 @@ def execute(
     try:
         with contextlib.ExitStack() as stack:
             if delete_incomplete:
+                refuse_deleting_other_than_folders(incomplete)
                 refuse_deleting_running(incomplete, chosen, env)
             stack.enter_context(watch_done(jobs, echo))
             if log is not None:
@@ -123,6 +125,26 @@ def execute(
         )
         raise SystemExit(130) from None
     return 0
+
+
+def refuse_deleting_other_than_folders(incomplete: Sequence) -> None:
+    """Stop before delete-incomplete if an incomplete job's folder is a symbolic link or no
+    folder at all: DomainBed's delete (``shutil.rmtree``) refuses those with a traceback, after
+    deleting the folders listed before them."""
+    refused = []
+    for path in (Path(job.output_dir) for job in incomplete):
+        if path.is_symlink():
+            refused.append(f"{path} is a symbolic link (to {os.readlink(path)})")
+        elif not path.is_dir():
+            refused.append(f"{path} is not a folder")
+    if refused:
+        listed = "\n  ".join(refused)
+        raise UserError(
+            "--delete-incomplete deletes the folder of each incomplete job, and DomainBed's "
+            f"delete removes folders only:\n  {listed}\nPut the folder a link points to in the "
+            "link's place, or remove the link or file yourself, then run the same command "
+            "again; nothing was deleted or launched."
+        )
 
 
 def refuse_deleting_running(incomplete: Sequence, launcher: Launcher, env: Mapping) -> None:

@@ -195,6 +195,32 @@ def test_delete_incomplete_stops_at_a_job_the_launcher_still_runs(tmp_path, monk
     assert snapshot(tmp_path / "sweep") == before and calls["commands"] == []
 
 
+def test_delete_incomplete_refuses_a_job_folder_that_is_a_symbolic_link(tmp_path, monkeypatch):
+    """DomainBed's delete (``shutil.rmtree``) cannot remove a link: one message naming it, exit
+    2, and nothing deleted, neither the other incomplete folder nor what the link points to."""
+    from domainbed import command_launchers
+
+    sweep, incomplete = incomplete_and_done(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    incomplete[1].rename(elsewhere)
+    incomplete[1].symlink_to(elsewhere)
+    launcher, calls = recording_launcher()
+    monkeypatch.setitem(command_launchers.REGISTRY, "recording", launcher)
+    for name, value in domainbed_env().items():
+        monkeypatch.setenv(name, value)
+    before = snapshot(tmp_path)
+
+    code, _, message = cli(
+        "sweep", str(sweep.config.path), "--launcher", "recording", "--delete-incomplete"
+    )
+
+    assert code == 2 and "Traceback" not in message
+    assert f"{incomplete[1]} is a symbolic link (to {elsewhere})" in message
+    assert "nothing was deleted or launched" in message
+    assert snapshot(tmp_path) == before and calls["commands"] == []
+    assert incomplete[1].is_symlink() and (elsewhere / "out.txt").exists()
+
+
 def fake_job(tmp_path, algorithm, test_env):
     """What the watcher reads of a DomainBed ``Job``: its folder and its train.py arguments."""
     folder = tmp_path / f"{algorithm}_{test_env}"
