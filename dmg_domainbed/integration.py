@@ -41,12 +41,14 @@ algorithms.__getattr__                 **does** added (DomainBed defines none): 
 algorithms.Algorithm.__init__          **does** wrapped: refuses an hparam name that nothing of
                                        the run reads (:mod:`dmg_domainbed.hparams.names`), runs
                                        DomainBed's ``__init__``, then applies the ``precision``
-                                       hparam (:mod:`dmg_domainbed.precision`).
+                                       and ``averaging`` hparams (:mod:`dmg_domainbed.precision`,
+                                       :mod:`dmg_domainbed.averaging`).
                                        **why** every algorithm, DomainBed's and each plugin's,
                                        calls it before building anything; DomainBed's
                                        ``train.py`` trains a misspelt name's default silently.
-                                       **others** DomainBed's hparams build as before, in fp32;
-                                       a name DomainBed would ignore is a ``UserError``.
+                                       **others** DomainBed's hparams build as before, in fp32,
+                                       unaveraged; a name DomainBed would ignore is a
+                                       ``UserError``.
 datasets.DATASETS                      **does** appends each plugin and manifest dataset's name.
                                        **why** DomainBed's ``sweep`` takes its default
                                        ``--datasets`` from this list.
@@ -396,7 +398,7 @@ def register_algorithms(module: ModuleType) -> None:
 
 def check_and_apply_when_built(module: ModuleType) -> None:
     """Check the hparam names of every algorithm built from ``module.Algorithm``, and apply
-    its ``precision`` hparam.
+    its ``precision`` and ``averaging`` hparams.
 
     DomainBed's algorithms and every plugin's call ``Algorithm.__init__`` first, before they
     build anything. Before it, :func:`dmg_domainbed.hparams.names.reject_unknown` refuses a
@@ -404,9 +406,11 @@ def check_and_apply_when_built(module: ModuleType) -> None:
     (:func:`dataset_built_with`; DomainBed's ``train.py`` builds the dataset, then the
     algorithm, with one dict), else on any registered dataset. After it,
     :func:`dmg_domainbed.precision.apply` runs ``update`` and ``predict`` under bf16 autocast
-    when the hparams say ``"bf16"`` and does nothing otherwise.
+    when the hparams say ``"bf16"`` and does nothing otherwise; then
+    :func:`dmg_domainbed.averaging.apply` has ``train.py`` evaluate and save the weights'
+    average when the hparams ask for one, and does nothing otherwise.
     """
-    from dmg_domainbed import precision
+    from dmg_domainbed import averaging, precision
     from dmg_domainbed.hparams.names import reject_unknown
 
     domainbed_init = module.Algorithm.__init__
@@ -418,6 +422,7 @@ def check_and_apply_when_built(module: ModuleType) -> None:
         reject_unknown(type(self), hparams, dataset_built_with(hparams), input_shape)
         domainbed_init(self, input_shape, num_classes, num_domains, hparams)
         precision.apply(self, hparams)
+        averaging.apply(self, hparams)
 
     setattr(__init__, _MARK, True)
     module.Algorithm.__init__ = __init__

@@ -2,7 +2,8 @@
 
 They are known to the names rule (:mod:`.names`) and checked by their own rule, as any declared
 hparam, but kept out of DomainBed's registry: a run that gives none has exactly DomainBed's
-hparams, results and checkpoints. :mod:`dmg_domainbed.precision` applies ``precision``.
+hparams, results and checkpoints. :mod:`dmg_domainbed.precision` applies ``precision``,
+:mod:`dmg_domainbed.averaging` ``averaging`` and the two it reads.
 """
 
 from dmg_domainbed.hparams.space import HParam, HParamSpace
@@ -11,7 +12,48 @@ PRECISION = "precision"
 FP32 = "fp32"
 BF16 = "bf16"
 PRECISIONS = (FP32, BF16)
+
+AVERAGING = "averaging"
+AVERAGING_START = "averaging_start"
+AVERAGING_DECAY = "averaging_decay"
+NO_AVERAGING = "none"
+SMA = "sma"
+EMA = "ema"
+AVERAGINGS = (NO_AVERAGING, SMA, EMA)
+
+
+def below_one(value: float) -> None:
+    """Validator of a decay: a weight of 1 would never move the average from its start."""
+    if not value < 1:
+        raise ValueError("it must be below 1 (1 keeps the start's weights for good)")
+
+
+# The samplers are never called by DomainBed's random search (not in its registry): each
+# returns the default.
 EVERY_ALGORITHM = HParamSpace(
-    # The sampler is never called by DomainBed's random search (not in its registry): fp32.
-    HParam(PRECISION, FP32, lambda random: FP32, choices=PRECISIONS)
+    HParam(PRECISION, FP32, lambda random: FP32, choices=PRECISIONS),
+    HParam(
+        AVERAGING,
+        NO_AVERAGING,
+        lambda random: NO_AVERAGING,
+        choices=AVERAGINGS,
+        help="weights evaluated and saved: the trained ones ('none'), their simple ('sma') or "
+        "exponential ('ema') moving average",
+    ),
+    HParam(
+        AVERAGING_START,
+        100,
+        lambda random: 100,
+        minimum=0,
+        help="step (train.py's, from 0) whose weights start the average",
+    ),
+    HParam(
+        AVERAGING_DECAY,
+        0.999,
+        lambda random: 0.999,
+        minimum=0.0,
+        maximum=1.0,
+        validate=below_one,
+        help="'ema': the weight the average keeps at each step",
+    ),
 )

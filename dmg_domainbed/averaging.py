@@ -1,0 +1,242 @@
+"""Weight averaging for DomainBed runs, chosen by the hparam ``averaging``.
+
+``averaging`` is ``"none"`` (the default), ``"sma"`` or ``"ema"``, declared with the two
+hparams it reads in :mod:`dmg_domainbed.hparams.every_algorithm` (here :data:`HPARAMS`), beside
+``precision``, and given, as ``precision`` is, to every algorithm DomainBed builds, its own and
+every plugin's (:func:`dmg_domainbed.integration.check_and_apply_when_built`). They are not in
+DomainBed's registry: a run that gives none of them keeps exactly the hparams, results and
+checkpoints it has without this package, and so does ``"none"``, which touches nothing.
+
+With ``"sma"`` or ``"ema"``, the algorithm keeps, beside the weights it trains, their average
+``w_avg``, updated after every ``update`` from ``w_t``, the weights after step ``t`` (train.py's
+step numbers, from 0), for ``t >= s`` with ``s`` = ``averaging_start``:
+
+* ``"sma"``: the simple moving average of Arpit et al. (EoA, 2022; SWAD's uniform average, Cha
+  et al. 2021, over every step rather than a chosen window): ``w_avg = 1/(t - s + 1) *
+  sum_{k=s..t} w_k``, kept as ``w_avg += (w_t - w_avg) / n`` with ``n`` the weights averaged;
+* ``"ema"``: the exponential moving average ``w_avg = decay * w_avg + (1 - decay) * w_t`` with
+  ``decay`` = ``averaging_decay``, from ``w_avg = w_s``.
+
+The average is what DomainBed's ``train.py`` evaluates and saves, unmodified: in eval mode
+(``misc.accuracy`` calls ``algorithm.eval()``, then ``predict``), the averaged tensors take the
+trained ones' place, and back in train mode the trained ones return, so ``update`` always trains
+the same weights as without averaging; ``state_dict()`` (``model.pkl``'s ``model_dict``) is the
+average. Before step ``s`` there is no average and the trained weights stand for it.
+``load_state_dict`` drops the average: the loaded weights are evaluated until the next update.
+
+What is averaged: every floating-point entry of the algorithm's ``state_dict`` (parameters and
+persistent buffers, BatchNorm's running statistics among them, as EoA averages them); integer
+and boolean entries (step counters, ImportanceMask's masks) are the trained model's. An update
+that changes the state's names or shapes (ImportanceMask dropping its phase-1 copies) is not
+averaged: the average starts again from the next step's weights. The optimiser's state is never
+averaged. docs/algorithms.md says what this means for each algorithm.
+
+This module needs torch and this package's hparam declarations only.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.every_algorithm import (
+    AVERAGING,
+    AVERAGING_DECAY,
+    AVERAGING_START,
+    AVERAGINGS,
+    EMA,
+    NO_AVERAGING,
+    SMA,
+)
+from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM as HPARAMS
+
+CHOICES = AVERAGINGS
+#: The averaging modes that read each hparam besides ``averaging``.
+READ_BY = {AVERAGING_START: (SMA, EMA), AVERAGING_DECAY: (EMA,)}
+#: Where an averaged algorithm keeps its :class:`Average`, among its instance attributes.
+STATE = "_weight_average"
+
+
+def check(hparams: Mapping[str, Any], owner: str) -> str:
+    """The averaging mode ``hparams`` ask for; :class:`UserError` for a value :data:`HPARAMS`
+    refuses, or for ``averaging_start`` or ``averaging_decay`` given to a mode that does not
+    read them (a value that would change nothing)."""
+    for name in (AVERAGING, *READ_BY):
+        if name in hparams:
+            HPARAMS[name].check(hparams[name], owner)
+    mode = hparams.get(AVERAGING, HPARAMS[AVERAGING].default)
+    for name, modes in READ_BY.items():
+        if name in hparams and mode not in modes:
+            readers = " or ".join(repr(m) for m in modes)
+            example = json.dumps({AVERAGING: modes[-1], name: hparams[name]})
+            raise UserError(
+                f"{owner} hparam '{name}' = {hparams[name]!r} is read only with '{AVERAGING}' "
+                f"{readers}, and this run's '{AVERAGING}' is {mode!r}: it would change nothing. "
+                f"Remove it, or give e.g. '{example}'."
+            )
+    return mode
+
+
+def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
+    """Make ``algorithm`` evaluate and save the average ``hparams`` ask for (:func:`check`);
+    for ``"none"``, do nothing.
+
+    Called when the algorithm is built, before its subclass builds its networks: ``update``,
+    ``train``, ``state_dict`` and ``load_state_dict`` are replaced on the instance (after
+    :func:`dmg_domainbed.precision.apply`, whose ``update`` runs inside this one's), and the
+    average is taken from the first update on.
+    """
+    mode = check(hparams, type(algorithm).__name__)
+    if mode == NO_AVERAGING:
+        return
+    start = hparams.get(AVERAGING_START, HPARAMS[AVERAGING_START].default)
+    decay = hparams.get(AVERAGING_DECAY, HPARAMS[AVERAGING_DECAY].default)
+    vars(algorithm)[STATE] = Average(mode, start, decay)
+    for name, wrap in WRAPPERS.items():
+        # The function the instance runs now (precision's wrapper or the class's), called with
+        # the algorithm it is given: bound methods, so that copy.deepcopy binds the copy's.
+        previous = getattr(algorithm, name).__func__
+        vars(algorithm)[name] = types.MethodType(wrap(previous), algorithm)
+
+
+def average_of(algorithm: nn.Module) -> Average | None:
+    """The :class:`Average` ``algorithm`` keeps, or ``None`` when it averages nothing."""
+    return vars(algorithm).get(STATE)
+
+
+class Average:
+    """The average of an algorithm's floating-point state over its updates.
+
+    ``trained`` are the algorithm's tensors that are averaged, ``averaged`` their averages, in
+    the same order; :meth:`show` exchanges their storage (no copy), so that the algorithm's own
+    tensors hold the average while it is evaluated.
+    """
+
+    def __init__(self, mode: str, start: int, decay: float) -> None:
+        self.mode, self.start, self.decay = mode, start, decay
+        self.steps = 0  # updates done
+        self.count = 0  # weights in the average; 0: no average yet
+        self.structure: tuple | None = None  # names and shapes of the averaged state
+        self.trained: list[torch.Tensor] = []
+        self.averaged: list[torch.Tensor] = []
+        self.showing = False  # whether the algorithm's tensors hold the average
+
+    def observe(self, algorithm: nn.Module) -> None:
+        """Note the state's structure before the first update."""
+        if self.structure is None:
+            self.structure = structure(averaged_state(algorithm))
+
+    @torch.no_grad()
+    def add(self, algorithm: nn.Module) -> None:
+        """Take the weights after one update into the average."""
+        step, self.steps = self.steps, self.steps + 1
+        state = averaged_state(algorithm)
+        shape = structure(state)
+        if shape != self.structure:  # this update changed the state: start again after it
+            self.structure = shape
+            self.drop()
+            return
+        if step < self.start:
+            return
+        trained = list(state.values())
+        if self.count == 0:
+            self.trained = trained
+            self.averaged = [t.detach().clone() for t in trained]
+        else:
+            self.trained = trained
+            self.averaged = [
+                a.to(t.device, t.dtype) for a, t in zip(self.averaged, trained, strict=True)
+            ]
+            weight = 1 / (self.count + 1) if self.mode == SMA else 1 - self.decay
+            torch._foreach_lerp_(self.averaged, [t.detach() for t in trained], weight)
+        self.count += 1
+
+    def drop(self) -> None:
+        """Forget the average (the trained weights stand for it until the next update)."""
+        self.show(False)
+        self.count, self.trained, self.averaged = 0, [], []
+
+    def show(self, averaged: bool) -> None:
+        """Put the average (``averaged``) or the trained weights in the algorithm's tensors."""
+        if averaged and self.count == 0:
+            averaged = False
+        if averaged == self.showing:
+            return
+        for i, tensor in enumerate(self.trained):
+            tensor.data, self.averaged[i] = self.averaged[i], tensor.data
+        self.showing = averaged
+
+
+def averaged_state(algorithm: nn.Module) -> dict[str, torch.Tensor]:
+    """The algorithm's floating-point ``state_dict`` entries (its own tensors), each tensor
+    once (DomainBed's ERM holds its featurizer under two names)."""
+    state = type(algorithm).state_dict(algorithm, keep_vars=True)
+    seen: set[int] = set()
+    kept = {}
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and id(tensor) not in seen:
+            seen.add(id(tensor))
+            kept[name] = tensor
+    return kept
+
+
+def structure(state: Mapping[str, torch.Tensor]) -> tuple:
+    return tuple((name, tuple(tensor.shape)) for name, tensor in state.items())
+
+
+def _update(previous: Callable) -> Callable:
+    def update(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        average = average_of(algorithm)
+        average.show(False)  # the trained weights are the ones trained
+        average.observe(algorithm)
+        result = previous(algorithm, *args, **kwargs)
+        average.add(algorithm)
+        average.show(not algorithm.training)
+        return result
+
+    return update
+
+
+def _train(previous: Callable) -> Callable:
+    def train(algorithm: nn.Module, mode: bool = True) -> nn.Module:
+        result = previous(algorithm, mode)
+        average_of(algorithm).show(not mode)
+        return result
+
+    return train
+
+
+def _state_dict(previous: Callable) -> Callable:
+    def state_dict(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        average = average_of(algorithm)
+        showing = average.showing
+        average.show(True)
+        try:
+            return previous(algorithm, *args, **kwargs)
+        finally:
+            average.show(showing)
+
+    return state_dict
+
+
+def _load_state_dict(previous: Callable) -> Callable:
+    def load_state_dict(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        average_of(algorithm).drop()
+        return previous(algorithm, *args, **kwargs)
+
+    return load_state_dict
+
+
+#: What :func:`apply` replaces on an averaged algorithm, and with what.
+WRAPPERS = {
+    "update": _update,
+    "train": _train,
+    "state_dict": _state_dict,
+    "load_state_dict": _load_state_dict,
+}
