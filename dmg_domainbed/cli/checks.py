@@ -60,8 +60,9 @@ def add_parsers(subparsers) -> None:
     smoke.add_argument(
         "--steps",
         type=int,
-        default=5,
-        help="steps per job (default: %(default)s; the first one is warm-up)",
+        default=20,
+        help="timed steps per job, after 3 warm-up steps (default: %(default)s); seconds per "
+        "step are their median",
     )
     smoke.add_argument(
         "--synthetic",
@@ -74,6 +75,12 @@ def add_parsers(subparsers) -> None:
         type=Path,
         help="keep the synthetic datasets in this folder (implies --synthetic; default: a "
         "temporary folder)",
+    )
+    smoke.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="also write the measures to FILE (JSON), for `sweep FILE --dry-run --cost-from FILE`",
     )
     smoke.add_argument(
         "--timeout", type=float, default=1800, help="seconds a job may take (default: %(default)s)"
@@ -192,6 +199,11 @@ def smoke_command(args: argparse.Namespace) -> int:
         raise UserError(f"--steps must be at least 1; got {args.steps}")
     if args.timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds; got {args.timeout}")
+    if args.json is not None and not args.json.parent.is_dir():
+        raise UserError(
+            f"--json {args.json}: no folder {args.json.parent} to write it in; make it first or "
+            "name a file in an existing folder"
+        )
     if args.file is not None and args.hparams is not None:
         raise UserError(
             "--hparams is for checks without a sweep file: the file's [sweep.hparams] and "
@@ -211,7 +223,15 @@ def smoke_command(args: argparse.Namespace) -> int:
             "--algorithms and --datasets"
         )
     synthetic = args.synthetic or args.synthetic_dir is not None
-    ok = smoke_check(smoke_jobs, data_dir, args.steps, args.timeout, synthetic, args.synthetic_dir)
+    ok = smoke_check(
+        smoke_jobs,
+        data_dir,
+        args.steps,
+        args.timeout,
+        synthetic,
+        args.synthetic_dir,
+        args.json,
+    )
     return 0 if ok else 1
 
 

@@ -1,15 +1,21 @@
 """Run every smoke job as a sweep runs it, one at a time, measure it, and report.
 
-Each job is DomainBed's own command for it (its sweep ``Job``'s ``command_str``: ``python -m
-domainbed.scripts.train`` with the job's arguments), in a fresh process with the ``python`` the
-sweep's jobs use, writing only inside the check's temporary folder. Seconds per step are what
-``train.py`` logs (``step_time`` of its last record: the steps after the first, which pays for
-warm-up). Peak memory on a GPU is ``torch.cuda.max_memory_allocated`` (train.py's ``mem_gb``);
-on a CPU the peak resident memory of the job's largest process, from the operating system.
+Each job is DomainBed's own command for it (its sweep ``Job``'s arguments to ``train.py``), in a
+fresh process with the ``python`` the sweep's jobs use, writing only inside the check's temporary
+folder, for :data:`WARMUP_STEPS` steps and then the steps asked for, with a checkpoint at the
+first and the last step only, as a sweep's job between its checkpoints. ``train.py`` runs
+unmodified under :mod:`.clock`, which times its phases apart: the start-up (process start to
+the first step) and the end (last evaluation to exit), each step, and each checkpoint's
+evaluation. Seconds per step are the median of the steps after the warm-up (the first steps pay
+for lazy initialisation, the first batches' loading and the first evaluation); evaluation is per
+image, from the last checkpoint's, so that a sample of the data measures what the whole dataset
+costs. Peak memory on a GPU is ``torch.cuda.max_memory_allocated`` (train.py's ``mem_gb``); on a
+CPU the peak resident memory of the job's largest process, from the operating system.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
@@ -27,10 +33,14 @@ from tabulate import tabulate
 
 from dmg_domainbed.errors import SCRIPT_ERROR_PREFIX
 from dmg_domainbed.preflight.environment import job_environment
+from dmg_domainbed.smoke.clock import phases
 from dmg_domainbed.smoke.jobs import SmokeJob, Staged, Staging
 
 OK, FAILED, TIMED_OUT, NOT_RUN = "ok", "failed", "timed out", "not run"
 LOG_TAIL_LINES, ERROR_WIDTH = 25, 60
+#: Steps run before the timed ones, left out of the median.
+WARMUP_STEPS = 3
+RESULTS_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -39,15 +49,21 @@ class Outcome:
 
     status: str
     detail: str = ""  # the error, or why it did not run
-    seconds_per_step: float | None = None
+    seconds_per_step: float | None = None  # the median after the warm-up
     peak_memory_gb: float | None = None
     log_tail: str = ""
     wall_seconds: float = 0.0
+    start_seconds: float | None = None  # process start to first step, and last evaluation to exit
+    eval_seconds_per_image: float | None = None
 
     def summary(self) -> str:
         if self.status != OK:
             return f"{self.status}: {self.detail}"
-        measured = f"{self.seconds_per_step:.3f} s/step, {self.peak_memory_gb:.2f} GB peak"
+        measured = (
+            f"{self.seconds_per_step:.4f} s/step, start and end {self.start_seconds:.1f} s, "
+            f"evaluation {1000 * self.eval_seconds_per_image:.3f} ms/image, "
+            f"{self.peak_memory_gb:.2f} GB peak"
+        )
         return f"ok, {measured} ({self.wall_seconds:.0f} s)"
 
 
@@ -58,14 +74,18 @@ def smoke_check(
     timeout: float,
     synthetic: bool = False,
     synthetic_data_dir: Path | None = None,
+    results_file: Path | None = None,
 ) -> bool:
-    """Run ``jobs`` for ``steps`` steps each, print each outcome and the report; whether every
-    job ran. Everything is written inside a new temporary folder, removed at the end; with
-    ``synthetic``, missing datasets and weights get stand-ins, the datasets in
-    ``synthetic_data_dir`` when given (kept), else in the temporary folder."""
+    """Run ``jobs`` for :data:`WARMUP_STEPS` and ``steps`` timed steps each, print each outcome
+    and the report; whether every job ran. Everything is written inside a new temporary folder,
+    removed at the end; with ``synthetic``, missing datasets and weights get stand-ins, the
+    datasets in ``synthetic_data_dir`` when given (kept), else in the temporary folder. With
+    ``results_file``, the measures are written there too (:func:`results`), for ``sweep
+    --dry-run --cost-from``."""
     print(
-        f"Smoke check: {len(jobs)} job(s), {steps} steps each, through DomainBed's train in "
-        "fresh processes" + (" (synthetic stand-ins for what is missing)" if synthetic else "")
+        f"Smoke check: {len(jobs)} job(s), {WARMUP_STEPS} warm-up and {steps} timed steps each, "
+        "through DomainBed's train in fresh processes"
+        + (" (synthetic stand-ins for what is missing)" if synthetic else "")
     )
     device = "cuda" if torch.cuda.is_available() else "cpu"  # counts GPUs, starts no CUDA
     with tempfile.TemporaryDirectory(prefix="dmg-smoke-") as root:
@@ -81,24 +101,73 @@ def smoke_check(
             print(f"[{index}/{len(jobs)}] {job.algorithm} on {job.dataset}: {outcome.summary()}")
             rows.append((staged, outcome))
         print(report(rows, staging.notes, device, steps))
+        if results_file is not None:
+            results_file.write_text(json.dumps(results(rows, device, steps), indent=1) + "\n")
+            print(f"Measures written to {results_file}")
         return all(outcome.status == OK for _, outcome in rows)
 
 
+def results(rows: list[tuple[Staged, Outcome]], device: str, steps: int) -> dict:
+    """What ``--json`` writes: the machine, when, and each job's measures with its train
+    arguments (those of the sweep's job it stood for, before smoke shortened it)."""
+    return {
+        "format": RESULTS_FORMAT,
+        "kind": "smoke",
+        "command": shlex.join(["dmg-domainbed", *sys.argv[1:]]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": _machine(device)[1],
+        "warmup_steps": WARMUP_STEPS,
+        "timed_steps": steps,
+        "rows": [
+            {
+                "algorithm": staged.job.algorithm,
+                "dataset": staged.job.dataset,
+                "train_args": dict(staged.job.train_args),
+                "batch_size": staged.job.batch_size,
+                "status": outcome.status,
+                "stand_ins": staged.stand_ins,
+                "seconds_per_step": outcome.seconds_per_step,
+                "start_seconds": outcome.start_seconds,
+                "eval_seconds_per_image": outcome.eval_seconds_per_image,
+                "peak_memory_gb": outcome.peak_memory_gb,
+            }
+            for staged, outcome in rows
+        ],
+    }
+
+
+def _machine(device: str) -> tuple[str, str]:
+    """(the memory peak GB measures, the device in words)."""
+    if device == "cuda":  # read only now: it starts CUDA here, which holds the GPU
+        gpu = torch.cuda.get_device_properties(0)
+        return "GPU", f"cuda: {gpu.name}, {gpu.total_memory / 2**30:.0f} GiB"
+    return "host", f"cpu: {os.cpu_count()} cores, no CUDA device"
+
+
 def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float) -> Outcome:
-    """Run one staged job for ``steps`` steps under ``runs`` and measure it."""
+    """Run one staged job for :data:`WARMUP_STEPS` and ``steps`` more steps under ``runs`` and
+    measure it."""
     from domainbed.scripts.sweep import Job
 
-    train_args = {**staged.job.train_args, "steps": steps, "data_dir": staged.data_dir}
+    total = WARMUP_STEPS + steps  # a checkpoint at the first and the last step only
+    train_args = {
+        **staged.job.train_args,
+        "steps": total,
+        "checkpoint_freq": total,
+        "data_dir": staged.data_dir,
+    }
     if staged.data_dir is None:
         del train_args["data_dir"]
     job = Job(train_args, str(runs))
     output = Path(job.output_dir)
     output.mkdir(parents=True)
-    log_path = output.with_suffix(".log")
-    start = time.monotonic()
+    log_path, times_path = output.with_suffix(".log"), output.with_suffix(".times.json")
+    python, _, _, *arguments = shlex.split(job.command_str)  # python -m domainbed.scripts.train
+    command = [python, "-m", "dmg_domainbed.smoke.clock", str(times_path), *arguments]
+    start, started = time.monotonic(), time.time()
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            shlex.split(job.command_str),
+            command,
             env=job_environment({**os.environ, **staged.environment}),
             cwd=output,
             stdin=subprocess.DEVNULL,
@@ -107,7 +176,7 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
             start_new_session=True,  # its own process group: a timeout stops its workers too
         )
         code, rusage = _wait(process, timeout)
-    wall = time.monotonic() - start
+    wall, ended = time.monotonic() - start, time.time()
     log_text = log_path.read_text(errors="replace")
     tail = "\n".join(log_text.splitlines()[-LOG_TAIL_LINES:])
     if code is None:
@@ -122,7 +191,17 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
         peak = max(float(record.get("mem_gb", 0.0)) for record in records)
     else:  # ru_maxrss: kilobytes on Linux, bytes on macOS
         peak = rusage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 2**30
-    return Outcome(OK, "", float(records[-1]["step_time"]), peak, tail, wall)
+    timed = phases(started, ended, json.loads(times_path.read_text()))
+    return Outcome(
+        OK,
+        "",
+        timed.step_median(WARMUP_STEPS),
+        peak,
+        tail,
+        wall,
+        start_seconds=timed.start + timed.end,
+        eval_seconds_per_image=timed.eval_seconds_per_image(),
+    )
 
 
 def _wait(process: subprocess.Popen, timeout: float):
@@ -179,7 +258,14 @@ def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str,
             "dataset": staged.job.dataset,
             "batch": staged.job.batch,
             "status": _status(staged, outcome),
-            "s/step": _number(outcome.seconds_per_step, 3),
+            "s/step": _number(outcome.seconds_per_step, 4),
+            "start s": _number(outcome.start_seconds, 1),
+            "eval ms/image": _number(
+                None
+                if outcome.eval_seconds_per_image is None
+                else 1000 * outcome.eval_seconds_per_image,
+                3,
+            ),
             "peak GB": _number(outcome.peak_memory_gb, 2),
             "sweep jobs": staged.job.sweep_jobs or "-",
             "steps/job": staged.job.steps_per_job,
@@ -195,19 +281,19 @@ def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str,
         jobs = sum(staged.job.sweep_jobs or 0 for staged, _ in results)
         rows.append({"algorithm": "total", "sweep jobs": jobs, "est. hours": total})
     per = "the sweep's jobs of the row" if swept else "one job"
-    memory, machine = "host", f"cpu: {os.cpu_count()} cores, no CUDA device"
-    if device == "cuda":  # read only now: it starts CUDA here, which holds the GPU
-        gpu = torch.cuda.get_device_properties(0)
-        memory, machine = "GPU", f"cuda: {gpu.name}, {gpu.total_memory / 2**30:.0f} GiB"
+    memory, machine = _machine(device)
     lines = [
         "",
         *(f"note: {note}" for note in notes),
         "",
         tabulate(rows, "keys", tablefmt="simple", disable_numparse=True),
         "",
-        f"device: {machine}; {steps} steps a job, DomainBed's train",
-        "batch: source domains x examples per domain; s/step: train.py's step_time after the "
-        f"first step; peak GB: peak {memory} memory",
+        f"device: {machine}; {WARMUP_STEPS} warm-up and {steps} timed steps a job, DomainBed's "
+        "train",
+        "batch: source domains x examples per domain; s/step: the median of the timed steps "
+        "(data loading included, as train.py's step_time); start s: process start to the first "
+        "step and last evaluation to exit; eval ms/image: the last checkpoint's evaluation per "
+        f"image; peak GB: peak {memory} memory",
         f"est. hours: {per} x steps/job x s/step, on one such device, without start-up, "
         "evaluation and checkpoints",
     ]

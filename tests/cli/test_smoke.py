@@ -2,6 +2,7 @@
 fresh processes, a table of what ran; missing data and weights named as the doctor and the
 sweep name them; nothing written into the sweep's folder or the user's caches."""
 
+import json
 import re
 
 import pytest
@@ -69,13 +70,23 @@ def test_smoke_runs_a_sweep_s_job_through_train_on_a_pacs_shaped_folder(user, tm
         "--steps",
         "1",
         "--synthetic",
+        "--json",
+        str(tmp_path / "measures.json"),
     )
 
     assert code == 0, out
     row = next(line for line in out.splitlines() if line.startswith("DMG "))
     # 8 of the sweep's 16 jobs are DMG's: 2 hparams seeds x 4 test domains; PACS's 5001 steps.
-    assert re.match(r"DMG +PACS +3x2 +ok \(random weights\) +[\d.]+ +[\d.]+ +8 +5001 +[\d.]+$", row)
-    assert "device: cpu" in out
+    # s/step, start s, eval ms/image, peak GB
+    number = r" +[\d.]+"
+    assert re.match(rf"DMG +PACS +3x2 +ok \(random weights\){number * 4} +8 +5001{number}$", row)
+    assert "device: cpu" in out and "3 warm-up and 1 timed steps a job" in out
+    (measured,) = json.loads((tmp_path / "measures.json").read_text())["rows"]
+    assert measured["algorithm"] == "DMG" and measured["status"] == "ok"
+    assert all(measured[key] > 0 for key in ("seconds_per_step", "start_seconds"))
+    assert measured["eval_seconds_per_image"] > 0
+    # the arguments of the sweep's job it stands for, not smoke's shortened run
+    assert "steps" not in measured["train_args"] and measured["train_args"]["hparams_seed"] == 0
     assert "random weights (not pretrained) in " in out and "your caches are untouched" in out
     assert "PACS: a sample of " in out
     assert "Every job ran, with random weights standing in" in out
