@@ -283,6 +283,14 @@ def manifest_files(environ: Mapping[str, str]) -> list[Path]:
     return list(unique.values())
 
 
+class NameTaken(UserError):
+    """A second manifest of one name (:func:`read_manifests`); ``name``: that name."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 def read_manifests(environ: Mapping[str, str]) -> tuple[list[Manifest], list[UserError]]:
     """The manifests ``DMG_DOMAINBED_DATASETS`` names, and the problem of each one that cannot
     be used (a second manifest of one name included)."""
@@ -301,9 +309,10 @@ def read_manifests(environ: Mapping[str, str]) -> tuple[list[Manifest], list[Use
         first = manifests.get(manifest.name)
         if first is not None:
             problems.append(
-                UserError(
+                NameTaken(
                     f"dataset manifest {file}: name {manifest.name!r} is already taken by "
-                    f"{first.path}; give one of them another name"
+                    f"{first.path}; give one of them another name",
+                    manifest.name,
                 )
             )
             continue

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -138,6 +139,7 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
         ("dataset", config.datasets, datasets.DATASETS),
     ):
         check_names(str(config.path), kind, given, valid)
+    check_manifests(config)
     jobs = job_count(config, [datasets.num_environments(name) for name in config.datasets])
     if jobs > MAX_JOBS:
         raise UserError(
@@ -176,6 +178,33 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
                 where = f"{run.algorithm}'s network on {run.dataset}"
                 raise UserError(f"{config.path}: {where}: {error}") from None
     return runs, tuple(note for note in notes if note)
+
+
+def check_manifests(config: SweepConfig) -> None:
+    """:class:`UserError` when a dataset of the sweep is named by a manifest of
+    ``DMG_DOMAINBED_DATASETS`` that is not the one registered: a second manifest of that name,
+    or one whose name DomainBed or a plugin has (``data check`` calls both an error)."""
+    from domainbed import datasets
+
+    from dmg_domainbed import integration
+    from dmg_domainbed.datasets.manifest import NameTaken, read_manifests
+
+    named, unusable = read_manifests(os.environ)
+    problems = [str(p) for p in unusable if isinstance(p, NameTaken) and p.name in config.datasets]
+    problems += [
+        refusal
+        for manifest in named
+        if manifest.name in config.datasets
+        and (refusal := integration.manifest_refusal(datasets, manifest))
+    ]
+    if problems:
+        raise UserError(
+            f"{config.path}: a dataset of the sweep is the name of a manifest in "
+            "DMG_DOMAINBED_DATASETS that is not registered, so the jobs may not train on the "
+            "files meant (`dmg-domainbed data check` calls it an error too):\n  "
+            + "\n  ".join(problems)
+            + "\nRename that manifest, or take it out of DMG_DOMAINBED_DATASETS"
+        )
 
 
 #: How many refused jobs a message names before it says how many more there are.

@@ -204,6 +204,34 @@ def test_names_that_are_taken_and_paths_that_cannot_be_found_are_refused(
     assert "which does not exist" in str(folder_problem)
 
 
+def test_a_sweep_of_a_dataset_two_manifests_name_is_refused_as_data_check_refuses_it(
+    manifest, registered, monkeypatch, tmp_path
+):
+    twin = write_manifest(manifest.parent / "images", 'name = "MyData"\nroot = "."\n', "twin.toml")
+    monkeypatch.setenv(MANIFESTS_VARIABLE, f"{manifest}:{twin}")
+    registered(manifest, twin)
+    code, out, _ = cli("data", "check", "--quick")
+    taken = f"dataset manifest {twin}: name 'MyData' is already taken by {manifest}"
+    assert code == 1 and f"[ERROR] {taken}" in out
+    sweep_file, output = tmp_path / "sweep.toml", tmp_path / "sweep"
+    sweep_file.write_text(
+        '[sweep]\nalgorithms = ["ERM"]\ndatasets = ["MyData"]\nn_hparams = 1\nn_trials = 1\n'
+        "single_test_envs = true\n[sweep.hparams]\nbatch_size = 8\n"
+    )
+    code, _, err = cli(
+        "sweep",
+        str(sweep_file),
+        "--data_dir",
+        str(tmp_path),
+        "--output_dir",
+        str(output),
+        "--launcher",
+        "local",
+    )
+    assert code == 2 and taken in err and "DMG_DOMAINBED_DATASETS" in err
+    assert not output.exists()
+
+
 def test_data_check_of_a_manifest_file_before_it_is_exported(manifest):
     code, out, _ = cli("data", "check", "--manifest", str(manifest))
     assert code == 0, out
