@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT, _startup, domainbed_setup, register
@@ -136,11 +137,35 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
             lines += [f"MISSING {f.what}: not found at {f.path}", f"        to get it: {f.fetch}"]
     if not problems and all(f.present for f in files):
         return Check(OK, "pretrained weights", lines)
-    lines += problems
+    lines += problems + unwritable_caches([f.folder for f in files if not f.present])
     lines.append(
         "DomainBed downloads missing weights when it builds the model; offline, the job fails there"
     )
     return Check(FAIL if dataset else WARN, "pretrained weights", [*lines, *unaffected])
+
+
+#: What starts the line of a cache folder that cannot be written (read by :func:`render`).
+CANNOT_WRITE = "cannot write"
+
+
+def unwritable_caches(folders: Sequence[Path]) -> list[str]:
+    """Where a missing file would be written and cannot be (the nearest folder that exists is
+    not writable: a read-only HOME holds the default caches), and how to write elsewhere."""
+    lines = []
+    for folder in dict.fromkeys(folders):
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not os.access(existing, os.W_OK | os.X_OK):
+            lines.append(
+                f"{CANNOT_WRITE} {folder}: {existing} is not writable, so the command above "
+                "and DomainBed's own download would fail there"
+            )
+    if lines:
+        lines.append(
+            "        fix: point the caches at a folder you can write, in this shell and in the "
+            "jobs' environment, e.g. export TORCH_HOME=/scratch/$USER/torch "
+            "HF_HOME=/scratch/$USER/huggingface, then run doctor again"
+        )
+    return lines
 
 
 def _input_check(algorithm: str, dataset: str | None) -> list[Check]:
@@ -240,6 +265,8 @@ def render(checks: Sequence[Check], algorithm: str, dataset: str | None) -> str:
             f"  before a sweep of {algorithm} on 224x224 image datasets: get the pretrained "
             "weights listed MISSING above"
         )
+        if any(detail.startswith(CANNOT_WRITE) for detail in weights.details):
+            lines.append("  their caches cannot be written here: set the folders named above")
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from huggingface_hub import constants
 from dmg_domainbed.cli import main
 from dmg_domainbed.preflight import environment
 
-from ..helpers import domainbed_env, fresh_process_that_registers_erm_and_pacs
+from ..helpers import domainbed_env, fresh_process_that_registers_erm_and_pacs, read_only
 
 
 @pytest.fixture
@@ -157,6 +157,22 @@ def test_a_missing_weight_file_fails_a_run_on_its_dataset_not_the_demo(
     assert code == 1 and missing in out
     assert "[FAIL] pretrained weights" in out
     assert "NOT READY: a run of DMG on PACS would not start; see: pretrained weights" in out
+
+
+def test_a_read_only_home_is_named_as_where_weights_cannot_be_written_with_the_fix(
+    registered, capsys, tmp_path
+):
+    home = tmp_path / "home"
+    registered.setenv("TORCH_HOME", str(home / ".cache" / "torch"))
+    registered.setattr(constants, "HF_HUB_CACHE", str(home / ".cache" / "huggingface" / "hub"))
+    with read_only(home):
+        code, out, _ = doctor(capsys)
+    torch_hub = home / ".cache" / "torch" / "hub" / "checkpoints"
+    assert code == 0 and "MISSING torchvision resnet50 ImageNet weights" in out
+    assert f"cannot write {torch_hub}: {home} is not writable" in out
+    assert f"cannot write {home / '.cache' / 'huggingface' / 'hub'}" in out
+    assert "export TORCH_HOME=" in out and "HF_HOME=" in out
+    assert out.rstrip().endswith("their caches cannot be written here: set the folders named above")
 
 
 def test_a_bare_doctor_needs_the_demos_dataset_registered(env, capsys):
