@@ -78,30 +78,29 @@ class ChunkLayout:
         """``[C, D, D]``, float64: the inner products ``<g_d^j, g_e^j>`` of every chunk ``j`` of
         the ``D`` flat gradients ``grads [D, P]``.
 
-        Rows of fewer than ``EXACT_BELOW`` elements (biases, normalisation layers: chunks where
-        domains' gradients can be collinear) in float64, exactly; longer rows, some thousands
-        of elements at most, in the gradients' dtype. Sums over the rows of a chunk in float64.
+        One batched product per block gives every row's ``[D, D]`` inner products, all pairs of
+        domains at once. Rows of fewer than ``EXACT_BELOW`` elements (biases, normalisation
+        layers: chunks where domains' gradients can be collinear) in float64, exactly; longer
+        rows, some thousands of elements at most, in the gradients' dtype. Sums over the rows of
+        a chunk in float64.
         """
-        count, blocks = len(grads), self.blocks
-        pairs = [(d, e) for d in range(count) for e in range(d, count)]
-        row_sums: list[list[torch.Tensor]] = [[] for _ in pairs]
-        products = grads.new_empty(max((rows * columns for _, rows, columns in blocks), default=0))
-        for start, rows, columns in blocks:
-            own = grads[:, start : start + rows * columns].view(count, rows, columns)
-            exact = columns < EXACT_BELOW
-            if exact:  # float32 products are exact in float64
+        count = len(grads)
+        per_row = []
+        for _, own in self._block_rows(grads):  # own: [rows, D, columns]
+            if own.shape[-1] < EXACT_BELOW:  # float32 products are exact in float64
                 own = own.double()
-            for sums, (d, e) in zip(row_sums, pairs):
-                if exact:
-                    sums.append((own[d] * own[e]).sum(1))
-                else:
-                    product = products[: rows * columns].view(rows, columns)
-                    sums.append(torch.mul(own[d], own[e], out=product).sum(1).double())
-        gram = grads.new_empty(self.num_chunks, count, count, dtype=torch.float64)
-        for sums, (d, e) in zip(row_sums, pairs):
-            rows = torch.cat(sums) if sums else gram.new_empty(0)
-            gram[:, d, e] = gram[:, e, d] = _segment_sums(rows, self.chunk_rows)
-        return gram
+            per_row.append(torch.bmm(own, own.transpose(1, 2)).double())
+        if not per_row:
+            return grads.new_zeros(self.num_chunks, count, count, dtype=torch.float64)
+        rows = torch.cat(per_row).view(-1, count * count)
+        sums = torch.segment_reduce(rows, "sum", lengths=self.chunk_rows, axis=0, unsafe=True)
+        return sums.view(self.num_chunks, count, count)
+
+    def _block_rows(self, grads: torch.Tensor):
+        """``(first element, [rows, D, columns] view of grads)`` of every block."""
+        for start, rows, columns in self.blocks:
+            own = grads[:, start : start + rows * columns].view(len(grads), rows, columns)
+            yield start, own.transpose(0, 1)
 
     def rounding(self) -> torch.Tensor:
         """``[C]``, float64: relative error of each chunk's :meth:`gram` entries, with a margin;
@@ -119,21 +118,19 @@ class ChunkLayout:
         """``per_tensor [..., T]`` repeated over the chunks of each tensor: ``[..., C]``."""
         return per_tensor.repeat_interleave(self.tensor_chunks, dim=-1, output_size=self.num_chunks)
 
-    def combine(self, grads: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def combine(
+        self, grads: torch.Tensor, weights: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``[P]``: ``sum_d weights[j, d] g_d^j`` on every chunk ``j`` of ``grads [D, P]``, for
-        ``weights [C, D]``."""
+        ``weights [C, D]``; one batched product per block, written to ``out`` if given."""
         per_row = weights.to(grads.dtype)[self.row_chunk]  # [R, D]: R small, one per row
-        combined = grads.new_empty(self.num_elements)  # every element lies in a block
+        combined = grads.new_empty(self.num_elements) if out is None else out
         first_row = 0
-        for start, rows, columns in self.blocks:
-            end = start + rows * columns
-            own = grads[:, start:end].view(len(grads), rows, columns)
-            row_weights = per_row[first_row : first_row + rows]
-            total = torch.mul(
-                own[0], row_weights[:, :1], out=combined[start:end].view(rows, columns)
-            )
-            for d in range(1, len(grads)):
-                total.addcmul_(own[d], row_weights[:, d : d + 1])
+        for start, own in self._block_rows(grads):
+            rows, _, columns = own.shape
+            row_weights = per_row[first_row : first_row + rows, None, :]  # [rows, 1, D]
+            target = combined[start : start + rows * columns].view(rows, 1, columns)
+            torch.bmm(row_weights, own, out=target)
             first_row += rows
         return combined
 

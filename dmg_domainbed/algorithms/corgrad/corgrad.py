@@ -18,6 +18,7 @@ from dmg_domainbed.algorithms.corgrad.chunks import (
     by_row_length,
     chunk_layout,
 )
+from dmg_domainbed.algorithms.corgrad.flat import FlatGradients, flat_gradients
 from dmg_domainbed.hparams import HParam, HParamSpace
 
 PARAMETER_SETS = ("conv_linear", "all")
@@ -112,62 +113,52 @@ class CorGrad(PluginAlgorithm):
         self.optimizer = torch.optim.Adam(
             self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
-        self._params = [p for p in self.network.parameters() if p.requires_grad]
+        params = [p for p in self.network.parameters() if p.requires_grad]
         corrected = {id(p) for p in corrected_parameters(self.network, hparams["corrected_params"])}
-        chosen = [i for i, p in enumerate(self._params) if id(p) in corrected]
-        # In the flat vector, ordered by row length: the fewest blocks (see ChunkLayout).
-        order = by_row_length([self._params[i].shape for i in chosen])
-        self._corrected = [chosen[k] for k in order]
-        self._plain = [i for i, p in enumerate(self._params) if id(p) not in corrected]
-        layout = chunk_layout([self._params[i].shape for i in self._corrected], hparams["n_parts"])
+        chosen = [p for p in params if id(p) in corrected]
+        # In the flat vector, ordered by row length: the fewest blocks (see ChunkLayout); the
+        # parameters it does not correct after them.
+        self._params = [chosen[k] for k in by_row_length([p.shape for p in chosen])]
+        self._params += [p for p in params if id(p) not in corrected]
+        self._corrected_size = sum(p.numel() for p in chosen)
+        layout = chunk_layout([p.shape for p in self._params[: len(chosen)]], hparams["n_parts"])
         # Derived from the network and hparams: moved by .to(), kept out of the state_dict.
         for name in LAYOUT_TENSORS:
             self.register_buffer(f"_{name}", getattr(layout, name), persistent=False)
         self._matrices, self._blocks = layout.matrices, layout.blocks
-        self._gradients: torch.Tensor | None = None  # the domains' flat gradients, reused
+        self._flat: FlatGradients | None = None  # made on the first step, on the weights' device
 
     def _layout(self) -> ChunkLayout:
         tensors = {name: getattr(self, f"_{name}") for name in LAYOUT_TENSORS}
         return ChunkLayout(self._matrices, self._blocks, **tensors)
 
-    def _gradient_space(self, domains: int, size: int) -> torch.Tensor:
-        """``[domains, size]`` for the domains' flat gradients, kept from step to step: a new
-        one each step would cost its allocation each step (on a CPU, every page of it)."""
-        like = self._params[0]
-        space = self._gradients
-        if (
-            space is None
-            or space.shape != (domains, size)
-            or (space.device, space.dtype) != (like.device, like.dtype)
-        ):
-            space = self._gradients = like.new_empty(domains, size)
-        return space
+    def _apply(self, fn, *args, **kwargs):
+        # .to(), .cuda(), a memory format: the flat buffers follow the weights on the next step
+        self._flat = None
+        return super()._apply(fn, *args, **kwargs)
+
+    def _flat_gradients(self, domains: int) -> FlatGradients:
+        """The domains' flat gradients and the update, kept from step to step: new ones each step
+        would cost their allocation each step (on a CPU, every page of them)."""
+        if self._flat is None or not self._flat.fits(domains):
+            self._flat = flat_gradients(self._params, domains)
+        return self._flat
 
     def update(self, minibatches, unlabeled=None):
-        layout = self._layout()
-        grads = self._gradient_space(len(minibatches), layout.num_elements)
-        plain_sum = [torch.zeros_like(self._params[i]) for i in self._plain]
+        flat = self._flat_gradients(len(minibatches))
         losses = []
         for d, (x, y) in enumerate(minibatches):
             loss = F.cross_entropy(self.network(x), y)
-            domain_grads = torch.autograd.grad(
-                loss, self._params, allow_unused=True, materialize_grads=True
-            )
-            if self._corrected:
-                torch.cat([domain_grads[i].reshape(-1) for i in self._corrected], out=grads[d])
-            for total, i in zip(plain_sum, self._plain, strict=True):
-                total += domain_grads[i]
+            flat.store(d, torch.autograd.grad(loss, flat.params, materialize_grads=True))
             losses.append(loss.detach())
+        size = self._corrected_size
         # fp32 under bf16 autocast: the projections' dot products decide conflicts by their sign
         with precision.full_precision():
-            update, stats = corrected_update(grads, layout, self.hparams["alpha"])
-        offset = 0
-        for i in self._corrected:
-            param = self._params[i]
-            param.grad = update[offset : offset + param.numel()].view_as(param)
-            offset += param.numel()
-        for total, i in zip(plain_sum, self._plain, strict=True):
-            self._params[i].grad = total
+            _, stats = corrected_update(
+                flat.grads[:, :size], self._layout(), self.hparams["alpha"], flat.update[:size]
+            )
+        torch.sum(flat.grads[:, size:], 0, out=flat.update[size:])  # the plain sum elsewhere
+        flat.attach()
         self.optimizer.step()
         names = ["loss", *stats]
         values = torch.stack([torch.stack(losses).mean(), *stats.values()]).tolist()
@@ -178,11 +169,11 @@ class CorGrad(PluginAlgorithm):
 
 
 def corrected_update(
-    grads: torch.Tensor, layout: ChunkLayout, alpha: float
+    grads: torch.Tensor, layout: ChunkLayout, alpha: float, out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """CorGrad's update direction ``[P]`` from the domains' flat gradients ``grads [D, P]``:
-    steps 1 and 2, then the SUM over domains (step 3); and the logged statistics (in
-    ``grads``' dtype)."""
+    steps 1 and 2, then the SUM over domains (step 3), written to ``out`` if given; and the
+    logged statistics (in ``grads``' dtype)."""
     gram = layout.gram(grads)
     projected, conflict_fraction, projection_ratio = project_conflicting_chunks(
         gram, layout.rounding()
@@ -193,7 +184,7 @@ def corrected_update(
         "projection_ratio": projection_ratio,
         "outlier_fraction": outlier_fraction,
     }
-    update = layout.combine(grads, blended.sum(1))
+    update = layout.combine(grads, blended.sum(1), out)
     return update, {name: value.to(grads.dtype) for name, value in stats.items()}
 
 
@@ -214,7 +205,7 @@ def project_conflicting_chunks(
     on ``gram [C, D, D]`` (:meth:`ChunkLayout.gram`) and returns ``mixing [C, D, D]``: the
     corrected ``g_i^j = sum_q mixing[j, i, q] g_q^j``; inner products of corrected chunks are
     ``a^T gram b``. No gradient-sized tensor is touched: the gradients are read for the Gram
-    matrices (a product of rows per pair of domains) and once more where the result is applied
+    matrices (one batched product per block of rows) and once more where the result is applied
     (:meth:`ChunkLayout.combine`).
     The recurrence runs in float64 and follows exact arithmetic where floats leave residues of
     either sign that the released code takes for values. With ``s_d = sum_q |mixing[j, d, q]|
@@ -233,41 +224,42 @@ def project_conflicting_chunks(
     """
     chunks, domains, _ = gram.shape
     mixing = torch.eye(domains, dtype=gram.dtype, device=gram.device).repeat(chunks, 1, 1)
+    rows = mixing.unbind(1)  # rows[d] [C, D]: corrected g_d^j = sum_q rows[d][j, q] g_q^j
+    applied = list(gram.unbind(1))  # applied[d] [C, D]: rows[d] times gram, per chunk
     lengths = gram.diagonal(dim1=1, dim2=2).sqrt()  # [C, D]: ||g_d^j||
-    squares = gram.diagonal(dim1=1, dim2=2).T.clone()  # [D, C]: ||corrected g_d^j||^2
-    # [D, C]: sum_q |mixing[j, d, q]| ||g_q^j||, a bound on ||corrected g_d^j|| and the scale
+    squares = list(gram.diagonal(dim1=1, dim2=2).T.clone())  # per d, [C]: ||corrected g_d^j||^2
+    # per d, [C]: sum_q |rows[d][j, q]| ||g_q^j||, a bound on ||corrected g_d^j|| and the scale
     # of the rounding errors of its inner products.
-    scales = lengths.T.clone()
-    conflicts = gram.new_zeros(())
-    ratio_sum = gram.new_zeros(())
+    scales = list(lengths.T.clone())
+    zero = gram.new_zeros(())
+    conflicts, ratios = [], []
     tiny = torch.finfo(gram.dtype).tiny
     for i in range(domains):
         for p in range(domains):
             if p == i:
                 continue
-            dots = _inner(gram, mixing[:, i], mixing[:, p])
-            dots = torch.where(dots.abs() <= rounding * scales[i] * scales[p], 0.0, dots)
+            dots = (applied[i] * rows[p]).sum(1)  # [C]: <corrected g_i^j, corrected g_p^j>
+            dots = dots.masked_fill(dots.abs() <= rounding * scales[i] * scales[p], 0.0)
             conflict = dots < 0
             # A conflict implies both chunks are non-zero, so the clamps never change a used value.
-            coefficient = torch.where(conflict, dots / squares[p].clamp_min(tiny), 0.0)
-            ratio = -dots / (squares[p].sqrt() * squares[i].sqrt()).clamp_min(tiny)
-            ratio_sum += torch.where(conflict, ratio, 0.0).sum()
-            conflicts += conflict.sum()
-            mixing[:, i] -= coefficient[:, None] * mixing[:, p]
-            scales[i] = (mixing[:, i].abs() * lengths).sum(1)
-            squares[i] = _inner(gram, mixing[:, i], mixing[:, i])
-            residue = conflict & (squares[i] <= rounding * scales[i].square())
-            mixing[:, i] = torch.where(residue[:, None], 0.0, mixing[:, i])
-            squares[i] = torch.where(residue, 0.0, squares[i])
-            scales[i] = torch.where(residue, 0.0, scales[i])
-    pairs = domains * (domains - 1) * chunks
-    fraction = conflicts / pairs if pairs else conflicts
-    return mixing, fraction, ratio_sum / conflicts.clamp_min(1)
-
-
-def _inner(gram: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``<sum_d a[j, d] g_d^j, sum_e b[j, e] g_e^j>`` for every chunk ``j``: ``[C]``."""
-    return torch.einsum("cd,cde,ce->c", a, gram, b)
+            coefficient = torch.where(conflict, dots / squares[p].clamp_min(tiny), zero)
+            ratio = dots / (squares[p].sqrt() * squares[i].sqrt()).clamp_min(tiny)
+            ratios.append(torch.where(conflict, ratio, zero))
+            conflicts.append(conflict)
+            rows[i].addcmul_(rows[p], coefficient[:, None], value=-1)
+            applied[i] = torch.bmm(rows[i][:, None, :], gram)[:, 0]
+            scales[i] = (rows[i].abs() * lengths).sum(1)
+            squares[i] = (applied[i] * rows[i]).sum(1)
+            residue = (conflict & (squares[i] <= rounding * scales[i].square()))[:, None]
+            rows[i].masked_fill_(residue, 0.0)
+            applied[i].masked_fill_(residue, 0.0)
+            squares[i] = squares[i].masked_fill(residue[:, 0], 0.0)
+            scales[i] = scales[i].masked_fill(residue[:, 0], 0.0)
+    if not conflicts:
+        return mixing, zero.clone(), zero.clone()
+    count = torch.stack(conflicts).sum()
+    fraction = count / (domains * (domains - 1) * chunks) if chunks else count.to(gram.dtype)
+    return mixing, fraction, -torch.stack(ratios).sum() / count.clamp_min(1)
 
 
 def blend_outliers(

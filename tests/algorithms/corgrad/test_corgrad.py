@@ -400,3 +400,24 @@ def test_default_corrects_conv_batchnorm_and_linear_as_the_published_commands(ra
     corrected = corrected_parameters(corgrad.network, corgrad.hparams["corrected_params"])
     assert {id(p) for p in corrected} == {id(p) for p in authors}
     assert any(isinstance(m, nn.BatchNorm2d) for m in corgrad.network.modules())
+
+
+def test_adam_gets_gradients_in_the_memory_format_of_the_weights_in_bf16():
+    """bf16 puts the conv weights in channels_last: gradients of other strides would make a
+    GPU's Adam run its foreach kernels tensor by tensor."""
+    corgrad = build("CorGrad", precision="bf16")
+    corgrad.update(minibatches())
+    params = list(corgrad.network.parameters())
+    assert any(p.dim() == 4 and not p.is_contiguous() for p in params)  # channels_last
+    assert [p.grad.stride() for p in params] == [p.stride() for p in params]
+
+
+def test_gradients_set_to_none_between_steps_are_given_again():
+    corgrad = build("CorGrad", n_parts=4)
+    corgrad.update(minibatches())
+    corgrad.network.zero_grad(set_to_none=True)
+    before = [p.detach().clone() for p in corgrad.network.parameters()]
+    corgrad.update(minibatches())
+    params = list(corgrad.network.parameters())
+    assert all(p.grad is not None for p in params)
+    assert all(not torch.equal(p, b) for p, b in zip(params, before) if p.grad.any())
