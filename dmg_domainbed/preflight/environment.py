@@ -194,7 +194,16 @@ def torch_pair_problem(
         f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {pair} "
         f"--index-url {index}"
     )
-    return [*problems, f"install a matching pair from one index: {command}"]
+    fixes = [f"install a matching pair from one index: {command}"]
+    if torch.label:
+        # PyTorch's own index out of reach: the main index's builds of the pair (CUDA builds on
+        # Linux, which run on a CPU too, at a few GB more).
+        main = f"{shlex.quote(sys.executable)} -m pip install --force-reinstall {pair}"
+        fixes.append(
+            f"where {index} cannot be reached, the same pair from the main index (CUDA builds, "
+            f"which run on a CPU too): {main} --index-url https://pypi.org/simple"
+        )
+    return [*problems, *fixes]
 
 
 def _torchvision_for(torch: Build) -> str | None:

@@ -4,6 +4,7 @@
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from huggingface_hub import constants
@@ -213,7 +214,27 @@ def test_a_cpu_torch_with_a_cuda_torchvision_fails_with_the_pip_command_that_mat
         "torchvision==0.20.1 --index-url https://download.pytorch.org/whl/cpu"
     )
     assert f"install a matching pair from one index: {command}" in out
+    main_index = (
+        f"{sys.executable} -m pip install --force-reinstall torch==2.5.1 torchvision==0.20.1 "
+        "--index-url https://pypi.org/simple"
+    )
+    assert (
+        "where https://download.pytorch.org/whl/cpu cannot be reached, the same pair from the main "
+        f"index (CUDA builds, which run on a CPU too): {main_index}" in out
+    )
     assert "see: torch and torchvision" in out
+
+
+def test_the_readme_s_pair_from_the_main_index_is_one_doctor_calls_matching():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    torch, torchvision = re.search(
+        r"main index, e\.g\. `pip install\s+torch==(\S+) torchvision==(\S+)`", readme
+    ).groups()
+    builds = [
+        environment.Build("torch", torch, ""),
+        environment.Build("torchvision", torchvision, "", pinned_torch=torch),
+    ]
+    assert environment.torch_pair_problem(*builds) is None
 
 
 def test_torch_and_torchvision_of_different_releases_are_named(registered, capsys, tmp_path):
