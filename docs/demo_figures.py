@@ -390,6 +390,15 @@ def comparisons_text(results: dict) -> str:
     )
 
 
+#: What the table's cells are worth on another machine: one machine gives every job bit for bit
+#: again; another CPU's kernels move the cells (the same command on an Intel CPU, against the
+#: AMD one recorded: by up to 0.4 points).
+OTHER_CPUS = (
+    "Run again on one machine, every job gives the same numbers bit for bit; other CPUs give "
+    "cells a few tenths of a point apart (an Intel CPU: up to 0.4 points)."
+)
+
+
 def run_text(results: dict) -> str:
     """The README's demo: the stamp and the hparams, collect_results' table, the paired
     differences and the in-domain accuracies."""
@@ -399,7 +408,8 @@ def run_text(results: dict) -> str:
         f"{results['demo']['steps']} steps, "
         f"{SELECTION.removesuffix(' set')}:"
     )
-    return f"{_fill(header)}\n\n{table_text(results)}\n\n{_fill(comparisons_text(results))}"
+    after = f"{OTHER_CPUS} {comparisons_text(results)}"
+    return f"{_fill(header)}\n\n{table_text(results)}\n\n{_fill(after)}"
 
 
 def in_domain_table(results: dict, test_env: str) -> str:
