@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 
@@ -197,8 +198,11 @@ def smoke_command(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise UserError(f"--steps must be at least 1; got {args.steps}")
-    if args.timeout <= 0:
-        raise UserError(f"--timeout must be a positive number of seconds; got {args.timeout}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UserError(
+            f"--timeout must be a finite number of seconds > 0, the most one job may take; got "
+            f"{args.timeout:g}: give one, e.g. the default, --timeout 1800"
+        )
     if args.json is not None and not args.json.parent.is_dir():
         raise UserError(
             f"--json {args.json}: no folder {args.json.parent} to write it in; make it first or "

@@ -142,6 +142,14 @@ def test_missing_data_and_weights_are_named_alike_by_smoke_doctor_and_sweep(
             ["--algorithms", "DMG", "--datasets", "PACS", "--steps", "0"],
             "--steps must be at least 1",
         ),
+        *(
+            (
+                ["--algorithms", "DMG", "--datasets", "PACS", "--timeout", given],
+                f"--timeout must be a finite number of seconds > 0, the most one job may take; "
+                f"got {given}",
+            )
+            for given in ("nan", "inf", "0", "-5")
+        ),
     ],
 )
 def test_bad_requests_stop_before_any_work(args, message, capsys, tmp_path):
