@@ -792,6 +792,21 @@ def markdown(results: dict | None, table: str) -> str:
     return TABLES[table](results)
 
 
+def unwritable(output: Path) -> str | None:
+    """Why the results could not be written into ``output`` (made here if missing), found by
+    writing a file there before any part runs; None when they can."""
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=output):
+            pass
+    except OSError as error:
+        return (
+            f"cannot write into --output_dir {output} ({error.strerror or error}): choose a "
+            "folder this user can write to; nothing was run"
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", required=True, help=f"gets {RESULTS_FILE}, {LOGS_FILE}")
@@ -808,12 +823,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--commit", help="the commit measured (default: this checkout's, from git)")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        parser.error(
+            f"--budget_s must be a finite number of seconds > 0; got {args.budget_s:g}: give "
+            f"one, e.g. the default, --budget_s {BUDGET_S}"
+        )
     found = [name for name in (RESULTS_FILE, LOGS_FILE) if (Path(args.output_dir) / name).exists()]
     if found:
         parser.error(
             f"{args.output_dir} already holds {', '.join(found)}: choose an empty output folder "
             "(nothing there is overwritten)"
         )
+    if problem := unwritable(Path(args.output_dir)):
+        parser.error(problem)
     results = run(args)
     print(f"\nwrote {Path(args.output_dir) / RESULTS_FILE} and {LOGS_FILE}\n")
     for table in TABLES:

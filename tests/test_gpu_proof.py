@@ -126,6 +126,33 @@ def measures(settings):
     return {"value": 1.5, "none": float("nan")}
 
 
+@pytest.mark.parametrize("budget", ["nan", "inf", "0", "-60"])
+def test_a_budget_that_is_not_a_finite_positive_time_is_refused(proof, budget, tmp_path, capsys):
+    ran = []
+    proof.run = ran.append
+    with pytest.raises(SystemExit) as refused:
+        proof.main(["--output_dir", str(tmp_path / "out"), "--tiny", "--budget_s", budget])
+    assert refused.value.code == 2 and ran == [] and not (tmp_path / "out").exists()
+    message = capsys.readouterr().err
+    assert f"--budget_s must be a finite number of seconds > 0; got {budget}" in message
+
+
+def test_an_output_folder_it_cannot_write_to_is_refused_before_any_part_runs(
+    proof, tmp_path, capsys
+):
+    from tests.helpers import read_only
+
+    ran = []
+    proof.run = ran.append
+    for output in (tmp_path / "read_only", tmp_path / "read_only" / "new"):
+        with read_only(tmp_path / "read_only"), pytest.raises(SystemExit) as refused:
+            proof.main(["--output_dir", str(output), "--tiny"])
+        assert refused.value.code == 2 and ran == []
+        message = capsys.readouterr().err
+        assert f"cannot write into --output_dir {output} (" in message
+        assert "nothing was run" in message
+
+
 def test_a_part_that_fails_or_runs_out_of_time_does_not_stop_the_next(proof, tmp_path):
     settings = proof.Settings(False, tmp_path, tmp_path / "logs")
     settings.logs.mkdir()
