@@ -37,7 +37,7 @@ from dmg_domainbed import integration, synthetic
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting.jobs import precision as precision_of
-from dmg_domainbed.reporting.jobs import reported_algorithm
+from dmg_domainbed.reporting.jobs import reported_names
 
 from .datasets.conftest import write_domains
 from .helpers import (
@@ -223,7 +223,7 @@ def test_trains_evaluates_and_draws(trained, tmp_path, algorithm, kind, precisio
     assert "WARNING" not in printed
     table = pd.read_csv(tmp_path / "e" / "in_domain.csv", dtype={"domain": str})
     known = declarations_of(algorithms.get_algorithm_class(algorithm)).KNOWN_DOMAIN_PREDICTIONS
-    name = reported_algorithm(logged[-1])  # a bf16 run's rows are its own: 'DMG (bf16)'
+    name = reported_names({run: logged[-1]})[run]  # a bf16 run's rows are its own: 'DMG (bf16)'
     predictions = [f"{name} (predict)", *(f"{name}-{k}" for k in known.values())]
     assert list(table["prediction"].unique()) == predictions
     sources = [name for env, name in enumerate(environments) if env != TEST_ENV]

@@ -165,7 +165,7 @@ def report_command(args: argparse.Namespace) -> int:
     print(written.summary())
     _print_files(written.files)
     if log_dir is not None:
-        names = tensorboard.export(sweep, written.ranked, log_dir)
+        names = tensorboard.export(written.jobs, written.ranked, log_dir)
         print(f"TensorBoard: {len(names)} runs in {log_dir}; view them with:")
         print(f"  tensorboard --logdir {shlex.quote(str(log_dir))}")
     return 0

@@ -16,8 +16,9 @@ train.py's own, so its rows are ``collect_results``'.
 from __future__ import annotations
 
 import json
+import os
 from collections import namedtuple
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +28,7 @@ from dmg_domainbed import runs as run_files
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import tables
-from dmg_domainbed.reporting.jobs import precisions_note, reported_algorithm
+from dmg_domainbed.reporting.jobs import names_notes, reported_names
 from dmg_domainbed.reporting.outputs import placed, staged
 from dmg_domainbed.reporting.tables import sections_markdown, table_files, write_table
 from dmg_domainbed.runs import Run, warnings
@@ -40,15 +41,20 @@ SELECTED = "test-domain accuracy (%) at the checkpoint and hparams selected by e
 SELECTED += " source validation accuracy"
 
 
-def reported(run: Run) -> str:
-    """The name ``run``'s rows go under (:func:`.jobs.reported_algorithm`: with its precision
-    unless fp32)."""
-    return reported_algorithm(run.records[-1])
+def run_names(runs: Iterable[Run]) -> dict[Path, str]:
+    """Run folder -> the name its rows go under (:func:`.jobs.reported_names`: with its
+    precision unless fp32, and the fixed hparams in which runs of its algorithm differ)."""
+    return reported_names(last_records(runs))
 
 
-def predictors(run: Run, algorithm) -> dict[str, Callable]:
-    """Row label -> function ``(x, d)`` giving logits, ``predict`` first."""
-    name = reported(run)
+def last_records(runs: Iterable[Run]) -> dict[Path, dict]:
+    """Run folder -> the run's last record, which names it."""
+    return {run.path: run.records[-1] for run in runs}
+
+
+def predictors(name: str, algorithm) -> dict[str, Callable]:
+    """Row label -> function ``(x, d)`` giving logits, ``predict`` first; ``name``: the run's
+    (:func:`run_names`)."""
     rows: dict[str, Callable] = {f"{name} ({PREDICT})": lambda x, d: algorithm.predict(x)}
     known = getattr(algorithm, "predict_known_domain", None)
     for mode, label in declarations_of(type(algorithm)).KNOWN_DOMAIN_PREDICTIONS.items():
@@ -68,13 +74,15 @@ def evaluate_run(
     device: str | None = None,
     step: int | None = None,
     dataset=None,
+    name: str | None = None,
 ) -> pd.DataFrame:
     """Accuracy (%) of every prediction of ``run`` on each source domain's held-out split, the
     % of examples whose class differs from ``predict``'s (``changed``), and train.py's logged
     ``env<i>_out_acc`` (``predict`` only, where it did not classify them augmented). ``step``:
     the model saved at that checkpoint and its record, instead of ``model.pkl`` and the last.
     ``dataset``: the run's dataset as ``run_files.load_dataset(run, data_dir, augment=False)``
-    builds it, when already built (one per run for all its checkpoints)."""
+    builds it, when already built (one per run for all its checkpoints). ``name``: the run's
+    rows' (:func:`run_names` of the runs shown beside it; default: of the run alone)."""
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
@@ -90,7 +98,8 @@ def evaluate_run(
     splits = run_files.rebuild_splits(dataset, run.args)
     rows = []
     record = run.records[-1] if step is None else next(r for r in run.records if r["step"] == step)
-    ways = predictors(run, algorithm)
+    name = name or run_names([run])[run.path]
+    ways = predictors(name, algorithm)
     for d, env in enumerate(run.source_envs()):
         held_out = Subset(dataset[env], splits[env].out_keys)
         loader = FastDataLoader(dataset=held_out, batch_size=64, num_workers=dataset.N_WORKERS)
@@ -100,12 +109,12 @@ def evaluate_run(
             batches.append((y, [_classes(predict(x, d)).cpu() for predict in ways.values()]))
         y = torch.cat([labels for labels, _ in batches])
         predicted = [torch.cat(classes) for classes in zip(*(c for _, c in batches))]
-        for i, name in enumerate(ways):  # the first is predict: what train.py logged
+        for i, prediction in enumerate(ways):  # the first is predict: what train.py logged
             logged = record.get(f"env{env}_out_acc") if i == 0 else None
             logged = 100 * logged if logged is not None and comparable else None
             accuracy = 100 * predicted[i].eq(y).sum().item() / len(y)
             changed = 100 * predicted[i].ne(predicted[0]).sum().item() / len(y)
-            rows.append([str(run.path), reported(run), name, env, environments[env], len(y)])
+            rows.append([str(run.path), name, prediction, env, environments[env], len(y)])
             rows[-1] += [accuracy, changed, logged]
     columns = ["run", "algorithm", "prediction", "env", "domain", "n_examples", "accuracy"]
     return pd.DataFrame(rows, columns=[*columns, "changed", "logged"])
@@ -113,9 +122,10 @@ def evaluate_run(
 
 def check_comparable(runs: list[Run]) -> None:
     """Runs side by side in one table must share train.py's splits and source domains, and be
-    one run per algorithm and precision (a table's rows are named by :func:`reported`)."""
+    one run per name (a table's rows are named by :func:`run_names`: algorithm, precision and
+    the fixed hparams in which they differ)."""
     keys = ("dataset", "test_envs", "trial_seed", "holdout_fraction")
-    first, seen = runs[0], {}
+    first, seen, names = runs[0], {}, run_names(runs)
     for run in runs:
         differ = [k for k in keys if run.args.get(k) != first.args.get(k)]
         if differ:
@@ -125,13 +135,13 @@ def check_comparable(runs: list[Run]) -> None:
                 "fraction (then they were evaluated on the same examples). Evaluate them "
                 "separately."
             )
-        other = seen.setdefault(reported(run), run)
+        other = seen.setdefault(names[run.path], run)
         if other is not run:
             same = Path(other.path).resolve() == Path(run.path).resolve()
             raise UserError(
                 f"run '{run.path}' is given twice; give each run once."
                 if same
-                else f"runs '{other.path}' and '{run.path}' are both runs of {reported(run)} "
+                else f"runs '{other.path}' and '{run.path}' are both runs of {names[run.path]} "
                 f"on test envs {run.test_envs}; one table holds one run per algorithm. "
                 "Evaluate them in separate calls (each with its own --output_dir)."
             )
@@ -146,21 +156,23 @@ def table3(frame: pd.DataFrame) -> pd.DataFrame:
     return wide.round(1)
 
 
-def table3_title(runs: Sequence[Run]) -> str:
+def table3_title(runs: Sequence[Run], home: Path) -> str:
     """Markdown heading of a Table 3 of ``runs`` (sharing their test domains), naming the
-    trial, hparams and checkpoint step of each run it shows."""
-    names = runs[0].environments()
-    held_out = ", ".join(names[e] for e in runs[0].test_envs)
+    trial, hparams and checkpoint step of each run it shows, and its folder relative to
+    ``home``, the folder the Markdown file is written into."""
+    environments, names = runs[0].environments(), run_names(runs)
+    held_out = ", ".join(environments[e] for e in runs[0].test_envs)
     shown = "\n".join(
-        f"- {reported(run)}: trial seed {run.args.get('trial_seed')}, hparams seed "
-        f"{run.args.get('hparams_seed')}, step {run.records[-1].get('step')} ({run.path}); "
+        f"- {names[run.path]}: trial seed {run.args.get('trial_seed')}, hparams seed "
+        f"{run.args.get('hparams_seed')}, step {run.records[-1].get('step')} (folder "
+        f"{os.path.relpath(Path(run.path).absolute(), home.absolute())}); "
         f"hparams {json.dumps(run.hparams, sort_keys=True)}"
         for run in runs
     )
     return (
         f"## In-domain accuracy (%) on {runs[0].dataset}, test domain {held_out} held out\n\n"
         "Source domains' held-out splits (train.py's env<i>_out), paper Table 3 layout, of "
-        f"the runs:\n\n{shown}"
+        f"the runs (their folders relative to this file's):\n\n{shown}"
     )
 
 
@@ -197,15 +209,22 @@ def write_in_domain(
     """One Table 3 per group of comparable runs: ``in_domain.csv`` (every row) and ``.md``."""
     for group in groups:
         check_comparable(list(group))
-    frames = [evaluate_run(run, data_dir) for group in groups for run in group]
+    frames = [
+        evaluate_run(run, data_dir, name=run_names(group)[run.path])
+        for group in groups
+        for run in group
+    ]
     frame = pd.concat(frames, ignore_index=True)
     in_group = [frame["run"].isin([str(run.path) for run in group]) for group in groups]
-    sections = [(table3_title(g), table3(frame[r])) for g, r in zip(groups, in_group, strict=True)]
+    sections = [
+        (table3_title(group, output_dir), table3(frame[rows]))
+        for group, rows in zip(groups, in_group, strict=True)
+    ]
     with staged(output_dir) as stage:
         files = write_table(frame, sections_markdown(sections, "Prediction"), stage, IN_DOMAIN)
     files = placed(files, output_dir)
     notes = warnings(run for group in groups for run in group)
-    notes += filter(None, [precisions_note(run.records[-1] for group in groups for run in group)])
+    notes += names_notes(last_records(run for group in groups for run in group))
     if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
         notes.append(
             "The held-out images are classified without augmentation. train.py classified "
@@ -222,9 +241,9 @@ def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
     (``predict``: train.py's records; another: the steps whose model was saved)."""
     from domainbed.lib.query import Q
 
-    records = []
+    records, names = [], run_names(runs)
     for run in runs:
-        records += [_renamed(r, f"{reported(run)} ({PREDICT})", {}) for r in run.records]
+        records += [_renamed(r, f"{names[run.path]} ({PREDICT})", {}) for r in run.records]
         evaluated = evaluations[evaluations["run"] == str(run.path)]
         for (prediction, step), rows in evaluated.groupby(["prediction", "step"], sort=False):
             if prediction.endswith(f"({PREDICT})"):
@@ -277,12 +296,15 @@ def write_selection(
             "true)."
         )
     # Every prediction's accuracy (%) on the source validation splits, per checkpoint model.
-    frames = []
+    frames, names = [], run_names(runs)
     for run in with_known_domain:
         steps = list(run_files.checkpoint_models(run))
         if steps:  # its dataset built and checked once for all its checkpoints
             dataset = run_files.load_dataset(run, data_dir, augment=False)
-            evaluated = [evaluate_run(run, data_dir, step=s, dataset=dataset) for s in steps]
+            evaluated = [
+                evaluate_run(run, data_dir, step=s, dataset=dataset, name=names[run.path])
+                for s in steps
+            ]
             frames += [frame.assign(step=s) for frame, s in zip(evaluated, steps, strict=True)]
     no_frames = pd.DataFrame(columns=["run", "prediction", "step"])
     evaluations = pd.concat(frames, ignore_index=True) if frames else no_frames
@@ -303,7 +325,7 @@ def write_selection(
         for run in without
     ]
     notes += warnings(runs)
-    notes += filter(None, [precisions_note(run.records[-1] for run in runs)])
+    notes += names_notes(last_records(runs))
     if len(evaluations):
         found = logged_notes(evaluations, "at each checkpoint") or [
             "None could be compared with train.py's log (it evaluated augmented images)."

@@ -6,15 +6,18 @@ holding one of these files, or still empty) is done when it has ``done``; runnin
 sweep's folder lock is held by a live command or a registered launcher's ``running_jobs`` says
 its job is queued or runs; failed otherwise; and diverged, whatever its state, when a loss it
 logged is not finite. Records are read in ``os.listdir`` order, as ``collect_results`` reads
-them, checked, and a run not in fp32 is named ``<algorithm> (<precision>)``: the one rule by
-which every report (``report``, ``select``, ``evaluate``) tells runs of two precisions apart.
+them, checked, and each run named by :func:`reported_names` (``ERM (bf16)``, ``DMG (lr=0.05)``):
+the one rule by which every report (``report``, ``select``, ``evaluate``) keeps apart runs of two
+precisions or of two sets of fixed hparams (train.py's ``--hparams``), which DomainBed's grouping
+would pool.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,8 @@ class Job:
     """One job folder of a sweep, its records and its state."""
 
     folder: Path
-    records: tuple[dict[str, Any], ...]
+    records: tuple[dict[str, Any], ...]  # as the reports read them (:func:`renamed`)
+    algorithm: str = ""  # the algorithm it trained (its records name it as reported)
     state: str = FAILED
     diverged: str | None = None  # the first non-finite loss, e.g. 'loss nan at step 300'
 
@@ -58,8 +62,9 @@ class Job:
 
 
 def read_jobs(sweep_dir: str | Path) -> list[Job]:
-    """Every job folder of the sweep with its records (checked), in ``os.listdir`` order."""
-    jobs = []
+    """Every job folder of the sweep with its records (checked, then named as the reports name
+    them: :func:`renamed`), in ``os.listdir`` order."""
+    found: list[tuple[Path, list[dict[str, Any]]]] = []
     for name in os.listdir(sweep_dir):
         folder = Path(sweep_dir) / name
         results = folder / RESULTS_FILE
@@ -67,11 +72,19 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
             records = runs.read_records(results)
             runs.check_fields(records, results, runs.SWEEP)
             runs.check_environments(records, results)
-            jobs.append(Job(folder, tuple(map(as_reported, records))))
+            found.append((folder, records))
         elif not name.startswith(".") and folder.is_dir():
             if any((folder / file).exists() for file in JOB_FILES) or not any(folder.iterdir()):
-                jobs.append(Job(folder, ()))
-    return jobs
+                found.append((folder, []))
+    names = reported_names({folder: records[-1] for folder, records in found if records})
+    return [
+        Job(
+            folder,
+            tuple(renamed(record, names[folder], folder) for record in records),
+            algorithm=records[-1]["args"]["algorithm"] if records else "",
+        )
+        for folder, records in found
+    ]
 
 
 def precision(record: dict[str, Any]) -> str:
@@ -79,41 +92,97 @@ def precision(record: dict[str, Any]) -> str:
     return record["hparams"].get(precisions.HPARAM, precisions.FP32)
 
 
-def reported_algorithm(record: dict[str, Any]) -> str:
-    """The name a run's numbers are reported under: its algorithm, as ``<algorithm>
-    (<precision>)`` unless in fp32 (``ERM (bf16)``). Every table of runs (``report``,
-    ``select``, ``evaluate``) names its rows by it, and ``report`` its pictures and TensorBoard
-    runs, so that DomainBed's grouping never pools runs of two precisions."""
-    algorithm, trained_in = record["args"]["algorithm"], precision(record)
-    return algorithm if trained_in == precisions.FP32 else f"{algorithm} ({trained_in})"
+def fixed_hparams(record: Mapping[str, Any], where: Path) -> dict[str, str]:
+    """The hparams a run was given on train.py's command line (``--hparams``, recorded as
+    ``args.hparams``), each value as JSON text, less ``precision`` (named by :func:`precision`).
+    Hparams the random search drew (``hparams_seed``) are not among them."""
+    given = record["args"].get("hparams")
+    try:
+        found = json.loads(given) if given else {}
+    except (TypeError, ValueError):
+        found = None
+    if not isinstance(found, dict):
+        raise UserError(
+            f"'{where}' records --hparams {given!r}, which is not a JSON object as train.py "
+            "reads it (e.g. '{\"lr\": 0.001}'): it was not written by domainbed.scripts.train. "
+            "Move that folder out of the sweep folder, or rerun the run."
+        )
+    return {
+        name: json.dumps(value, sort_keys=True)
+        for name, value in found.items()
+        if name != precisions.HPARAM
+    }
 
 
-def as_reported(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with its algorithm named by :func:`reported_algorithm`."""
-    if precision(record) == precisions.FP32:
-        return record
-    return {**record, "args": {**record["args"], "algorithm": reported_algorithm(record)}}
+def differing_hparams(last: Mapping[Path, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Algorithm -> the fixed hparams (:func:`fixed_hparams`) in which runs of it on one dataset
+    differ (one given a value the other was not given counts), for the algorithms that have
+    any; ``last`` is each run folder's last record."""
+    fixed: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for folder, record in last.items():
+        args = record["args"]
+        fixed.setdefault((args["algorithm"], args["dataset"]), []).append(
+            fixed_hparams(record, folder)
+        )
+    differing: dict[str, set[str]] = {}
+    for (algorithm, _), given in fixed.items():
+        names = {name for hparams in given for name in hparams}
+        found = {name for name in names if len({hparams.get(name) for hparams in given}) > 1}
+        differing.setdefault(algorithm, set()).update(found)
+    return {algorithm: sorted(names) for algorithm, names in differing.items() if names}
 
 
-def trained_algorithm(record: dict[str, Any]) -> str:
-    """The algorithm a run of :func:`read_jobs` trained: its reported name without the
-    precision that :func:`as_reported` added (``ERM`` of ``ERM (bf16)``)."""
-    algorithm, trained_in = record["args"]["algorithm"], precision(record)
-    return (
-        algorithm if trained_in == precisions.FP32 else algorithm.removesuffix(f" ({trained_in})")
-    )
+def reported_names(last: Mapping[Path, Mapping[str, Any]]) -> dict[Path, str]:
+    """Run folder -> the name its numbers are reported under, from each run folder's last
+    record (``last``): its algorithm, followed in brackets by its precision unless fp32 and by
+    the fixed hparams it was given among those in which runs of its algorithm differ
+    (:func:`differing_hparams`), e.g. ``ERM (bf16)``, ``DMG (lr=0.05)``, ``DMG (bf16, lr=0.05)``.
+    Every table of runs (``report``, ``select``, ``evaluate``) names its rows by it, and
+    ``report`` its pictures and TensorBoard runs, so that DomainBed's grouping never pools runs
+    of two precisions or of two sets of fixed hparams. A run given none of those hparams keeps
+    its algorithm's plain name."""
+    differing = differing_hparams(last)
+    names = {}
+    for folder, record in last.items():
+        algorithm, trained_in = record["args"]["algorithm"], precision(record)
+        fixed = fixed_hparams(record, folder)
+        parts = [] if trained_in == precisions.FP32 else [trained_in]
+        parts += [f"{n}={fixed[n]}" for n in differing.get(algorithm, []) if n in fixed]
+        names[folder] = f"{algorithm} ({', '.join(parts)})" if parts else algorithm
+    return names
 
 
-def precisions_note(records: Iterable[dict[str, Any]]) -> str:
-    """What the names of runs not in fp32 mean, when ``records`` (one per run) hold any."""
-    found = sorted({precision(record) for record in records})
-    if found in ([], [precisions.FP32]):
-        return ""
-    return (
-        f"Precision: the runs are in {' and '.join(found)}. Runs of different precisions are "
-        "never pooled: a run not in fp32 is reported as '<algorithm> (<precision>)', e.g. "
-        "'ERM (bf16)', in its own row."
-    )
+def renamed(record: dict[str, Any], name: str, folder: Path) -> dict[str, Any]:
+    """``record`` as the reports read it: its algorithm ``name`` (:func:`reported_names`) and
+    its ``output_dir`` the folder it was read from (absolute), where the run may have moved
+    since it trained."""
+    where = str(folder.absolute())
+    return {**record, "args": {**record["args"], "algorithm": name, "output_dir": where}}
+
+
+def names_notes(last: Mapping[Path, Mapping[str, Any]]) -> list[str]:
+    """What the names of the runs (``last``: each run folder's last record) mean, when any is
+    not its algorithm's plain name: the precisions, the fixed hparams in which runs differ."""
+    notes = []
+    found = sorted({precision(record) for record in last.values()})
+    if found not in ([], [precisions.FP32]):
+        notes.append(
+            f"Precision: the runs are in {' and '.join(found)}. Runs of different precisions "
+            "are never pooled: a run not in fp32 is reported as '<algorithm> (<precision>)', "
+            "e.g. 'ERM (bf16)', in its own row."
+        )
+    differing = differing_hparams(last)
+    if differing:
+        named = "; ".join(f"{a}: {', '.join(names)}" for a, names in differing.items())
+        example = next(n for n in reported_names(last).values() if "=" in n)
+        notes.append(
+            f"Fixed hparams: runs of one algorithm were given different --hparams ({named}). "
+            "Runs that differ in them are never pooled: each is reported in its own row, named "
+            f"by the values it was given, e.g. '{example}' (a run not given one keeps the plain "
+            "name). Hparams drawn by the random search (hparams_seed) are pooled as "
+            "collect_results pools them."
+        )
+    return notes
 
 
 @dataclass(frozen=True)
@@ -168,8 +237,23 @@ class SweepJobs:
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
-    def precisions_note(self) -> str:
-        return precisions_note(record for job in self.jobs for record in job.records[-1:])
+    def names_notes(self) -> list[str]:
+        """:func:`names_notes` of the runs (their records as trained, not as renamed)."""
+        return names_notes(
+            {
+                job.folder: {
+                    **job.records[-1],
+                    "args": {**job.records[-1]["args"], "algorithm": job.algorithm},
+                }
+                for job in self.jobs
+                if job.records
+            }
+        )
+
+    def trained_algorithms(self) -> dict[str, str]:
+        """The name each run is reported under -> the algorithm it trained."""
+        reported = [job for job in self.jobs if job.records]
+        return {job.records[-1]["args"]["algorithm"]: job.algorithm for job in reported}
 
 
 def _named(jobs: list[Job], describe=Job.name) -> str:

@@ -16,7 +16,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import path_part
 from dmg_domainbed.reporting import comparisons as paired
 from dmg_domainbed.reporting import ranks, tables
-from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs, trained_algorithm
+from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
 from dmg_domainbed.reporting.outputs import check_output_dir, placed, staged
 from dmg_domainbed.reporting.tables import AVERAGE, table_files, write_table
 from dmg_domainbed.runs import require_sweep
@@ -82,11 +82,14 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
     ]
 
 
-def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> dict[str, Figure]:
+def pictures_of(
+    results: pd.DataFrame, records, comparisons: pd.DataFrame, trained: dict[str, str]
+) -> dict[str, Figure]:
     """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
     ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm as the tables name it
-    (:func:`.jobs.reported_algorithm`) whose registered class draws its diagnostics; names from
-    the records escaped (:func:`~dmg_domainbed.folders.path_part`)."""
+    (:func:`.jobs.reported_names`; ``trained``: the algorithm each name trained) whose
+    registered class draws its diagnostics; names from the records escaped
+    (:func:`~dmg_domainbed.folders.path_part`)."""
     from domainbed import algorithms, datasets
 
     drawn = {}
@@ -99,7 +102,6 @@ def pictures_of(results: pd.DataFrame, records, comparisons: pd.DataFrame) -> di
         drawn[f"accuracy_{path_part(dataset)}.png"] = accuracy_figure(of_dataset, dataset, pairs)
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         # Each algorithm as the tables name it, drawn by the class it trained.
-        trained = {r["args"]["algorithm"]: trained_algorithm(r) for r in own}
         for algorithm in tables.ordered_algorithms(own):
             if trained[algorithm] not in algorithms.ALGORITHMS:
                 continue
@@ -245,7 +247,7 @@ def write_report(
     reference = _reference(reference, names, sweep)
     results = tables.flag_results(tables.results_frame(records), jobs)
     averages = tables.flag_averages(tables.averages_frame(records), results)
-    notes = [jobs.summary(), jobs.precisions_note(), tables.flags_summary(results, jobs)]
+    notes = [jobs.summary(), *jobs.names_notes(), tables.flags_summary(results, jobs)]
     status = "\n".join(filter(None, notes))
     diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
     ranked = tables.ranked_runs(records, diverged)
@@ -255,7 +257,7 @@ def write_report(
         comparisons = paired.flag_comparisons(comparisons, chosen)
     found = ranks.rankings(chosen, names)
     diagram = ranks.ranks_figure(found)
-    figures = pictures_of(results, records, comparisons)
+    figures = pictures_of(results, records, comparisons, jobs.trained_algorithms())
 
     with staged(output) as stage:
         files = [stage / name for name in RESULTS]

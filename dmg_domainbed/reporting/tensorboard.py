@@ -2,7 +2,7 @@
 accuracy each selection method takes from it (TensorBoard's HParams dashboard).
 
 Each run folder is one TensorBoard run, ``<algorithm>/<dataset>/test_env<e>/hparams<h>_trial<t>_
-<folder>`` (the algorithm as the tables name it, :func:`.jobs.reported_algorithm`; each part
+<folder>`` (the algorithm as the tables name it, :func:`.jobs.reported_names`; each part
 escaped: a record never names a folder outside the log folder), with every
 number train.py logged at its step; its hparams (and algorithm, dataset, test_envs, seeds) go
 through the HParams plugin. Metrics per selection method: ``selected_test_acc/<method>`` (the
@@ -21,8 +21,7 @@ import pandas as pd
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable, check_outside, path_part
-from dmg_domainbed.reporting.jobs import as_reported
-from dmg_domainbed.runs import RESULTS_FILE, read_records, run_folders
+from dmg_domainbed.reporting.jobs import SweepJobs
 
 OPTION = "--tensorboard"
 METHOD_TAGS = {
@@ -61,18 +60,15 @@ def run_name(args: dict, folder: Path) -> str:
     return "/".join(map(path_part, parts))
 
 
-def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
-    """Write the sweep's runs (``ranked``: :func:`.tables.ranked_runs`) into ``log_dir``;
-    the TensorBoard run names."""
+def export(jobs: SweepJobs, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
+    """Write the sweep's runs (``jobs``, each with a record; ``ranked``:
+    :func:`.tables.ranked_runs`) into ``log_dir``; the TensorBoard run names."""
     from tensorboard.plugins.hparams import summary_v2 as hp
     from torch.utils.tensorboard import SummaryWriter
 
     by_run = {Path(run): rows for run, rows in ranked.groupby("run", sort=False)}
-    runs = [
-        (f, [as_reported(r) for r in read_records(f / RESULTS_FILE) if "args" in r])
-        for f in run_folders(sweep)
-    ]
-    runs = [(folder, records) for folder, records in runs if records]
+    ordered = sorted(jobs.jobs, key=lambda job: job.folder)
+    runs = [(job.folder, job.records) for job in ordered if job.records]
     values = {folder: _hparam_values(records[-1]) for folder, records in runs}
     log_dir.mkdir(parents=True, exist_ok=True)
     with SummaryWriter(log_dir=str(log_dir)) as writer:
@@ -90,8 +86,7 @@ def export(sweep: Path, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
                 for key, value in record.items():
                     if key != "step" and type(value) in (int, float):  # JSON numbers, not bools
                         writer.add_scalar(key, value, record["step"])
-            output_dir = Path(records[-1]["args"]["output_dir"])
-            for _, row in by_run.get(output_dir, pd.DataFrame()).iterrows():
+            for _, row in by_run.get(folder.absolute(), pd.DataFrame()).iterrows():
                 tag = METHOD_TAGS[row["selection_method"]]
                 writer.add_scalar(f"selected_test_acc/{tag}", row["accuracy"] / 100, row["step"])
                 writer.add_scalar(f"selected/{tag}", float(row["rank"] == 0), records[-1]["step"])

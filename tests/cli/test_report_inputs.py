@@ -92,7 +92,11 @@ def test_evaluate_and_masks_write_beside_the_run_and_say_where(copied_run):
     assert code == 0 and f"Wrote into {run / 'dmg_evaluate'}: in_domain.csv" in printed
     table = (run / "dmg_evaluate" / "in_domain.md").read_text()
     last = json.loads((run / "results.jsonl").read_text().splitlines()[-1])
-    assert f"- DMG: trial seed 0, hparams seed 0, step {last['step']} ({run}); hparams " in table
+    # the run's folder relative to the table's: no absolute path in the file
+    assert (
+        f"- DMG: trial seed 0, hparams seed 0, step {last['step']} (folder ..); hparams " in table
+    )
+    assert str(run) not in table
     assert json.dumps(last["hparams"], sort_keys=True) in table
     code, printed, _ = cli("masks", "--run_dir", str(run))
     assert code == 0 and f"Wrote into {run / 'dmg_masks'}: " in printed
@@ -336,3 +340,45 @@ def test_no_record_field_becomes_a_path_outside_the_output_folders(demo_sweep, t
     )
     assert len(runs) == 4 and runs[0].startswith("%2E.%2F..%2F..%2Fx/RotatedDigits/test_env0/")
     assert crafted in pd.read_csv(output / "results.csv")["algorithm"].tolist()  # shown as it is
+
+
+def test_runs_given_other_fixed_hparams_are_never_pooled(demo_sweep, tmp_path):
+    """A sweep file changed (DMG's lr fixed at 0.05) and run again into the same folder: the
+    same algorithm, seeds and test domains, other --hparams, 5 points worse everywhere."""
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep", ("DMG",))
+    for env in range(4):
+        copy = sweep / f"DMG_lr_{env}"
+        shutil.copytree(sweep / f"DMG_{env}", copy)
+
+        def given_lr(record, copy=copy):
+            accuracies = {k: v - 0.05 for k, v in record.items() if k.endswith("_acc")}
+            args = {**record["args"], "hparams": '{"lr": 0.05}', "output_dir": str(copy)}
+            return {**record, **accuracies, "args": args}
+
+        rewrite_records(copy, given_lr)
+    code, printed, _ = cli("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "r"))
+    assert code == 0
+    results = pd.read_csv(tmp_path / "r" / "results.csv")
+    cells = results[(results["test_env"] != "Avg") & results["accuracy"].notna()]
+    assert set(cells["algorithm"]) == {"DMG", "DMG (lr=0.05)"}
+    assert (cells["n_trials"] == 1).all()  # one run per cell: nothing pooled
+    plain, given = (cells[cells["algorithm"] == name] for name in ("DMG", "DMG (lr=0.05)"))
+    assert given["accuracy"].to_numpy() == pytest.approx(plain["accuracy"].to_numpy() - 5)
+    assert "runs of one algorithm were given different --hparams (DMG: lr)" in printed
+    # evaluate puts the two side by side, named as report names them
+    code, printed, message = cli(
+        *("evaluate", "--run_dir", str(sweep / "DMG_0"), str(sweep / "DMG_lr_0")),
+        *("--output_dir", str(tmp_path / "e")),
+    )
+    assert code == 0, message
+    table = pd.read_csv(tmp_path / "e" / "in_domain.csv")
+    assert set(table["algorithm"]) == {"DMG", "DMG (lr=0.05)"}
+    assert "DMG (lr=0.05) (predict)" in set(table["prediction"])
+
+
+def test_selected_hparams_name_each_run_where_it_is_now(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "moved", ("ERM",))  # records name the demo's
+    code, _, _ = cli("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "r"))
+    assert code == 0
+    selected = pd.read_csv(tmp_path / "r" / "selected_hparams.csv")
+    assert set(selected["run"]) == {str(sweep / f"ERM_{env}") for env in range(4)}
