@@ -10,7 +10,8 @@ A generated section lies between two comments that name what it holds::
     <!-- end of generated: hparams DMG -->
 
 Kinds: ``hparams ALGORITHM`` (its declared hparams: defaults, per-dataset defaults, the range
-DomainBed's random search draws, what is allowed), ``cli COMMAND`` (the subcommand's ``--help``;
+DomainBed's random search draws, what is allowed), ``every-algorithm-hparams`` (the same for
+the hparams the package gives every algorithm), ``cli COMMAND`` (the subcommand's ``--help``;
 a nested one by its words, e.g. ``cli data check``),
 ``launcher NAME`` (a launcher's settings), ``sweep-keys`` (what a sweep file's ``[sweep]`` holds),
 ``gpu TABLE [FILE]`` (a table of the GPU run recorded in ``docs/gpu_proof.json``, or in FILE, a
@@ -47,8 +48,22 @@ def hparams_table(algorithm: str) -> str:
     """Every hparam ``algorithm`` declares: default, per-dataset defaults, what DomainBed's
     random search draws (seen over SEARCH_DRAWS seeds, seeded as DomainBed seeds it), allowed
     values and meaning."""
-    import numpy as np
     from domainbed import algorithms
+
+    return space_table(algorithms.get_algorithm_class(algorithm).HPARAMS)
+
+
+def every_algorithm_table() -> str:
+    """The hparams this package gives every algorithm (``precision``, ``averaging``...), as
+    :func:`hparams_table` shows an algorithm's own."""
+    from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM
+
+    return space_table(EVERY_ALGORITHM)
+
+
+def space_table(space) -> str:
+    """The table of :func:`hparams_table` for the hparams of ``space``."""
+    import numpy as np
     from domainbed.lib import misc
 
     def seeded(seed: int) -> np.random.RandomState:
@@ -56,7 +71,7 @@ def hparams_table(algorithm: str) -> str:
         return state
 
     rows, state = [], np.random.RandomState()
-    for hparam in algorithms.get_algorithm_class(algorithm).HPARAMS:
+    for hparam in space:
         draws = [
             hparam.sample(seeded(misc.seed_hash(seed, hparam.name)))
             for seed in range(1, SEARCH_DRAWS + 1)
@@ -233,6 +248,7 @@ def demo_section(section: str, *arguments: str) -> str:
 
 KINDS: dict[str, Callable[..., str]] = {
     "hparams": hparams_table,
+    "every-algorithm-hparams": every_algorithm_table,
     "cli": cli_help,
     "launcher": launcher_table,
     "sweep-keys": sweep_keys_table,

@@ -31,7 +31,13 @@ def below_one(value: float) -> None:
 # The samplers are never called by DomainBed's random search (not in its registry): each
 # returns the default.
 EVERY_ALGORITHM = HParamSpace(
-    HParam(PRECISION, FP32, lambda random: FP32, choices=PRECISIONS),
+    HParam(
+        PRECISION,
+        FP32,
+        lambda random: FP32,
+        choices=PRECISIONS,
+        help="'bf16': update and predict under bf16 autocast, weights in fp32",
+    ),
     HParam(
         AVERAGING,
         NO_AVERAGING,
@@ -54,6 +60,6 @@ EVERY_ALGORITHM = HParamSpace(
         minimum=0.0,
         maximum=1.0,
         validate=below_one,
-        help="'ema': the weight the average keeps at each step",
+        help="'ema': the weight the average keeps at each step (below 1)",
     ),
 )
