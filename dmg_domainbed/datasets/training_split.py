@@ -65,14 +65,20 @@ def batch_findings(
                 f"domain {domain!r} of {dataset} trains on {n - held_out:,} images ({n:,} "
                 f"less {held_out:,} held out, holdout_fraction {holdout_fraction:g}): fewer "
                 f"than one batch of {batch_size} ({source})",
-                "a training split of at least one batch in every domain: DomainBed's training "
-                "loader drops an incomplete batch, and its infinite sampler then waits for "
-                "ever: the job hangs before its first step, without an error",
-                f'lower the hparam batch_size to at most {fits} (--hparams \'{{"batch_size": '
-                f"{fits}}}', or batch_size in the sweep file's [sweep.hparams]), or give the "
-                f"domain at least {examples_needed(batch_size, holdout_fraction):,} images",
             )
         )
+    # Why and how to fix it once, after the last domain: the same for every one.
+    each = "the domain" if len(short) == 1 else "each of these domains"
+    findings[-1] = Finding(
+        ERROR,
+        findings[-1].found,
+        "a training split of at least one batch in every domain: DomainBed's training "
+        "loader drops an incomplete batch, and its infinite sampler then waits for "
+        "ever: the job hangs before its first step, without an error",
+        f'lower the hparam batch_size to at most {fits} (--hparams \'{{"batch_size": '
+        f"{fits}}}', or batch_size in the sweep file's [sweep.hparams]), or give {each} at "
+        f"least {examples_needed(batch_size, holdout_fraction):,} images",
+    )
     return findings
 
 

@@ -68,7 +68,7 @@ def dataset_status(
         return DataStatus(MISSING, problems[0], problems)
     if problems:
         more = f"; dmg-domainbed data check --data_dir {data_dir} --datasets {dataset} says more"
-        return DataStatus(INVALID, "; ".join(problems) + more, problems)
+        return DataStatus(INVALID, "\n    ".join(problems) + more, problems)
     notes = [f.found for f in report.findings if f.severity == INFO][:1]
     if report.warnings:
         notes.append(f"{len(report.warnings)} warning(s): see dmg-domainbed data check")

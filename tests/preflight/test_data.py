@@ -173,7 +173,9 @@ def test_the_sweep_preflight_refuses_domains_that_cannot_fill_the_largest_batch(
     for domain in layout.domains:
         assert f"domain {domain!r} of PACS trains on 28 images (35 less 7 held out" in message
     assert "(the largest that the sweep's jobs of ERM draw)" in message
-    assert "lower the hparam batch_size to at most 28" in message
+    assert message.count("lower the hparam batch_size to at most 28") == 1
+    # one line per domain
+    assert len([line for line in message.splitlines() if "of PACS trains on 28" in line]) == 4
     sweep_file.write_text(text + "[sweep.hparams]\nbatch_size = 8\n")
     sweep = config.resolve(config.load_sweep(sweep_file), str(data), None)
     try:

@@ -50,15 +50,19 @@ def test_a_domain_that_cannot_fill_a_batch_would_hang_the_job(tmp_path):
     assert not report.ok
     for domain in ("north", "south", "west"):
         (message,) = [m for m in messages(report) if f"domain {domain!r} of Mine trains" in m]
-        assert (
-            "trains on 29 images (36 less 7 held out, holdout_fraction 0.2): fewer than one "
-            "batch of 32 (DomainBed's default batch_size)" in message
+        assert message.startswith(
+            f"domain {domain!r} of Mine trains on 29 images (36 less 7 held out, "
+            "holdout_fraction 0.2): fewer than one batch of 32 (DomainBed's default batch_size)"
         )
-        assert "lower the hparam batch_size to at most 29" in message
-        assert "or give the domain at least 39 images" in message
+    # Why and the fix once, not once per domain
+    (fix,) = [m for m in messages(report) if "lower the hparam batch_size to at most 29" in m]
+    assert "or give each of these domains at least 39 images" in fix
+    assert sum("drops an incomplete batch" in m for m in messages(report)) == 1
     assert check(manifest, batch=Batch(16)).ok
     code, out, _ = cli("data", "check", "--manifest", str(manifest), "--quick")
     assert code == 1 and "fewer than one batch of 32" in out and "NOT READY" in out
+    assert out.count("lower the hparam batch_size") == 1
+    assert len([line for line in out.splitlines() if "fewer than one batch" in line]) == 3
 
 
 def test_quick_reads_each_file_s_header(tmp_path):
