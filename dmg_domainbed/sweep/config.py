@@ -119,6 +119,14 @@ def parse_sweep(document: Mapping[str, Any], path: Path, registered: bool = True
     sweep = document.get("sweep")
     if not isinstance(sweep, dict):
         raise fail("a [sweep] table is required, with at least algorithms and datasets")
+    if "test_envs" in sweep:
+        raise fail(
+            f"[sweep] test_envs = {sweep['test_envs']!r}: a DomainBed sweep holds out every "
+            "domain in turn, not chosen ones (single_test_envs = true: each domain alone; "
+            "false, the default: each domain and every pair). Remove test_envs; to train with "
+            "one held-out domain, run one job: python -m domainbed.scripts.train --algorithm "
+            "NAME --dataset NAME --test_envs N --data_dir DIR --output_dir DIR"
+        )
     refuse_unknown_keys(path, "[sweep]", sweep, SWEEP_KEYS)
     for key in REQUIRED:
         if key not in sweep:

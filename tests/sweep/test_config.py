@@ -61,6 +61,13 @@ def test_defaults_are_domainbed_s(tmp_path):
             r"unknown key\(s\) n_hparam in \[sweep\]; valid keys: algorithms, ",
         ),
         (BASE + "[sweeps]\n", r"unknown key\(s\) sweeps in the file .*valid keys: sweep, launcher"),
+        (
+            BASE + "test_envs = [0]\n",
+            r"\[sweep\] test_envs = \[0\]: a DomainBed sweep holds out every domain in turn.*"
+            r"single_test_envs = true: each domain alone; false, the default: each domain and "
+            r"every pair\).*python -m domainbed.scripts.train --algorithm NAME --dataset NAME "
+            "--test_envs N",
+        ),
         ('[sweep]\ndatasets = ["PACS"]\n', r"\[sweep\] needs algorithms"),
         (
             BASE + "n_trials = 0\n",
