@@ -126,12 +126,21 @@ class SpeedUp:
 
 
 def configurations() -> list[Config]:
-    """MNIST_CNN 28x28, the embedded dataset's MLP and the paper's ResNet-18 at 224x224 (a small
-    batch) on CPU; ResNet-50 224x224 on CUDA."""
+    """MNIST_CNN 28x28, the embedded dataset's MLP, the Wide ResNet-16-2 at 32x32 (DomainBed's
+    image hparams) and the paper's ResNet-18 at 224x224 (a small batch) on CPU; ResNet-50
+    224x224 on CUDA."""
     shape = tuple(datasets.get_dataset_class(EMBEDDED_DATASET).INPUT_SHAPE)
     return [
         Config("mnist_cnn", (1, 28, 28), "RotatedMNIST", "cpu"),
         Config("mlp", shape, EMBEDDED_DATASET, "cpu", note=f"{EMBEDDED_DATASET} hparams"),
+        Config(
+            "wide_resnet",
+            (3, 32, 32),
+            "PACS",
+            "cpu",
+            {},
+            "DomainBed's featurizer for 32x32 images (a manifest's input_size 32)",
+        ),
         Config(
             "resnet18",
             (3, 224, 224),
@@ -575,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"when registered, {', '.join(OPTIONAL)}",
     )
     parser.add_argument(
-        "--configs", nargs="+", default=None, help="mnist_cnn, mlp, resnet18, resnet50"
+        "--configs", nargs="+", default=None, help="mnist_cnn, mlp, wide_resnet, resnet18, resnet50"
     )
     parser.add_argument(
         "--threads",

@@ -52,6 +52,7 @@ class DatasetReport:
     findings: list[Finding] = field(default_factory=list)
     counts: list[DomainCount] = field(default_factory=list)
     decoded: int = 0
+    featurizer: str = ""  # the network its input size picks, and its cost
 
     def add(self, severity: str, found: str, expected: str = "", fix: str = "") -> None:
         self.findings.append(Finding(severity, found, expected, fix))

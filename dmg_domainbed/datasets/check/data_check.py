@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from dmg_domainbed.datasets import featurizer_of, input_shape
 from dmg_domainbed.datasets.check.batch_fit import (
     DEFAULT_BATCH,
     Batch,
@@ -67,6 +68,8 @@ def check_dataset(
         raise ValueError(f"no check of the files of {dataset}")
     domains = manifest.domains if manifest is not None else _environments(dataset)
     report = DatasetReport(dataset, str(data_dir), quick)
+    shape = manifest.input_shape if manifest is not None else input_shape(dataset)
+    report.featurizer = featurizer_of(shape)
     if manifest is not None:
         check_manifest_dataset(report, manifest, workers)
     elif data_dir is None:
@@ -149,6 +152,8 @@ def render(report: DatasetReport) -> list[str]:
     """The report a user reads for one dataset, ending with its verdict."""
     how = "quick: names, counts, headers" if report.quick else f"{report.decoded:,} decoded"
     lines = [f"{report.dataset}: {report.location} ({how})", *_table(report)]
+    if report.featurizer:
+        lines.append(f"  featurizer: {report.featurizer}")
     lines += [f"  [{finding.severity:^5}] {finding}" for finding in report.findings]
     errors, warnings = len(report.errors), len(report.warnings)
     if errors:

@@ -7,6 +7,7 @@ import errno
 import os
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -227,3 +228,26 @@ def test_no_fix_removes_a_file_of_a_class_folder_linked_to_shared_storage(tmp_pa
     report = check(manifest)
     (loop,) = [m for m in messages(report) if f"link {images / 'north' / 'cat' / 'loop'}" in m]
     assert "outside" in loop and suggested_removals(loop) == []
+
+
+def test_the_data_check_names_the_network_the_input_size_picks_as_domainbed_builds_it(tmp_path):
+    """A manifest at input_size 32 trains DomainBed's Wide ResNet-16-2, several times the cost
+    of a step at 28: the check says which network, as DomainBed's Featurizer builds it."""
+    from domainbed import networks
+
+    manifest = dataset(tmp_path)
+    manifest.write_text('name = "Mine"\nroot = "images"\ninput_size = 32\n')
+    code, out, _ = cli("data", "check", "--manifest", str(manifest), "--quick")
+    assert code == 0
+    assert "  featurizer: 3x32x32 inputs: DomainBed's Wide ResNet-16-2, about 0.8 s a step" in out
+    assert "docs/datasets.md#input-size-and-step-cost" in out
+    hparams = hparams_registry.default_hparams("ERM", "RotatedDigits")
+    built = {
+        "Wide ResNet-16-2": networks.Featurizer((3, 32, 32), hparams),
+        "MNIST_CNN": networks.Featurizer((1, 28, 28), hparams),
+        "MLP": networks.Featurizer((64,), hparams),
+    }
+    for name, network in built.items():
+        assert name.replace(" ResNet-16-2", "_ResNet") == type(network).__name__
+    docs = (Path(__file__).parents[3] / "docs" / "datasets.md").read_text()
+    assert "| 32x32 (`input_size = 32`) | Wide ResNet-16-2 | 3x32 |" in docs
