@@ -1,9 +1,11 @@
-"""Every algorithm on every kind of dataset in both precisions: the combination matrix.
+"""Every algorithm on every kind of dataset in both precisions, and averaged: the matrix.
 
 Each feature has its own tests; here they meet, so that a feature that breaks another shows. A
 cell is one algorithm (ERM and every algorithm this package registers) on one kind of dataset
 (the embedded RotatedDigits; a manifest of class folders; a manifest with a CSV of labels;
-DomainBed's own PACS on generated JPEG folders, read by DomainBed's loaders) in fp32 or bf16. It
+DomainBed's own PACS on generated JPEG folders, read by DomainBed's loaders) in fp32 or bf16; and
+every algorithm on one kind in bf16 with its weights averaged (``averaging``), whose code is the
+same on every kind but for the weights' layout, which bf16 sets on images. It
 trains through DomainBed's own, unmodified ``train.py``; ``evaluate`` then classifies the run's
 held-out images and ``masks`` draws what it learned (and refuses, clearly, an algorithm that
 draws nothing). An algorithm that cannot take a kind's inputs is refused before anything is
@@ -57,6 +59,9 @@ from .helpers import (
 
 ALGORITHMS = ("ERM", *package_plugins(integration.ALGORITHM_GROUP))
 PRECISIONS = ("fp32", "bf16")  # fp32: no precision hparam at all, as users run by default
+# averaging: "none" is no averaging hparam at all; "sma" averages from the first step, so that a
+# one-step run evaluates and saves an average (ImportanceMask's, after its phase-1 step, restarts)
+AVERAGINGS = {"none": {}, "sma": {"averaging": "sma", "averaging_start": 0}}
 
 
 @dataclass(frozen=True)
@@ -96,12 +101,23 @@ def steps(algorithm: str) -> int:
     return STEPS.get(algorithm, 1)
 
 
-def run_hparams(algorithm: str, kind: str, precision: str) -> dict:
+def run_hparams(algorithm: str, kind: str, precision: str, averaging: str = "none") -> dict:
     """The --hparams of a cell: the tiny batch, its kind's, the algorithm's own sized for the
-    run's length (as sweep files and the demo size them), bf16 where asked."""
+    run's length (as sweep files and the demo size them), bf16 and averaging where asked."""
     sized = declarations_of(algorithms.get_algorithm_class(algorithm)).run_length_hparams
     hparams = {"batch_size": BATCH_SIZE, **KINDS[kind].hparams, **sized(steps(algorithm))}
-    return hparams | ({"precision": "bf16"} if precision == "bf16" else {})
+    hparams |= {"precision": "bf16"} if precision == "bf16" else {}
+    return hparams | AVERAGINGS[averaging]
+
+
+# Every algorithm on every kind in both precisions, unaveraged; every algorithm averaged on the
+# cheapest kind of images, in bf16, but SFMOE, whose state is averaged as any other's (its own
+# test trains it averaged through train.py: tests/test_averaging.py) and whose cell costs as
+# much as the others together.
+CELLS = [
+    *((a, kind, p, "none") for a in ALGORITHMS for kind in KINDS for p in PRECISIONS),
+    *((a, "manifest_folders", "bf16", "sma") for a in ALGORITHMS if a != "SFMOE"),
+]
 
 
 # --- The datasets and weights -----------------------------------------------------------------
@@ -148,11 +164,11 @@ class Trainings:
     def __init__(self, data_dir: Path, root: Path) -> None:
         self.data_dir, self.root, self.done = data_dir, root, {}
 
-    def folder(self, algorithm: str, kind: str, precision: str) -> Path:
-        return self.root / f"{algorithm}_{kind}_{precision}"
+    def folder(self, algorithm: str, kind: str, precision: str, averaging: str = "none") -> Path:
+        return self.root / f"{algorithm}_{kind}_{precision}_{averaging}"
 
-    def __call__(self, algorithm: str, kind: str, precision: str) -> Path:
-        key = (algorithm, kind, precision)
+    def __call__(self, algorithm: str, kind: str, precision: str, averaging: str = "none") -> Path:
+        key = (algorithm, kind, precision, averaging)
         if key not in self.done:
             output = self.folder(*key)
             args = [
@@ -184,20 +200,21 @@ def records(run: Path) -> list[dict]:
 # --- The cell ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_trains_evaluates_and_draws(trained, tmp_path, algorithm, kind, precision):
-    """One cell: train.py, evaluate and masks on one algorithm, kind of dataset and precision,
-    or the algorithm's refusal of the kind's inputs before anything is trained."""
+@pytest.mark.parametrize(
+    "algorithm, kind, precision, averaging", CELLS, ids=["-".join(cell) for cell in CELLS]
+)
+def test_trains_evaluates_and_draws(trained, tmp_path, algorithm, kind, precision, averaging):
+    """One cell: train.py, evaluate and masks on one algorithm, kind of dataset, precision and
+    averaging, or the algorithm's refusal of the kind's inputs before anything is trained."""
+    cell = (algorithm, kind, precision, averaging)
     if (algorithm, kind) in REFUSED:
         with pytest.raises(UserError, match=re.escape(REFUSED[(algorithm, kind)])) as refused:
-            trained(algorithm, kind, precision)
+            trained(*cell)
         assert "Datasets that fit:" in str(refused.value)
-        assert not (trained.folder(algorithm, kind, precision) / "results.jsonl").exists()
+        assert not (trained.folder(*cell) / "results.jsonl").exists()
         return
-    run = trained(algorithm, kind, precision)
-    hparams = run_hparams(algorithm, kind, precision)
+    run = trained(*cell)
+    hparams = run_hparams(*cell)
 
     # train.py ran every step, logged finite numbers and accuracies, saved its model
     assert (run / "done").is_file() and (run / "model.pkl").is_file()
