@@ -216,8 +216,8 @@ def minibatches(config: step_time.Config) -> list[tuple[torch.Tensor, torch.Tens
     return step_time.make_minibatches(small, config.overrides["batch_size"])
 
 
-#: ImportanceMask's two phases, counted as two rows.
-PHASES = {"ImportanceMask": {"phase 1": {}, "phase 2": {"phase1_steps": 1, "freeze_step": 10**9}}}
+#: Algorithms with a later phase: their first is labelled ``phase 1``.
+PHASED = {algorithm for algorithm, _, _ in step_time.PHASES.values()}
 
 
 def trainers(
@@ -226,17 +226,9 @@ def trainers(
     """The rows to count: every algorithm (ImportanceMask once per phase) and, in fp32, the
     floors."""
     makers: dict[str, Callable[[], object]] = {}
-    for name in names:
-        for phase, overrides in PHASES.get(name, {"": {}}).items():
-            shifted = step_time.Config(
-                config.name,
-                config.input_shape,
-                config.dataset,
-                config.device,
-                {**config.overrides, **overrides},
-            )
-            label = f"{name} {phase}".strip()
-            makers[label] = lambda n=name, c=shifted: step_time.build(n, c, precision)
+    for name in step_time.with_phases(names):
+        label = f"{name} phase 1" if name in PHASED else name
+        makers[label] = lambda n=name: step_time.build(n, config, precision)
     if precision == precisions.FP32 and "DMG" in names:
         layers = step_time.build("DMG", config).masks.layer_names
         makers[step_time.FLOORS["DMG"]] = lambda: step_time.UnavoidableTraining(config, layers)

@@ -27,6 +27,11 @@ over a target, no implementation of DMG can meet it; the checks say so. CorGrad'
 per-domain backward passes without its rule: the same network, hparams and optimiser, each
 domain's minibatch through its own forward and backward pass, the gradients summed, one Adam step.
 
+ImportanceMask is measured in both phases: ``ImportanceMask``, its phase 1 (one network copy
+per source domain), and ``ImportanceMask phase 2`` (one network, per-weight learning rates),
+built with ``phase1_steps = 1`` and measured after that one phase-1 update (its peak memory
+includes that update's).
+
 With ``--precision bf16`` every algorithm is also built with the hparam ``precision = "bf16"``
 (:mod:`dmg_domainbed.precision`: bf16 autocast, ``channels_last`` images) and timed in the same
 interleaved rounds as its fp32 self; a second table gives, per algorithm, the train step and
@@ -168,9 +173,25 @@ def registered(name: str) -> bool:
     return True
 
 
+# Algorithms measured in a later phase of their run, as a row of their own: (algorithm, the
+# hparams that bring it there, updates run before it is measured). ImportanceMask's phase 1 (the
+# per-domain copies) is its own row.
+PHASES = {
+    "ImportanceMask phase 2": ("ImportanceMask", {"phase1_steps": 1, "freeze_step": 10**9}, 1)
+}
+
+
+def with_phases(names: Sequence[str]) -> list[str]:
+    """``names`` with each later phase of theirs (:data:`PHASES`) after its algorithm."""
+    later = [[phase for phase, (of, _, _) in PHASES.items() if of == name] for name in names]
+    return [label for name, phases in zip(names, later) for label in [name, *phases]]
+
+
 def hparams_for(name: str, config: Config, precision: str = precisions.FP32) -> dict:
+    name, overrides, _ = PHASES.get(name, (name, {}, 0))
     hparams = hparams_registry.default_hparams(name, config.dataset)
     hparams.update(config.overrides)
+    hparams.update(overrides)
     if precision != precisions.FP32:
         hparams[precisions.HPARAM] = precision
     return hparams
@@ -190,12 +211,20 @@ def random_resnet_weights() -> Iterator[None]:
 
 
 def build(name: str, config: Config, precision: str = precisions.FP32) -> algorithms.Algorithm:
+    """``name`` built as DomainBed builds it; a later phase (:data:`PHASES`) after the updates
+    that bring it there."""
+    algorithm_name, _, updates = PHASES.get(name, (name, {}, 0))
     torch.manual_seed(0)
     with random_resnet_weights():
-        algorithm = algorithms.get_algorithm_class(name)(
+        algorithm = algorithms.get_algorithm_class(algorithm_name)(
             config.input_shape, NUM_CLASSES, NUM_DOMAINS, hparams_for(name, config, precision)
         )
-    return algorithm.to(config.device).train()
+    algorithm.to(config.device).train()
+    if updates:
+        minibatches = make_minibatches(config, hparams_for(name, config)["batch_size"])
+        for _ in range(updates):
+            algorithm.update(minibatches)
+    return algorithm
 
 
 def make_minibatches(config: Config, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -612,7 +641,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     rounds, warmup = (7, 2) if args.quick else (21, 3)
     wanted = args.algorithms or [*CORE, *(name for name in OPTIONAL if registered(name))]
-    names = [REFERENCE, *(name for name in wanted if name != REFERENCE)]
+    names = with_phases([REFERENCE, *(name for name in wanted if name != REFERENCE)])
 
     print(f"machine: {machine()}")
     print(

@@ -13,6 +13,7 @@ from domainbed import algorithms, datasets, hparams_registry
 from torch import nn
 
 from dmg_domainbed.algorithms.dmg import masks
+from dmg_domainbed.algorithms.importance_mask.grouped import GroupedLinear
 from dmg_domainbed.algorithms.sfmoe.moe import SparseMoE
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight.hparams import effective_hparams
@@ -58,7 +59,8 @@ class OutputDtypes:
 
     def __init__(self, network: nn.Module) -> None:
         self.seen: set[torch.dtype] = set()
-        layers = [m for m in network.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
+        kinds = nn.Linear | nn.Conv2d | GroupedLinear  # ImportanceMask's copies: grouped
+        layers = [m for m in network.modules() if isinstance(m, kinds)]
         self.handles = [m.register_forward_hook(self.record) for m in layers]
 
     def record(self, module, args, output) -> None:

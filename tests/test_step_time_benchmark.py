@@ -25,12 +25,16 @@ def test_quick_run_writes_a_row_per_algorithm_with_ratios_to_erm(tmp_path, capsy
     monkeypatch.setattr(step_time, "MIN_SAMPLE_S", 0.0)
     table = tmp_path / "table.csv"
     configs = ["--configs", "mlp", "resnet50"]
-    step_time.main(["--quick", *configs, "--algorithms", "DMG", "CorGrad", "--csv", str(table)])
+    algorithms = ["--algorithms", "DMG", "CorGrad", "ImportanceMask"]
+    step_time.main(["--quick", *configs, *algorithms, "--csv", str(table)])
     printed = capsys.readouterr().out
 
     rows = list(csv.DictReader(table.open()))
-    assert [row["algorithm"] for row in rows] == ["ERM", "DMG", "CorGrad"]
-    erm, dmg, corgrad = rows
+    phases = ["ImportanceMask", "ImportanceMask phase 2"]
+    assert [row["algorithm"] for row in rows] == ["ERM", "DMG", "CorGrad", *phases]
+    erm, dmg, corgrad, *importance_mask = rows
+    # ImportanceMask timed in both phases: its copies, then one network with per-weight rates
+    assert all(float(row["step_ms"]) > 0 for row in importance_mask)
     assert float(erm["step_ratio"]) == float(erm["memory_ratio"]) == 1.0
     assert float(dmg["step_ms"]) > 0 and float(dmg["peak_mb"]) > float(erm["peak_mb"]) * 0.5
     assert float(dmg["predict_vs_floor"]) > 0

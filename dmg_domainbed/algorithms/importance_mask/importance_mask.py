@@ -14,6 +14,7 @@ from torch import nn
 from dmg_domainbed import precision
 from dmg_domainbed.algorithms import named_layers
 from dmg_domainbed.algorithms.base import PluginAlgorithm, featurizer_classifier, pooled
+from dmg_domainbed.algorithms.importance_mask import grouped
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams import HParam, HParamSpace, positive
 from dmg_domainbed.hparams.trainable import MAX_LR
@@ -39,7 +40,9 @@ class ImportanceMask(PluginAlgorithm):
     * those at or above the ``1 - important_fraction`` quantile are important
       (:func:`top_fraction`).
 
-    The copies are then dropped. **Phase 2** (the remaining updates): a network with its own,
+    The copies run as one network of channel groups where the featurizer allows it
+    (:mod:`.grouped`: the same arithmetic, one network's launches). The copies are then dropped.
+    **Phase 2** (the remaining updates): a network with its own,
     fresh initialisation, built at construction, is trained on the pooled source minibatches
     with per-weight learning rates (:func:`apply_rates`): important tracked weights and all
     untracked weights at ``lr``; unimportant tracked weights at
@@ -129,7 +132,10 @@ class ImportanceMask(PluginAlgorithm):
         initial = featurizer_classifier(input_shape, num_classes, hparams)
         self.network = featurizer_classifier(input_shape, num_classes, hparams)
         self.tracked_names = list(_tracked_parameters(self.network, layers))
-        self.domain_networks = nn.ModuleList(copy.deepcopy(initial) for _ in range(num_domains))
+        if grouped.groupable(initial):  # the copies as one network: D times fewer launches
+            self.domain_networks = grouped.GroupedCopies(initial, num_domains)
+        else:
+            self.domain_networks = nn.ModuleList(copy.deepcopy(initial) for _ in range(num_domains))
         self.optimizer = torch.optim.Adam(
             self.network.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"]
         )
@@ -170,13 +176,29 @@ class ImportanceMask(PluginAlgorithm):
         self._steps += 1
         return result
 
+    def _copies_grouped(self) -> bool:
+        return isinstance(self.domain_networks, grouped.GroupedCopies)
+
     def _phase1_update(self, minibatches) -> dict[str, float]:
-        losses = torch.stack(
-            [
-                F.cross_entropy(net(x), y)
-                for net, (x, y) in zip(self.domain_networks, minibatches, strict=True)
-            ]
-        )
+        sizes = {len(x) for x, _ in minibatches}
+        if self._copies_grouped() and len(sizes) == 1:
+            logits = self.domain_networks([x for x, _ in minibatches])  # [N, D, K]
+            labels = torch.stack([y for _, y in minibatches], dim=1)  # [N, D]
+            losses = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(0)
+        elif self._copies_grouped():
+            losses = torch.stack(
+                [
+                    F.cross_entropy(self.domain_networks.one(d, x), y)
+                    for d, (x, y) in enumerate(minibatches)
+                ]
+            )
+        else:
+            losses = torch.stack(
+                [
+                    F.cross_entropy(net(x), y)
+                    for net, (x, y) in zip(self.domain_networks, minibatches, strict=True)
+                ]
+            )
         self.phase1_optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
         self.phase1_optimizer.step()
@@ -185,7 +207,10 @@ class ImportanceMask(PluginAlgorithm):
     @torch.no_grad()
     def _end_phase1(self) -> None:
         """Importance and masks from the copies; then the copies and their optimiser go."""
-        finals = torch.stack([self._flat(net) for net in self.domain_networks])
+        if self._copies_grouped():
+            finals = self.domain_networks.copy_parameters(self.tracked_names)
+        else:
+            finals = torch.stack([self._flat(net) for net in self.domain_networks])
         self.importance.copy_(normalise(weight_importance(self.initial_weights, finals)))
         self.important.copy_(top_fraction(self.importance, self.hparams["important_fraction"]))
         self._drop_copies()
@@ -219,6 +244,8 @@ class ImportanceMask(PluginAlgorithm):
         return {"loss": loss.item(), "phase": 2.0, "unimportant_rate": rate}
 
     def predict(self, x):
+        if self._copies_grouped():
+            return self.domain_networks([x] * len(self.domain_networks)).mean(1)
         if self.in_phase1:
             return torch.stack([net(x) for net in self.domain_networks]).mean(0)
         return self.network(x)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from domainbed import algorithms
 
-from dmg_domainbed.algorithms.importance_mask import importance_mask
+from dmg_domainbed.algorithms.importance_mask import grouped, importance_mask
 from dmg_domainbed.algorithms.importance_mask.importance_mask import (
     ImportanceMask,
     apply_rates,
@@ -22,7 +22,7 @@ from dmg_domainbed.algorithms.importance_mask.importance_mask import (
 from dmg_domainbed.errors import UserError
 from tests.helpers import domainbed_script, one_loader_worker
 
-from ..conftest import build, minibatches
+from ..conftest import build, build_resnet18, minibatches
 from ..torch_calls import TorchCalls
 
 SHORT = {"phase1_steps": 2, "freeze_step": 4}
@@ -334,3 +334,59 @@ def test_scaled_schedule_keeps_the_default_proportions():
         "freeze_step": 34,
         "unimportant_lr_half_life": 2,
     }
+
+
+@pytest.mark.parametrize("network", ["mnist_cnn", "mlp", "resnet18"])
+def test_grouped_copies_train_exactly_as_separate_copies(network, random_resnet18):
+    """Phase 1 runs the copies as one network of channel groups: in float64, every copy's loss,
+    gradients, weights after Adam's step and BatchNorm statistics are those of the copy trained
+    alone, and the state dict keeps one entry per copy."""
+    if network == "resnet18":
+        model = build_resnet18("ImportanceMask", freeze_bn=False)
+        batches = minibatches(input_shape=(3, 32, 32), num_classes=7)  # it pools adaptively
+    else:
+        shape = (10,) if network == "mlp" else (3, 28, 28)
+        model = build("ImportanceMask", input_shape=shape, mlp_dropout=0.0)
+        batches = minibatches(input_shape=shape)
+    assert isinstance(model.domain_networks, grouped.GroupedCopies)
+    model.double().train()
+    batches = [(x.double(), y) for x, y in batches]
+    copies = [net.train() for net in model.domain_networks]
+    keys = {f"domain_networks.{d}.{k}" for d, net in enumerate(copies) for k in net.state_dict()}
+    assert keys == {k for k in model.state_dict() if k.startswith("domain_networks.")}
+    optimizers = [
+        torch.optim.Adam(net.parameters(), lr=model.hparams["lr"], weight_decay=1e-4)
+        for net in copies
+    ]
+    model.phase1_optimizer.param_groups[0]["weight_decay"] = 1e-4
+
+    logged = model.update(batches)
+    losses = []
+    for net, optimizer, (x, y) in zip(copies, optimizers, batches, strict=True):
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+
+    assert logged["loss"] == pytest.approx(sum(losses) / 3, rel=1e-12)
+    grads = {name: p.grad for name, p in model.domain_networks.grouped.named_parameters()}
+    for d, (net, trained) in enumerate(zip(copies, model.domain_networks, strict=True)):
+        for name, param in net.named_parameters():
+            assert torch.allclose(grads[name].chunk(3)[d], param.grad, rtol=1e-9, atol=1e-12)
+        expected, state = net.state_dict(), trained.state_dict()
+        for key, value in expected.items():
+            assert torch.allclose(state[key].double(), value.double(), rtol=1e-9, atol=1e-12), key
+
+
+def test_grouped_copies_take_minibatches_of_unequal_sizes_one_copy_at_a_time():
+    model = build("ImportanceMask").double()
+    batches = [(x.double(), y) for x, y in minibatches()]
+    batches[1] = (batches[1][0][:2], batches[1][1][:2])
+    copies = [net.train() for net in model.domain_networks]
+    expected = [F.cross_entropy(net(x), y).item() for net, (x, y) in zip(copies, batches)]
+    assert model.update(batches)["loss"] == pytest.approx(sum(expected) / 3, rel=1e-12)
+    moved = [
+        not torch.equal(before.classifier.weight, after.classifier.weight)
+        for before, after in zip(copies, model.domain_networks, strict=True)
+    ]
+    assert moved == [True, True, True]
