@@ -75,7 +75,7 @@ def test_resnet18_files_switch_augmix_off_too():
 def test_groups_share_one_folder(tmp_path):
     sweep = resolve(load_sweep(SWEEPS / "pacs_resnet50.toml"), "data", str(tmp_path))
     first, second = sweep.groups
-    assert first.algorithms == ("Aggregate", "MultiHead") and second.algorithms == ("DMG",)
+    assert first.algorithms == ("ERM", "Aggregate", "MultiHead") and second.algorithms == ("DMG",)
     assert json.loads(second.hparams_json)["lambda_overlap"] == 0.1
     assert sweep.data_dir == str(Path("data").resolve())
     folders = {os.path.dirname(job.output_dir) for g in sweep.groups for job in plan.jobs(sweep, g)}
