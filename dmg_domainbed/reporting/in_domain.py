@@ -30,7 +30,12 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import tables
 from dmg_domainbed.reporting.jobs import names_notes, reported_names
 from dmg_domainbed.reporting.outputs import placed, staged
-from dmg_domainbed.reporting.tables import sections_markdown, table_files, write_table
+from dmg_domainbed.reporting.tables import (
+    markdown_text,
+    sections_markdown,
+    table_files,
+    write_table,
+)
 from dmg_domainbed.runs import Run, warnings
 
 PREDICT = "predict"
@@ -161,16 +166,17 @@ def table3_title(runs: Sequence[Run], home: Path) -> str:
     trial, hparams and checkpoint step of each run it shows, and its folder relative to
     ``home``, the folder the Markdown file is written into."""
     environments, names = runs[0].environments(), run_names(runs)
-    held_out = ", ".join(environments[e] for e in runs[0].test_envs)
+    held_out = markdown_text(", ".join(environments[e] for e in runs[0].test_envs))
     shown = "\n".join(
-        f"- {names[run.path]}: trial seed {run.args.get('trial_seed')}, hparams seed "
-        f"{run.args.get('hparams_seed')}, step {run.records[-1].get('step')} (folder "
-        f"{os.path.relpath(Path(run.path).absolute(), home.absolute())}); "
-        f"hparams {json.dumps(run.hparams, sort_keys=True)}"
+        f"- {markdown_text(names[run.path])}: trial seed {run.args.get('trial_seed')}, hparams "
+        f"seed {run.args.get('hparams_seed')}, step {run.records[-1].get('step')} (folder "
+        f"{markdown_text(os.path.relpath(Path(run.path).absolute(), home.absolute()))}); "
+        f"hparams {markdown_text(json.dumps(run.hparams, sort_keys=True))}"
         for run in runs
     )
     return (
-        f"## In-domain accuracy (%) on {runs[0].dataset}, test domain {held_out} held out\n\n"
+        f"## In-domain accuracy (%) on {markdown_text(runs[0].dataset)}, test domain {held_out} "
+        "held out\n\n"
         "Source domains' held-out splits (train.py's env<i>_out), paper Table 3 layout, of "
         f"the runs (their folders relative to this file's):\n\n{shown}"
     )

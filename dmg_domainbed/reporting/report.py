@@ -3,6 +3,10 @@ ranks, as CSV and Markdown, and its pictures (drawn with :mod:`dmg_domainbed.dra
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,11 +92,11 @@ def pictures_of(
     """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
     ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm as the tables name it
     (:func:`.jobs.reported_names`; ``trained``: the algorithm each name trained) whose
-    registered class draws its diagnostics; names from the records escaped
-    (:func:`~dmg_domainbed.folders.path_part`)."""
+    registered class draws its diagnostics; algorithms named by :func:`picture_parts`, datasets
+    escaped (:func:`~dmg_domainbed.folders.path_part`)."""
     from domainbed import algorithms, datasets
 
-    drawn = {}
+    drawn, parts = {}, picture_parts(trained)
     shown = results[~results["selection_method"].isin(tables.without_results(results))]
     shown = shown if len(shown) else results
     for dataset in results["dataset"].unique():
@@ -108,9 +112,24 @@ def pictures_of(
             declared = declarations_of(algorithms.get_algorithm_class(trained[algorithm]))
             runs = first_runs(records, dataset, algorithm)
             if (curves := declared.training_curves(runs, environments)) is not None:
-                name = f"{algorithm.lower()}_diagnostics_{dataset}.png"
-                drawn[path_part(name)] = curves
+                drawn[f"{parts[algorithm]}_diagnostics_{path_part(dataset)}.png"] = curves
     return drawn
+
+
+def picture_parts(names: Iterable[str]) -> dict[str, str]:
+    """Each name of ``names`` (as the tables name algorithms) as part of a picture's file name,
+    without spaces, brackets or other signs a shell would need quoted: lower case, each run of
+    other characters than letters, digits, ``.`` and ``_`` one ``-``, none at either end
+    (``DMG (bf16, lr=0.05)``: ``dmg-bf16-lr-0.05``). A name whose part another name shares, or
+    that leaves none, gets ``-`` and a hash of the name after it."""
+    plain = {name: re.sub(r"[^0-9a-z._]+", "-", name.lower()).strip("-.") for name in names}
+    shared = Counter(plain.values())
+    return {
+        name: part
+        if part and shared[part] == 1
+        else f"{part or 'x'}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+        for name, part in plain.items()
+    }
 
 
 def accuracy_figure(

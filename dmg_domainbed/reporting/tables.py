@@ -17,6 +17,7 @@ tie-breaking are DomainBed's own (``selected_hparams.csv``; comparisons and rank
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -358,11 +359,30 @@ def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+# What Markdown reads as other than text: a backslash, table borders, code, emphasis (``_``
+# outside a word), the end of a link's text before its target, HTML and entities; each is shown
+# as it is when a backslash precedes it. Brackets alone (``[-5.0, +6.5]``) stay as they are.
+MARKDOWN_SIGNS = re.compile(r"[\\`*~<|&]|\](?=[(\[])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def markdown_text(value: object) -> str:
+    """``value`` (a name from a run's record, a domain's, a cell's text) as Markdown that shows
+    it as it is, on one line: its Markdown signs escaped with a backslash, a line break or
+    another character that prints nothing written as its escape (``\\n``, ``\\x00``)."""
+    text = MARKDOWN_SIGNS.sub(lambda sign: "\\" + sign.group(), str(value))
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
-    """``table`` as a pipe table, its index first; missing cells empty, ``|`` escaped."""
+    """``table`` as a pipe table, its index first; missing cells empty; every cell, header and
+    row name as :func:`markdown_text`, so that no value adds a row, a column or formatting."""
     label = index_label if index_label is not None else (table.index.name or "")
-    cells = table.astype(object).where(table.notna(), "").map(lambda c: str(c).replace("|", r"\|"))
-    return cells.rename_axis(label).to_markdown(tablefmt="pipe", disable_numparse=True) + "\n"
+    cells = table.astype(object).where(table.notna(), "").map(markdown_text)
+    cells = cells.rename(index=markdown_text, columns=markdown_text)
+    return (
+        cells.rename_axis(markdown_text(label)).to_markdown(tablefmt="pipe", disable_numparse=True)
+        + "\n"
+    )
 
 
 def sections_markdown(sections: list[tuple[str, pd.DataFrame]], index_label: str = "") -> str:

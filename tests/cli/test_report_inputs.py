@@ -148,7 +148,7 @@ def test_runs_in_bf16_get_their_own_name_in_pictures_and_tensorboard(demo_sweep,
     drawn = {path.name for path in output.glob("*_diagnostics_*.png")}
     assert drawn == {
         "dmg_diagnostics_RotatedDigits.png",
-        "dmg (bf16)_diagnostics_RotatedDigits.png",
+        "dmg-bf16_diagnostics_RotatedDigits.png",  # no space or bracket a shell would split
     }
     # TensorBoard's runs (<algorithm>/<dataset>/test_env<e>/hparams<h>_trial<t>_<folder>) are
     # named as the tables name them
@@ -365,6 +365,8 @@ def test_runs_given_other_fixed_hparams_are_never_pooled(demo_sweep, tmp_path):
     plain, given = (cells[cells["algorithm"] == name] for name in ("DMG", "DMG (lr=0.05)"))
     assert given["accuracy"].to_numpy() == pytest.approx(plain["accuracy"].to_numpy() - 5)
     assert "runs of one algorithm were given different --hparams (DMG: lr)" in printed
+    drawn = {path.name for path in (tmp_path / "r").glob("*_diagnostics_*.png")}
+    assert drawn == {f"{dmg}_diagnostics_RotatedDigits.png" for dmg in ("dmg", "dmg-lr-0.05")}
     # evaluate puts the two side by side, named as report names them
     code, printed, message = cli(
         *("evaluate", "--run_dir", str(sweep / "DMG_0"), str(sweep / "DMG_lr_0")),
@@ -382,3 +384,21 @@ def test_selected_hparams_name_each_run_where_it_is_now(demo_sweep, tmp_path):
     assert code == 0
     selected = pd.read_csv(tmp_path / "r" / "selected_hparams.csv")
     assert set(selected["run"]) == {str(sweep / f"ERM_{env}") for env in range(4)}
+
+
+def test_a_crafted_algorithm_name_adds_no_row_to_the_markdown_tables(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep")
+    crafted = "ERM\n| Fake | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 |"
+    for env in range(4):
+        rewrite_records(
+            sweep / f"ERM_{env}", lambda r: {**r, "args": {**r["args"], "algorithm": crafted}}
+        )
+    output = tmp_path / "r"
+    code, printed, _ = cli("report", "--input_dir", str(sweep), "--output_dir", str(output))
+    assert code == 0
+    for name in ("results.md", "ranks.md"):
+        rows = [line for line in (output / name).read_text().splitlines() if line.startswith("|")]
+        assert rows and not any(line.startswith("| Fake") for line in rows), name
+        assert sum(line.startswith("| ERM\\n\\| Fake") for line in rows) == sum(
+            line.startswith("| DMG") for line in rows
+        )

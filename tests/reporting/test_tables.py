@@ -12,6 +12,7 @@ from dmg_domainbed.reporting.tables import (
     cell_text,
     cells_frame,
     markdown_table,
+    markdown_text,
     mean_and_error,
     results_markdown,
     wide_table,
@@ -41,6 +42,42 @@ def test_markdown_table_escapes_pipes_and_leaves_missing_cells_empty():
         "| r1    | a\\|b | 1.5 |",
         "| r2    |      |     |",
     ]
+
+
+CRAFTED = [
+    "ERM\n| Fake | 100.0 |",  # a row of its own
+    "a|b",
+    "`code | cell`",
+    "<!-- the rest of the file hidden",
+    "[click](http://example.com)",
+    "*bold* ~~struck~~ _emphasis_",
+    "back\\slash &lt; tab\there",
+]
+
+
+def shown(markdown: str) -> str:
+    """What a Markdown cell shows: a backslash before ASCII punctuation undone (CommonMark's
+    escapes; before any other character it is a backslash)."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
+@pytest.mark.parametrize("crafted", CRAFTED)
+@pytest.mark.parametrize("where", ["cell", "row", "column"])
+def test_no_value_adds_a_row_a_column_or_formatting_to_a_markdown_table(crafted, where):
+    values = {"cell": "1.5", "row": "DMG", "column": "0", where: crafted}
+    table = pd.DataFrame({values["column"]: [values["cell"]]}, index=[values["row"]])
+    lines = markdown_table(table, "Algorithm").splitlines()
+    assert len(lines) == 3  # header, rule, one row
+    cells = [re.split(r"(?<!\\)\|", line)[1:-1] for line in lines]  # at unescaped pipes
+    assert [len(row) for row in cells] == [2, 2, 2]
+    text = {"column": cells[0][1], "row": cells[2][0], "cell": cells[2][1]}[where].strip()
+    assert shown(text) == crafted.replace("\n", "\\n").replace("\t", "\\t")
+    assert not re.search(r"(?<!\\)[`<*~]|(?<!\\)\]\(", text)
+
+
+def test_brackets_and_word_underscores_stay_readable_in_markdown():
+    assert markdown_text("+0.7 [-5.0, +6.5]") == "+0.7 [-5.0, +6.5]"
+    assert markdown_text("DMG (lambda_overlap=0.1)") == "DMG (lambda_overlap=0.1)"
 
 
 def test_wide_table_keeps_the_order_algorithms_and_domains_came_in():
