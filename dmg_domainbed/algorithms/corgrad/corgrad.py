@@ -2,6 +2,51 @@
 
 Zhou, Hu, Zhou, Guan, Jiang, "Rethinking Domain Generalization from Perspective of Gradient
 Granularity", ECAI 2024 (released as a DomainBed/SWAD fork, ``domainbed/gradient.py``).
+
+Every step, each source domain's minibatch goes through DomainBed's featurizer and classifier
+on its own; ``L_d`` is its mean cross-entropy and ``g_d = grad L_d`` (one backward per domain,
+as the method requires). On the corrected parameters (``corrected_params``), each tensor's
+gradient is cut along dim 0 into ``n_parts`` chunks ``g_d^j`` (groups of output channels) and
+
+1. for ``i`` in order, every ``p != i`` and every chunk ``j``, if ``<g_i^j, g_p^j> < 0``:
+   ``g_i^j <- g_i^j - <g_i^j, g_p^j> / ||g_p^j||^2 g_p^j``
+   (see :func:`project_conflicting_chunks`);
+2. per tensor, ``O = {d : | ||g_d|| - mu | > sigma}`` with ``mu``, ``sigma`` the mean and
+   population standard deviation of the norms over domains, and
+   ``g_d <- alpha g_d + (1 - alpha) mean_{d' not in O} g_d'`` for ``d`` in ``O``
+   (see :func:`blend_outliers`);
+3. the gradient given to Adam is ``sum_d g_d``.
+
+The other trainable parameters get the plain sum ``sum_d g_d``. ``update`` logs ``loss`` (mean
+CE over domains), ``conflict_fraction`` (conflicting chunk pairs among all),
+``projection_ratio`` (mean ``||projection|| / ||g_i^j||`` over conflicts) and
+``outlier_fraction`` (blended (domain, tensor) pairs among all).
+
+Deliberate differences from the released code:
+
+* it has no classifier head: ``GradSurgery`` trains ``networks.ResNet`` (``fc`` replaced by
+  an identity) with cross-entropy on the 512/2048 features; here DomainBed's ``Featurizer``
+  and ``Classifier``, so every DomainBed backbone works;
+* its trainer passes ``use_alpha`` and ``all_layers`` to ``GradSurgery`` in swapped
+  positions, so the published commands (``--use_alpha``, no ``--all_layers``) corrected
+  the conv, BatchNorm and linear parameters; here one explicit hparam,
+  ``corrected_params``: ``all`` (every trainable parameter, normalisation layers of any
+  kind included: what the published commands ran, the default) or ``conv_linear`` (conv
+  and linear weights and biases, what the flag's name promised);
+* its ``AlphaSheduler`` (``1 - log(t+1) / log(T)``) is computed but never used: ``alpha``
+  is constant there and here, and there is no schedule;
+* the parameters it does not correct keep the last domain's gradient only (it zeroes the
+  gradients before each domain's backward); here they get the sum over domains.
+
+Kept as released: the fixed domain order and in-place semantics of step 1, ``torch.chunk``
+cuts, norms and blending measured after step 1, per-domain forward passes, Adam with
+DomainBed's ``lr`` and ``weight_decay``, and BatchNorm frozen: their ResNet keeps every
+BatchNorm layer in eval mode (ImageNet statistics, never updated), so every domain's
+gradient is taken on the same normalisation. Here CorGrad sets DomainBed's own
+``freeze_bn`` hparam to true, which does the same to DomainBed's ResNet; ``freeze_bn =
+false`` normalises each domain's minibatch with its own statistics instead. (DomainBed's
+other featurizers have no pretrained statistics to freeze: MNIST_CNN uses GroupNorm, the
+Wide ResNet is trained from scratch; ``freeze_bn`` does not act on them.)
 """
 
 from __future__ import annotations
@@ -25,87 +70,9 @@ PARAMETER_SETS = ("conv_linear", "all")
 
 
 class CorGrad(PluginAlgorithm):
-    """CorGrad (Zhou et al., ECAI 2024): chunk-wise conflict projection and norm-outlier blending.
-
-    Every step, each source domain's minibatch goes through DomainBed's featurizer and classifier
-    on its own; ``L_d`` is its mean cross-entropy and ``g_d = grad L_d`` (one backward per domain,
-    as the method requires). On the corrected parameters (``corrected_params``), each tensor's
-    gradient is cut along dim 0 into ``n_parts`` chunks ``g_d^j`` (groups of output channels) and
-
-    1. for ``i`` in order, every ``p != i`` and every chunk ``j``, if ``<g_i^j, g_p^j> < 0``:
-       ``g_i^j <- g_i^j - <g_i^j, g_p^j> / ||g_p^j||^2 g_p^j``
-       (see :func:`project_conflicting_chunks`);
-    2. per tensor, ``O = {d : | ||g_d|| - mu | > sigma}`` with ``mu``, ``sigma`` the mean and
-       population standard deviation of the norms over domains, and
-       ``g_d <- alpha g_d + (1 - alpha) mean_{d' not in O} g_d'`` for ``d`` in ``O``
-       (see :func:`blend_outliers`);
-    3. the gradient given to Adam is ``sum_d g_d``.
-
-    The other trainable parameters get the plain sum ``sum_d g_d``. ``update`` logs ``loss`` (mean
-    CE over domains), ``conflict_fraction`` (conflicting chunk pairs among all),
-    ``projection_ratio`` (mean ``||projection|| / ||g_i^j||`` over conflicts) and
-    ``outlier_fraction`` (blended (domain, tensor) pairs among all).
-
-    Deliberate differences from the released code:
-
-    * it has no classifier head: ``GradSurgery`` trains ``networks.ResNet`` (``fc`` replaced by
-      an identity) with cross-entropy on the 512/2048 features; here DomainBed's ``Featurizer``
-      and ``Classifier``, so every DomainBed backbone works;
-    * its trainer passes ``use_alpha`` and ``all_layers`` to ``GradSurgery`` in swapped
-      positions, so the published commands (``--use_alpha``, no ``--all_layers``) corrected
-      the conv, BatchNorm and linear parameters; here one explicit hparam,
-      ``corrected_params``: ``all`` (every trainable parameter, normalisation layers of any
-      kind included: what the published commands ran, the default) or ``conv_linear`` (conv
-      and linear weights and biases, what the flag's name promised);
-    * its ``AlphaSheduler`` (``1 - log(t+1) / log(T)``) is computed but never used: ``alpha``
-      is constant there and here, and there is no schedule;
-    * the parameters it does not correct keep the last domain's gradient only (it zeroes the
-      gradients before each domain's backward); here they get the sum over domains.
-
-    Kept as released: the fixed domain order and in-place semantics of step 1, ``torch.chunk``
-    cuts, norms and blending measured after step 1, per-domain forward passes, Adam with
-    DomainBed's ``lr`` and ``weight_decay``, and BatchNorm frozen: their ResNet keeps every
-    BatchNorm layer in eval mode (ImageNet statistics, never updated), so every domain's
-    gradient is taken on the same normalisation. Here CorGrad sets DomainBed's own
-    ``freeze_bn`` hparam to true, which does the same to DomainBed's ResNet; ``freeze_bn =
-    false`` normalises each domain's minibatch with its own statistics instead. (DomainBed's
-    other featurizers have no pretrained statistics to freeze: MNIST_CNN uses GroupNorm, the
-    Wide ResNet is trained from scratch; ``freeze_bn`` does not act on them.)
-    """
-
-    HPARAMS = HParamSpace(
-        HParam(
-            "n_parts",
-            10,
-            lambda r: int(round(10 ** r.uniform(0.7, 1.3))),
-            minimum=1,
-            help="chunks per parameter tensor along dim 0 (output channels)",
-        ),
-        HParam(
-            "alpha",
-            0.6,
-            lambda r: r.uniform(0.4, 0.8),
-            minimum=0.0,
-            maximum=1.0,
-            help="weight an outlier domain keeps on its own gradient",
-        ),
-        HParam(
-            "corrected_params",
-            "all",
-            lambda r: "all",
-            choices=PARAMETER_SETS,
-            help="all: every trainable parameter (the authors' runs); conv_linear: conv and "
-            "linear layers",
-        ),
-        HParam(
-            "freeze_bn",
-            True,
-            lambda r: True,
-            where_defined=True,
-            help="BatchNorm of DomainBed's ResNet in eval mode, with its ImageNet statistics "
-            "(the authors' runs); false: DomainBed's default, statistics of each minibatch",
-        ),
-    )
+    """CorGrad (Zhou et al., ECAI 2024): chunk-wise conflict projection and norm-outlier
+    blending, stated in full, with its differences from the released code, in this module's
+    docstring. Its hparams: ``CorGrad.HPARAMS``, after the class."""
 
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
@@ -166,6 +133,42 @@ class CorGrad(PluginAlgorithm):
 
     def predict(self, x):
         return self.network(x)
+
+
+# CorGrad's hparams (merged into DomainBed's registry; docs/algorithms.md shows them).
+CorGrad.HPARAMS = HParamSpace(
+    HParam(
+        "n_parts",
+        10,
+        lambda r: int(round(10 ** r.uniform(0.7, 1.3))),
+        minimum=1,
+        help="chunks per parameter tensor along dim 0 (output channels)",
+    ),
+    HParam(
+        "alpha",
+        0.6,
+        lambda r: r.uniform(0.4, 0.8),
+        minimum=0.0,
+        maximum=1.0,
+        help="weight an outlier domain keeps on its own gradient",
+    ),
+    HParam(
+        "corrected_params",
+        "all",
+        lambda r: "all",
+        choices=PARAMETER_SETS,
+        help="all: every trainable parameter (the authors' runs); conv_linear: conv and "
+        "linear layers",
+    ),
+    HParam(
+        "freeze_bn",
+        True,
+        lambda r: True,
+        where_defined=True,
+        help="BatchNorm of DomainBed's ResNet in eval mode, with its ImageNet statistics "
+        "(the authors' runs); false: DomainBed's default, statistics of each minibatch",
+    ),
+)
 
 
 def corrected_update(

@@ -52,69 +52,6 @@ class DMG(Aggregate):
         "between domains"
     )
 
-    HPARAMS = HParamSpace(
-        *Aggregate.HPARAMS,
-        HParam(
-            "lambda_overlap",
-            0.1,
-            lambda r: 10 ** r.uniform(-2, 0),
-            minimum=0.0,
-            maximum=MAX_LOSS_WEIGHT,
-            help="weight of the soft-IoU overlap penalty between domain masks",
-        ),
-        HParam(
-            "lambda_sparsity",
-            0.0,
-            lambda r: 0.0,
-            minimum=0.0,
-            maximum=MAX_LOSS_WEIGHT,
-            help="weight of the sum of mask probabilities",
-        ),
-        HParam(
-            "mask_init",
-            "random_uniform",
-            lambda r: "random_uniform",
-            choices=masks.INITS,
-            help="random_uniform: logits ~ U[0,1); scalar: all logits = mask_init_scalar",
-        ),
-        HParam(
-            "mask_init_scalar",
-            1.0,
-            lambda r: 1.0,
-            # beyond +-10, sigmoid's gradient (< 5e-5) leaves the masks where they start
-            minimum=-10.0,
-            maximum=10.0,
-            help="logit value of the scalar init",
-        ),
-        HParam(
-            "mask_lr",
-            1e-3,
-            lambda r: 10 ** r.uniform(-4, -1),
-            minimum=0.0,
-            maximum=MAX_LR,
-            # the demo's short run: too few steps for 1e-3 to move the masks apart
-            per_dataset={"RotatedDigits": 1e-2},
-            help="Adam learning rate of the mask logits (the authors: 1e-4, over 50-150 epochs)",
-        ),
-        HParam(
-            "mask_weight_decay",
-            0.0,
-            lambda r: float(r.choice([0.0, 1e-5])),
-            minimum=0.0,
-            maximum=MAX_WEIGHT_DECAY,
-            per_dataset={"PACS": 1e-5},
-            help="Adam weight decay of the mask logits (the authors: 1e-5 on PACS, 0 on DomainNet)",
-        ),
-        HParam(
-            "mask_layers",
-            "auto",
-            lambda r: "auto",
-            types=(str, list),
-            validate=named_layers.check_value,
-            help="'auto' or the names of the layers whose inputs are masked",
-        ),
-    )
-
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         super().__init__(input_shape, num_classes, num_domains, hparams)
         layers = named_layers.resolve(
@@ -200,6 +137,71 @@ class DMG(Aggregate):
         from dmg_domainbed.algorithms.dmg import pictures
 
         return pictures.training_curves(runs, environments, IOU_PREFIX, ACTIVE_PREFIX)
+
+
+# DMG's hparams (merged into DomainBed's registry; docs/algorithms.md shows them).
+DMG.HPARAMS = HParamSpace(
+    *Aggregate.HPARAMS,
+    HParam(
+        "lambda_overlap",
+        0.1,
+        lambda r: 10 ** r.uniform(-2, 0),
+        minimum=0.0,
+        maximum=MAX_LOSS_WEIGHT,
+        help="weight of the soft-IoU overlap penalty between domain masks",
+    ),
+    HParam(
+        "lambda_sparsity",
+        0.0,
+        lambda r: 0.0,
+        minimum=0.0,
+        maximum=MAX_LOSS_WEIGHT,
+        help="weight of the sum of mask probabilities",
+    ),
+    HParam(
+        "mask_init",
+        "random_uniform",
+        lambda r: "random_uniform",
+        choices=masks.INITS,
+        help="random_uniform: logits ~ U[0,1); scalar: all logits = mask_init_scalar",
+    ),
+    HParam(
+        "mask_init_scalar",
+        1.0,
+        lambda r: 1.0,
+        # beyond +-10, sigmoid's gradient (< 5e-5) leaves the masks where they start
+        minimum=-10.0,
+        maximum=10.0,
+        help="logit value of the scalar init",
+    ),
+    HParam(
+        "mask_lr",
+        1e-3,
+        lambda r: 10 ** r.uniform(-4, -1),
+        minimum=0.0,
+        maximum=MAX_LR,
+        # the demo's short run: too few steps for 1e-3 to move the masks apart
+        per_dataset={"RotatedDigits": 1e-2},
+        help="Adam learning rate of the mask logits (the authors: 1e-4, over 50-150 epochs)",
+    ),
+    HParam(
+        "mask_weight_decay",
+        0.0,
+        lambda r: float(r.choice([0.0, 1e-5])),
+        minimum=0.0,
+        maximum=MAX_WEIGHT_DECAY,
+        per_dataset={"PACS": 1e-5},
+        help="Adam weight decay of the mask logits (the authors: 1e-5 on PACS, 0 on DomainNet)",
+    ),
+    HParam(
+        "mask_layers",
+        "auto",
+        lambda r: "auto",
+        types=(str, list),
+        validate=named_layers.check_value,
+        help="'auto' or the names of the layers whose inputs are masked",
+    ),
+)
 
 
 def default_mask_layers(network: nn.Module) -> list[str]:

@@ -1,4 +1,47 @@
-"""Importance-based weight masking: per-domain weight movement decides per-weight learning rates."""
+"""Importance-based weight masking: per-domain weight movement decides per-weight learning rates.
+
+**Phase 1** (updates ``0 .. phase1_steps - 1``): ``D`` copies of the network, all from one
+initialisation ``w_0``, each trained (Adam, DomainBed's ``lr``/``weight_decay``) on its own
+source domain's minibatch only. At its end, over the weights of the tracked layers
+(``importance_layers``; ``auto`` = the classifier):
+
+* importance ``I = sum_d |w_d - w_0|`` (:func:`weight_importance`);
+* ``I`` normalised to [0, 1] with one global min and max (:func:`normalise`);
+* those at or above the ``1 - important_fraction`` quantile are important
+  (:func:`top_fraction`).
+
+The copies run as one network of channel groups where the featurizer allows it
+(:mod:`.grouped`: the same arithmetic, one network's launches). The copies are then dropped.
+**Phase 2** (the remaining updates): a network with its own,
+fresh initialisation, built at construction, is trained on the pooled source minibatches
+with per-weight learning rates (:func:`apply_rates`): important tracked weights and all
+untracked weights at ``lr``; unimportant tracked weights at
+``lr * unimportant_lr_factor * 2 ** (-(t - phase1_steps) / unimportant_lr_half_life)``,
+and not at all from update ``freeze_step`` on (:func:`unimportant_rate`).
+
+Step counting: DomainBed calls ``update`` once per step but never says how many steps the
+run has, so the schedule is in global update counts. The count is the buffer
+``update_count`` (saved in ``model.pkl``) and a host-side copy of it, restored with the
+state dict, from which the phase is decided, so no step reads the GPU back for it. The
+defaults keep the original's proportions (10 epochs per phase, the unimportant rate halved
+every epoch, frozen after 7 of the 10 phase-2 epochs) within DomainBed's default run: phase 1
+half the run, a half-life of a tenth of phase 2, the freeze 70% into phase 2
+(:meth:`run_length_hparams` scales them to another run length; docs/algorithms.md gives the
+values). With fewer steps than ``phase1_steps`` the run ends in phase 1.
+
+``predict``: in phase 1, the mean of the copies' raw logits; in phase 2, the phase-2
+network. ``update`` logs ``loss``, ``phase`` (1 or 2) and ``unimportant_rate`` (the current
+multiplier). The initial tracked weights, the importance and the masks are buffers, so
+``model.pkl`` holds them; :meth:`importance_maps` and :meth:`importance_masks` give them per
+parameter, shaped like it, for pictures.
+
+Deliberate differences from the original: it tracks only the weights (not the biases) of a
+small MLP's hidden layers on frozen ViT features, and here every parameter of the tracked
+layers on any DomainBed backbone; it scales the gradients of unimportant weights (which
+Adam's normalisation undoes) and steps a second Adam over the same weights, so its rates do
+not act as stated, while here they scale Adam's step itself; its rate decays once per epoch,
+here continuously per step.
+"""
 
 from __future__ import annotations
 
@@ -30,97 +73,9 @@ DEFAULT_RUN_STEPS = 5000  # the run length the schedule defaults are sized for (
 class ImportanceMask(PluginAlgorithm):
     """Importance-based weight masking, after a PACS project of the same name (no paper).
 
-    **Phase 1** (updates ``0 .. phase1_steps - 1``): ``D`` copies of the network, all from one
-    initialisation ``w_0``, each trained (Adam, DomainBed's ``lr``/``weight_decay``) on its own
-    source domain's minibatch only. At its end, over the weights of the tracked layers
-    (``importance_layers``; ``auto`` = the classifier):
-
-    * importance ``I = sum_d |w_d - w_0|`` (:func:`weight_importance`);
-    * ``I`` normalised to [0, 1] with one global min and max (:func:`normalise`);
-    * those at or above the ``1 - important_fraction`` quantile are important
-      (:func:`top_fraction`).
-
-    The copies run as one network of channel groups where the featurizer allows it
-    (:mod:`.grouped`: the same arithmetic, one network's launches). The copies are then dropped.
-    **Phase 2** (the remaining updates): a network with its own,
-    fresh initialisation, built at construction, is trained on the pooled source minibatches
-    with per-weight learning rates (:func:`apply_rates`): important tracked weights and all
-    untracked weights at ``lr``; unimportant tracked weights at
-    ``lr * unimportant_lr_factor * 2 ** (-(t - phase1_steps) / unimportant_lr_half_life)``,
-    and not at all from update ``freeze_step`` on (:func:`unimportant_rate`).
-
-    Step counting: DomainBed calls ``update`` once per step but never says how many steps the
-    run has, so the schedule is in global update counts. The count is the buffer
-    ``update_count`` (saved in ``model.pkl``) and a host-side copy of it, restored with the
-    state dict, from which the phase is decided, so no step reads the GPU back for it. The
-    defaults keep the original's proportions (10 epochs per phase, the unimportant rate halved
-    every epoch, frozen after 7 of the 10 phase-2 epochs) within DomainBed's default run: phase 1
-    half the run, a half-life of a tenth of phase 2, the freeze 70% into phase 2
-    (:meth:`run_length_hparams` scales them to another run length; docs/algorithms.md gives the
-    values). With fewer steps than ``phase1_steps`` the run ends in phase 1.
-
-    ``predict``: in phase 1, the mean of the copies' raw logits; in phase 2, the phase-2
-    network. ``update`` logs ``loss``, ``phase`` (1 or 2) and ``unimportant_rate`` (the current
-    multiplier). The initial tracked weights, the importance and the masks are buffers, so
-    ``model.pkl`` holds them; :meth:`importance_maps` and :meth:`importance_masks` give them per
-    parameter, shaped like it, for pictures.
-
-    Deliberate differences from the original: it tracks only the weights (not the biases) of a
-    small MLP's hidden layers on frozen ViT features, and here every parameter of the tracked
-    layers on any DomainBed backbone; it scales the gradients of unimportant weights (which
-    Adam's normalisation undoes) and steps a second Adam over the same weights, so its rates do
-    not act as stated, while here they scale Adam's step itself; its rate decays once per epoch,
-    here continuously per step.
+    Its two phases, the step counting and the differences from the original in full: this
+    module's docstring. Its hparams: ``ImportanceMask.HPARAMS``, after the class.
     """
-
-    HPARAMS = HParamSpace(
-        HParam(
-            "phase1_steps",
-            2500,
-            lambda r: 2500,
-            minimum=1,
-            help="updates spent training the per-domain copies (phase 1)",
-        ),
-        HParam(
-            "freeze_step",
-            4250,
-            lambda r: 4250,
-            minimum=0,
-            help="global update from which unimportant weights are frozen",
-        ),
-        HParam(
-            "important_fraction",
-            0.6,
-            lambda r: r.uniform(0.4, 0.8),
-            minimum=0.0,
-            maximum=1.0,
-            help="fraction of tracked weights that are important",
-        ),
-        HParam(
-            "unimportant_lr_factor",
-            0.1,
-            lambda r: 10 ** r.uniform(-2, -0.5),
-            minimum=0.0,
-            maximum=MAX_LR,
-            help="learning-rate multiplier of unimportant weights when phase 2 starts",
-        ),
-        HParam(
-            "unimportant_lr_half_life",
-            250.0,
-            lambda r: 250.0,
-            maximum=1e9,  # steps: longer than any run (the multiplier then stays put)
-            validate=positive,
-            help="steps over which the unimportant multiplier halves",
-        ),
-        HParam(
-            "importance_layers",
-            "auto",
-            lambda r: "auto",
-            types=(str, list),
-            validate=named_layers.check_value,
-            help="'auto' (the classifier) or names of the layers whose weights are tracked",
-        ),
-    )
 
     LEARNED_PICTURES = (
         "per tracked parameter, every weight's importance and the important-weight mask"
@@ -299,6 +254,57 @@ class ImportanceMask(PluginAlgorithm):
         count = state_dict.get(f"{prefix}update_count")
         if count is not None:
             self._steps = int(count)
+
+
+# ImportanceMask's hparams (merged into DomainBed's registry; docs/algorithms.md shows them).
+ImportanceMask.HPARAMS = HParamSpace(
+    HParam(
+        "phase1_steps",
+        2500,
+        lambda r: 2500,
+        minimum=1,
+        help="updates spent training the per-domain copies (phase 1)",
+    ),
+    HParam(
+        "freeze_step",
+        4250,
+        lambda r: 4250,
+        minimum=0,
+        help="global update from which unimportant weights are frozen",
+    ),
+    HParam(
+        "important_fraction",
+        0.6,
+        lambda r: r.uniform(0.4, 0.8),
+        minimum=0.0,
+        maximum=1.0,
+        help="fraction of tracked weights that are important",
+    ),
+    HParam(
+        "unimportant_lr_factor",
+        0.1,
+        lambda r: 10 ** r.uniform(-2, -0.5),
+        minimum=0.0,
+        maximum=MAX_LR,
+        help="learning-rate multiplier of unimportant weights when phase 2 starts",
+    ),
+    HParam(
+        "unimportant_lr_half_life",
+        250.0,
+        lambda r: 250.0,
+        maximum=1e9,  # steps: longer than any run (the multiplier then stays put)
+        validate=positive,
+        help="steps over which the unimportant multiplier halves",
+    ),
+    HParam(
+        "importance_layers",
+        "auto",
+        lambda r: "auto",
+        types=(str, list),
+        validate=named_layers.check_value,
+        help="'auto' (the classifier) or names of the layers whose weights are tracked",
+    ),
+)
 
 
 def weight_importance(initial: torch.Tensor, finals: torch.Tensor) -> torch.Tensor:
