@@ -83,6 +83,23 @@ def check(hparams: Mapping[str, Any], owner: str) -> str:
     return mode
 
 
+def check_run_length(hparams: Mapping[str, Any], steps: int, owner: str) -> None:
+    """:class:`UserError` when a run of ``steps`` steps would average nothing: its averaging
+    starts at or after its last step, so it would evaluate and save the trained weights alone
+    (the algorithm, which never learns the run's length, cannot tell)."""
+    mode = hparams.get(AVERAGING, HPARAMS[AVERAGING].default)
+    start = hparams.get(AVERAGING_START, HPARAMS[AVERAGING_START].default)
+    if mode != NO_AVERAGING and start >= steps - 1:
+        given = "" if AVERAGING_START in hparams else " (its default)"
+        raise UserError(
+            f"{owner} hparam '{AVERAGING_START}' = {start}{given} is not below the last of the "
+            f"run's {steps} steps: '{AVERAGING}' {mode!r} would average at most one step's "
+            f"weights, and evaluate and save the trained ones. Give '{AVERAGING_START}' below "
+            f"{steps - 1} (EoA starts at 100 of 5,000 steps), e.g. "
+            f"'{json.dumps({AVERAGING: mode, AVERAGING_START: steps // 50})}'."
+        )
+
+
 def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
     """Make ``algorithm`` evaluate and save the average ``hparams`` ask for (:func:`check`);
     for ``"none"``, do nothing.

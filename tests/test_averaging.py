@@ -5,6 +5,7 @@ it trains without it, and with ``"none"`` (or nothing) leaves every record as it
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from torch import nn
 from dmg_domainbed import averaging, integration, synthetic
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.sweep.checks import check_against_domainbed
+from dmg_domainbed.sweep.config import load_sweep
 
 from .helpers import domainbed_script, one_loader_worker, package_plugins, reload
 
@@ -164,6 +167,33 @@ def test_a_bad_averaging_is_refused_when_built_and_before_a_sweep(hparams, refus
         build("ERM", **hparams)
     with pytest.raises(UserError, match=refused.replace("(", r"\(")):
         effective_hparams("DMG", EMBEDDED, hparams)
+
+
+@pytest.mark.parametrize(
+    "hparams, steps, refused",
+    [
+        ('averaging = "sma"', 50, "'averaging_start' = 100 (its default) is not below the last"),
+        ('averaging = "ema"\naveraging_start = 49', 50, "is not below the last of the run's 50"),
+        ('averaging = "sma"\naveraging_start = 48', 50, None),
+        ('averaging = "sma"', None, None),  # RotatedDigits' own 600 steps
+        ("averaging_start = 10", 50, "this run's 'averaging' is 'none'"),
+    ],
+)
+def test_a_sweep_that_would_average_nothing_is_refused_before_it_starts(
+    tmp_path, hparams, steps, refused
+):
+    path = tmp_path / "averaged.toml"
+    length = f"steps = {steps}\n" if steps else ""
+    path.write_text(
+        f'[sweep]\nalgorithms = ["ERM", "DMG"]\ndatasets = ["{EMBEDDED}"]\n{length}'
+        f"[sweep.hparams]\n{hparams}\n"
+    )
+    if refused is None:
+        check_against_domainbed(load_sweep(path))
+        return
+    with pytest.raises(UserError, match=re.escape(refused)) as error:
+        check_against_domainbed(load_sweep(path))
+    assert str(error.value).startswith(f"{path}: ")  # the file, then where in it
 
 
 # --- Through DomainBed's train.py ---------------------------------------------------------------

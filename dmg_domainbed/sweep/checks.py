@@ -129,6 +129,7 @@ def check_against_domainbed(config: SweepConfig) -> list[str]:
 def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], tuple[str, ...]]:
     """Steps 1 to 3: the run of each (algorithm, dataset) and the notes."""
     import dmg_domainbed
+    from dmg_domainbed import averaging
     from dmg_domainbed.algorithms.base import PluginAlgorithm
 
     dmg_domainbed.register()
@@ -169,6 +170,12 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
                     )
                 raise UserError(message) from None
     check_jobs_hparams(config, jobs)
+    for run in runs.values():
+        steps = config.steps or datasets.get_dataset_class(run.dataset).N_STEPS
+        try:
+            averaging.check_run_length(run.hparams, steps, run.algorithm)
+        except UserError as error:
+            raise UserError(f"{config.path}: {run.algorithm} on {run.dataset}: {error}") from None
     notes = []
     for run in runs.values():
         if issubclass(algorithms.get_algorithm_class(run.algorithm), PluginAlgorithm):
