@@ -18,7 +18,8 @@ a nested one by its words, e.g. ``cli data check``),
 results file of ``benchmarks/gpu_proof.py``; "unmeasured" where there is none), ``demo SECTION``
 (the README's demo: ``run``, its stamp, hparams, collect_results' table and paired comparisons, and
 ``in-domain TEST_ENV``, from ``docs/demo_results.json``, which ``docs/demo_figures.py``
-records).
+records). It also writes ``dmg_domainbed/sweep/cost_table.json``, the measured times a sweep's
+dry run estimates its GPU-hours with, from ``docs/gpu_proof.json``.
 """
 
 from __future__ import annotations
@@ -241,6 +242,20 @@ def gpu_table(table: str, results_file: str | Path | None = None) -> str:
     return gpu_proof().markdown(results, table)
 
 
+COST_TABLE = ROOT / "dmg_domainbed" / "sweep" / "cost_table.json"
+
+
+def cost_table() -> str:
+    """The package's cost table (what ``sweep --dry-run`` reads), from :data:`GPU_RESULTS`."""
+    import json
+
+    from dmg_domainbed.sweep.cost import table_from_gpu_proof
+
+    results = json.loads(GPU_RESULTS.read_text()) if GPU_RESULTS.exists() else None
+    table = None if results is None else table_from_gpu_proof(results, "docs/gpu_proof.json")
+    return json.dumps(None if table is None else table.as_json(), indent=1) + "\n"
+
+
 def demo_section(section: str, *arguments: str) -> str:
     """A section of the README's demo, rendered by ``docs/demo_figures.py``."""
     return script(ROOT / "docs" / "demo_figures.py").markdown(section, *arguments)
@@ -290,6 +305,8 @@ def main(argv: list[str]) -> int:
     dmg_domainbed.register()
     if "--check" in argv:
         problems = [f"stale: {name} (run python docs/generate.py)" for name in stale_sections()]
+        if not COST_TABLE.exists() or COST_TABLE.read_text() != cost_table():
+            problems.append(f"stale: {COST_TABLE.relative_to(ROOT)} (run python docs/generate.py)")
         problems += unknown_options()
         print("\n".join(problems))
         return 1 if problems else 0
@@ -299,6 +316,9 @@ def main(argv: list[str]) -> int:
         if new != text:
             page.write_text(new)
             print(f"wrote {page.relative_to(ROOT)}")
+    if not COST_TABLE.exists() or COST_TABLE.read_text() != cost_table():
+        COST_TABLE.write_text(cost_table())
+        print(f"wrote {COST_TABLE.relative_to(ROOT)}")
     return 0
 
 

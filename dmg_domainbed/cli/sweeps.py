@@ -69,7 +69,20 @@ def add_parsers(subparsers) -> None:
     sweep.add_argument("file", help="a sweep file, e.g. sweeps/demo.toml")
     sweep.add_argument("--launcher", help="DomainBed command launcher (wins over the file's)")
     sweep.add_argument(
-        "--dry-run", action="store_true", help="show the jobs and commands; create and run nothing"
+        "--dry-run",
+        action="store_true",
+        help="show the jobs, their cost and what would stop them; create and run nothing",
+    )
+    sweep.add_argument(
+        "--commands",
+        action="store_true",
+        help="with --dry-run: list every job's command line too",
+    )
+    sweep.add_argument(
+        "--cost-from",
+        metavar="SMOKE_JSON",
+        help="with --dry-run: estimate the cost from your own measures, the file "
+        "`dmg-domainbed smoke FILE --json SMOKE_JSON` wrote (shown before the package's)",
     )
     sweep.add_argument("--data_dir", help="DomainBed's --data_dir (wins over the file's)")
     sweep.add_argument("--output_dir", help="the sweep's output folder (wins over the file's)")
@@ -130,6 +143,8 @@ def sweep_command(args: argparse.Namespace) -> int:
             args.launcher,
             args.dry_run,
             args.delete_incomplete,
+            args.cost_from,
+            args.commands,
         ),
         echo=print,
     )

@@ -52,6 +52,7 @@ class RotatedDigits(MultipleDomainDataset):
     """
 
     ENVIRONMENTS = ["0", "30", "60", "90"]
+    N_IMAGES = 1_797  # every domain's, as a sweep's cost counts what train.py evaluates
     INPUT_SHAPE = (64,)
     # 600 steps (about 50 epochs of each domain): the algorithms' source validation accuracy
     # levels off by step 500, and DMG's masks drift apart at its RotatedDigits mask_lr (hard

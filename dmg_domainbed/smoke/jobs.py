@@ -23,6 +23,7 @@ from typing import Any
 from dmg_domainbed import register, synthetic
 from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.of_job import job_hparams
 from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.checks import check_against_domainbed, check_names
@@ -34,7 +35,8 @@ SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"
 
 @dataclass(frozen=True)
 class SmokeJob:
-    """One algorithm on one dataset, standing for the sweep's jobs of that pair."""
+    """One algorithm on one dataset, standing for the sweep's jobs of that pair (for itself alone
+    without a sweep)."""
 
     algorithm: str
     dataset: str
@@ -42,24 +44,17 @@ class SmokeJob:
     batch_size: int  # per domain, of the hparams that job trains with
     batch: str  # examples per step: source domains x batch size per domain
     fixed_hparams: Mapping[str, Any]  # the sweep's fixed hparams of the algorithm
-    sweep_jobs: int | None  # the sweep's jobs of this algorithm and dataset (None: no sweep)
-    steps_per_job: int
+    sweep_args: tuple[Mapping[str, Any], ...]  # the train arguments of the jobs it stands for
 
 
 def batch_size(train_args: Mapping[str, Any]) -> int:
-    """The batch size train.py trains a job with: that of the defaults for hparams seed 0, else
-    of the random search's draw, unless the job's ``--hparams`` fix it."""
-    from domainbed import hparams_registry
-    from domainbed.lib import misc
-
-    algorithm, dataset = train_args["algorithm"], train_args["dataset"]
-    if train_args["hparams_seed"] == 0:
-        hparams = hparams_registry.default_hparams(algorithm, dataset)
-    else:
-        seed = misc.seed_hash(train_args["hparams_seed"], train_args["trial_seed"])
-        hparams = hparams_registry.random_hparams(algorithm, dataset, seed)
-    hparams.update(json.loads(train_args.get("hparams") or "{}"))
-    return int(hparams["batch_size"])
+    """The batch size train.py trains a job with (:func:`~dmg_domainbed.hparams.of_job.job_hparams`
+    of its arguments)."""
+    fixed = json.loads(train_args.get("hparams") or "{}")
+    seeds = train_args["hparams_seed"], train_args["trial_seed"]
+    return int(
+        job_hparams(train_args["algorithm"], train_args["dataset"], *seeds, fixed)["batch_size"]
+    )
 
 
 def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
@@ -76,10 +71,9 @@ def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
             args = max(pair, key=batch_size)
             size = batch_size(args)
             batch = f"{len(dataset_class.ENVIRONMENTS) - len(args['test_envs'])}x{size}"
-            count = len(pair) if counted else None
-            steps = config.steps or dataset_class.N_STEPS
+            stands_for = tuple(pair) if counted else (args,)
             fixed = config.hparams_of(algorithm)
-            smoke_jobs.append(SmokeJob(algorithm, dataset, args, size, batch, fixed, count, steps))
+            smoke_jobs.append(SmokeJob(algorithm, dataset, args, size, batch, fixed, stands_for))
     return smoke_jobs
 
 

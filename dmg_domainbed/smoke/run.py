@@ -35,6 +35,8 @@ from dmg_domainbed.errors import SCRIPT_ERROR_PREFIX
 from dmg_domainbed.preflight.environment import job_environment
 from dmg_domainbed.smoke.clock import phases
 from dmg_domainbed.smoke.jobs import SmokeJob, Staged, Staging
+from dmg_domainbed.sweep import cost
+from dmg_domainbed.sweep.plan import job_costs
 
 OK, FAILED, TIMED_OUT, NOT_RUN = "ok", "failed", "timed out", "not run"
 LOG_TAIL_LINES, ERROR_WIDTH = 25, 60
@@ -80,7 +82,7 @@ def smoke_check(
     and the report; whether every job ran. Everything is written inside a new temporary folder,
     removed at the end; with ``synthetic``, missing datasets and weights get stand-ins, the
     datasets in ``synthetic_data_dir`` when given (kept), else in the temporary folder. With
-    ``results_file``, the measures are written there too (:func:`results`), for ``sweep
+    ``results_file``, the measures are written there too (:func:`_results`), for ``sweep
     --dry-run --cost-from``."""
     print(
         f"Smoke check: {len(jobs)} job(s), {WARMUP_STEPS} warm-up and {steps} timed steps each, "
@@ -102,12 +104,12 @@ def smoke_check(
             rows.append((staged, outcome))
         print(report(rows, staging.notes, device, steps))
         if results_file is not None:
-            results_file.write_text(json.dumps(results(rows, device, steps), indent=1) + "\n")
+            results_file.write_text(json.dumps(_results(rows, device, steps), indent=1) + "\n")
             print(f"Measures written to {results_file}")
         return all(outcome.status == OK for _, outcome in rows)
 
 
-def results(rows: list[tuple[Staged, Outcome]], device: str, steps: int) -> dict:
+def _results(rows: list[tuple[Staged, Outcome]], device: str, steps: int) -> dict:
     """What ``--json`` writes: the machine, when, and each job's measures with its train
     arguments (those of the sweep's job it stood for, before smoke shortened it)."""
     return {
@@ -124,6 +126,7 @@ def results(rows: list[tuple[Staged, Outcome]], device: str, steps: int) -> dict
                 "dataset": staged.job.dataset,
                 "train_args": dict(staged.job.train_args),
                 "batch_size": staged.job.batch_size,
+                "source_domains": int(staged.job.batch.split("x")[0]),
                 "status": outcome.status,
                 "stand_ins": staged.stand_ins,
                 "seconds_per_step": outcome.seconds_per_step,
@@ -242,16 +245,19 @@ def _status(staged: Staged, outcome: Outcome) -> str:
     return status if len(status) <= ERROR_WIDTH else status[: ERROR_WIDTH - 3] + "..."
 
 
-def _hours(job: SmokeJob, outcome: Outcome) -> float | None:
-    """The sweep's jobs of the row (one job without a sweep) x steps x s/step, in hours."""
-    if outcome.seconds_per_step is None:
-        return None
-    return (job.sweep_jobs or 1) * job.steps_per_job * outcome.seconds_per_step / 3600
+def _hours(results: list[tuple[Staged, Outcome]], device: str, steps: int) -> list:
+    """The hours of the jobs each row stands for, from this check's measures
+    (:func:`dmg_domainbed.sweep.cost.estimate`; ``None`` for a row whose job did not run)."""
+    jobs = job_costs([args for staged, _ in results for args in staged.job.sweep_args])
+    table = cost.table_from_smoke(_results(results, device, steps), "this check")
+    lines = {(line.dataset, line.algorithm): line for line in cost.estimate(jobs, [table])}
+    return [lines[(staged.job.dataset, staged.job.algorithm)].hours[0] for staged, _ in results]
 
 
 def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str, steps: int) -> str:
     """The notes; the table (algorithm x dataset: status, s/step, peak memory, the sweep's
     estimated hours) and how to read it; the end of each failed job's output; the verdict."""
+    hours = _hours(results, device, steps)
     rows = [
         {
             "algorithm": staged.job.algorithm,
@@ -267,20 +273,15 @@ def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str,
                 3,
             ),
             "peak GB": _number(outcome.peak_memory_gb, 2),
-            "sweep jobs": staged.job.sweep_jobs or "-",
-            "steps/job": staged.job.steps_per_job,
-            "est. hours": _number(_hours(staged.job, outcome), 2),
+            "jobs": len(staged.job.sweep_args),
+            "est. hours": _number(row_hours, 2),
         }
-        for staged, outcome in results
+        for (staged, outcome), row_hours in zip(results, hours, strict=True)
     ]
-    swept = any(staged.job.sweep_jobs is not None for staged, _ in results)
-    if swept:
-        hours = [_hours(staged.job, outcome) for staged, outcome in results]
-        unknown = hours.count(None)
-        total = f"{sum(h or 0 for h in hours):.2f}" + (f" + {unknown} unknown" if unknown else "")
-        jobs = sum(staged.job.sweep_jobs or 0 for staged, _ in results)
-        rows.append({"algorithm": "total", "sweep jobs": jobs, "est. hours": total})
-    per = "the sweep's jobs of the row" if swept else "one job"
+    unknown = hours.count(None)
+    total = f"{sum(h or 0 for h in hours):.2f}" + (f" + {unknown} unknown" if unknown else "")
+    jobs = sum(row["jobs"] for row in rows)
+    rows.append({"algorithm": "total", "jobs": jobs, "est. hours": total})
     memory, machine = _machine(device)
     lines = [
         "",
@@ -294,8 +295,11 @@ def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str,
         "(data loading included, as train.py's step_time); start s: process start to the first "
         "step and last evaluation to exit; eval ms/image: the last checkpoint's evaluation per "
         f"image; peak GB: peak {memory} memory",
-        f"est. hours: {per} x steps/job x s/step, on one such device, without start-up, "
-        "evaluation and checkpoints",
+        "jobs: the sweep's jobs the row stands for (itself alone without a sweep file); est. "
+        "hours: theirs on one such device, from these measures: steps x batch x source domains "
+        "x s/step per image, evaluated images x eval s/image, start and end (`sweep FILE "
+        "--dry-run --cost-from` with --json's file gives the same beside the package's GPU "
+        "figures)",
     ]
     failed = [(staged.job, outcome) for staged, outcome in results if outcome.status != OK]
     for job, outcome in failed:

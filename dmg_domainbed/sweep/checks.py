@@ -21,8 +21,9 @@ the next:
    launcher's ``PATH``; and the launcher's own ``check(environ)`` passes.
 
 Steps 1 to 3 are mistakes in the file and raise :class:`UserError`. Step 4 depends on the
-machine: its problem is returned (the output folder's first, then ``python``'s, the runs', the
-launcher's), so that a dry run can show it and a launch refuse it. What a run needs on disk is
+machine: its problems are returned as one, every one listed (the output folder's first, then
+``python``'s, the runs', the launcher's), so that a dry run can show them all and a launch refuse
+them. What a run needs on disk is
 asked of :mod:`dmg_domainbed.preflight`, which ``doctor`` and ``smoke`` ask too, so that all
 three name the same path and the same fix.
 """
@@ -77,32 +78,40 @@ def check_sweep(sweep: Sweep, env: Mapping[str, str]) -> Checked:
 
 def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRun]) -> str:
     """Step 4, asking down in floor order: what each run misses on disk (its data must fill the
-    largest batch its jobs fix or draw), then the output folder; raises the first problem of
-    the output folder's, ``python``'s, the runs', the launcher's; returns how the launcher will
-    run the jobs."""
+    largest batch its jobs fix or draw), then the output folder; raises one :class:`UserError`
+    listing every problem, the output folder's, ``python``'s, the runs', the launcher's, in
+    that order; returns how the launcher will run the jobs."""
     from domainbed import command_launchers
 
-    missing = {}
+    missing, problems = {}, []
     for run in runs:
         batch = largest_batch(sweep.config, run)
         missing |= dict.fromkeys(missing_for(run, sweep.data_dir, batch))
-    check_sweep_output_dir(Path(sweep.output_dir), sweep.data_dir, "the sweep's output_dir")
+    try:
+        check_sweep_output_dir(Path(sweep.output_dir), sweep.data_dir, "the sweep's output_dir")
+    except UserError as error:
+        problems.append(str(error))
     if shutil.which("python", path=env.get("PATH")) is None:
-        raise UserError(
+        problems.append(
             "no `python` on PATH: DomainBed's sweep starts every job as "
             "`python -m domainbed.scripts.train`. Activate the environment that has "
             "DomainBed and this package, or put its python first on PATH."
         )
     if missing:
-        raise UserError(
+        problems.append(
             "the jobs would fail before their first step:\n  " + "\n  ".join(missing) + "\n"
             "Fix each as it says, then run the sweep again."
         )
-    launcher = sweep.launcher
+    launcher, described = sweep.launcher, None
     try:
         described = as_launcher(command_launchers.REGISTRY[launcher]).check(env)
     except UserError as error:
-        raise UserError(f"launcher {launcher}: {error}") from None
+        problems.append(f"launcher {launcher}: {error}")
+    if len(problems) == 1:
+        raise UserError(problems[0])
+    if problems:
+        listed = "\n".join(f"{i}. {problem}" for i, problem in enumerate(problems, 1))
+        raise UserError(f"{len(problems)} problems:\n{listed}")
     return f"{launcher}: {described}" if described else launcher
 
 

@@ -13,12 +13,15 @@ package asks the plan, not DomainBed's ``Job``, how many there are.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tabulate import tabulate
 
+from dmg_domainbed.sweep import cost
 from dmg_domainbed.sweep.config import Group, Sweep
 
 
@@ -136,3 +139,50 @@ def plan_sweep(sweep: Sweep) -> Plan:
         incomplete=in_state[Job.INCOMPLETE],
         done=in_state[Job.DONE],
     )
+
+
+def dataset_images(dataset: str) -> int | None:
+    """Every image of every domain of ``dataset``: DomainBed's download of an image dataset
+    (its published count), MNIST's two files, or the class's ``N_IMAGES``; ``None`` where not
+    known before its files are read (a manifest's)."""
+    from domainbed import datasets
+
+    from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_DATASETS, MNIST_IMAGES
+
+    if dataset in IMAGE_LAYOUTS and IMAGE_LAYOUTS[dataset].releases:
+        return IMAGE_LAYOUTS[dataset].releases[0].total
+    if dataset in MNIST_DATASETS:
+        return sum(images for images, _ in MNIST_IMAGES.values())
+    return getattr(datasets.get_dataset_class(dataset), "N_IMAGES", None)
+
+
+def job_costs(jobs: Sequence[Mapping[str, Any]], jobs_per_gpu: int = 1) -> list[cost.JobCost]:
+    """The :class:`~.cost.JobCost` of each job's ``train.py`` arguments (as DomainBed's
+    ``make_args_list`` gives them): its hparams as ``train.py`` draws them, its dataset's
+    domains, steps, checkpoints, images and input shape."""
+    from domainbed import algorithms
+    from domainbed import datasets as registered
+
+    from dmg_domainbed.algorithms.base import declarations_of
+    from dmg_domainbed.datasets import input_shape
+    from dmg_domainbed.hparams.of_job import job_hparams
+
+    facts, shapes, own, costs = {}, {}, {}, []
+    for args in jobs:
+        algorithm, dataset = args["algorithm"], args["dataset"]
+        if dataset not in facts:
+            cls = registered.get_dataset_class(dataset)
+            facts[dataset] = cost.DatasetFacts(
+                len(cls.ENVIRONMENTS), cls.N_STEPS, cls.CHECKPOINT_FREQ, dataset_images(dataset)
+            )
+            shapes[dataset] = input_shape(dataset)
+        fixed = json.loads(args.get("hparams") or "{}")
+        hparams = job_hparams(algorithm, dataset, args["hparams_seed"], args["trial_seed"], fixed)
+        job_cost = cost.job_cost(args, hparams, facts[dataset], shapes[dataset], jobs_per_gpu)
+        if algorithm not in own:  # an algorithm that loads its own weights builds its network
+            declared = declarations_of(algorithms.get_algorithm_class(algorithm))
+            own[algorithm] = declared.check_weights(hparams) is not None
+        if own[algorithm]:
+            job_cost = replace(job_cost, network=f"{algorithm}'s own network")
+        costs.append(job_cost)
+    return costs

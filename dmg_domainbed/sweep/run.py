@@ -22,12 +22,13 @@ from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.locks import FolderLock
+from dmg_domainbed.sweep import cost
 from dmg_domainbed.sweep.checks import check_sweep
 from dmg_domainbed.sweep.command_line import check_commands
 from dmg_domainbed.sweep.config import Sweep, read_sweep
 from dmg_domainbed.sweep.launch import execute
 from dmg_domainbed.sweep.launcher_settings import launcher_environment
-from dmg_domainbed.sweep.plan import plan_sweep
+from dmg_domainbed.sweep.plan import Plan, job_costs, plan_sweep
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class SweepRequest:
     launcher: str | None = None
     dry_run: bool = False
     delete_incomplete: bool = False
+    cost_from: str | None = None  # a smoke results file (smoke --json) the cost prefers
+    commands: bool = False  # a dry run lists the jobs' command lines
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,42 @@ def check(sweep: Sweep, environ: Mapping[str, str]) -> CheckedSweep:
     return CheckedSweep(env, checked.notes + tuple(notes), checked.launcher, checked.problem)
 
 
+def smoke_table(path: str) -> cost.CostTable:
+    """The cost table of a smoke results file; :class:`UserError` saying what is wrong with it
+    before any check runs."""
+    try:
+        return cost.load_table(path)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(
+            f"--cost-from {path}: {error}. Give the file `dmg-domainbed smoke SWEEP_FILE --json "
+            "FILE` wrote."
+        ) from None
+
+
+def sweep_cost(sweep: Sweep, plan: Plan, own: cost.CostTable | None, file) -> str:
+    """The cost of the plan's jobs to launch on the user's own measures (``own``, first) and the
+    package's measured devices, and how to measure them here when ``own`` is not given."""
+    tables = [own] if own is not None else []
+    packaged = cost.packaged_table()
+    if packaged is not None:
+        tables.append(packaged)
+    jobs_per_gpu = int(sweep.config.launcher_options.get("jobs_per_gpu", 1))
+    costs = job_costs([job.train_args for job in plan.to_launch], jobs_per_gpu)
+    lines = cost.render(cost.estimate(costs, tables), tables, costs)
+    if own is None:
+        lines.append(
+            f"  on this machine's device: dmg-domainbed smoke {file} --json SMOKE.json measures "
+            "it; then add --cost-from SMOKE.json to this dry run"
+        )
+    return "\n".join(lines)
+
+
 def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int:
     """Read, check, plan and (unless a dry run) launch the sweep of ``request``, passing
     ``echo`` its summary, notes, jobs and progress lines; returns the exit status.
     :class:`UserError` before any job folder exists when the sweep cannot run."""
     sweep = read_sweep(request.file, request.data_dir, request.output_dir, request.launcher)
+    own = None if request.cost_from is None else smoke_table(request.cost_from)
     if sweep.launcher is None and not request.dry_run:
         raise UserError(
             f'{sweep.config.path} names no launcher: add [launcher] name = "..." to it or pass '
@@ -89,17 +123,24 @@ def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int
         for note in checked.notes:
             echo(f"  note: {note}")
         if request.dry_run:
-            problem = checked.problem
+            problems = [] if checked.problem is None else [checked.problem]
             try:
                 check_commands(plan.unfinished, checked.env)
             except UserError as too_long:
-                problem = problem or too_long
+                problems.append(too_long)
+            echo(sweep_cost(sweep, plan, own, request.file))
+            for problem in problems:
+                echo(f"Launching it now would stop before any job: {problem}")
             launcher = sweep.launcher or "LAUNCHER"
             echo(f"Launcher: {launcher} (DomainBed's Job.launch, one launch per group)")
-            new = [f"  {job.command_str}" for job in plan.to_launch]
-            echo("\n".join(["Jobs to launch:", *new, "Dry run: nothing was created or launched."]))
-            if problem is not None:
-                echo(f"Launching it now would stop before any job: {problem}")
+            if request.commands:
+                new = [f"  {job.command_str}" for job in plan.to_launch]
+                echo("\n".join(["Jobs to launch:", *new]))
+            else:
+                echo(
+                    f"Jobs to launch: {len(plan.to_launch)} (--commands lists their command lines)"
+                )
+            echo("Dry run: nothing was created or launched.")
             return 0
         if checked.problem is not None:
             raise checked.problem

@@ -76,10 +76,10 @@ def test_smoke_runs_a_sweep_s_job_through_train_on_a_pacs_shaped_folder(user, tm
 
     assert code == 0, out
     row = next(line for line in out.splitlines() if line.startswith("DMG "))
-    # 8 of the sweep's 16 jobs are DMG's: 2 hparams seeds x 4 test domains; PACS's 5001 steps.
-    # s/step, start s, eval ms/image, peak GB
+    # 8 of the sweep's 16 jobs are DMG's: 2 hparams seeds x 4 test domains.
+    # s/step, start s, eval ms/image, peak GB; jobs; their estimated hours
     number = r" +[\d.]+"
-    assert re.match(rf"DMG +PACS +3x2 +ok \(random weights\){number * 4} +8 +5001{number}$", row)
+    assert re.match(rf"DMG +PACS +3x2 +ok \(random weights\){number * 4} +8{number}$", row)
     assert "device: cpu" in out and "3 warm-up and 1 timed steps a job" in out
     (measured,) = json.loads((tmp_path / "measures.json").read_text())["rows"]
     assert measured["algorithm"] == "DMG" and measured["status"] == "ok"

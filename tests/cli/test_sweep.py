@@ -50,6 +50,7 @@ def test_dry_run_lists_the_jobs_and_creates_nothing(job_env, tmp_path, capsys):
             "sweep",
             str(SWEEPS / "pacs_resnet50.toml"),
             "--dry-run",
+            "--commands",
             "--data_dir",
             str(tmp_path / "data"),
             "--output_dir",
@@ -68,7 +69,9 @@ def test_dry_run_lists_the_jobs_and_creates_nothing(job_env, tmp_path, capsys):
 
 @pytest.mark.parametrize("path", sorted(SWEEPS.glob("paper_*.toml")), ids=lambda p: p.stem)
 def test_paper_protocol_files_dry_run(path, job_env, tmp_path, capsys):
-    code = main(["sweep", str(path), "--dry-run", "--data_dir", str(tmp_path / "data")])
+    code = main(
+        ["sweep", str(path), "--dry-run", "--commands", "--data_dir", str(tmp_path / "data")]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     jobs = 36 if "pacs" in path.stem else 54  # 3 algorithms x test domains x 3 trials

@@ -364,7 +364,9 @@ def test_sweep_files_run_sfmoe_on_the_papers_datasets_and_note_its_own_weights(
     assert "960 job(s)" in out
     assert re.search(r"PACS +SFMOE", out) and re.search(r"TerraIncognita +SFMOE", out)
     assert "SFMOE's pretrained weights: deit_small_distilled_patch16_224 weights not found" in out
-    assert "resnet50" not in out  # SFMOE loads none of DomainBed's backbones
+    # SFMOE loads none of DomainBed's backbones, and its cost is its own network's
+    assert "resnet50 ImageNet weights" not in out and "ram_in1k" not in out
+    assert "PACS: SFMOE's own network, fp32, 1 job(s) per GPU" in out
     # The authors' DomainNet runs: 15,001 steps, a checkpoint every 500.
     with open(sweeps / "sfmoe_domainnet.toml", "rb") as stream:
         domainnet = tomllib.load(stream)["sweep"]

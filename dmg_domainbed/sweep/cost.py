@@ -1,0 +1,373 @@
+"""What a sweep costs, before it starts: its work counted from its jobs, and hours from measured
+times.
+
+Pure functions, no DomainBed: a job is :class:`JobCost`, made from ``train.py``'s arguments as
+DomainBed's ``make_args_list`` gives them (:func:`job_cost`) with the hparams that job trains
+with and its dataset's :class:`DatasetFacts`. A job's work is
+
+- training images: steps x batch size x source domains;
+- evaluation images: checkpoints x every image of every domain (``train.py`` evaluates each
+  split, in and out, of each domain at a checkpoint: a step that is a multiple of the
+  checkpoint frequency, and the last step);
+
+and its seconds on a device, from a row of measured times (:class:`Measured`): training images x
+seconds per training image + evaluation images x seconds per evaluated image + the job's
+start-up and end. A :class:`CostTable` holds the rows of one device and where they were
+measured: :func:`table_from_gpu_proof` makes it from ``benchmarks/gpu_proof.py``'s results file
+(``docs/generate.py`` writes the package's from ``docs/gpu_proof.json``),
+:func:`table_from_smoke` from ``dmg-domainbed smoke --json``'s. :func:`estimate` gives, per
+algorithm and dataset, the jobs, their images and their hours on each table's device;
+:func:`render` the lines the dry run prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: What a row of a table may be keyed on; a row matches a job where every key it has agrees.
+KEYS = ("algorithm", "dataset", "network", "precision", "jobs_per_gpu")
+
+
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What a job's work depends on in its dataset: its number of domains, DomainBed's default
+    steps and checkpoint frequency, and its images, every domain's (``None``: not known here)."""
+
+    environments: int
+    steps: int
+    checkpoint_freq: int
+    images: int | None
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """One job as its cost sees it: what matches it to a measured row, and its work."""
+
+    algorithm: str
+    dataset: str
+    network: str
+    precision: str
+    jobs_per_gpu: int
+    training_images: int
+    checkpoints: int
+    eval_images: int | None
+
+
+def checkpoints(steps: int, checkpoint_freq: int) -> int:
+    """How many times ``train.py`` evaluates in ``steps`` steps: at each step that is a multiple
+    of ``checkpoint_freq`` (step 0 included) and at the last step."""
+    multiples = (steps - 1) // checkpoint_freq + 1
+    return multiples + (1 if (steps - 1) % checkpoint_freq else 0)
+
+
+def network(hparams: Mapping[str, Any], input_shape: Sequence[int] | None) -> str:
+    """The featurizer DomainBed builds for ``input_shape`` with ``hparams`` (this package's
+    AlexNet with ``alexnet``)."""
+    if input_shape is None:
+        return "unknown"
+    if len(input_shape) == 1:
+        return "mlp"
+    side = tuple(input_shape[1:3])
+    if side == (28, 28):
+        return "mnist_cnn"
+    if side == (32, 32):
+        return "wide_resnet"
+    if hparams.get("alexnet"):
+        return "alexnet"
+    if hparams.get("vit") and hparams.get("dinov2"):
+        return "dinov2_vitb14"
+    if hparams.get("resnet18") and not hparams.get("resnet50_augmix"):
+        return "resnet18"
+    return "resnet50"  # torchvision's, or timm's resnet50.ram_in1k with resnet50_augmix
+
+
+def job_cost(
+    train_args: Mapping[str, Any],
+    hparams: Mapping[str, Any],
+    facts: DatasetFacts,
+    input_shape: Sequence[int] | None,
+    jobs_per_gpu: int = 1,
+) -> JobCost:
+    """The :class:`JobCost` of the job of ``train_args`` (DomainBed's ``make_args_list``: no
+    ``steps`` or ``checkpoint_freq`` means the dataset's), training with ``hparams``."""
+    steps = train_args.get("steps") or facts.steps
+    freq = train_args.get("checkpoint_freq") or facts.checkpoint_freq
+    sources = facts.environments - len(train_args["test_envs"])
+    count = checkpoints(steps, freq)
+    return JobCost(
+        algorithm=train_args["algorithm"],
+        dataset=train_args["dataset"],
+        network=network(hparams, input_shape),
+        precision=str(hparams.get("precision", "fp32")),
+        jobs_per_gpu=jobs_per_gpu,
+        training_images=steps * int(hparams["batch_size"]) * sources,
+        checkpoints=count,
+        eval_images=None if facts.images is None else count * facts.images,
+    )
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Measured seconds: per training image (a step's time over its images, data loading
+    included where the measure had it), per evaluated image, and per job for its start-up and
+    end (``None``: not measured)."""
+
+    train_s_per_image: float
+    eval_s_per_image: float
+    job_s: float | None
+    key: Mapping[str, Any] = field(default_factory=dict)  # what the row is for (:data:`KEYS`)
+
+    def seconds(self, job: JobCost) -> float | None:
+        """The job's seconds; ``None`` when its evaluation images are not known."""
+        if job.eval_images is None:
+            return None
+        return (
+            job.training_images * self.train_s_per_image
+            + job.eval_images * self.eval_s_per_image
+            + (self.job_s or 0.0)
+        )
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """The measured rows of one ``device``; ``source`` says where and when they were measured,
+    ``not_measured`` what they leave out."""
+
+    device: str
+    source: str
+    rows: tuple[Measured, ...]
+    not_measured: str = ""
+    gpu: bool = True
+
+    def row_for(self, job: JobCost) -> Measured | None:
+        """The first row whose keys all agree with the job's."""
+        for row in self.rows:
+            if all(getattr(job, key) == value for key, value in row.key.items()):
+                return row
+        return None
+
+    def as_json(self) -> dict:
+        return {
+            "device": self.device,
+            "source": self.source,
+            "not_measured": self.not_measured,
+            "gpu": self.gpu,
+            "rows": [
+                {**row.key, "train_s_per_image": row.train_s_per_image}
+                | {"eval_s_per_image": row.eval_s_per_image, "job_s": row.job_s}
+                for row in self.rows
+            ],
+        }
+
+
+def table_from_json(data: Mapping[str, Any]) -> CostTable:
+    """The :class:`CostTable` that :meth:`CostTable.as_json` wrote."""
+    rows = tuple(
+        Measured(
+            row["train_s_per_image"],
+            row["eval_s_per_image"],
+            row["job_s"],
+            {key: row[key] for key in KEYS if key in row},
+        )
+        for row in data["rows"]
+    )
+    return CostTable(data["device"], data["source"], rows, data["not_measured"], data["gpu"])
+
+
+def table_from_gpu_proof(results: Mapping[str, Any], path: str) -> CostTable | None:
+    """The cost table of a full run of ``benchmarks/gpu_proof.py`` (its results file, at
+    ``path``): its ``step_time`` part, every algorithm on ResNet-50 at 3 source domains x the
+    part's batch, fp32 and bf16, one job on the GPU; evaluation from its predict throughput.
+    ``None`` when the part did not pass. A job's start-up and end are not measured there."""
+    part = results["parts"].get("step_time", {})
+    if results.get("mode") != "full" or part.get("status") != "passed":
+        return None
+    figures = part["figures"]
+    bf16 = {row["algorithm"]: row for row in figures.get("bf16", [])}
+    rows = []
+    for row in figures["rows"]:
+        images = 3 * row["batch"]  # step_time.py's 3 source domains
+        key = {"algorithm": row["algorithm"], "network": row["config"], "jobs_per_gpu": 1}
+        predict = 1 / row["predict_examples_per_s"]
+        rows.append(
+            Measured(row["step_ms"] / 1000 / images, predict, None, key | {"precision": "fp32"})
+        )
+        if row["algorithm"] in bf16:
+            fast = bf16[row["algorithm"]]
+            rows.append(
+                Measured(
+                    fast["bf16_step_ms"] / 1000 / images,
+                    predict / fast["predict_speedup"],
+                    None,
+                    key | {"precision": "bf16"},
+                )
+            )
+    device = results["device"].split(",")[0]
+    return CostTable(
+        device,
+        f"{path}: {figures['command']}, commit {results['commit']}, {results['date'][:10]}",
+        tuple(rows),
+        "a job's start-up and end (gpu_proof's job_start part has not measured them), data "
+        "loading (step_time.py's inputs are on the GPU already)",
+    )
+
+
+def table_from_smoke(results: Mapping[str, Any], path: str) -> CostTable:
+    """The cost table of ``dmg-domainbed smoke --json``'s file (at ``path``): one row per job
+    that ran, for its algorithm and dataset, measured alone on the device."""
+    rows = []
+    for row in results["rows"]:
+        if row["status"] != "ok":
+            continue
+        rows.append(
+            Measured(
+                row["seconds_per_step"] / (row["batch_size"] * row["source_domains"]),
+                row["eval_seconds_per_image"],
+                row["start_seconds"],
+                {"algorithm": row["algorithm"], "dataset": row["dataset"]},
+            )
+        )
+    device = results["device"]
+    return CostTable(
+        device,
+        f"{path}: {results['command']}, {results['date'][:10]}",
+        tuple(rows),
+        gpu=device.startswith("cuda"),
+    )
+
+
+@dataclass(frozen=True)
+class Line:
+    """One algorithm on one dataset: its jobs, their images, and their hours on each table's
+    device (``None``: no measured row matches)."""
+
+    dataset: str
+    algorithm: str
+    jobs: int
+    training_images: int
+    eval_images: int | None
+    hours: tuple[float | None, ...]
+
+
+def estimate(jobs: Sequence[JobCost], tables: Sequence[CostTable]) -> list[Line]:
+    """Per (dataset, algorithm), in the jobs' order: their count, images and hours on each of
+    ``tables``' devices. ``jobs_per_gpu`` jobs share a GPU, so a GPU's hours are the jobs'
+    hours over it."""
+    groups: dict[tuple[str, str], list[JobCost]] = {}
+    for job in jobs:
+        groups.setdefault((job.dataset, job.algorithm), []).append(job)
+    lines = []
+    for (dataset, algorithm), group in groups.items():
+        evaluated = [job.eval_images for job in group]
+        hours = []
+        for table in tables:
+            seconds = 0.0
+            for job in group:
+                row = table.row_for(job)
+                job_seconds = None if row is None else row.seconds(job)
+                if job_seconds is None:
+                    seconds = None
+                    break
+                seconds += job_seconds / (job.jobs_per_gpu if table.gpu else 1)
+            hours.append(None if seconds is None else seconds / 3600)
+        lines.append(
+            Line(
+                dataset,
+                algorithm,
+                len(group),
+                sum(job.training_images for job in group),
+                None if None in evaluated else sum(evaluated),
+                tuple(hours),
+            )
+        )
+    return lines
+
+
+def unmatched(jobs: Sequence[JobCost], table: CostTable) -> list[str]:
+    """What no row of ``table`` measured: each (algorithm, dataset, network, precision, jobs per
+    GPU) of the jobs that none matches."""
+    missing = {}
+    for job in jobs:
+        if table.row_for(job) is None:
+            what = f"{job.algorithm} on {job.dataset}: {job.network}, {job.precision}"
+            if table.gpu:
+                what += f", {job.jobs_per_gpu} job(s) per GPU"
+            missing[what] = None
+    return list(missing)
+
+
+def render(
+    lines: Sequence[Line], tables: Sequence[CostTable], jobs: Sequence[JobCost]
+) -> list[str]:
+    """The cost as the dry run prints it: a table per (dataset, algorithm), the total on one
+    line, where each device's figures come from and what no figure covers."""
+    from tabulate import tabulate
+
+    def hours(value: float | None) -> str:
+        if value is None:
+            return "no figure"
+        return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+
+    unit = ["GPU-hours" if table.gpu else "hours" for table in tables]
+    headers = ["dataset", "algorithm", "jobs", "training images", "evaluation images"]
+    headers += [f"{u} [{i + 1}]" for i, u in enumerate(unit)]
+    rows = [
+        [line.dataset, line.algorithm, line.jobs, f"{line.training_images:,}"]
+        + ["unknown" if line.eval_images is None else f"{line.eval_images:,}"]
+        + [hours(value) for value in line.hours]
+        for line in lines
+    ]
+    out = ["Cost of the jobs to launch, before any starts:"]
+    out += ["  " + text for text in tabulate(rows, headers, disable_numparse=True).splitlines()]
+    totals = []
+    for i, table in enumerate(tables):
+        column = [line.hours[i] for line in lines]
+        known = sum(value for value in column if value is not None)
+        left = sum(1 for value in column if value is None)
+        if left == len(column):
+            totals.append(f"no figure on {table.device} [{i + 1}]")
+        else:
+            totals.append(
+                f"{hours(known)} {unit[i]} on {table.device} [{i + 1}]"
+                + (f" (+ {left} row(s) without a figure)" if left else "")
+            )
+    jobs_total = sum(line.jobs for line in lines)
+    out.append(f"  total: {jobs_total:,} jobs; " + ("; ".join(totals) or "no measured figures"))
+    out.append(
+        "  training images: steps x batch x source domains; evaluation images: checkpoints x "
+        "every image of every domain (train.py evaluates each split of each domain)"
+    )
+    for i, table in enumerate(tables):
+        out.append(f"  [{i + 1}] {table.device}: {table.source}")
+        if table.not_measured:
+            out.append(f"      not included, not measured: {table.not_measured}")
+        for what in unmatched(jobs, table):
+            out.append(f"      no figure for {what}")
+    return out
+
+
+def packaged_table() -> CostTable | None:
+    """The package's table, generated from ``docs/gpu_proof.json`` by ``docs/generate.py``
+    (``None`` when no GPU run is recorded)."""
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "cost_table.json").read_text())
+    return None if data is None else table_from_json(data)
+
+
+def load_table(path: str) -> CostTable:
+    """A smoke results file (``dmg-domainbed smoke --json``) as a :class:`CostTable`; a
+    ``ValueError`` naming what is wrong with it otherwise."""
+    with open(path) as stream:
+        data = json.load(stream)
+    if not isinstance(data, dict) or data.get("kind") != "smoke":
+        raise ValueError("it is not a results file of `dmg-domainbed smoke --json`")
+    try:
+        return table_from_smoke(data, path)
+    except KeyError as missing:
+        raise ValueError(
+            f"it lacks {missing}: write it again with this version's `smoke --json`"
+        ) from None
