@@ -228,6 +228,24 @@ def test_train_py_evaluates_and_saves_the_simple_moving_average(
     """DomainBed's unmodified train.py, with ``averaging`` ``sma``: ``model.pkl``'s weights are
     the mean of the trained weights of the averaged steps, and the last evaluation predicted
     with them (the reloaded model predicts the same logits on the same inputs)."""
+    args = ["--dataset", DATASET.get(name, EMBEDDED)]
+    if name in DATASET:
+        args += ["--data_dir", str(data_dir), "--holdout_fraction", str(IMAGES["holdout_fraction"])]
+    assert_train_py_saves_the_average(
+        name, RUN_HPARAMS.get(name, {}), args, AVERAGED_STEPS.get(name), tmp_path, monkeypatch
+    )
+
+
+def assert_train_py_saves_the_average(
+    name, hparams, args, averaged_steps, output_dir, monkeypatch
+) -> None:
+    """Train ``name`` with ``averaging`` ``sma`` from step :data:`START` through train.py (with
+    ``args``; ``averaged_steps``: the steps it averages, by default :data:`START` on), then
+    assert that ``model.pkl`` holds the mean of the trained weights of those steps and that the
+    last evaluation predicted with it. DomainBed's modules are imported here, so that a caller
+    may run it on a DomainBed imported afresh."""
+    from domainbed import algorithms
+
     cls = algorithms.get_algorithm_class(name)
     update, predict = cls.update, cls.predict
     seen, evaluated = [], []
@@ -243,21 +261,18 @@ def test_train_py_evaluates_and_saves_the_simple_moving_average(
             evaluated.append((len(seen), x.clone(), logits.clone()))
         return logits
 
-    hparams = {"averaging": "sma", "averaging_start": START, **RUN_HPARAMS.get(name, {})}
+    hparams = {"averaging": "sma", "averaging_start": START, **hparams}
     args = [
-        *("--algorithm", name, "--dataset", DATASET.get(name, EMBEDDED), "--test_envs", "0"),
+        *("--algorithm", name, "--test_envs", "0", *args),
         *("--steps", str(STEPS), "--checkpoint_freq", str(STEPS)),
-        *("--output_dir", str(tmp_path), "--hparams", json.dumps(hparams)),
+        *("--output_dir", str(output_dir), "--hparams", json.dumps(hparams)),
     ]
-    if name in DATASET:
-        args += ["--data_dir", str(data_dir), "--holdout_fraction", str(IMAGES["holdout_fraction"])]
     with monkeypatch.context() as patch, one_loader_worker():
         patch.setattr(cls, "update", recording_update)
         patch.setattr(cls, "predict", recording_predict)
         domainbed_script("train", *args)
-    steps = AVERAGED_STEPS.get(name, range(START, STEPS))
-    expected = sma([seen[step] for step in steps])
-    model, checkpoint = reload(tmp_path)
+    expected = sma([seen[step] for step in averaged_steps or range(START, STEPS)])
+    model, checkpoint = reload(output_dir)
     assert checkpoint["model_hparams"]["averaging"] == "sma"
     assert_state_is(checkpoint["model_dict"], expected, seen[-1])
     last = [(x, logits) for after, x, logits in evaluated if after == STEPS]
@@ -265,7 +280,8 @@ def test_train_py_evaluates_and_saves_the_simple_moving_average(
     with torch.no_grad():
         for x, logits in last:
             assert torch.equal(model.predict(x), logits)
-    logged = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    records = (output_dir / "results.jsonl").read_text().splitlines()
+    logged = [json.loads(line) for line in records]
     assert [r["step"] for r in logged] == [0, STEPS - 1]
     assert all(r["hparams"]["averaging"] == "sma" for r in logged)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from .helpers import cli, domainbed_env, domainbed_script, fresh_domainbed, run_domainbed
+from .test_averaging import assert_train_py_saves_the_average
 from .test_check_algorithm import install
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -64,6 +65,17 @@ def test_the_pages_algorithm_trains_and_shows_in_collect_results_and_report(page
     code, _, err = cli("report", "--input_dir", str(sweep), "--output_dir", str(report))
     assert code == 0, err
     assert "SmoothERM" in (report / "results.md").read_text()
+
+
+def test_the_pages_algorithm_evaluates_and_saves_its_averaged_weights(
+    page_site, tmp_path, monkeypatch
+):
+    """A plugin of another package gets ``averaging`` as DomainBed's and this package's do."""
+    with fresh_domainbed(page_site):
+        args = ["--dataset", "RotatedDigits", "--data_dir", str(tmp_path)]
+        assert_train_py_saves_the_average(
+            "SmoothERM", {"smoothing": 0.05}, args, None, tmp_path / "run", monkeypatch
+        )
 
 
 def test_a_misspelt_hparam_of_the_pages_algorithm_stops_train_with_the_message(page_site, tmp_path):
