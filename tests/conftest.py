@@ -53,19 +53,27 @@ def pytest_configure(config):
 # Fixtures computed once per worker process, and the tests that need them.
 _SHARED_DEMO = {"demo_run", "demo_sweep", "copied_run"}
 _SHARED_FOLDERS = ("slurm", "image_path")  # one test cluster; the image-path training
+# Marked ``slow`` here, for what they share rather than what their module says: the demo run's
+# tests and the test Slurm cluster's (other slow tests carry the mark in their modules).
+_SLOW_FOLDERS = ("slurm",)
 _GPU_TRAINING = "trained"  # tests/gpu/test_gpu_algorithms.py's fixture, one per algorithm
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist's ``--dist loadgroup``: the tests of one module run on one worker (its
+    """Mark the tests of the shared demo run and of the test Slurm cluster ``slow``.
+
+    With pytest-xdist's ``--dist loadgroup``: the tests of one module run on one worker (its
     module-wide fixtures are made once), and so do all tests of the shared demo run, of the
     test Slurm cluster and of the image path; the GPU lane's tests of one algorithm's training
     (a module-wide fixture per algorithm) run on one worker, each algorithm on its own."""
     for item in items:
         path = item.path.relative_to(config.rootpath)
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if _SHARED_DEMO & set(getattr(item, "fixturenames", ())):
+        shares_the_demo = bool(_SHARED_DEMO & set(getattr(item, "fixturenames", ())))
+        if shares_the_demo or path.parts[1:2] and path.parts[1] in _SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+        if shares_the_demo:
             group = "demo"
         elif path.parts[1:2] and path.parts[1] in _SHARED_FOLDERS:
             group = path.parts[1]

@@ -55,6 +55,8 @@ from .helpers import (
     reload,
 )
 
+pytestmark = pytest.mark.slow  # real training in every cell: the full suite and CI run them
+
 # --- The axes -------------------------------------------------------------------------------
 
 ALGORITHMS = ("ERM", *package_plugins(integration.ALGORITHM_GROUP))

@@ -1,7 +1,11 @@
 """Ctrl-C of the demo ends as Ctrl-C of a sweep does: its jobs stopped, its folder free, one
 line saying what was stopped and how to resume, no traceback."""
 
+import pytest
+
 from tests.helpers import interrupt_once_jobs_run
+
+pytestmark = pytest.mark.slow  # a demo of new processes, interrupted
 
 
 def test_ctrl_c_stops_the_demo_s_jobs_and_says_how_to_resume(tmp_path):

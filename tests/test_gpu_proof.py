@@ -43,6 +43,7 @@ def generate(monkeypatch):
     return load("generate", ROOT / "docs" / "generate.py", monkeypatch)
 
 
+@pytest.mark.slow
 def test_tiny_mode_runs_every_part_into_one_results_file(proof, generate, tmp_path):
     # The command as a user starts it: its parts are forked from it, and a part that launches
     # warm jobs starts its own fork server (one forked from a test process would find the

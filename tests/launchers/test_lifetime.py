@@ -12,6 +12,8 @@ import pytest
 
 from ..helpers import alive, descendants, domainbed_env, erm_sweep_args
 
+pytestmark = pytest.mark.slow  # launchers and jobs of their own, killed
+
 ROOT = Path(__file__).parents[2]
 JOB = "tests.launchers.sleep_job"
 # A launcher process: every command at once; the job module's commands start warm.

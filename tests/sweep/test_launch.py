@@ -68,6 +68,7 @@ def test_a_second_command_on_a_locked_folder_stops_before_touching_anything(tmp_
         holder.wait()
 
 
+@pytest.mark.slow
 def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path):
     sweep_file = small_sweep(tmp_path, steps=100_000)
     sweep_dir = tmp_path / "sweep"
@@ -99,6 +100,7 @@ def test_killing_the_command_ends_its_jobs_and_the_next_run_takes_over(tmp_path)
     assert len(list(sweep_dir.glob("*/done"))) == 4
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_jobs_frees_the_folder_and_says_how_to_resume(tmp_path):
     sweep_file = small_sweep(tmp_path, 100_000)
     returncode, err = interrupt_once_jobs_run(["sweep", str(sweep_file)], tmp_path / "sweep")
