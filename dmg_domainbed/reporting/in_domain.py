@@ -28,7 +28,7 @@ from dmg_domainbed import runs as run_files
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import tables
-from dmg_domainbed.reporting.jobs import names_notes, reported_names
+from dmg_domainbed.reporting.jobs import names_notes, reported_names, require_utf8_name
 from dmg_domainbed.reporting.outputs import placed, staged
 from dmg_domainbed.reporting.tables import (
     markdown_text,
@@ -215,6 +215,8 @@ def write_in_domain(
     """One Table 3 per group of comparable runs: ``in_domain.csv`` (every row) and ``.md``."""
     for group in groups:
         check_comparable(list(group))
+        for run in group:
+            require_utf8_name(Path(run.path))
     frames = [
         evaluate_run(run, data_dir, name=run_names(group)[run.path])
         for group in groups
@@ -290,7 +292,8 @@ def write_selection(
     """``checkpoints.csv`` (each checkpoint model's accuracies on the source validation splits)
     and ``selection.csv`` / ``.md`` (the test-domain accuracy each prediction selects)."""
     sweep = run_files.require_sweep(sweep_dir)
-    runs = [run_files.read_run(folder) for folder in run_files.run_folders(sweep)]
+    folders = [require_utf8_name(folder) for folder in run_files.run_folders(sweep)]
+    runs = [run_files.read_run(folder) for folder in folders]
     known = [declarations_of(run_files.algorithm_class(r)).KNOWN_DOMAIN_PREDICTIONS for r in runs]
     with_known_domain = [run for run, has in zip(runs, known, strict=True) if has]
     without = [run for run in with_known_domain if not run_files.checkpoint_models(run)]

@@ -43,6 +43,7 @@ class Job:
     records: tuple[dict[str, Any], ...]  # as the reports read them (:func:`renamed`)
     algorithm: str = ""  # the algorithm it trained (its records name it as reported)
     state: str = FAILED
+    empty: bool = False  # a folder with nothing in it: no job ran there
     diverged: str | None = None  # the first non-finite loss, e.g. 'loss nan at step 300'
 
     def cells(self) -> set[Cell]:
@@ -54,7 +55,7 @@ class Job:
 
     def name(self) -> str:
         if not self.records:
-            return f"{self.folder.name} (no record yet)"
+            return f"{self.folder.name} ({'empty' if self.empty else 'no record yet'})"
         a = self.records[-1]["args"]
         envs = ",".join(str(env) for env in a["test_envs"])
         seeds = f"hparams {a['hparams_seed']}, trial {a['trial_seed']}"
@@ -64,27 +65,50 @@ class Job:
 def read_jobs(sweep_dir: str | Path) -> list[Job]:
     """Every job folder of the sweep with its records (checked, then named as the reports name
     them: :func:`renamed`), in ``os.listdir`` order."""
-    found: list[tuple[Path, list[dict[str, Any]]]] = []
+    found: list[tuple[Path, list[dict[str, Any]], bool]] = []
     for name in os.listdir(sweep_dir):
         folder = Path(sweep_dir) / name
         results = folder / RESULTS_FILE
         if results.is_file():
+            require_utf8_name(folder)
             records = runs.read_records(results)
             runs.check_fields(records, results, runs.SWEEP)
             runs.check_environments(records, results)
-            found.append((folder, records))
+            found.append((folder, records, False))
         elif not name.startswith(".") and folder.is_dir():
-            if any((folder / file).exists() for file in JOB_FILES) or not any(folder.iterdir()):
-                found.append((folder, []))
-    names = reported_names({folder: records[-1] for folder, records in found if records})
+            empty = not any(folder.iterdir())
+            if empty or any((folder / file).exists() for file in JOB_FILES):
+                found.append((require_utf8_name(folder), [], empty))
+    names = reported_names({folder: records[-1] for folder, records, _ in found if records})
     return [
         Job(
             folder,
             tuple(renamed(record, names[folder], folder) for record in records),
             algorithm=records[-1]["args"]["algorithm"] if records else "",
+            empty=empty,
         )
-        for folder, records in found
+        for folder, records, empty in found
     ]
+
+
+def require_utf8_name(folder: Path) -> Path:
+    """``folder``, unless its path is not valid UTF-8 (a name of other bytes, which the file
+    system takes and Python holds as escapes): the reports write every run's folder into
+    UTF-8 files (CSV, Markdown), so a :class:`UserError` names its bytes, before any work."""
+    try:
+        str(folder).encode("utf-8")
+    except UnicodeEncodeError:
+        raw = os.fsencode(folder)
+        quoted = "".join(
+            chr(b) if 32 <= b < 127 and b not in b"'\\" else f"\\x{b:02x}" for b in raw
+        )
+        raise UserError(
+            f"run folder {raw!r} has a name that is not valid UTF-8 (its bytes are shown), and "
+            "the reports name every run's folder in their UTF-8 files. Nothing was written. "
+            f"Rename it to a UTF-8 name, e.g. in bash: mv $'{quoted}' NEW_NAME, or move it out "
+            "of the folder read."
+        ) from None
+    return folder
 
 
 def precision(record: dict[str, Any]) -> str:
@@ -215,11 +239,14 @@ class SweepJobs:
         return all(job.state == DONE for job in self.jobs)
 
     def summary(self) -> str:
-        done, running, failed = self.of(DONE), self.of(RUNNING), self.of(FAILED)
+        done, running = self.of(DONE), self.of(RUNNING)
+        failed = [job for job in self.of(FAILED) if not job.empty]
+        empty = [job for job in self.of(FAILED) if job.empty]
         diverged = self.diverged()
         if self.complete() and not diverged:
             return f"Jobs: all {len(self.jobs)} jobs of the sweep are done."
         counts = f"{len(done)} done, {len(running)} running, {len(failed)} failed"
+        counts += f", {len(empty)} empty folder(s)" if empty else ""
         lines = [f"Jobs: {len(self.jobs)} in the sweep: {counts}; {len(diverged)} diverged."]
         if running:
             lines.append(f"  running ({self.why_running}): {_named(running)}")
@@ -227,6 +254,14 @@ class SweepJobs:
             lines.append(
                 f"  failed (no '{DONE_FILE}' file and nothing runs them; see err.txt in each "
                 f"folder): {_named(failed)}"
+            )
+        if empty:
+            lines.append(
+                "  empty folders (nothing in them: no job ran there, or one stopped before "
+                f"train.py wrote its first file; no record to report): {_named(empty)}. A sweep "
+                "takes such a folder for an incomplete job and skips it: once nothing runs, "
+                "delete them (dmg-domainbed sweep --delete-incomplete, or DomainBed's sweep "
+                "delete_incomplete) and launch the sweep again to run their jobs."
             )
         if diverged:
             named = _named(diverged, lambda job: f"{job.name()}: {job.diverged}")

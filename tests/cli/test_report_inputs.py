@@ -2,6 +2,7 @@
 runs given twice, runs in two precisions, and where they write when not told."""
 
 import json
+import os
 import re
 import shutil
 
@@ -402,3 +403,26 @@ def test_a_crafted_algorithm_name_adds_no_row_to_the_markdown_tables(demo_sweep,
         assert sum(line.startswith("| ERM\\n\\| Fake") for line in rows) == sum(
             line.startswith("| DMG") for line in rows
         )
+
+
+@pytest.mark.parametrize("command", ["report", "select", "evaluate"])
+def test_a_run_folder_whose_name_is_not_utf8_is_named_by_its_bytes(demo_sweep, tmp_path, command):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep", ("ERM",))
+    odd = sweep / os.fsdecode(b"ERM_\xff\xfe")  # bytes no UTF-8 name has
+    (sweep / "ERM_0").rename(odd)
+    given = ("--run_dir", str(odd)) if command == "evaluate" else ("--input_dir", str(sweep))
+    before = snapshot(sweep)
+    code, printed, message = cli(command, *given, "--output_dir", str(tmp_path / "o"))
+    assert code == 2 and printed == "" and "Traceback" not in message
+    assert f"run folder {os.fsencode(odd)!r} has a name that is not valid UTF-8" in message
+    assert f"mv $'{sweep}/ERM_\\xff\\xfe' NEW_NAME" in message
+    assert snapshot(sweep) == before and not (tmp_path / "o").exists()
+
+
+def test_a_folder_that_is_no_job_is_left_alone_whatever_its_name(demo_sweep, tmp_path):
+    sweep = small_sweep(demo_sweep, tmp_path / "sweep", ("ERM",))
+    other = sweep / os.fsdecode(b"notes_\xff")
+    other.mkdir()
+    (other / "plan.txt").write_text("not a job\n")
+    code, _, _ = cli("report", "--input_dir", str(sweep), "--output_dir", str(tmp_path / "o"))
+    assert code == 0

@@ -207,3 +207,14 @@ def test_older_records_are_read_where_they_can_be(demo_sweep, tmp_path):
     assert not (tmp_path / "e").exists() and snapshot(run) == before
     code, printed, _ = report(sweep, tmp_path / "r")  # collect_results needs no split
     assert code == 0 and "DMG" in printed
+
+
+def test_an_empty_folder_is_named_as_one_and_not_as_a_failed_job(demo_sweep, tmp_path):
+    sweep = records_of(demo_sweep, tmp_path / "sweep")
+    (sweep / "0a1b2c").mkdir()  # a job folder made, nothing written into it
+    code, printed, _ = report(sweep, tmp_path / "o")
+    assert code == 0
+    assert "24 done, 0 running, 0 failed, 1 empty folder(s); 0 diverged." in printed
+    assert "empty folders (nothing in them: no job ran there" in printed
+    assert "0a1b2c (empty)" in printed and "--delete-incomplete" in printed
+    assert "see err.txt" not in printed
