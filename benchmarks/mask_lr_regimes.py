@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from dmg_domainbed.algorithms.dmg.masks import hard_masks, mean_over_pairs, pairwise_soft_iou
+from dmg_domainbed.checkpoint_files import load_checkpoint
 
 DATASET = "RotatedDigits"
 UNDECIDED = (0.1, 0.9)
@@ -103,7 +104,7 @@ def run_all(args: argparse.Namespace, root: Path) -> dict[tuple[float, int], Pat
 
 def mask_statistics(model_file: Path) -> dict[str, float]:
     """Soft and hard IoU between domains (mean over pairs and layers) and undecided units."""
-    state = torch.load(model_file, map_location="cpu", weights_only=False)["model_dict"]
+    state = load_checkpoint(model_file, "cpu")["model_dict"]
     layers = [value for key, value in sorted(state.items()) if key.startswith("masks.logits.")]
     probabilities = [torch.sigmoid(logits) for logits in layers]
     soft = [mean_over_pairs(pairwise_soft_iou(p)).item() for p in probabilities]

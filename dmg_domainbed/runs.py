@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmg_domainbed.checkpoint_files import RefusedName, load_checkpoint
 from dmg_domainbed.datasets.manifest import (
     CLASSES_HPARAM,
     DOMAINS_HPARAM,
@@ -282,15 +283,22 @@ def checkpoint_models(run: Run) -> dict[int, Path]:
 
 def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = None, dataset=None):
     """The algorithm saved in the run's ``model.pkl`` (or ``model_file``), in eval mode, rebuilt
-    as DomainBed's scripts reload models (``torch.load``, the class, ``load_state_dict``); with
-    ``dataset`` (the run's, rebuilt), :class:`UserError` unless the model takes its inputs and
-    predicts its number of classes (train.py saves both with the model)."""
-    import torch
-
+    as DomainBed's scripts reload models (the checkpoint, read by
+    :func:`~dmg_domainbed.checkpoint_files.load_checkpoint`, which runs no code a file holds;
+    the class; ``load_state_dict``); with ``dataset`` (the run's, rebuilt), :class:`UserError`
+    unless the model takes its inputs and predicts its number of classes (train.py saves both
+    with the model)."""
     path = model_file if model_file is not None else require_model(run)
     cls = algorithm_class(run)
     try:
-        checkpoint = torch.load(path, map_location=on or device(), weights_only=False)
+        checkpoint = load_checkpoint(path, map_location=on or device())
+    except RefusedName as error:
+        raise UserError(
+            f"'{path}' was not read: it names {error.qualified}, which no model saved by "
+            "DomainBed's train.py names (a checkpoint holds tensors, numbers, strings, lists "
+            "and dicts), and reading it could run code planted in the file. Delete the file "
+            "and train the run again to write its own model."
+        ) from None
     except (EOFError, OSError, RuntimeError, pickle.UnpicklingError) as error:
         raise UserError(
             f"'{path}' cannot be read ({type(error).__name__}: {error}): it is damaged or was "

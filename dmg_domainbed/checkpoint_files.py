@@ -1,0 +1,111 @@
+"""Reading a checkpoint file (train.py's ``model.pkl``, ``model_step<N>.pkl``) without running
+code it may hold.
+
+A ``torch.save`` file is a pickle, and unpickling calls whatever functions the file names: a
+run folder downloaded from someone else can hold a file made to run code when read. This
+module unpickles with a :class:`pickle.Unpickler` whose ``find_class`` (the one way a pickle
+reaches a function or a class) gives only what a checkpoint of train.py holds, and refuses any
+other name with :class:`RefusedName` before anything is called. A TorchScript archive, which
+``torch.load`` would hand to ``torch.jit.load`` to run its code, is refused as well. The
+functions it gives are fresh wrappers each time, so that a file cannot change a function of
+torch's (its defaults, say) for the rest of the process.
+
+What train.py saves is a dict of plain values (``args``, the input shape, the numbers of
+classes and domains), the hparams dict and the model's ``state_dict``. Unpickled, those name
+``collections.OrderedDict``, torch's dense tensor rebuilding functions (their storages are
+found by torch itself, by their type's name) and, for hparams DomainBed samples with NumPy
+(``resnet_dropout`` of every run with ``hparams_seed`` > 0), NumPy's scalar and dtype with
+``_codecs.encode`` of the scalar's bytes. torch's own ``weights_only=True`` refuses those
+NumPy scalars without an allow-list that torch 2.1 does not have; this module's list is the
+same on every supported torch and NumPy (a NumPy 2 file names ``numpy._core``, a NumPy 1 file
+``numpy.core``: each is found in the NumPy installed).
+"""
+
+from __future__ import annotations
+
+import codecs
+import pickle
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+TORCHSCRIPT_RECORD = "constants.pkl"  # what makes torch.load call torch.jit.load
+
+
+class RefusedName(pickle.UnpicklingError):
+    """A name the file asks to be imported while it is read, which a checkpoint never holds."""
+
+    def __init__(self, module: str, name: str):
+        super().__init__(f"{module}.{name}")
+        self.qualified = f"{module}.{name}"
+
+
+def _latin1(text: str, encoding: str) -> bytes:
+    """``_codecs.encode`` as pickle protocol 2 writes bytes (a NumPy scalar's): Latin-1 only."""
+    if encoding not in ("latin1", "latin-1"):
+        raise RefusedName("_codecs", f"encode with codec {encoding!r}")
+    return codecs.encode(text, encoding)
+
+
+def _fresh(function: Callable) -> Callable:
+    return lambda *args, **kwargs: function(*args, **kwargs)
+
+
+def _allowed() -> dict[tuple[str, str], Any]:
+    """``(module, name)`` -> object, for every name a checkpoint of train.py may hold: immutable
+    types and values as they are, functions as fresh wrappers."""
+    import numpy as np
+    import torch
+
+    numpy_core = np._core if hasattr(np, "_core") else np.core
+    scalar = _fresh(numpy_core.multiarray.scalar)
+    allowed: dict[tuple[str, str], Any] = {
+        ("collections", "OrderedDict"): OrderedDict,
+        ("torch", "Size"): torch.Size,
+        ("_codecs", "encode"): _fresh(_latin1),
+        ("numpy", "dtype"): np.dtype,
+        ("numpy.core.multiarray", "scalar"): scalar,
+        ("numpy._core.multiarray", "scalar"): scalar,
+    }
+    for name in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_parameter"):
+        allowed["torch._utils", name] = _fresh(getattr(torch._utils, name))
+    for name, value in vars(torch).items():
+        if isinstance(value, torch.dtype):
+            allowed["torch", name] = value
+    return allowed
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        found = _allowed().get((module, name))
+        if found is None:
+            raise RefusedName(module, name)
+        return found
+
+
+class _RestrictedPickle:
+    """What ``torch.load`` asks of its ``pickle_module``: ``Unpickler`` and ``load``."""
+
+    Unpickler = _Unpickler
+
+    @staticmethod
+    def load(file, **kwargs) -> Any:
+        return _Unpickler(file, **kwargs).load()
+
+
+def load_checkpoint(path: Path, map_location: Any = None) -> Any:
+    """What ``torch.save`` wrote to ``path``; :class:`RefusedName` (before anything the file
+    names is called) where it names anything a checkpoint of train.py does not hold."""
+    import torch
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            if any(Path(name).name == TORCHSCRIPT_RECORD for name in archive.namelist()):
+                raise RefusedName("torch.jit", "load (a TorchScript archive, which holds code)")
+    # weights_only=False hands the unpickling to _RestrictedPickle, which refuses more than
+    # torch's own weights-only unpickler would, and takes NumPy scalars on every torch.
+    return torch.load(
+        path, map_location=map_location, pickle_module=_RestrictedPickle, weights_only=False
+    )
