@@ -52,6 +52,7 @@ SWEEP = ("collect_results' model selection", (*_FIELDS, *_SEEDS, "args.output_di
 _SPLIT = (*_FIELDS, *_SEEDS, "args.holdout_fraction")
 SPLITS = ("the rebuilding of train.py's data splits", _SPLIT, False)
 _ABSENT = object()
+_ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
 
 
 def missing_fields(record: Mapping[str, Any], needs: tuple) -> list[str]:
@@ -59,10 +60,7 @@ def missing_fields(record: Mapping[str, Any], needs: tuple) -> list[str]:
     missing table is named once, not with each of its keys."""
     absent: list[str] = []
     for field in needs[1]:
-        value: Any = record
-        for key in field.split("."):
-            value = value.get(key, _ABSENT) if isinstance(value, Mapping) else _ABSENT
-        if value is _ABSENT and not any(field.startswith(f"{a}.") for a in absent):
+        if _field(record, field) is _ABSENT and not any(field.startswith(f"{a}.") for a in absent):
             absent.append(field)
     args = record.get("args")
     test_envs = args.get("test_envs") if isinstance(args, Mapping) else None
@@ -71,17 +69,109 @@ def missing_fields(record: Mapping[str, Any], needs: tuple) -> list[str]:
     return absent
 
 
-def check_fields(records: Iterable[Mapping[str, Any]], path: Path, needs: tuple) -> None:
-    """:class:`UserError` naming ``path`` and the fields the first incomplete record lacks."""
+def _field(record: Mapping[str, Any], field: str) -> Any:
+    """The value of ``field`` (``args.x``: key ``x`` of ``args``) in ``record``, or _ABSENT."""
+    value: Any = record
+    for key in field.split("."):
+        value = value.get(key, _ABSENT) if isinstance(value, Mapping) else _ABSENT
+    return value
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _list_of(test) -> Any:
+    return lambda value: isinstance(value, list) and all(map(test, value))
+
+
+_TEXT = (lambda value: isinstance(value, str), "text")
+_WHOLE = (_whole, "a whole number")
+_FRACTION = (lambda value: _number(value) and 0 <= value <= 1, "a number from 0 to 1")
+_NAMES = (_list_of(lambda value: isinstance(value, str)), "a list of names (text)")
+#: What every field a reader uses must be, wherever a record has it: (test, what is expected).
+FIELD_TYPES = {
+    "step": _WHOLE,
+    "args": (lambda value: isinstance(value, Mapping), "a JSON object of train.py's arguments"),
+    "hparams": (lambda value: isinstance(value, Mapping), "a JSON object of hparams"),
+    "args.algorithm": _TEXT,
+    "args.dataset": _TEXT,
+    "args.test_envs": (
+        _list_of(lambda value: _whole(value) and value >= 0),
+        "a list of environment numbers (whole numbers from 0)",
+    ),
+    "args.hparams_seed": _WHOLE,
+    "args.trial_seed": _WHOLE,
+    "args.seed": _WHOLE,
+    "args.holdout_fraction": _FRACTION,
+    "args.uda_holdout_fraction": _FRACTION,
+    "args.output_dir": _TEXT,
+    "args.data_dir": (lambda value: value is None or isinstance(value, str), "text or null"),
+    "hparams.precision": _TEXT,
+    f"hparams.{DOMAINS_HPARAM}": _NAMES,
+    f"hparams.{CLASSES_HPARAM}": _NAMES,
+    f"hparams.{IMAGES_HPARAM}": (_list_of(_whole), "a list of whole numbers"),
+    f"hparams.{FILES_HPARAM}": _TEXT,
+}
+_ACCURACY = (_number, "a number (an accuracy)")
+
+
+def _kind(value: Any) -> str:
+    """What JSON calls ``value``'s type."""
+    kinds = {bool: "true or false", str: "text", list: "a list", type(None): "null"}
+    return kinds.get(type(value), "an object" if isinstance(value, Mapping) else "a number")
+
+
+def wrong_field(record: Any) -> str | None:
+    """The first field of ``record`` (a line of ``results.jsonl``) that is not what a reader
+    expects (:data:`FIELD_TYPES`; ``env<i>_in_acc`` / ``env<i>_out_acc``: numbers), said as
+    ``<field> is <found> (<its type>); expected <what>``; None when every field is."""
+    if not isinstance(record, Mapping):
+        return f"the line is {_shown(record)} ({_kind(record)}); expected a JSON object"
+    accuracies = [key for key in record if _ACCURACY_KEY.fullmatch(key)]
+    for field, (test, expected) in [*FIELD_TYPES.items(), *((a, _ACCURACY) for a in accuracies)]:
+        value = _field(record, field)
+        if value is not _ABSENT and not test(value):
+            return f"{field} is {_shown(value)} ({_kind(value)}); expected {expected}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def check_fields(records: Iterable[Any], path: Path, needs: tuple) -> None:
+    """:class:`UserError` naming ``path`` and the line of the first record that is not what
+    DomainBed's train.py writes (:func:`wrong_field`) or lacks fields of ``needs``; or naming
+    the folder whose records are those of more than one run: a step that is not after the one
+    before (train.py appends, so two runs with one ``--output_dir`` share ``results.jsonl``)."""
+    before = None
     for number, record in enumerate(records, start=1):
-        if absent := missing_fields(record, needs):
+        wrong = wrong_field(record)
+        if wrong is None and (absent := missing_fields(record, needs)):
+            wrong = f"it has no {', '.join(absent)} (read by {needs[0]})"
+        if wrong is not None:
             raise UserError(
-                f"'{path}' does not hold records as DomainBed's train.py writes them: "
-                f"record {number} has no {', '.join(absent)} (read by {needs[0]}). "
-                "It was written by another tool or by an older or modified train.py. Give "
-                "runs of domainbed.scripts.train (move other folders out of a sweep "
-                "folder), or rerun the run with this DomainBed."
+                f"'{path}' does not hold records as DomainBed's train.py writes them: line "
+                f"{number}: {wrong}. It was written by another tool, edited, or written by "
+                "an older or modified train.py. Give runs of domainbed.scripts.train (move "
+                "other folders out of a sweep folder), or rerun the run with this DomainBed."
             )
+        if before is not None and record["step"] <= before:
+            raise UserError(
+                f"'{path.parent}' holds more than one training run: line {number} of "
+                f"{path.name} is step {record['step']}, after step {before}. train.py "
+                f"appends to {path.name} (and saves model_step<N>.pkl beside the other "
+                "run's), so a second run with the same --output_dir mixes both; their "
+                "numbers and checkpoints would be read as one run's. Move that folder out "
+                "of the folder read, or train each run into a new --output_dir."
+            )
+        before = record["step"]
 
 
 @dataclass(frozen=True)
@@ -190,9 +280,6 @@ def dataset_class(name: str, where: Path) -> type:
             f"/absolute/path/to/{name}.toml (files or folders, ':'-separated) and run the "
             "command again. A dataset of another package needs that package installed."
         ) from None
-
-
-_ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
 
 
 def check_environments(records: Iterable[Mapping[str, Any]], path: Path) -> None:

@@ -13,6 +13,7 @@ from dmg_domainbed.runs import (
     require_sweep,
     run_folders,
 )
+from tests.helpers import cli
 
 ARGS = {
     "algorithm": "DMG",
@@ -88,3 +89,23 @@ def test_a_run_of_an_algorithm_that_draws_nothing_names_runs_that_do(tmp_path):
         require_drawing(read_run(erm), "masks")
     assert "is a run of ERM, which draws nothing" in str(error.value)
     assert "DMG" in str(error.value) and str(dmg) in str(error.value)
+
+
+def test_two_runs_appended_into_one_folder_are_refused_naming_it(tmp_path):
+    """train.py appends: a second run with the same --output_dir leaves both in one file."""
+    logged = {"env1_in_acc": 0.5, "env1_out_acc": 0.5}
+    args = {**ARGS, "output_dir": "sweep/run"}
+    steps = [0, 10, 20, 29, 0, 10, 14]
+    run = write_run(
+        tmp_path / "sweep" / "run", [{**record(s), "args": args, **logged} for s in steps]
+    )
+    with pytest.raises(UserError) as error:
+        read_run(run)
+    said = f"'{run}' holds more than one training run: line 5 of results.jsonl is step 0, "
+    said += "after step 29"
+    assert said in str(error.value)
+    code, _, message = cli(
+        "report", "--input_dir", str(run.parent), "--output_dir", str(tmp_path / "o")
+    )
+    assert code == 2 and said in message
+    assert not (tmp_path / "o").exists()

@@ -185,7 +185,45 @@ def test_another_tool_s_results_are_refused_naming_the_field(command, tmp_path):
         f"'{run / 'results.jsonl'}' does not hold records as DomainBed's train.py writes them"
         in message
     )
-    assert "record 1 has no step, hparams, args (read by" in message
+    assert "line 1: it has no step, hparams, args (read by" in message
+    assert not (tmp_path / "o").exists()
+
+
+ARGS = {"algorithm": "ERM", "dataset": "RotatedDigits", "test_envs": [3], "trial_seed": 0}
+ARGS |= {"hparams_seed": 0, "seed": 0, "holdout_fraction": 0.2, "data_dir": "d", "output_dir": "o"}
+ACCURACIES = {f"env{i}_{part}_acc": 0.5 for i in range(4) for part in ("in", "out")}
+RECORD = {"args": ARGS, "hparams": {"lr": 0.001}, "step": 0, **ACCURACIES}
+WRONG = [  # (field, its value, what the message says was found and is expected)
+    ("args.hparams_seed", "a", 'args.hparams_seed is "a" (text); expected a whole number'),
+    ("args.trial_seed", None, "args.trial_seed is null (null); expected a whole number"),
+    ("args.test_envs", "3", 'args.test_envs is "3" (text); expected a list of environment'),
+    ("hparams", [], "hparams is [] (a list); expected a JSON object of hparams"),
+    ("hparams.precision", ["bf16"], 'hparams.precision is ["bf16"] (a list); expected text'),
+    ("env0_out_acc", None, "env0_out_acc is null (null); expected a number (an accuracy)"),
+    ("args.algorithm", 5, "args.algorithm is 5 (a number); expected text"),
+    ("", [1, 2], "the line is [1, 2] (a list); expected a JSON object"),
+]
+
+
+@pytest.mark.parametrize("command", ["report", "evaluate"])
+@pytest.mark.parametrize(("field", "value", "said"), WRONG, ids=[w[0] or "list" for w in WRONG])
+def test_a_field_of_the_wrong_type_is_named_with_its_line(command, field, value, said, tmp_path):
+    run = tmp_path / "sweep" / "run"
+    run.mkdir(parents=True)
+    wrong = json.loads(json.dumps(RECORD))  # a copy to change
+    if field:
+        *tables, key = field.split(".")
+        parent = wrong[tables[0]] if tables else wrong
+        parent[key] = value
+    else:
+        wrong = value
+    (run / "results.jsonl").write_text(json.dumps(RECORD) + "\n" + json.dumps(wrong) + "\n")
+    (run / "done").write_text("")
+    given = ["--input_dir", str(run.parent)] if command == "report" else ["--run_dir", str(run)]
+    code, _, message = cli(command, *given, "--output_dir", str(tmp_path / "o"))
+    assert code == 2
+    assert f"'{run / 'results.jsonl'}' does not hold records as DomainBed's train.py" in message
+    assert f"line 2: {said}" in message
     assert not (tmp_path / "o").exists()
 
 
@@ -201,7 +239,7 @@ def test_older_records_are_read_where_they_can_be(demo_sweep, tmp_path):
     code, _, message = cli("evaluate", "--run_dir", str(run), "--output_dir", str(tmp_path / "e"))
     assert code == 2
     assert (
-        "record 1 has no args.holdout_fraction (read by the rebuilding of train.py's data splits)"
+        "line 1: it has no args.holdout_fraction (read by the rebuilding of train.py's data splits)"
         in message
     )
     assert not (tmp_path / "e").exists() and snapshot(run) == before
