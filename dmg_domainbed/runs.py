@@ -449,13 +449,23 @@ def seeded_like_train(seed: int) -> Iterator[None]:
 
 
 def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
-    """The run's dataset, built with train.py's arguments, hparams and seed, and checked against
-    what the run recorded of it (:func:`check_rebuilt`)."""
+    """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
+    instead of the recorded one: :class:`UserError` for a manifest dataset, which reads none),
+    and checked against what the run recorded of it (:func:`check_rebuilt`)."""
     from dmg_domainbed.hparams.recorded import recorded_hparams  # not at import: numpy
 
     check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
     root = data_dir if data_dir is not None else run.args.get("data_dir")
     built = dataset_class(run.dataset, run.path)
+    manifest = getattr(built, "MANIFEST", None)
+    if data_dir is not None and manifest is not None:
+        raise UserError(
+            f"--data_dir '{data_dir}' would not be read for {run.describe()}: {run.dataset} "
+            f"is a manifest dataset, whose images lie where its manifest '{manifest.path}' "
+            f"says (root '{manifest.root}'), wherever --data_dir points. Leave out "
+            "--data_dir; to use a copy of the images, write a manifest of the same name whose "
+            f"root is that copy and name it in {MANIFESTS_VARIABLE} instead."
+        )
     # Rebuilt from the run's settings alone: what the dataset records of itself is written
     # again as it is built, then compared with what the run recorded (check_rebuilt).
     recorded = recorded_hparams(built)

@@ -6,13 +6,18 @@ accuracy, paper Table 3), ``select`` (checkpoints selected as the DMG authors se
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 
 from dmg_domainbed.cli import add_output_dir
+from dmg_domainbed.errors import UserError
 from dmg_domainbed.runs import read_run, require_model, require_sweep
 
-RUNS_DATA_DIR = "dataset folder, if not the one the runs were trained with"
+RUNS_DATA_DIR = (
+    "dataset folder, if not the one the runs were trained with (not for a manifest dataset, "
+    "whose manifest names its folder)"
+)
 
 
 def add_parsers(subparsers) -> None:
@@ -142,14 +147,21 @@ def _print_files(files) -> None:
 
 def _beside(runs, name: str, given: Path | None, writes=()) -> Path:
     """``given``, else folder ``name`` beside the runs: inside the one run, or in the folder
-    that holds them all (their sweep's), or else inside the first run; checked for the files
-    of names ``writes`` (:func:`.outputs.check_output_dir`)."""
+    that holds them all (their sweep's), or else inside the first run, unless a link is there;
+    checked for the files of names ``writes`` (:func:`.outputs.check_output_dir`)."""
     from dmg_domainbed.reporting.outputs import check_output_dir
 
     if given is not None:
         return check_output_dir(given, *(run.path for run in runs), writes=writes)
     parents = {run.path.resolve().parent for run in runs}
     home = parents.pop() if len(runs) > 1 and len(parents) == 1 else runs[0].path
+    if (home / name).is_symlink():
+        raise UserError(
+            f"'{home / name}' is a link (to '{os.readlink(home / name)}'), where this command "
+            f"writes by default. It writes into run and sweep folders only what it makes "
+            "there, never through a link found in them (a run from elsewhere can point one "
+            "anywhere). Nothing was written. Remove the link, or give --output_dir."
+        )
     return check_output_dir(home / name, writes=writes)
 
 

@@ -61,3 +61,17 @@ def test_a_model_of_sampled_hparams_holding_numpy_scalars_is_read(copied_run):
     algorithm = load_algorithm(read_run(run), "cpu")
     assert algorithm.hparams["resnet_dropout"] == sampled
 
+
+@pytest.mark.parametrize("command", ["evaluate", "masks"])
+def test_a_link_where_a_command_writes_in_a_run_is_not_written_through(
+    command, copied_run, tmp_path
+):
+    run = copied_run("DMG", 0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / f"dmg_{command}").symlink_to(elsewhere)
+    code, _, errors = cli(command, "--run_dir", str(run))
+    assert code == 2
+    assert f"'{run / f'dmg_{command}'}' is a link (to '{elsewhere}')" in errors
+    assert "Remove the link, or give --output_dir" in errors
+    assert list(elsewhere.iterdir()) == []

@@ -123,6 +123,20 @@ def test_a_run_is_refused_once_its_manifest_reorders_the_domains(
     assert not (tmp_path / "r").exists() and not (tmp_path / "e").exists()
 
 
+def test_evaluate_refuses_a_data_dir_that_a_manifest_run_would_not_read(
+    manifest, trained_run, tmp_path, registered
+):
+    registered(manifest)
+    output = tmp_path / "e"
+    given = ("--run_dir", str(trained_run), "--output_dir", str(output))
+    code, _, message = cli("evaluate", *given, "--data_dir", str(tmp_path / "copy"))
+    assert code == 2
+    assert f"--data_dir '{tmp_path / 'copy'}' would not be read for ERM on TinyDomains" in message
+    assert f"its manifest '{manifest}' says (root '{manifest.parent / 'images'}')" in message
+    assert f"name it in {MANIFESTS_VARIABLE} instead" in message
+    assert not output.exists()
+
+
 def test_train_py_refuses_a_domain_smaller_than_one_batch_instead_of_waiting_for_ever(
     manifest, tmp_path
 ):
