@@ -33,7 +33,7 @@ from dmg_domainbed.datasets.manifest import (
     IMAGES_HPARAM,
     MANIFESTS_VARIABLE,
 )
-from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.datasets.shortlist import SHOWN, how_they_differ, shortlist
 from dmg_domainbed.datasets.training_split import training_examples
 from dmg_domainbed.errors import UserError
 
@@ -505,10 +505,17 @@ def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None
     size of its smallest training split (:func:`logged_smallest_split`)."""
     then, today = run.hparams, rebuilt_hparams
     if CLASSES_HPARAM in then and then[CLASSES_HPARAM] != today.get(CLASSES_HPARAM):
+        before, now = then[CLASSES_HPARAM], today.get(CLASSES_HPARAM) or []
+        alike = [
+            f"class {label} was {a!r} and is {b!r} today, which differ in {how}"
+            for label, (a, b) in enumerate(zip(before, now))
+            if (how := how_they_differ(a, b))
+        ]
         raise _changed(
             run,
-            f"it trained on the classes {shortlist(then[CLASSES_HPARAM])} (in label order), "
-            f"the dataset has {shortlist(today.get(CLASSES_HPARAM) or [])} today",
+            f"it trained on the classes {shortlist([repr(c) for c in before])} (in label "
+            f"order), the dataset has {shortlist([repr(c) for c in now])} today"
+            + "".join(f"; {line}" for line in alike[:SHOWN]),
         )
     if IMAGES_HPARAM in then and then[IMAGES_HPARAM] != today.get(IMAGES_HPARAM):
         names = type(dataset).ENVIRONMENTS

@@ -44,7 +44,7 @@ from dmg_domainbed.datasets.image_files import (
     listing_problems,
     subfolders,
 )
-from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.datasets.shortlist import how_they_differ, shortlist
 from dmg_domainbed.datasets.within_root import leaves_root
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule
@@ -422,6 +422,20 @@ def csv_problems(manifest: Manifest) -> list[str]:
     return problems
 
 
+def _told_apart(missing: list[str], domain: DomainFiles) -> list[str]:
+    """The class names ``domain`` lacks, quoted; beside each, a class of ``domain`` whose name
+    reads alike and what tells them apart (white space, Unicode normal form, case)."""
+    told = []
+    for name in missing:
+        alike = [(other, how) for other in domain.classes if (how := how_they_differ(name, other))]
+        told.append(
+            f"{name!r} (it has {alike[0][0]!r}: the names differ in {alike[0][1]})"
+            if alike
+            else repr(name)
+        )
+    return told
+
+
 def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
     """What stops DomainBed from training on the listed files, or makes it train on others: a
     domain without images, a class without images in some domain, files the CSV names that are
@@ -460,9 +474,10 @@ def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
         empty = [name for name in classes if not domain.classes.get(name)]
         if empty:
             problems.append(
-                f"{where}: no images of class(es) {shortlist(empty)}, which other domains have; "
-                "every domain needs every class (a domain without a class poses another task, "
-                "not the same task in another domain): add them, or remove those classes from "
-                "every domain"
+                f"{where}: no images of class(es) {shortlist(_told_apart(empty, domain))}, which "
+                "other domains have; every domain needs every class (a domain without a class "
+                "poses another task, not the same task in another domain): add them, or remove "
+                "those classes from every domain; a class of a name that reads alike is one "
+                "class named two ways: name it one way in every domain"
             )
     return problems

@@ -170,16 +170,38 @@ def test_a_domain_without_images_or_a_class_missing_in_one_domain_is_refused(man
     images = manifest.parent / "images"
     for image in (images / "south" / "cat").iterdir():
         image.unlink()
-    with pytest.raises(UserError, match=r"domain 'south' .*: no images of class\(es\) cat, which"):
+    with pytest.raises(
+        UserError, match=r"domain 'south' .*: no images of class\(es\) 'cat', which"
+    ):
         cls(None, [0], hparams)
     code, out, _ = cli("data", "check", "--quick")
-    assert code == 1 and "no images of class(es) cat, which other domains have" in out
+    assert code == 1 and "no images of class(es) 'cat', which other domains have" in out
     status = requirements.data_status("MyData", None)
-    assert status.state == "not usable" and "no images of class(es) cat" in status.detail
+    assert status.state == "not usable" and "no images of class(es) 'cat'" in status.detail
     for image in (images / "south" / "dog").iterdir():
         image.unlink()
     with pytest.raises(UserError, match=r"domain 'south' of MyData .*: no images; put its images"):
         cls(None, [0], hparams)
+
+
+@pytest.mark.parametrize(
+    "base, written, how",
+    [
+        ("cat", "cat ", "white space at an end"),
+        ("cat", "Cat", "upper and lower case"),
+        ("c\u00e1t", "ca\u0301t", "Unicode normal form"),  # composed, decomposed (macOS)
+    ],
+)
+def test_a_class_named_two_ways_that_read_alike_is_told_apart(
+    manifest, registered, base, written, how
+):
+    registered(manifest)
+    images = manifest.parent / "images"
+    for domain in DOMAINS:
+        (images / domain / "cat").rename(images / domain / (written if domain == "south" else base))
+    code, out, _ = cli("data", "check", "--quick")
+    assert code == 1
+    assert f"no images of class(es) {base!r} (it has {written!r}: the names differ in {how}" in out
 
 
 def test_names_that_are_taken_and_paths_that_cannot_be_found_are_refused(

@@ -166,6 +166,11 @@ def rename_class(images):
         (domain / "cat").rename(domain / "zebra")
 
 
+def space_class(images):
+    for domain in images.iterdir():
+        (domain / "cat").rename(domain / "cat ")
+
+
 def add_class(images):
     for domain in images.iterdir():
         shutil.copytree(domain / "cat", domain / "owl")
@@ -185,10 +190,16 @@ def swap_image(images):
         pytest.param(None, None, id="unedited"),
         pytest.param(
             rename_class,
-            "it trained on the classes cat, dog (in label order), the dataset has dog, zebra today",
+            "it trained on the classes 'cat', 'dog' (in label order), the dataset has 'dog', "
+            "'zebra' today",
             id="class renamed",
         ),
-        pytest.param(add_class, "the dataset has cat, dog, owl today", id="class added"),
+        pytest.param(
+            space_class,
+            "class 0 was 'cat' and is 'cat ' today, which differ in white space at an end",
+            id="class renamed with a space",
+        ),
+        pytest.param(add_class, "the dataset has 'cat', 'dog', 'owl' today", id="class added"),
         pytest.param(
             add_image,
             "its domains held indoor 12, outdoor 12 images, today indoor 13, outdoor 12",
