@@ -91,6 +91,15 @@ def test_a_run_of_an_algorithm_that_draws_nothing_names_runs_that_do(tmp_path):
     assert "DMG" in str(error.value) and str(dmg) in str(error.value)
 
 
+def test_runs_that_draw_are_named_past_a_neighbour_whose_record_is_not_train_py_s(tmp_path):
+    sweep = tmp_path / "sweep"
+    erm = write_run(sweep / "erm", [{**record(0), "args": {**ARGS, "algorithm": "ERM"}}])
+    write_run(sweep / "listed", [record(0), [1, 2]])
+    dmg = write_run(sweep / "z_dmg", [record(0)])
+    with pytest.raises(UserError, match=f"Runs of those next to it: {dmg}"):
+        require_drawing(read_run(erm), "masks")
+
+
 def test_two_runs_appended_into_one_folder_are_refused_naming_it(tmp_path):
     """train.py appends: a second run with the same --output_dir leaves both in one file."""
     logged = {"env1_in_acc": 0.5, "env1_out_acc": 0.5}

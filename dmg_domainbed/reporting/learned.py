@@ -30,7 +30,8 @@ def require_drawing(run: Run, command: str) -> None:
     siblings = []
     for folder in runs.run_folders(run.path.parent):
         records = runs.read_records(folder / runs.RESULTS_FILE)
-        if records and records[-1].get("args", {}).get("algorithm") in drawing:
+        last = records[-1] if records and runs.wrong_field(records[-1]) is None else {}
+        if last.get("args", {}).get("algorithm") in drawing:
             siblings.append(str(folder))
             if len(siblings) == 4:
                 break
