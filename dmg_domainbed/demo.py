@@ -161,7 +161,7 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
             f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
             f"(launcher {checked.launcher}; log: {log_path})"
         )
-        for group in sweep.groups:
+        for group, _ in plan.jobs_by_group:
             if group.hparams:
                 echo(
                     f"{', '.join(group.algorithms)}: hparams sized for {config.steps} steps, "

@@ -20,12 +20,14 @@ from typing import Any
 class CheckedRun:
     """A DomainBed run as ``train.py`` will build it, known before it starts: its algorithm and
     dataset, the input shape its featurizer sees (``None`` when the dataset's class does not
-    tell) and its hparams with ``hparams_seed`` 0, checked (:func:`checked_run`)."""
+    tell) and its hparams with ``hparams_seed`` 0, checked (:func:`checked_run`); in a sweep,
+    the largest batch its jobs train with (``None``: not asked)."""
 
     algorithm: str
     dataset: str
     input_shape: tuple[int, ...] | None
     hparams: dict[str, Any]
+    largest_batch: int | None = None
 
 
 def checked_run(
@@ -36,19 +38,20 @@ def checked_run(
     Raises :class:`UserError` for an unknown name, a value of the wrong type or one that cannot
     train."""
     # Imported here: every command of the CLI imports this module, few of them need these.
-    from domainbed import algorithms, datasets, hparams_registry
+    from domainbed import algorithms, datasets
 
     from dmg_domainbed import averaging
     from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.hparams import HParamSpace
     from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM
     from dmg_domainbed.hparams.names import reject_unknown
+    from dmg_domainbed.hparams.of_job import job_hparams
     from dmg_domainbed.hparams.recorded import record
     from dmg_domainbed.hparams.trainable import check_trainable
     from dmg_domainbed.rules import rule_like
 
     shape = input_shape(dataset)
-    defaults = hparams_registry.default_hparams(algorithm, dataset)
+    defaults = job_hparams(algorithm, dataset, 0, 0)  # hparams seed 0: the defaults
     overrides = dict(overrides or {})
     algorithm_class = algorithms.get_algorithm_class(algorithm)
     dataset_class = datasets.get_dataset_class(dataset)

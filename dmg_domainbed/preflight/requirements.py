@@ -50,29 +50,33 @@ def own_weights(
     return declarations_of(algorithms.get_algorithm_class(algorithm)).check_weights(hparams)
 
 
-def missing_for(
-    run: CheckedRun, data_dir: str | None, batch: data.Batch | None = None
-) -> list[str]:
-    """Everything that would stop ``run`` (:func:`~dmg_domainbed.preflight.hparams.checked_run`)
-    before its first step (or hang it), each naming the path looked at and the command that
-    fixes it; empty when nothing does."""
+def weight_problems(run: CheckedRun) -> list[str]:
+    """What of its pretrained weights would stop ``run``
+    (:func:`~dmg_domainbed.preflight.hparams.checked_run`) before its first step, each naming the
+    path looked at and the command that fixes it: the files DomainBed's featurizer loads, or the
+    algorithm's own weights where it loads its own."""
     from domainbed import algorithms
 
     from dmg_domainbed.algorithms.base import declarations_of
 
-    # Asked in floor order: the files DomainBed's featurizer loads (looked up even for an
-    # algorithm that loads its own weights instead), the data, then the algorithm's own weights.
-    files, model_problems = weights.needed_weights(run.hparams, run.input_shape)
-    found = data_status(run.dataset, data_dir, batch)
     own = declarations_of(algorithms.get_algorithm_class(run.algorithm)).check_weights(run.hparams)
-    problems = [] if found.ok else [f"{run.dataset} data {found.state}: {found.detail}"]
-    if found.state == data.MISSING and data_dir is not None:
-        problems[0] += f"; or pass --data_dir with the folder that holds {run.dataset}"
     if own is not None:
-        if not own.ready:
-            problems.append(f"{run.algorithm}'s pretrained weights: {'; '.join(own.details)}")
-        return problems
-    problems += model_problems
+        return (
+            [] if own.ready else [f"{run.algorithm}'s pretrained weights: {'; '.join(own.details)}"]
+        )
+    files, problems = weights.needed_weights(run.hparams, run.input_shape)
     if absent := [f for f in files if not f.present]:
         problems.append(f"pretrained weights missing: {weights.missing_weights_message(absent)}")
     return problems
+
+
+def data_problems(dataset: str, data_dir: str | None, batch: data.Batch | None = None) -> list[str]:
+    """What of ``dataset``'s files under ``data_dir`` would stop a run (or hang it: a domain
+    that cannot fill ``batch``), with the fix; empty when nothing does."""
+    found = data_status(dataset, data_dir, batch)
+    if found.ok:
+        return []
+    problem = f"{dataset} data {found.state}: {found.detail}"
+    if found.state == data.MISSING and data_dir is not None:
+        problem += f"; or pass --data_dir with the folder that holds {dataset}"
+    return [problem]

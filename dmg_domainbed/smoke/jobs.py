@@ -60,9 +60,9 @@ def batch_size(train_args: Mapping[str, Any]) -> int:
 def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
     from domainbed import datasets
 
-    # DomainBed's Job only asks whether its folder exists; none does under os.devnull.
-    sweep = plan.Sweep(config, data_dir=os.devnull, output_dir=os.devnull)
-    every = [job.train_args for group in sweep.groups for job in plan.jobs(sweep, group)]
+    every = [
+        args for group in plan.groups(config) for args in plan.train_args(config, os.devnull, group)
+    ]
     smoke_jobs = []
     for dataset in config.datasets:
         dataset_class = datasets.get_dataset_class(dataset)

@@ -9,13 +9,15 @@ the next:
 2. the hparams: for each run, the file's common hparams alone, then the algorithm's fixed ones,
    are names it has and values it can train on
    (:func:`~dmg_domainbed.preflight.hparams.checked_run`); then every job's hparams, as
-   ``train.py`` will draw them, pass the algorithm's own checks (:func:`check_jobs_hparams`);
+   ``train.py`` will draw them (:func:`~.plan.draws`), pass the algorithm's own checks, which
+   gives each run's largest batch (:func:`check_draws`);
 3. the networks: each of this package's algorithms is built cheaply with those hparams
    (:func:`~dmg_domainbed.preflight.networks.check_network`), so that a value only its network
    can refute stops the sweep here;
-4. this machine (:func:`check_machine`): what each run needs on disk, its data (each domain's
-   training split must fill the largest batch the sweep's jobs draw or fix: :func:`largest_batch`)
-   and its pretrained weights (:func:`~dmg_domainbed.preflight.requirements.missing_for`); the
+4. this machine (:func:`check_machine`): what the runs need on disk, each dataset's files once
+   (each domain's training split must fill the largest batch of any of its jobs:
+   :func:`~dmg_domainbed.preflight.requirements.data_problems`) and each run's pretrained
+   weights (:func:`~dmg_domainbed.preflight.requirements.weight_problems`); the
    output folder can be made and lies outside every dataset's folder
    (:func:`~dmg_domainbed.datasets.check.data_check.check_sweep_output_dir`); ``python`` is on the
    launcher's ``PATH``; and the launcher's own ``check(environ)`` passes.
@@ -30,23 +32,23 @@ three name the same path and the same fix.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dmg_domainbed.datasets.check.batch_fit import Batch, largest_drawn_batch
+from dmg_domainbed.datasets.check.batch_fit import Batch
 from dmg_domainbed.datasets.check.data_check import check_sweep_output_dir
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.names import UnknownHparams
 from dmg_domainbed.launchers.common import as_launcher
 from dmg_domainbed.preflight.hparams import CheckedRun, checked_run
 from dmg_domainbed.preflight.networks import check_network
-from dmg_domainbed.preflight.requirements import missing_for
+from dmg_domainbed.preflight.requirements import data_problems, weight_problems
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
+from dmg_domainbed.sweep.plan import draws, job_count
 
 #: The most jobs a sweep plans at once: DomainBed's ``make_args_list`` and ``Job`` make each in
 #: memory (a dict, a command line, an md5 hash, two folder look-ups) before any is launched.
@@ -55,11 +57,13 @@ MAX_JOBS = 100_000
 
 @dataclass(frozen=True)
 class Checked:
-    """What the pass found: ``notes`` on networks that could not be built before launch, and,
-    for this machine, either ``launcher`` (how the launcher will run the jobs) or ``problem``
-    (what would stop them)."""
+    """What the pass found: ``notes`` to show (networks that could not be built before
+    launch), ``env``, the environment the launcher runs the jobs with, and, for this machine,
+    either ``launcher`` (how the launcher will run the jobs) or ``problem`` (what would stop
+    them)."""
 
     notes: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
     launcher: str | None = None
     problem: UserError | None = None
 
@@ -69,24 +73,34 @@ def check_sweep(sweep: Sweep, env: Mapping[str, str]) -> Checked:
     machine is checked only when the sweep names a launcher."""
     runs, notes = check_file(sweep.config)
     if sweep.launcher is None:
-        return Checked(notes)
+        return Checked(notes, env)
     try:
-        return Checked(notes, launcher=check_machine(sweep, env, runs.values()))
+        return Checked(notes, env, launcher=check_machine(sweep, env, runs.values()))
     except UserError as problem:
-        return Checked(notes, problem=problem)
+        return Checked(notes, env, problem=problem)
 
 
 def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRun]) -> str:
-    """Step 4, asking down in floor order: what each run misses on disk (its data must fill the
-    largest batch its jobs fix or draw), then the output folder; raises one :class:`UserError`
-    listing every problem, the output folder's, ``python``'s, the runs', the launcher's, in
-    that order; returns how the launcher will run the jobs."""
+    """Step 4, asking down in floor order: what the runs miss on disk (each dataset's files
+    asked once, for the largest batch any of its jobs trains with; each run's weights), then
+    the output folder; raises one :class:`UserError` listing every problem, the output
+    folder's, ``python``'s, the runs', the launcher's, in that order; returns how the launcher
+    will run the jobs."""
     from domainbed import command_launchers
 
-    missing, problems = {}, []
+    by_dataset: dict[str, list[CheckedRun]] = {}
     for run in runs:
-        batch = largest_batch(sweep.config, run)
-        missing |= dict.fromkeys(missing_for(run, sweep.data_dir, batch))
+        by_dataset.setdefault(run.dataset, []).append(run)
+    missing, problems = {}, []
+    for dataset, its_runs in by_dataset.items():
+        widest = max(its_runs, key=lambda run: run.largest_batch)
+        fixed = "batch_size" in sweep.config.hparams_of(widest.algorithm)
+        source = f"the largest that the sweep's jobs of {widest.algorithm} draw"
+        source = "fixed by the sweep's hparams" if fixed else source
+        batch = Batch(widest.largest_batch, float(sweep.config.holdout_fraction), source)
+        missing |= dict.fromkeys(data_problems(dataset, sweep.data_dir, batch))
+        for run in its_runs:
+            missing |= dict.fromkeys(weight_problems(run))
     try:
         check_sweep_output_dir(Path(sweep.output_dir), sweep.data_dir, "the sweep's output_dir")
     except UserError as error:
@@ -115,19 +129,6 @@ def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRu
     return f"{launcher}: {described}" if described else launcher
 
 
-def largest_batch(config: SweepConfig, run: CheckedRun) -> Batch:
-    """The largest batch among the sweep's jobs of ``run``: the one its hparams fix, or the
-    largest that the jobs' ``train.py`` draw (drawn only when the data is there to compare)."""
-    holdout = float(config.holdout_fraction)
-    fixed = config.fixed_hparams[run.algorithm]
-    if "batch_size" in fixed:
-        return Batch(fixed["batch_size"], holdout, "fixed by the sweep's hparams")
-    source = f"the largest that the sweep's jobs of {run.algorithm} draw"
-    seeds = range(config.n_hparams_from, config.n_hparams)
-    draw = (run.algorithm, run.dataset, seeds, config.n_trials)
-    return Batch(None, holdout, source, functools.partial(largest_drawn_batch, *draw))
-
-
 def check_against_domainbed(config: SweepConfig) -> list[str]:
     """Steps 1 to 3 for a sweep's content alone: :class:`UserError` for a name DomainBed does
     not know, an hparam its algorithm lacks or cannot train on, or a network that refutes it;
@@ -150,7 +151,7 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
     ):
         check_names(str(config.path), kind, given, valid)
     check_manifests(config)
-    jobs = job_count(config, [datasets.num_environments(name) for name in config.datasets])
+    jobs = job_count(config)
     if jobs > MAX_JOBS:
         raise UserError(
             f"{config.path}: the sweep has {jobs:,} jobs, more than the {MAX_JOBS:,} planned at "
@@ -178,7 +179,8 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
                         "that have it"
                     )
                 raise UserError(message) from None
-    check_jobs_hparams(config, jobs)
+    largest = check_draws(config, jobs)
+    runs = {pair: replace(run, largest_batch=largest[pair]) for pair, run in runs.items()}
     for run in runs.values():
         steps = config.steps or datasets.get_dataset_class(run.dataset).N_STEPS
         try:
@@ -227,39 +229,34 @@ def check_manifests(config: SweepConfig) -> None:
 NAMED_JOBS = 5
 
 
-def check_jobs_hparams(config: SweepConfig, jobs: int) -> None:
-    """The hparams of every job, as ``train.py`` will build them
-    (:func:`~dmg_domainbed.hparams.of_job.job_hparams`), through their algorithm's own checks
-    (``check_hparams``, which this package's algorithms run when built): :class:`UserError`
-    naming the jobs whose random search draws a value their algorithm refuses (``jobs``: how
-    many the sweep has)."""
-    from domainbed import algorithms, datasets
+def check_draws(config: SweepConfig, jobs: int) -> dict[tuple[str, str], int]:
+    """The hparams of every job, as ``train.py`` will build them (:func:`.plan.draws`),
+    through their algorithm's own checks (``check_hparams``, which this package's algorithms
+    run when built): :class:`UserError` naming the jobs whose random search draws a value their
+    algorithm refuses (``jobs``: how many the sweep has). Returns the largest batch of each
+    (algorithm, dataset)'s jobs."""
+    from domainbed import algorithms
 
     from dmg_domainbed.algorithms.base import PluginAlgorithm
-    from dmg_domainbed.hparams.of_job import job_hparams
-    from dmg_domainbed.sweep.config import jobs_fixed_hparams
 
-    refused, count = [], 0
-    for algorithm, fixed in jobs_fixed_hparams(config).items():
+    refused, count, largest = [], 0, {}
+    for algorithm, dataset, hparams_seed, trial_seed, hparams in draws(config):
+        pair = (algorithm, dataset)
+        largest[pair] = max(largest.get(pair, 0), hparams["batch_size"])
         cls = algorithms.get_algorithm_class(algorithm)
         if not issubclass(cls, PluginAlgorithm):
             continue  # DomainBed's algorithms, and other packages', check no values
-        for dataset in config.datasets:
-            n = datasets.num_environments(dataset)
-            per_draw = n if config.single_test_envs else n + n * (n - 1) // 2
-            for hparams_seed in range(config.n_hparams_from, config.n_hparams):
-                for trial_seed in range(config.n_trials):
-                    hparams = job_hparams(algorithm, dataset, hparams_seed, trial_seed, fixed)
-                    try:
-                        cls.check_hparams(hparams)
-                    except UserError as error:
-                        count += per_draw
-                        problem = str(error).partition(". Fix ")[0].rstrip(".")
-                        refused.append(
-                            f"{algorithm} on {dataset}, hparams_seed {hparams_seed}, trial_seed "
-                            f"{trial_seed} ({per_draw} jobs, one per choice of test domains): "
-                            f"{problem}"
-                        )
+        try:
+            cls.check_hparams(hparams)
+        except UserError as error:
+            one = {"algorithms": (algorithm,), "datasets": (dataset,), "n_hparams_from": 0}
+            per_draw = job_count(replace(config, **one, n_hparams=1, n_trials=1))
+            count += per_draw
+            problem = str(error).partition(". Fix ")[0].rstrip(".")
+            refused.append(
+                f"{algorithm} on {dataset}, hparams_seed {hparams_seed}, trial_seed "
+                f"{trial_seed} ({per_draw} jobs, one per choice of test domains): {problem}"
+            )
     if refused:
         more = len(refused) - NAMED_JOBS
         raise UserError(
@@ -272,6 +269,7 @@ def check_jobs_hparams(config: SweepConfig, jobs: int) -> None:
             "file (a fixed value replaces the drawn one), or make the algorithm's sampler draw "
             "within the range it allows"
         )
+    return largest
 
 
 def check_names(source: str, kind: str, given: Sequence[str], valid: Sequence[str]) -> None:
@@ -282,12 +280,3 @@ def check_names(source: str, kind: str, given: Sequence[str], valid: Sequence[st
         raise UserError(
             f"{source}: unknown {kind}(s) {', '.join(unknown)}; valid {kind}s: {', '.join(valid)}"
         )
-
-
-def job_count(config: SweepConfig, environments: Sequence[int]) -> int:
-    """How many jobs DomainBed's ``make_args_list`` makes, given the number of ``environments``
-    of each dataset: hparam seeds x trials x algorithms x the test environments of each dataset
-    (each one alone with ``single_test_envs``, else each one and each pair)."""
-    tests = sum(n if config.single_test_envs else n + n * (n - 1) // 2 for n in environments)
-    seeds = config.n_hparams - config.n_hparams_from
-    return seeds * config.n_trials * len(config.algorithms) * tests

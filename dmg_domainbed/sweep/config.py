@@ -7,7 +7,7 @@ settings (its ``options``, checked in :mod:`.launcher_settings`). :func:`read_sw
 file once, in one pass: its ``[launcher]`` first, then the rest against its rules
 (:func:`load_sweep`), then the command line's folders and launcher over the file's
 (:func:`resolve`). :mod:`.checks` then checks it against DomainBed and this machine in one pass
-(names, hparams, networks, data, weights); nothing here looks at hparams or data.
+(names, hparams, networks, data, weights); nothing here looks anything up in DomainBed.
 
 ``n_hparams`` and ``n_trials`` are bounded (:data:`MAX_HPARAMS`, :data:`MAX_TRIALS`): DomainBed
 builds every job of a sweep in memory before launching any, so ``n_hparams = 1000000000`` would
@@ -16,8 +16,6 @@ fill the memory for minutes instead of running.
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -170,20 +168,6 @@ def load_sweep(path: str | Path, registered: bool = True) -> SweepConfig:
 
 
 @dataclass(frozen=True)
-class Group:
-    """Algorithms whose jobs share the same fixed hparams (one launch)."""
-
-    algorithms: tuple[str, ...]
-    hparams: Mapping[str, Any]
-    #: The ``--hparams`` of each job; sorted keys keep the job hashes stable.
-    hparams_json: str | None = field(init=False, compare=False)
-
-    def __post_init__(self) -> None:
-        text = json.dumps(dict(self.hparams), sort_keys=True) if self.hparams else None
-        object.__setattr__(self, "hparams_json", text)
-
-
-@dataclass(frozen=True)
 class Sweep:
     """A resolved sweep: its file's content, its folders as absolute paths and the launcher
     that runs it (the command line's, else the file's; ``None``: none named)."""
@@ -193,32 +177,6 @@ class Sweep:
     output_dir: str
     launcher: str | None = None
 
-    @functools.cached_property
-    def groups(self) -> list[Group]:
-        """The algorithms grouped by their fixed hparams (:func:`jobs_fixed_hparams`)."""
-        by_hparams: dict[str, list[str]] = {}
-        for algorithm, fixed in jobs_fixed_hparams(self.config).items():
-            by_hparams.setdefault(json.dumps(fixed, sort_keys=True), []).append(algorithm)
-        return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
-
-
-def jobs_fixed_hparams(config: SweepConfig) -> dict[str, dict[str, Any]]:
-    """Per algorithm, the ``--hparams`` of its jobs: with a fixed number of steps, those it
-    sizes for the run's length (e.g. ImportanceMask's phase schedule), then the file's common
-    hparams, then its own; later ones win."""
-    from domainbed import algorithms
-
-    from dmg_domainbed.algorithms.base import declarations_of
-
-    fixed = {}
-    for algorithm in config.algorithms:
-        sized = {}
-        if config.steps is not None and algorithm in algorithms.ALGORITHMS:
-            cls = algorithms.get_algorithm_class(algorithm)
-            sized = declarations_of(cls).run_length_hparams(config.steps)
-        fixed[algorithm] = {**sized, **config.hparams_of(algorithm)}
-    return fixed
-
 
 def resolve(
     config: SweepConfig,
@@ -227,20 +185,15 @@ def resolve(
     launcher: str | None = None,
 ) -> Sweep:
     """The command line's folders and launcher win over the file's; folders are made absolute.
-    The groups are made here, once: later steps read them."""
+    Nothing is looked up in DomainBed here."""
     dirs = {"data_dir": data_dir or config.data_dir, "output_dir": output_dir or config.output_dir}
     for key, value in dirs.items():
         if value is None:
             raise UserError(
                 f'{config.path}: no {key}: set {key} = "..." in [sweep] or pass --{key} DIR'
             )
-    import dmg_domainbed
-
-    dmg_domainbed.register()
     folders = {key: os.path.abspath(os.path.expanduser(value)) for key, value in dirs.items()}
-    sweep = Sweep(config, **folders, launcher=launcher or config.launcher)
-    sweep.groups  # noqa: B018 (made once, here, with the plugins registered; later steps read them)
-    return sweep
+    return Sweep(config, **folders, launcher=launcher or config.launcher)
 
 
 def read_sweep(

@@ -1,5 +1,7 @@
-"""From a resolved and checked sweep (:class:`~dmg_domainbed.sweep.config.Sweep`) to DomainBed's
-own job list.
+"""From a sweep file's content (:class:`~dmg_domainbed.sweep.config.SweepConfig`) to DomainBed's
+own job list: first as plain data, nothing on disk looked at (:func:`groups`, :func:`train_args`,
+:func:`job_count`, and :func:`draws`, each job's hparams by ``train.py``'s rule), which the
+checks, ``smoke`` and the plan ask; then as DomainBed's ``Job`` objects with their states.
 
 DomainBed passes one ``--hparams`` to every job of a sweep, so the algorithms of a sweep file
 are grouped by their fixed hparams and each group is launched on its own, into the same output
@@ -13,44 +15,107 @@ package asks the plan, not DomainBed's ``Job``, how many there are.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tabulate import tabulate
 
 from dmg_domainbed.sweep import cost
-from dmg_domainbed.sweep.config import Group, Sweep
+from dmg_domainbed.sweep.config import Sweep, SweepConfig
 
 
-def jobs(sweep: Sweep, group: Group) -> list[Any]:
-    """DomainBed's ``Job`` objects of one group, as its sweep script builds them."""
-    from domainbed.scripts import sweep as domainbed_sweep
+@dataclass(frozen=True)
+class Group:
+    """Algorithms whose jobs share the same fixed hparams (one launch)."""
 
-    config = sweep.config
-    args_list = domainbed_sweep.make_args_list(
+    algorithms: tuple[str, ...]
+    hparams: Mapping[str, Any]
+
+    @property
+    def hparams_json(self) -> str | None:
+        """The ``--hparams`` of each job; sorted keys keep the job hashes stable."""
+        return json.dumps(dict(self.hparams), sort_keys=True) if self.hparams else None
+
+
+def groups(config: SweepConfig) -> list[Group]:
+    """The algorithms grouped by the ``--hparams`` of their jobs: with a fixed number of steps,
+    those an algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then
+    the file's common hparams, then its own; later ones win."""
+    from domainbed import algorithms
+
+    from dmg_domainbed.algorithms.base import declarations_of
+
+    by_hparams: dict[str, list[str]] = {}
+    for algorithm in config.algorithms:
+        sized = {}
+        if config.steps is not None and algorithm in algorithms.ALGORITHMS:
+            cls = algorithms.get_algorithm_class(algorithm)
+            sized = declarations_of(cls).run_length_hparams(config.steps)
+        fixed = json.dumps({**sized, **config.hparams_of(algorithm)}, sort_keys=True)
+        by_hparams.setdefault(fixed, []).append(algorithm)
+    return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
+
+
+def train_args(config: SweepConfig, data_dir: str, group: Group) -> list[dict[str, Any]]:
+    """DomainBed's ``train.py`` arguments of one group's jobs, as its sweep script makes them
+    (``make_args_list``), with those its script cannot pass; nothing on disk is looked at."""
+    from domainbed.scripts.sweep import make_args_list
+
+    args_list = make_args_list(
         n_trials=config.n_trials,
         dataset_names=list(config.datasets),
         algorithms=list(group.algorithms),
         n_hparams_from=config.n_hparams_from,
         n_hparams=config.n_hparams,
         steps=config.steps,
-        data_dir=sweep.data_dir,
+        data_dir=data_dir,
         task=config.task,
         holdout_fraction=float(config.holdout_fraction),
         single_test_envs=config.single_test_envs,
         hparams=group.hparams_json,
     )
-    for train_args in args_list:
+    for args in args_list:
         if config.checkpoint_freq is not None:
-            train_args["checkpoint_freq"] = config.checkpoint_freq
+            args["checkpoint_freq"] = config.checkpoint_freq
         if config.save_model_every_checkpoint:
             # A switch without a value: DomainBed's Job writes a list as its items joined by
             # spaces, so an empty list leaves the bare flag that train.py's store_true expects.
-            train_args["save_model_every_checkpoint"] = []
-    return [domainbed_sweep.Job(train_args, sweep.output_dir) for train_args in args_list]
+            args["save_model_every_checkpoint"] = []
+    return args_list
+
+
+def job_count(config: SweepConfig) -> int:
+    """How many jobs the sweep has, without making them: DomainBed's jobs of one hparams seed
+    and trial (its choices of test domains), times the seeds and trials."""
+    one = replace(config, n_hparams_from=0, n_hparams=1, n_trials=1)
+    per_draw = len(train_args(one, "", Group(config.algorithms, {})))
+    return per_draw * (config.n_hparams - config.n_hparams_from) * config.n_trials
+
+
+def draws(config: SweepConfig) -> Iterator[tuple[str, str, int, int, dict[str, Any]]]:
+    """(algorithm, dataset, hparams seed, trial seed, hparams) of every job, as ``train.py``
+    builds its hparams (:func:`~dmg_domainbed.hparams.of_job.job_hparams`); the jobs that differ
+    only in their test domains share one."""
+    from dmg_domainbed.hparams.of_job import job_hparams
+
+    for group in groups(config):
+        for algorithm, dataset in itertools.product(group.algorithms, config.datasets):
+            for seed in range(config.n_hparams_from, config.n_hparams):
+                for trial in range(config.n_trials):
+                    hparams = job_hparams(algorithm, dataset, seed, trial, group.hparams)
+                    yield algorithm, dataset, seed, trial, hparams
+
+
+def jobs(sweep: Sweep, group: Group) -> list[Any]:
+    """DomainBed's ``Job`` objects of one group, as its sweep script builds them."""
+    from domainbed.scripts.sweep import Job
+
+    args_list = train_args(sweep.config, sweep.data_dir, group)
+    return [Job(args, sweep.output_dir) for args in args_list]
 
 
 def describe_job(job) -> str:
@@ -126,7 +191,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
     reads from each job's folder."""
     from domainbed.scripts.sweep import Job
 
-    jobs_by_group = tuple((group, tuple(jobs(sweep, group))) for group in sweep.groups)
+    jobs_by_group = tuple((group, tuple(jobs(sweep, group))) for group in groups(sweep.config))
     every = [job for _, group_jobs in jobs_by_group for job in group_jobs]
     in_state = {
         state: tuple(job for job in every if job.state == state)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.sweep import cost
-from dmg_domainbed.sweep.checks import check_sweep
+from dmg_domainbed.sweep.checks import Checked, check_sweep
 from dmg_domainbed.sweep.command_line import check_commands
 from dmg_domainbed.sweep.config import Sweep, read_sweep
 from dmg_domainbed.sweep.launch import execute
@@ -46,19 +46,7 @@ class SweepRequest:
     commands: bool = False  # a dry run lists the jobs' command lines
 
 
-@dataclass(frozen=True)
-class CheckedSweep:
-    """A checked sweep: ``env``, the environment its launcher runs the jobs with; ``notes`` to
-    show; and, for this machine, either ``launcher`` (how the launcher will run the jobs) or
-    ``problem`` (what would stop them)."""
-
-    env: Mapping[str, str]
-    notes: tuple[str, ...] = ()
-    launcher: str | None = None
-    problem: UserError | None = None
-
-
-def check(sweep: Sweep, environ: Mapping[str, str]) -> CheckedSweep:
+def check(sweep: Sweep, environ: Mapping[str, str]) -> Checked:
     """The launcher's environment (the file's settings over ``environ``) and the sweep's checks.
     A mistake in the file raises :class:`UserError`; what would stop the jobs on this machine
     is the result's ``problem``."""
@@ -69,7 +57,7 @@ def check(sweep: Sweep, environ: Mapping[str, str]) -> CheckedSweep:
             config.path, sweep.launcher, environ, config.launcher, config.launcher_options
         )
     checked = check_sweep(sweep, env)
-    return CheckedSweep(env, checked.notes + tuple(notes), checked.launcher, checked.problem)
+    return replace(checked, notes=checked.notes + tuple(notes))
 
 
 def smoke_table(path: str) -> cost.CostTable:

@@ -53,7 +53,11 @@ def paper_run(tmp_path_factory):
     config = load_sweep(root / "paper.toml")
     check_against_domainbed(config)
     sweep = resolve(config, str(root / "data"), str(root / "sweep"))
-    (job,) = [j for j in plan.jobs(sweep, sweep.groups[0]) if j.train_args["test_envs"] == [0]]
+    (job,) = [
+        j
+        for j in plan.jobs(sweep, plan.groups(sweep.config)[0])
+        if j.train_args["test_envs"] == [0]
+    ]
     assert "--save_model_every_checkpoint  --seed" in job.command_str  # a bare switch
     os.makedirs(job.output_dir)
     python, option, module, *args = shlex.split(job.command_str)  # as the launchers' shell does

@@ -1,14 +1,17 @@
 """The sweep's checks: a sweep too large to plan is refused before DomainBed makes its jobs."""
 
 import pytest
-from domainbed import datasets
 from domainbed.scripts.sweep import make_args_list
 
+from dmg_domainbed.datasets.check.data_check import check_dataset
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.sweep.checks import MAX_JOBS, check_against_domainbed, job_count
-from dmg_domainbed.sweep.config import SweepConfig
+from dmg_domainbed.hparams.of_job import job_hparams
+from dmg_domainbed.sweep.checks import MAX_JOBS, check_against_domainbed
+from dmg_domainbed.sweep.config import SweepConfig, read_sweep
+from dmg_domainbed.sweep.plan import job_count
 
-from ..helpers import fresh_domainbed
+from ..datasets.conftest import write_domains
+from ..helpers import fresh_domainbed, machine_check, register_manifests
 
 
 def config(**keys) -> SweepConfig:
@@ -31,13 +34,13 @@ def test_the_job_count_is_that_of_domainbed_s_job_list(single_test_envs):
         single_test_envs=single_test_envs,
         hparams=None,
     )
-    assert job_count(small, [datasets.num_environments("RotatedDigits")]) == len(made)
+    assert job_count(small) == len(made)
 
 
 def test_a_sweep_of_too_many_jobs_is_refused_with_its_count_and_the_fix():
     # Each key within its bounds, together 1000 x 100 x 2 algorithms x 21 test domains.
     huge = config(n_hparams=1000, n_trials=100)
-    jobs = job_count(huge, [datasets.num_environments("RotatedDigits")])
+    jobs = job_count(huge)
     assert jobs > MAX_JOBS
     with pytest.raises(
         UserError,
@@ -109,3 +112,35 @@ def test_jobs_whose_drawn_hparams_their_algorithm_refuses_stop_the_sweep_before_
     assert "hparams_seed 2, trial_seed 0" in message and "more draw" not in message
     assert "[sweep.algorithm_hparams.NAME]" in message
     assert not out.exists()
+
+
+def test_a_dataset_s_files_are_checked_once_for_every_algorithm_of_the_sweep(tmp_path, monkeypatch):
+    """Six algorithms on one dataset: its files are read once, for the largest batch of any of
+    their jobs, not once per algorithm."""
+    from dmg_domainbed.preflight import data
+
+    write_domains(tmp_path / "images", per_class=40)  # 64 to train on a domain: any batch drawn
+    manifest = tmp_path / "mine.toml"
+    manifest.write_text('name = "Mine"\nroot = "images"\ninput_size = 28\n')
+    register_manifests(monkeypatch, manifest)
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text(
+        '[sweep]\nalgorithms = ["ERM", "Aggregate", "MultiHead", "DMG", "CorGrad", '
+        '"ImportanceMask"]\ndatasets = ["Mine"]\nn_hparams = 2\nn_trials = 1\n'
+        "single_test_envs = true\n"
+    )
+    checked = []
+
+    def counted(dataset, *args, **kwargs):
+        checked.append((dataset, kwargs["batch"].size))
+        return check_dataset(dataset, *args, **kwargs)
+
+    monkeypatch.setattr(data, "check_dataset", counted)
+    sweep = read_sweep(sweep_file, str(tmp_path), str(tmp_path / "sweep"))
+    assert machine_check(sweep).startswith("local")
+    largest = max(
+        job_hparams(a, "Mine", seed, 0)["batch_size"]
+        for a in sweep.config.algorithms
+        for seed in (0, 1)
+    )
+    assert checked == [("Mine", largest)]

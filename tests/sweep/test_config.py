@@ -1,5 +1,6 @@
 """Sweep files: the shipped ones are valid; mistakes are rejected with the valid choices."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,8 @@ import pytest
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.sweep.checks import check_against_domainbed
 from dmg_domainbed.sweep.config import load_sweep, parse_sweep
+
+from ..helpers import fresh_domainbed
 
 SWEEPS = sorted((Path(__file__).parents[2] / "sweeps").glob("*.toml"))
 
@@ -190,3 +193,17 @@ def test_a_folder_or_binary_file_given_as_the_sweep_file_is_named(tmp_path):
     binary.write_bytes(b"\x80\x04\x95\xff\xfe")
     with pytest.raises(UserError, match=r"weights.pkl is not a text file \(not UTF-8\)"):
         load_sweep(binary)
+
+
+def test_reading_a_sweep_file_looks_nothing_up_in_domainbed(tmp_path):
+    """Reading a file is its own step: DomainBed's algorithms and datasets are not imported,
+    nor the plugins registered, until the checks ask about them."""
+    path = tmp_path / "s.toml"
+    path.write_text(BASE + "n_hparams = 2\n[sweep.algorithm_hparams.DMG]\nlambda_overlap = 0.2\n")
+    with fresh_domainbed():
+        from dmg_domainbed.sweep.config import read_sweep
+
+        sweep = read_sweep(path, str(tmp_path), str(tmp_path / "out"))
+        imported = {name for name in sys.modules if name.startswith("domainbed")}
+    assert sweep.config.hparams_of("DMG") == {"lambda_overlap": 0.2}
+    assert "domainbed.algorithms" not in imported and "domainbed.datasets" not in imported

@@ -138,7 +138,7 @@ def incomplete_and_done(tmp_path):
     from dmg_domainbed.sweep import config, plan
 
     sweep = config.resolve(config.load_sweep(small_sweep(tmp_path, steps=5)), None, None)
-    jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+    jobs = [job for group in plan.groups(sweep.config) for job in plan.jobs(sweep, group)]
     for n, job in enumerate(jobs):
         Path(job.output_dir).mkdir(parents=True)
         (Path(job.output_dir) / ("out.txt" if n < 2 else "done")).write_text("")

@@ -34,7 +34,7 @@ def test_pacs_resnet50_expands_to_the_paper_s_comparison(tmp_path):
     sweep = resolve(
         load_sweep(SWEEPS / "pacs_resnet50.toml"), str(tmp_path / "data"), str(tmp_path / "sweep")
     )
-    jobs = [job for group in sweep.groups for job in plan.jobs(sweep, group)]
+    jobs = [job for group in plan.groups(sweep.config) for job in plan.jobs(sweep, group)]
 
     assert len(jobs) == 960  # 4 algorithms x 4 test domains x 20 hparams x 3 trials
     assert Counter(j.train_args["algorithm"] for j in jobs) == {
@@ -74,18 +74,24 @@ def test_resnet18_files_switch_augmix_off_too():
 
 def test_groups_share_one_folder(tmp_path):
     sweep = resolve(load_sweep(SWEEPS / "pacs_resnet50.toml"), "data", str(tmp_path))
-    first, second = sweep.groups
+    first, second = plan.groups(sweep.config)
     assert first.algorithms == ("ERM", "Aggregate", "MultiHead") and second.algorithms == ("DMG",)
     assert json.loads(second.hparams_json)["lambda_overlap"] == 0.1
     assert sweep.data_dir == str(Path("data").resolve())
-    folders = {os.path.dirname(job.output_dir) for g in sweep.groups for job in plan.jobs(sweep, g)}
+    folders = {
+        os.path.dirname(job.output_dir)
+        for g in plan.groups(sweep.config)
+        for job in plan.jobs(sweep, g)
+    }
     assert folders == {str(tmp_path)}
 
 
 def test_jobs_are_the_ones_domainbed_sweep_script_makes(tmp_path):
     config = load_sweep(SWEEPS / "demo.toml")
     sweep = resolve(config, ".", str(tmp_path / "sweep"))
-    ours = {job.output_dir for group in sweep.groups for job in plan.jobs(sweep, group)}
+    ours = {
+        job.output_dir for group in plan.groups(sweep.config) for job in plan.jobs(sweep, group)
+    }
     printed = domainbed_script(
         "sweep",
         "delete_incomplete",
@@ -118,10 +124,10 @@ def test_checkpoint_freq_and_sized_hparams_reach_every_job(tmp_path):
         checkpoint_freq=10,
     )
     sweep = resolve(config, ".", str(tmp_path))
-    by_algorithm = {g.algorithms: g for g in sweep.groups}
+    by_algorithm = {g.algorithms: g for g in plan.groups(sweep.config)}
     assert set(by_algorithm) == {("DMG",), ("ImportanceMask",)}
     assert by_algorithm[("ImportanceMask",)].hparams == ImportanceMask.run_length_hparams(40)
-    for group in sweep.groups:
+    for group in plan.groups(sweep.config):
         for job in plan.jobs(sweep, group):
             assert job.train_args["checkpoint_freq"] == 10 and job.train_args["steps"] == 40
             assert "--checkpoint_freq 10" in job.command_str
@@ -131,7 +137,9 @@ def test_save_model_every_checkpoint_reaches_every_job_as_a_bare_switch(tmp_path
     config = replace(load_sweep(SWEEPS / "demo.toml"), save_model_every_checkpoint=True)
     sweep = resolve(config, ".", str(tmp_path))
     plain = resolve(load_sweep(SWEEPS / "demo.toml"), ".", str(tmp_path))
-    for group, plain_group in zip(sweep.groups, plain.groups, strict=True):
+    for group, plain_group in zip(
+        plan.groups(sweep.config), plan.groups(plain.config), strict=True
+    ):
         jobs, plain_jobs = plan.jobs(sweep, group), plan.jobs(plain, plain_group)
         for job, plain_job in zip(jobs, plain_jobs, strict=True):
             # train.py's store_true takes no value: the switch is followed by the next option

@@ -3,16 +3,15 @@
 The rule, and why a short split hangs, is :mod:`dmg_domainbed.datasets.training_split`'s;
 here it is applied to the batches a run or a sweep trains with.
 
-A single run trains with its hparams' ``batch_size``; a sweep's job with ``hparams_seed`` 0
-with DomainBed's defaults, any other with ``random_hparams(algorithm, dataset,
-seed_hash(hparams_seed, trial_seed))`` (its random search draws up to 45 on image datasets),
-both updated with the fixed ``--hparams``; every domain trains in some job of a sweep. A
-manifest dataset applies the same rule when ``train.py`` builds it.
+A single run trains with its hparams' ``batch_size``; a sweep asks with the largest batch its
+jobs train with (its plan draws them: :func:`dmg_domainbed.sweep.plan.draws`), as every domain
+trains in some job of a sweep. A manifest dataset applies the same rule when ``train.py``
+builds it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dmg_domainbed.datasets.findings import DatasetReport
@@ -26,19 +25,15 @@ from dmg_domainbed.datasets.training_split import (
 
 @dataclass(frozen=True)
 class Batch:
-    """The batch a run trains with: ``size``, or, when ``None``, what ``draw`` returns (asked
-    only when a dataset's files are there to compare with), else DomainBed's default on the
+    """The batch a run trains with: ``size``, else (``None``) DomainBed's default on the
     dataset; ``source`` says where it comes from."""
 
     size: int | None = None
     holdout_fraction: float = HOLDOUT_FRACTION
     source: str = "DomainBed's default batch_size"
-    draw: Callable[[], int] | None = None
 
     def size_on(self, dataset: str) -> int:
-        if self.size is not None:
-            return self.size
-        return self.draw() if self.draw is not None else default_batch_size(dataset)
+        return self.size if self.size is not None else default_batch_size(dataset)
 
 
 # A run without --hparams and with train.py's default holdout_fraction.
@@ -50,24 +45,6 @@ def default_batch_size(dataset: str) -> int:
     from domainbed import hparams_registry
 
     return hparams_registry.default_hparams("ERM", dataset)["batch_size"]
-
-
-def largest_drawn_batch(
-    algorithm: str, dataset: str, hparams_seeds: Sequence[int], trials: int
-) -> int:
-    """The largest ``batch_size`` among the hparams that ``train.py`` draws for these seeds."""
-    from domainbed import hparams_registry
-    from domainbed.lib import misc
-
-    drawn = [
-        hparams_registry.random_hparams(algorithm, dataset, misc.seed_hash(hparams_seed, trial))
-        for hparams_seed in hparams_seeds
-        if hparams_seed != 0  # hparams_seed 0: DomainBed's defaults, whatever the trial
-        for trial in range(trials)
-    ]
-    if 0 in hparams_seeds:
-        drawn.append(hparams_registry.default_hparams(algorithm, dataset))
-    return max(hparams["batch_size"] for hparams in drawn)
 
 
 def domain_examples(report: DatasetReport, environments: Sequence[str]) -> list[tuple[str, int]]:
