@@ -17,8 +17,9 @@ next; a part that cannot run here says why):
    counts the processes nvidia-smi lists). A lane ended for time reports what ``pytest -v`` had
    printed;
 4. ``step_time``: ``step_time.py --quick --configs resnet50 --precision bf16``, every algorithm;
-5. ``job_start``: ``job_start.py gpu`` at 1 and 2 jobs per GPU, ERM and DMG, fp32 and bf16, on
-   a synthetic PACS folder and random ResNet-50 weights that this command writes;
+5. ``job_start``: ``job_start.py gpu --synthetic`` at 1, 2 and 4 jobs per GPU, ERM and DMG, fp32
+   and bf16, on a synthetic PACS folder and random ResNet-50 weights: images/s per GPU, each
+   job's wall time in phases, and the ``jobs_per_gpu`` they recommend;
 6. ``sfmoe_cost``: ``sfmoe_cost.py --quick --configs cuda --precision bf16``.
 
 ``OUTPUT_DIR`` receives two files: ``gpu_proof.json`` (the device, driver, torch, CUDA, commit,
@@ -29,9 +30,9 @@ docs/performance.md are generated from a copy of ``gpu_proof.json`` at ``docs/gp
 end. The parts' limits add up to the budget, 8 minutes by default (``--budget_s``).
 
 ``--tiny`` runs the same parts at the smallest sizes that exercise them (RotatedDigits' MLP, a
-few steps), on any machine: on one without CUDA, the CUDA-only parts (the lane, SF-MoE's cost,
-the jobs per GPU) are skipped, each with its reason. Its figures are not measurements; the docs
-refuse a tiny run's results.
+few steps), on any machine: on one without CUDA, the CUDA-only parts (the lane, SF-MoE's cost)
+are skipped, each with its reason, and the jobs per GPU run their waves on the CPU. Its figures
+are not measurements; the docs refuse a tiny run's results.
 
 Usage: ``python benchmarks/gpu_proof.py --output_dir OUT [--tiny] [--parts NAME ...]
 [--budget_s S] [--commit SHA]``.
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
 import json
 import math
@@ -74,6 +76,9 @@ LANE_ALGORITHMS = ("tests/gpu/test_gpu_algorithms.py", "tests/gpu/test_gpu_bf16.
 LANE_LAUNCHERS = ("tests/gpu/test_gpu_launchers.py",)
 ACCURACY_DATASET = "RotatedDigits"
 COMPARED = ("ERM", "DMG")  # accuracy and jobs per GPU, in fp32 and bf16
+JOBS_PER_GPU = (1, 2, 4)
+JOB_STEPS = 40  # per job of job_start's waves (2 algorithms x 3 counts x 2 precisions)
+JOB_START_MARGIN_S = 20  # of job_start's limit: writing the synthetic data, ending its last wave
 END_GRACE_S = 10  # between SIGTERM and SIGKILL for a part out of time
 
 
@@ -94,6 +99,7 @@ class Settings:
     tiny: bool
     scratch: Path  # synthetic data and job folders, deleted at the end
     logs: Path  # what goes into logs.tar.gz
+    limit_s: float = math.inf  # the running part's time limit, for a part that sizes itself
 
 
 @dataclass(frozen=True)
@@ -295,41 +301,38 @@ def sfmoe_part(settings: Settings) -> dict:
 
 
 def job_start_part(settings: Settings) -> dict:
+    """Jobs per GPU and a job's phases: ``job_start.py gpu`` at 1, 2 and 4 jobs per GPU. Tiny:
+    on the CPU where there is no GPU, RotatedDigits' MLP, 1 and 2 jobs at once (the code path:
+    no GPU figure)."""
     import job_start
 
-    from dmg_domainbed import synthetic
-    from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.launchers.local_parallel import visible_gpus
-    from dmg_domainbed.preflight.weights import needed_weights
-    from dmg_domainbed.weight_files import Caches
 
-    if not cuda_available():
-        raise Skip(f"{NO_CUDA}: jobs per GPU need a GPU")
-    if not visible_gpus():
+    on_gpu = cuda_available() and bool(visible_gpus())
+    if not settings.tiny and not on_gpu:
         raise Skip(
-            "nvidia-smi lists no GPU and CUDA_VISIBLE_DEVICES names none: job_start.py places "
-            "its jobs on the GPUs these name"
+            f"{NO_CUDA if not cuda_available() else 'nvidia-smi lists no GPU'}: jobs per GPU need "
+            "a GPU that job_start.py can place its jobs on"
         )
-    batch, steps = (4, 6) if settings.tiny else (32, 40)
-    caches = Caches.under(settings.scratch / "cache")
-    os.environ.update(caches.environment())  # the jobs read the random weights from here
-    hparams = dict(job_start.GPU_HPARAMS, batch_size=batch)
-    files, problems = needed_weights(hparams, input_shape("PACS"), caches)
-    if problems:
-        raise RuntimeError(f"cannot place DomainBed's ResNet-50 weights: {problems}")
-    synthetic.write_random_weights(files)
-    per_domain = 2 * synthetic.images_needed(batch, 0.2, classes=7)
-    data = settings.scratch / "data"
-    synthetic.write_image_dataset("PACS", data, images_per_domain=per_domain)
+    if settings.tiny:
+        argv = ["gpu", "--dataset", ACCURACY_DATASET, "--jobs_per_gpu", "1", "2"]
+        argv += ["--steps", "3", "--batch_size", "8", "--algorithms", "ERM"]
+    else:
+        argv = ["gpu", "--dataset", "PACS", "--jobs_per_gpu", *map(str, JOBS_PER_GPU)]
+        argv += ["--steps", str(JOB_STEPS), "--batch_size", "32", "--algorithms", *COMPARED]
+    argv += ["--precision", "bf16", "--synthetic"] + ([] if on_gpu else ["--device", "cpu"])
+    # its waves start only while the longest so far, scaled to their jobs, fits in its limit
+    budget = [] if settings.tiny else ["--budget_s", f"{settings.limit_s - JOB_START_MARGIN_S:.0f}"]
     waves = settings.logs / "job_start.json"
-    argv = ["gpu", "--jobs_per_gpu", "1", "2", "--steps", str(steps)]
-    argv += ["--batch_size", str(batch), "--algorithms", *COMPARED, "--precision", "bf16"]
     print("$ python benchmarks/job_start.py", " ".join(argv), flush=True)
-    job_start.main([*argv, "--data_dir", str(data), "--json", str(waves)])
+    jobs = settings.scratch / "jobs"
+    job_start.main([*argv, *budget, "--json", str(waves), "--output_dir", str(jobs)])
+    found = json.loads(waves.read_text())
     return {
-        "command": " ".join(["python benchmarks/job_start.py", *argv, "--data_dir DIR"]),
-        "images_per_domain": per_domain,
-        "waves": json.loads(waves.read_text()),
+        "command": " ".join(["python benchmarks/job_start.py", *argv]),
+        "device": "cuda" if on_gpu else "cpu",
+        "waves": found,
+        "recommended": job_start.recommend(found),
     }
 
 
@@ -498,7 +501,8 @@ def run_stage(parts: list[Part], settings: Settings, deadline: float, scale: flo
             outcomes[part.name] = {"status": NOT_RUN, "reason": "the time budget was spent"}
             continue
         result = settings.scratch / f"{part.name}.json"
-        process = context.Process(target=run_in_child, args=(part, settings, result))
+        own = dataclasses.replace(settings, limit_s=limit)
+        process = context.Process(target=run_in_child, args=(part, own, result))
         print(f"{part.name}: {part.what} (at most {limit:.0f} s)", flush=True)
         process.start()
         running.append((part, process, result, time.monotonic(), limit))
@@ -749,7 +753,43 @@ def job_start_table(results: dict | None) -> str:
     headers = ["algorithm", "jobs per GPU", "fp32 images/s per GPU", "bf16 images/s per GPU"]
     headers += ["bf16 speed-up", "GPU utilisation % fp32 / bf16", "peak GPU GB fp32 / bf16"]
     headers += ["step 0 s fp32 / bf16", "wave wall s fp32 / bf16"]
-    return f"`{figures['command']}`:\n\n{_table(headers, rows)}"
+    chosen = figures.get("recommended")
+    advice = (
+        "\n\nRecommended `jobs_per_gpu` (job_start.py's `recommend`: from 1, each step up of "
+        "packing taken while it adds at least 10% images/s per GPU): "
+        + ", ".join(f"{precision} {count}" for precision, count in chosen.items())
+        + "."
+        if chosen
+        else ""
+    )
+    return f"`{figures['command']}`:\n\n{_table(headers, rows)}{advice}"
+
+
+PHASES = ("launch", "imports", "data", "network", "first_step", "steps", "evaluation", "end")
+
+
+def job_phases_table(results: dict | None) -> str:
+    figures, why = _part(results, "job_start")
+    if figures is None:
+        return why
+    waves = [w for w in figures["waves"] if w.get("phases")]
+    if not waves:
+        return (
+            f"{UNMEASURED}: this results file's jobs per GPU ran without the clock on their phases"
+        )
+    rows = [
+        [w["algorithm"], w["precision"], w["jobs_per_gpu"]]
+        + [_number(w["phases"][name], 1) for name in PHASES]
+        + [_number(sum(w["phases"].values()), 1)]
+        for w in waves
+    ]
+    headers = ["algorithm", "precision", "jobs per GPU", *PHASES, "job wall s"]
+    head = (
+        f"`{figures['command']}`, seconds of the mean job of each wave, from its start by "
+        "local_parallel to its exit (the fork server's own start, before the first job, is "
+        "in the first wave's wall time only):"
+    )
+    return f"{head}\n\n{_table(headers, rows)}"
 
 
 def accuracy_table(results: dict | None) -> str:
@@ -782,6 +822,7 @@ TABLES: dict[str, Callable[[dict | None], str]] = {
     "step_time": step_time_table,
     "sfmoe_cost": sfmoe_table,
     "job_start": job_start_table,
+    "job_phases": job_phases_table,
     "accuracy": accuracy_table,
 }
 

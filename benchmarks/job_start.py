@@ -11,14 +11,22 @@ work on the machine does not inflate CPU times as it does wall times); ``--steps
 start-up alone. ``--rounds`` repeats both modes, alternating, and reports the median.
 
 ``gpu --data_dir DIR``: a PACS-shaped sweep on the GPUs: ERM with DomainBed's ResNet-50
-(torchvision's, ``resnet50_augmix`` off) on DomainBed's own PACS loader reading
-``DIR/PACS/<domain>/<class>/*.jpg``, with the weights file DomainBed loads in torch's hub cache
-(random weights are enough: only speed is measured; ``dmg-domainbed doctor --dataset PACS
---hparams '{"resnet50_augmix": false}'`` names the file). For each number of jobs per GPU
+(torchvision's, ``resnet50_augmix`` off; ``--resnet18``: its ResNet-18) on DomainBed's own PACS
+loader reading ``DIR/PACS/<domain>/<class>/*.jpg``, with the weights file DomainBed loads in
+torch's hub cache (random weights are enough: only speed is measured; ``dmg-domainbed doctor
+--dataset PACS --hparams '{"resnet50_augmix": false}'`` names the file). ``--synthetic`` writes
+both, random, into a temporary folder instead (``--data_dir`` is then not needed); ``--dataset``
+names another dataset (``RotatedDigits``: the embedded one, no files). ``--device cpu`` runs the
+same waves on the CPU (no GPU figures: the code path, and a job's phases on this machine). For
+each number of jobs per GPU
 (default 1, 2 and 4), one wave of that many jobs on every GPU, started together: images/s per
 job (the batch of all training domains over DomainBed's mean step time after step 0, so data
 loading included) and in total, the mean GPU utilisation while every job was training, the peak
-memory nvidia-smi saw per GPU and the peak torch allocated per job. ``--algorithms`` runs
+memory nvidia-smi saw per GPU and the peak torch allocated per job. Every job runs under
+:mod:`dmg_domainbed.smoke.clock`, and a second table breaks the mean job's wall time into its
+phases (:data:`~dmg_domainbed.smoke.clock.BREAKDOWN`: the launch, imports, data, network,
+step 0, the other steps, evaluation at the checkpoints, the end). The last line recommends a
+``jobs_per_gpu`` per precision (:func:`recommend`). ``--algorithms`` runs
 other algorithms than ERM on the same network, one after the other. With ``--precision bf16``
 every wave runs twice, in fp32 and with the hparam ``precision = "bf16"``
 (:mod:`dmg_domainbed.precision`), and a row per algorithm and jobs per GPU gives the speed-up
@@ -27,14 +35,18 @@ in images/s per GPU (bf16 / fp32). Without the flag, the output is as described 
 
 Usage: ``python benchmarks/job_start.py cpu [--steps 1 1500] [--jobs N] [--rounds R]`` or
 ``python benchmarks/job_start.py gpu --data_dir DIR [--jobs_per_gpu 1 2 4] [--steps 300]
-[--algorithms ERM DMG] [--precision bf16] [--json PATH]``.
+[--algorithms ERM DMG] [--precision bf16] [--json PATH] [--device cpu] [--synthetic]
+[--resnet18] [--dataset NAME] [--checkpoint_freq N]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -51,15 +63,21 @@ from domainbed.lib import misc
 from domainbed.scripts.sweep import Job
 
 from dmg_domainbed import precision as precisions
+from dmg_domainbed import synthetic
 from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.launchers.common import output_dir_of
 from dmg_domainbed.launchers.local_parallel import Outcome, Plan, run_commands, usable_cores
 from dmg_domainbed.launchers.local_parallel import visible_gpus as gpus_here
 from dmg_domainbed.preflight.data import dataset_status
 from dmg_domainbed.preflight.weights import needed_weights
+from dmg_domainbed.smoke import clock
+from dmg_domainbed.weight_files import Caches
 
 DEMO_ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
 GPU_HPARAMS = {"resnet18": False, "resnet50_augmix": False}
+CLOCK = "dmg_domainbed.smoke.clock"
+CLOCK_FILE = "clock.json"  # in each job's folder
+GAIN = 1.10  # the images/s per GPU one more step of packing must add to be recommended
 
 
 def sweep_commands(
@@ -116,11 +134,13 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime + warm
 
 
-def run_wave(commands: list[str], plan: Plan) -> tuple[float, float, list[Outcome]]:
+def run_wave(
+    commands: list[str], plan: Plan, warm_module: str = "domainbed.scripts.train"
+) -> tuple[float, float, list[Outcome]]:
     """Wall time, CPU time of the jobs and outcomes of the commands through local_parallel;
     stops on a failure."""
     start, cpu_start = time.monotonic(), children_cpu_seconds()
-    outcomes = run_commands(commands, plan, say=lambda line: None)
+    outcomes = run_commands(commands, plan, say=lambda line: None, warm_module=warm_module)
     wall, cpu = time.monotonic() - start, children_cpu_seconds() - cpu_start
     failed = [o for o in outcomes if o.returncode != 0]
     if failed:
@@ -237,6 +257,59 @@ class GpuSampler:
         self._thread.join()
 
 
+def clocked(command: str) -> str:
+    """DomainBed's train command run under :mod:`dmg_domainbed.smoke.clock`, its marks written
+    into the job's folder."""
+    python, flag, module, *arguments = shlex.split(command)
+    times = Path(output_dir_of(command)) / CLOCK_FILE
+    return shlex.join([python, flag, CLOCK, str(times), *arguments])
+
+
+def job_phases(outcome: Outcome) -> dict[str, float]:
+    """The phases of a finished clocked job, from its marks and when it ended."""
+    marks = json.loads((Path(output_dir_of(outcome.command)) / CLOCK_FILE).read_text())
+    started = time.time() - (time.monotonic() - outcome.started)
+    return clock.breakdown(started, started + outcome.seconds, marks)
+
+
+def expected_wall(figures: list[dict], per_gpu: int) -> float:
+    """A wave of ``per_gpu`` jobs per GPU, foreseen from those run: the longest so far, scaled
+    as if the GPU were the bound (twice the jobs, twice the time); 0 before the first."""
+    return max((w["wall"] * max(1.0, per_gpu / w["jobs_per_gpu"]) for w in figures), default=0.0)
+
+
+def recommend(waves: list[dict], gain: float = GAIN) -> dict[str, int]:
+    """Per precision, the jobs per GPU to run: from the fewest measured, one more step of
+    packing is taken while it gives at least ``gain`` times the images/s per GPU, summed over
+    the algorithms measured at every step (packing host-bound jobs fills the GPU's idle time;
+    packing GPU-bound jobs only shares it)."""
+    chosen = {}
+    for precision in dict.fromkeys(w["precision"] for w in waves):
+        own = [w for w in waves if w["precision"] == precision]
+        counts = sorted({w["jobs_per_gpu"] for w in own})
+        algorithms = [
+            a
+            for a in dict.fromkeys(w["algorithm"] for w in own)
+            if {w["jobs_per_gpu"] for w in own if w["algorithm"] == a} == set(counts)
+        ]
+
+        totals = {
+            count: sum(
+                w["images_per_s_per_gpu"]
+                for w in own
+                if w["jobs_per_gpu"] == count and w["algorithm"] in algorithms
+            )
+            for count in counts
+        }
+        best = counts[0]
+        for count in counts[1:]:
+            if totals[count] < gain * totals[best]:
+                break
+            best = count
+        chosen[precision] = best
+    return chosen
+
+
 def job_records(job_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (job_dir / "results.jsonl").read_text().splitlines()]
 
@@ -251,6 +324,7 @@ class Wave:
     torch_gb_per_job: float
     first_step_s: float  # DomainBed's step 0 (a checkpoint of its own), mean over the jobs
     wall: float
+    phases: dict[str, float]  # clock.BREAKDOWN's seconds, mean over the jobs
 
     @property
     def images_per_s(self) -> float:
@@ -270,21 +344,22 @@ def gpu_wave(
     """``jobs`` jobs of ``algorithm`` on PACS started together on ``gpus``."""
     commands = sweep_commands(
         folder,
-        "PACS",
+        args.dataset,
         [algorithm],
         [[0]],
         args.steps,
         args.data_dir,
         trials=jobs,
-        checkpoint_freq=args.steps,
+        checkpoint_freq=args.checkpoint_freq or args.steps,
         hparams=hparams,
     )
     threads = max(1, cores // jobs)
     plan = Plan(jobs=jobs, gpus=gpus, threads=threads, loader_workers=threads, warm=args.warm)
     job_dirs = [Path(output_dir_of(command)) for command in commands]
     with GpuSampler(job_dirs, gpus) as sampler:
-        wall, _, _ = run_wave(commands, plan)
+        wall, _, outcomes = run_wave([clocked(c) for c in commands], plan, warm_module=CLOCK)
     records = [job_records(d) for d in job_dirs]
+    phases = [job_phases(outcome) for outcome in outcomes]
     utilisation = (
         f"{statistics.mean(sampler.training_utilisation):.0f}"
         if sampler.training_utilisation
@@ -297,23 +372,52 @@ def gpu_wave(
         max(r[-1]["mem_gb"] for r in records),
         statistics.mean(r[0]["step_time"] for r in records),
         wall,
+        {name: statistics.mean(p[name] for p in phases) for name in clock.BREAKDOWN},
     )
 
 
+def write_synthetic(args: argparse.Namespace, hparams: dict, scratch: Path) -> None:
+    """Random weights where the jobs read them and a synthetic folder of ``args.dataset``
+    holding enough images for a batch of every split, under ``scratch``."""
+    caches = Caches.under(scratch / "cache")
+    os.environ.update(caches.environment())  # the jobs read the random weights from here
+    files, problems = needed_weights(hparams, input_shape(args.dataset), caches)
+    if problems:
+        sys.exit(f"gpu: cannot place the weights DomainBed loads: {problems}")
+    synthetic.write_random_weights(files)
+    if args.dataset not in synthetic.LAYOUTS:
+        args.data_dir = str(scratch)  # an embedded dataset: no folder
+        return
+    classes = len(synthetic.LAYOUTS[args.dataset].classes)
+    per_domain = 2 * synthetic.images_needed(args.batch_size, 0.2, classes=classes)
+    args.data_dir = str(scratch / "data")
+    synthetic.write_image_dataset(args.dataset, args.data_dir, images_per_domain=per_domain)
+
+
 def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
-    gpus = tuple(gpus_here())
-    if not gpus:
+    gpus = tuple(gpus_here()) if args.device == "cuda" else ()
+    if args.device == "cuda" and not gpus:
         sys.exit("gpu: no GPU here (nvidia-smi lists none and CUDA_VISIBLE_DEVICES names none)")
-    dataset = datasets.get_dataset_class("PACS")
-    found = dataset_status("PACS", dataset.__module__, len(dataset.ENVIRONMENTS), args.data_dir)
+    dataset = datasets.get_dataset_class(args.dataset)
+    resnet = tuple(input_shape(args.dataset)) == (3, 224, 224)
+    hparams = {"batch_size": args.batch_size}
+    if resnet:
+        hparams.update(GPU_HPARAMS, resnet18=args.resnet18)
+    if args.synthetic:
+        write_synthetic(args, hparams, scratch)
+    if args.data_dir is None:
+        sys.exit("gpu: give --data_dir DIR (the dataset's folder), or --synthetic")
+    found = dataset_status(
+        args.dataset, dataset.__module__, len(dataset.ENVIRONMENTS), args.data_dir
+    )
     if not found.ok:
-        sys.exit(f"gpu: PACS data not found under --data_dir: {found.detail}")
-    hparams = dict(GPU_HPARAMS, batch_size=args.batch_size)
-    files, problems = needed_weights(hparams, input_shape("PACS"))
+        sys.exit(f"gpu: {args.dataset} data not found under --data_dir: {found.detail}")
+    files, problems = needed_weights(hparams, input_shape(args.dataset))
     missing = [str(f.path) for f in files if not f.present] + problems
     if missing:
         sys.exit(f"gpu: the weights DomainBed loads are not cached: {', '.join(missing)}")
     cores = usable_cores()
+    devices = max(1, len(gpus))  # the CPU counts as one
     training_domains = len(dataset.ENVIRONMENTS) - 1
     compare = args.precision != precisions.FP32
     precisions_run = (precisions.FP32, args.precision) if compare else (None,)
@@ -322,19 +426,26 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
         f"{columns}{'jobs/GPU':>8} {'jobs':>5} {'img/s/job':>10} {'img/s':>8} {'GPU util %':>10} "
         f"{'GPU mem GB':>10} {'torch GB/job':>12} {'step 0 s':>8} {'wall s':>7}"
     )
+    network = ("ResNet-18" if args.resnet18 else "ResNet-50") if resnet else "DomainBed's"
     print(
-        f"{', '.join(args.algorithms)}, ResNet-50 (random weights), PACS 224x224, "
-        f"{args.batch_size} images x {training_domains} domains a step, {args.steps} steps; "
-        f"GPUs {','.join(gpus)}; {cores} CPU cores"
+        f"{', '.join(args.algorithms)}, {network} network (random weights), {args.dataset} "
+        f"{'x'.join(map(str, input_shape(args.dataset)))}, {args.batch_size} images x "
+        f"{training_domains} domains a step, {args.steps} steps; "
+        f"{'GPUs ' + ','.join(gpus) if gpus else 'on the CPU'}; {cores} CPU cores"
     )
     print(header)
     print("-" * len(header))
     speedups, figures = [], []
+    deadline = time.monotonic() + args.budget_s
+    skipped = []
     for algorithm in args.algorithms:
         for per_gpu in args.jobs_per_gpu:
-            jobs = per_gpu * len(gpus)
+            jobs = per_gpu * devices
             waves = {}
             for precision in precisions_run:
+                if time.monotonic() + expected_wall(figures, per_gpu) > deadline:
+                    skipped.append(f"{algorithm} {precision or ''} {per_gpu} per GPU".strip())
+                    continue
                 name = f"{algorithm}_per_gpu{per_gpu}" if compare else f"per_gpu{per_gpu}"
                 folder = scratch / (f"{name}_{precision}" if compare else name)
                 wave_hparams = dict(hparams)
@@ -350,7 +461,7 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
                         "precision": precision or precisions.FP32,
                         "jobs_per_gpu": per_gpu,
                         "gpus": len(gpus),
-                        "images_per_s_per_gpu": wave.images_per_s / len(gpus),
+                        "images_per_s_per_gpu": wave.images_per_s / devices,
                         **asdict(wave),
                     }
                 )
@@ -362,7 +473,7 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
                     f"{wave.torch_gb_per_job:>12.1f} {wave.first_step_s:>8.1f} {wave.wall:>7.0f}",
                     flush=True,
                 )
-            if compare:
+            if compare and len(waves) == 2:
                 speedups.append((algorithm, per_gpu, waves[precisions.FP32], waves[args.precision]))
     if compare:
         header = (
@@ -373,13 +484,39 @@ def gpu_benchmark(args: argparse.Namespace, scratch: Path) -> None:
         print(header)
         print("-" * len(header))
         for algorithm, per_gpu, fp32, lower in speedups:
-            fp32_per_gpu, lower_per_gpu = (w.images_per_s / len(gpus) for w in (fp32, lower))
+            fp32_per_gpu, lower_per_gpu = (w.images_per_s / devices for w in (fp32, lower))
             print(
                 f"{algorithm:<15} {per_gpu:>8} {fp32_per_gpu:>14.0f} {lower_per_gpu:>14.0f} "
                 f"{lower_per_gpu / fp32_per_gpu:>8.2f}"
             )
+    if skipped:
+        print(
+            f"\nnot run, the longest wave so far would not fit in --budget_s {args.budget_s:g}: "
+            + "; ".join(skipped)
+        )
+    print_phases(figures)
+    chosen = recommend(figures)
+    print(
+        "\nrecommended jobs_per_gpu (the most images/s per GPU, each step up adding at least "
+        f"{GAIN - 1:.0%}): " + ", ".join(f"{p} {n}" for p, n in chosen.items())
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+
+
+def print_phases(figures: list[dict]) -> None:
+    """Where the mean job of each wave spent its wall time."""
+    names = ("algorithm", "precision", "jobs/GPU", *clock.BREAKDOWN, "wall")
+    header = " ".join(f"{name:>11}" for name in names)
+    print("\nseconds of the mean job of each wave, in phases (smoke/clock.py's)")
+    print(header)
+    print("-" * len(header))
+    for wave in figures:
+        phases = wave["phases"]
+        cells = [wave["algorithm"], wave["precision"], str(wave["jobs_per_gpu"])]
+        cells += [f"{phases[name]:.2f}" for name in clock.BREAKDOWN]
+        cells.append(f"{sum(phases.values()):.2f}")
+        print(" ".join(f"{cell:>11}" for cell in cells))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -391,7 +528,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     cpu.add_argument("--rounds", type=int, default=1)
     cpu.add_argument("--algorithms", nargs="+", default=list(DEMO_ALGORITHMS))
     gpu = modes.add_parser("gpu", help="a PACS-shaped sweep at several jobs per GPU")
-    gpu.add_argument("--data_dir", required=True, help="holds PACS/<domain>/<class>/*.jpg")
+    gpu.add_argument("--data_dir", help="holds PACS/<domain>/<class>/*.jpg")
+    gpu.add_argument(
+        "--synthetic", action="store_true", help="random images and weights, in a temporary folder"
+    )
+    gpu.add_argument("--dataset", default="PACS", help="default: PACS")
+    gpu.add_argument("--resnet18", action="store_true", help="DomainBed's ResNet-18, not 50")
+    gpu.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    gpu.add_argument(
+        "--checkpoint_freq", type=int, help="evaluate every N steps (default: step 0 and the last)"
+    )
     gpu.add_argument("--jobs_per_gpu", type=int, nargs="+", default=[1, 2, 4])
     gpu.add_argument("--steps", type=int, default=300)
     gpu.add_argument("--batch_size", type=int, default=32, help="per training domain")
@@ -406,6 +552,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="bf16: every wave in fp32 and in bf16, and the speed-up per algorithm",
     )
     gpu.add_argument("--json", help="also write every wave's figures to this file")
+    gpu.add_argument(
+        "--budget_s",
+        type=float,
+        default=math.inf,
+        help="start a wave only if the longest so far, scaled to its jobs, still fits",
+    )
     for mode in (cpu, gpu):
         mode.add_argument("--output_dir", help="keep the job folders here (default: deleted)")
     args = parser.parse_args(argv)

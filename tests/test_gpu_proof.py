@@ -20,7 +20,7 @@ import torch
 from tests.helpers import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
-CUDA_ONLY = ("lane_algorithms", "lane_launchers", "sfmoe_cost", "job_start")
+CUDA_ONLY = ("lane_algorithms", "lane_launchers", "sfmoe_cost")
 OUTCOMES = ("passed", "skipped")  # of every part of a tiny run
 
 
@@ -62,7 +62,7 @@ def test_tiny_mode_runs_every_part_into_one_results_file(proof, generate, tmp_pa
     failed = {name: part for name, part in parts.items() if part["status"] not in OUTCOMES}
     assert not failed, failed
     assert code == 0
-    for name in ("environment", "step_time", "accuracy"):
+    for name in ("environment", "step_time", "accuracy", "job_start"):
         assert parts[name]["status"] == "passed", parts[name]
     if not torch.cuda.is_available():
         for name in CUDA_ONLY:
@@ -81,6 +81,24 @@ def test_tiny_mode_runs_every_part_into_one_results_file(proof, generate, tmp_pa
         assert found["pairs"] == 2 and 0 <= found["fp32"] <= 100 and 0 <= found["bf16"] <= 100
         assert found["ci_low"] <= found["difference"] <= found["ci_high"]
 
+    # Jobs per GPU (on the CPU without one): each wave's jobs, their wall time in phases, and
+    # the jobs_per_gpu the waves recommend.
+    packed = parts["job_start"]["figures"]
+    waves = packed["waves"]
+    assert [(w["precision"], w["jobs_per_gpu"]) for w in waves] == [
+        ("fp32", 1),
+        ("bf16", 1),
+        ("fp32", 2),
+        ("bf16", 2),
+    ]
+    for wave in waves:
+        assert list(wave["phases"]) == list(proof.PHASES)
+        assert all(seconds >= 0 for seconds in wave["phases"].values())
+        assert 0 < sum(wave["phases"].values()) <= wave["wall"]  # a job within its wave
+        assert wave["phases"]["first_step"] > 0 and wave["phases"]["evaluation"] > 0
+    assert set(packed["recommended"]) == {"fp32", "bf16"}
+    assert set(packed["recommended"].values()) <= {1, 2}
+
     with tarfile.open(output / "logs.tar.gz") as archive:
         names = set(archive.getnames())
     assert {f"logs/{part.name}.log" for part in proof.PARTS} <= names
@@ -92,9 +110,8 @@ def test_tiny_mode_runs_every_part_into_one_results_file(proof, generate, tmp_pa
     assert "| CorGrad" in step_table and step_table in printed
     assert "| step_time " in proof.markdown(results, "status")
     assert "| ERM " in proof.markdown(results, "accuracy")
-    assert proof.markdown(results, "job_start").startswith("unmeasured") == (
-        not torch.cuda.is_available()
-    )
+    assert "Recommended `jobs_per_gpu`" in proof.markdown(results, "job_start")
+    assert proof.markdown(results, "job_phases").count("| ERM ") == 4
     # ... but a tiny run's figures are not measurements: the docs refuse them.
     with pytest.raises(SystemExit, match="tiny run"):
         generate.gpu_table("status", output / "gpu_proof.json")
@@ -105,7 +122,7 @@ def test_tiny_mode_runs_every_part_into_one_results_file(proof, generate, tmp_pa
 
 
 def test_without_a_results_file_every_gpu_table_says_unmeasured_with_the_command(generate):
-    for table in ("status", "step_time", "sfmoe_cost", "job_start", "accuracy"):
+    for table in ("status", "step_time", "sfmoe_cost", "job_start", "job_phases", "accuracy"):
         text = generate.gpu_table(table, ROOT / "docs" / "no_such_results.json")
         assert "unmeasured" in text
     assert "benchmarks/gpu_proof.py" in generate.gpu_table("step_time", Path("/nonexistent"))
@@ -211,7 +228,7 @@ def test_the_jobs_per_gpu_table_shows_each_waves_step_0_and_wall_time(proof, mon
             "jobs_per_gpu": 1,
             "gpus": 1,
             "images_per_s_per_gpu": per_s,
-            **asdict(job_start.Wave([per_s], "57", 10.5, 8.2, first_step, wall)),
+            **asdict(job_start.Wave([per_s], "57", 10.5, 8.2, first_step, wall, {})),
         }
         for precision, per_s, first_step, wall in (
             ("fp32", 1369.0, 9.5, 65.0),
@@ -226,3 +243,38 @@ def test_the_jobs_per_gpu_table_shows_each_waves_step_0_and_wall_time(proof, mon
     assert cells["step 0 s fp32 / bf16"] == "9.5 / 7.3"
     assert cells["wave wall s fp32 / bf16"] == "65 / 51"
     assert cells["bf16 speed-up"] == "1.46"
+
+
+def test_packing_is_recommended_while_it_adds_a_tenth_of_the_images_per_gpu(monkeypatch):
+    """Host-bound jobs gain from sharing a GPU; GPU-bound ones do not: the rule per precision."""
+    job_start = load("job_start", ROOT / "benchmarks" / "job_start.py", monkeypatch)
+
+    def wave(algorithm, precision, per_gpu, per_s):
+        return {
+            "algorithm": algorithm,
+            "precision": precision,
+            "jobs_per_gpu": per_gpu,
+            "images_per_s_per_gpu": per_s,
+        }
+
+    waves = [
+        # fp32: 2 jobs add 32% (taken), 4 add 1% more (not)
+        wave("ERM", "fp32", 1, 1207.0),
+        wave("ERM", "fp32", 2, 1593.0),
+        wave("ERM", "fp32", 4, 1609.0),
+        # bf16: summed over ERM and DMG, 2 jobs add 15%, 4 another 12%
+        wave("ERM", "bf16", 1, 2000.0),
+        wave("DMG", "bf16", 1, 1000.0),
+        wave("ERM", "bf16", 2, 2200.0),
+        wave("DMG", "bf16", 2, 1250.0),
+        wave("ERM", "bf16", 4, 2500.0),
+        wave("DMG", "bf16", 4, 1370.0),
+        # an algorithm cut short of 4 does not count at any step
+        wave("CorGrad", "bf16", 1, 10.0),
+    ]
+    assert job_start.recommend(waves) == {"fp32": 2, "bf16": 4}
+    assert job_start.recommend(waves[:1]) == {"fp32": 1}
+    # A wave is foreseen from the longest so far, as if the GPU were the bound.
+    assert job_start.expected_wall([], 1) == 0.0
+    walls = [{"wall": 60.0, "jobs_per_gpu": 1}, {"wall": 70.0, "jobs_per_gpu": 2}]
+    assert job_start.expected_wall(walls, 4) == 240.0

@@ -8,11 +8,15 @@ phase began and ended, in ``time.time()`` seconds:
   starts its step clock just before it: the data loading is part of the step, as in its
   ``step_time``);
 - ``evaluations``: ``[start, end, images]`` of each of ``misc.accuracy``'s calls (one per split
-  of every domain at each checkpoint).
+  of every domain at each checkpoint);
+- ``clock``, ``hparams``, ``network``: when this module began (the interpreter and its start-up
+  hooks done), when ``train.py`` asked DomainBed's registry for its hparams (its imports done)
+  and for its algorithm's class (its dataset, splits and loaders made).
 
 Nothing ``train.py`` computes changes: the clock wraps the first training loader's iterator and
 ``misc.accuracy``, and reads the time. :func:`phases` turns the marks into the seconds
-:mod:`dmg_domainbed.smoke.run` reports: start-up, every step, and each checkpoint's evaluation.
+:mod:`dmg_domainbed.smoke.run` reports: start-up, every step, and each checkpoint's evaluation;
+:func:`breakdown` a job's whole wall time, its start-up in parts.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+# What train.py imports, imported with this module: a warm job's fork server
+# (launchers.local_parallel) preloads the module it runs, so that its jobs start with them.
+import domainbed.scripts.train  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,41 @@ def phases(started: float, ended: float, marks: dict) -> Phases:
     )
 
 
+# A job's wall time in the order it is spent; the first four are its start-up.
+BREAKDOWN = (
+    "launch",  # started to this module running: a new interpreter, or a fork of a warm server
+    "imports",  # train.py's imports (torch, DomainBed, the plugins) and argument parsing
+    "data",  # the dataset, its splits and loaders (their worker processes started)
+    "network",  # the algorithm built and moved to the device, step 0's batch awaited
+    "first_step",  # step 0 (on a GPU: kernels chosen, memory pooled)
+    "steps",  # every other step, evaluations left out
+    "evaluation",  # every checkpoint's evaluation
+    "end",  # the last evaluation's end to the process's exit (model saved, interpreter ends)
+)
+
+
+def breakdown(started: float, ended: float, marks: dict) -> dict[str, float]:
+    """Seconds of each phase of :data:`BREAKDOWN` of a job started at ``started`` and ended at
+    ``ended`` (by its launcher's clock); they add up to its wall time."""
+    timed = phases(started, ended, marks)
+    bounds = [started, marks["clock"], marks["hparams"], marks["network"]]
+    bounds.append(marks["steps"][0])
+    start = [later - earlier for earlier, later in zip(bounds, bounds[1:])]
+    # step 0 ends where step 1 begins; the evaluation after it is counted with the others
+    rest = (timed.steps[0], sum(timed.steps[1:]), sum(timed.evaluations), timed.end)
+    return dict(zip(BREAKDOWN, (*start, *rest), strict=True))
+
+
+def _marked(function, marks: dict, name: str):
+    """``function``, marking the time of its first call as ``marks[name]``."""
+
+    def marking(*args, **kwargs):
+        marks.setdefault(name, time.time())
+        return function(*args, **kwargs)
+
+    return marking
+
+
 def _counted(loader, counter: list[int]):
     for x, y in loader:
         counter[0] += len(x)
@@ -86,10 +129,11 @@ def _counted(loader, counter: list[int]):
 
 
 def main(argv: Sequence[str]) -> None:
+    marks: dict = {"clock": time.time(), "steps": [], "evaluations": []}
     times_file, *train_args = argv
+    from domainbed import algorithms, hparams_registry
     from domainbed.lib import fast_data_loader, misc
 
-    marks: dict[str, list] = {"steps": [], "evaluations": []}
     first_loader: list = []
     iterate, accuracy = fast_data_loader.InfiniteDataLoader.__iter__, misc.accuracy
 
@@ -110,7 +154,12 @@ def main(argv: Sequence[str]) -> None:
 
     fast_data_loader.InfiniteDataLoader.__iter__ = timed_iter
     misc.accuracy = timed_accuracy
+    for name in ("default_hparams", "random_hparams"):
+        setattr(hparams_registry, name, _marked(getattr(hparams_registry, name), marks, "hparams"))
+    lookup = algorithms.get_algorithm_class
+    algorithms.get_algorithm_class = _marked(lookup, marks, "network")
     sys.argv = ["domainbed.scripts.train", *train_args]
+    sys.modules.pop("domainbed.scripts.train", None)  # imported above: run afresh as __main__
     try:
         runpy.run_module("domainbed.scripts.train", run_name="__main__", alter_sys=True)
     finally:

@@ -3,7 +3,7 @@ times its wrapped train.py marked."""
 
 import pytest
 
-from dmg_domainbed.smoke.clock import phases
+from dmg_domainbed.smoke.clock import BREAKDOWN, breakdown, phases
 
 
 def test_steps_leave_out_the_evaluations_between_them():
@@ -37,3 +37,31 @@ def test_steps_leave_out_the_evaluations_between_them():
 def test_a_job_that_ended_before_its_first_step_says_so():
     with pytest.raises(ValueError, match="before its first step"):
         phases(0.0, 1.0, {"steps": [], "evaluations": []})
+
+
+def test_a_jobs_wall_time_breaks_into_its_start_steps_evaluations_and_end():
+    # Started by its launcher at 100.0; the clock's module ran at 101.0, train.py asked for
+    # its hparams at 104.0 (its imports done) and for its algorithm's class at 106.0 (the data
+    # made); then the steps and checkpoints of the test above; the process ended at 117.0.
+    marks = {
+        "clock": 101.0,
+        "hparams": 104.0,
+        "network": 106.0,
+        "steps": [110.0, 111.0, 115.0, 115.5],
+        "evaluations": [[110.2, 110.6, 40], [110.6, 110.7, 10], [115.7, 115.9, 40]],
+    }
+    found = breakdown(100.0, 117.0, marks)
+
+    assert list(found) == list(BREAKDOWN)
+    expected = {
+        "launch": 1.0,
+        "imports": 3.0,
+        "data": 2.0,
+        "network": 4.0,  # the algorithm built, step 0's batch awaited
+        "first_step": 0.5,  # 110.0 to 111.0 less its checkpoint's 0.5 s
+        "steps": 4.0 + 0.5 + 0.2,
+        "evaluation": 0.5 + 0.2,
+        "end": 117.0 - 115.9,
+    }
+    assert found == pytest.approx(expected)
+    assert sum(found.values()) == pytest.approx(17.0)  # the whole wall time, nothing twice
