@@ -12,7 +12,6 @@ folder, which the job alone reads. The user's caches are never written to.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,6 @@ from typing import Any
 from dmg_domainbed import register, synthetic
 from dmg_domainbed.datasets.layouts import IMAGE_FOLDERS
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.hparams.of_job import job_hparams
 from dmg_domainbed.preflight import data, requirements, weights
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.checks import check_against_domainbed, check_names
@@ -47,19 +45,11 @@ class SmokeJob:
     sweep_args: tuple[Mapping[str, Any], ...]  # the train arguments of the jobs it stands for
 
 
-def batch_size(train_args: Mapping[str, Any]) -> int:
-    """The batch size train.py trains a job with (:func:`~dmg_domainbed.hparams.of_job.job_hparams`
-    of its arguments)."""
-    fixed = json.loads(train_args.get("hparams") or "{}")
-    seeds = train_args["hparams_seed"], train_args["trial_seed"]
-    return int(
-        job_hparams(train_args["algorithm"], train_args["dataset"], *seeds, fixed)["batch_size"]
-    )
-
-
 def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
+    """Per algorithm and dataset, the job with the largest batch (:func:`.plan.draws`)."""
     from domainbed import datasets
 
+    sizes = {draw[:4]: int(draw[4]["batch_size"]) for draw in plan.draws(config)}
     every = [
         args for group in plan.groups(config) for args in plan.train_args(config, os.devnull, group)
     ]
@@ -68,8 +58,11 @@ def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
         dataset_class = datasets.get_dataset_class(dataset)
         for algorithm in config.algorithms:
             pair = [a for a in every if a["algorithm"] == algorithm and a["dataset"] == dataset]
-            args = max(pair, key=batch_size)
-            size = batch_size(args)
+            size_of = [
+                sizes[a["algorithm"], dataset, a["hparams_seed"], a["trial_seed"]] for a in pair
+            ]
+            size = max(size_of)
+            args = pair[size_of.index(size)]  # the first job of DomainBed's order with it
             batch = f"{len(dataset_class.ENVIRONMENTS) - len(args['test_envs'])}x{size}"
             stands_for = tuple(pair) if counted else (args,)
             fixed = config.hparams_of(algorithm)
