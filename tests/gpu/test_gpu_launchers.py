@@ -1,5 +1,8 @@
-"""local_parallel on a CUDA GPU, through DomainBed's own train script on a synthetic PACS folder
-with random ResNet-50 weights (:mod:`dmg_domainbed.synthetic`), a few steps a job:
+"""local_parallel on a CUDA GPU, through DomainBed's own train script, a few steps a job, on the
+cheapest run that exercises each path: RotatedDigits' MLP (the embedded dataset) where the network
+does not matter to the launcher (warm against new processes, two jobs on one GPU), a synthetic
+PACS folder with random ResNet-50 weights (:mod:`dmg_domainbed.synthetic`) where it does (a
+batch too large for the GPU):
 
 * a warm job (forked from the fork server, its GPU set after the fork) writes what a new
   ``python -m domainbed.scripts.train`` process writes; an algorithm whose two new processes
@@ -59,6 +62,7 @@ ALGORITHM_HPARAMS = {
     "ImportanceMask": {"phase1_steps": 1, "freeze_step": 2, "unimportant_lr_half_life": 1}
 }
 CLASSES, BATCH_SIZE, HOLDOUT_FRACTION, STEPS = 2, 4, 0.5, 4
+SMALL = "RotatedDigits"  # an MLP on 8x8 digits: the launcher's paths, not the network's
 NOT_COMPARED = {"step_time", "mem_gb"}  # timings and memory
 
 
@@ -90,12 +94,15 @@ def in_job_environment(pacs, monkeypatch):
     return root, env
 
 
-def train_command(data_dir, output_dir, algorithm, steps=STEPS, seed=0, **overrides) -> str:
-    """DomainBed's train command, in the plain words its sweep writes."""
-    hparams = {**BACKBONE, "batch_size": BATCH_SIZE, **ALGORITHM_HPARAMS.get(algorithm, {})}
+def train_command(
+    data_dir, output_dir, algorithm, steps=STEPS, seed=0, dataset="PACS", **overrides
+) -> str:
+    """DomainBed's train command, in the plain words its sweep writes (ResNet-50 on PACS)."""
+    backbone = BACKBONE if dataset == "PACS" else {}
+    hparams = {**backbone, "batch_size": BATCH_SIZE, **ALGORITHM_HPARAMS.get(algorithm, {})}
     hparams.update(overrides)
     words = ["python", "-m", "domainbed.scripts.train", "--algorithm", algorithm]
-    words += ["--dataset", "PACS", "--data_dir", str(data_dir), "--output_dir", str(output_dir)]
+    words += ["--dataset", dataset, "--data_dir", str(data_dir), "--output_dir", str(output_dir)]
     words += ["--test_envs", "0", "--holdout_fraction", str(HOLDOUT_FRACTION), "--seed", str(seed)]
     words += ["--steps", str(steps), "--checkpoint_freq", "2", "--hparams", json.dumps(hparams)]
     return shlex.join(words)
@@ -134,7 +141,7 @@ def largest_difference(a: list[dict], b: list[dict]) -> float:
 def run_all(root: Path, env: dict, name: str, warm: bool) -> dict[str, list[dict]]:
     gpu = visible_gpus(env)[0]
     plan = Plan(len(ALGORITHMS), (gpu,), 2, 2, warm, environ=dict(os.environ))
-    commands = [train_command(root / "data", root / name / a, a) for a in ALGORITHMS]
+    commands = [train_command(root / "data", root / name / a, a, dataset=SMALL) for a in ALGORITHMS]
     outcomes = run_commands(commands, plan, say=lambda line: None)
     assert [o.returncode for o in outcomes] == [0] * len(ALGORITHMS), failure_report(
         failures(outcomes), len(outcomes)
@@ -195,7 +202,9 @@ def test_two_jobs_per_gpu_run_on_one_gpu_at_once(in_job_environment):
     watcher.start()
     try:
         commands = [
-            train_command(root / "data", root / "pair" / str(seed), "ERM", steps=60, seed=seed)
+            train_command(
+                root / "data", root / "pair" / str(seed), "ERM", steps=300, seed=seed, dataset=SMALL
+            )
             for seed in (1, 2)
         ]
         local_parallel_launcher.launch(commands, env)
