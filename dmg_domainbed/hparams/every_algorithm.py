@@ -3,7 +3,10 @@
 They are known to the names rule (:mod:`.names`) and checked by their own rule, as any declared
 hparam, but kept out of DomainBed's registry: a run that gives none has exactly DomainBed's
 hparams, results and checkpoints. :mod:`dmg_domainbed.precision` applies ``precision``,
-:mod:`dmg_domainbed.averaging` ``averaging`` and the two it reads.
+:mod:`dmg_domainbed.averaging` ``averaging`` and the two it reads. ``protocol`` changes nothing
+in training: a sweep file's ``protocol = "search_once"`` (:mod:`dmg_domainbed.sweep.config`)
+gives it to every job, so that each record says the protocol its job belongs to and the reports
+never pool its runs with those of DomainBed's protocol.
 """
 
 from dmg_domainbed.hparams.space import HParam, HParamSpace
@@ -20,6 +23,11 @@ NO_AVERAGING = "none"
 SMA = "sma"
 EMA = "ema"
 AVERAGINGS = (NO_AVERAGING, SMA, EMA)
+
+PROTOCOL = "protocol"
+DOMAINBED_PROTOCOL = "domainbed"  # every hparams seed x every trial
+SEARCH_ONCE = "search_once"  # every hparams seed on trial 0; its winners on the other trials
+PROTOCOLS = (DOMAINBED_PROTOCOL, SEARCH_ONCE)
 
 
 def below_one(value: float) -> None:
@@ -61,5 +69,13 @@ EVERY_ALGORITHM = HParamSpace(
         maximum=1.0,
         validate=below_one,
         help="'ema': the weight the average keeps at each step (below 1)",
+    ),
+    HParam(
+        PROTOCOL,
+        DOMAINBED_PROTOCOL,
+        lambda random: DOMAINBED_PROTOCOL,
+        choices=PROTOCOLS,
+        help="the sweep protocol the run belongs to (set by a sweep file's protocol; changes "
+        "nothing in training): 'search_once' runs are reported apart",
     ),
 )

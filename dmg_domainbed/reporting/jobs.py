@@ -6,10 +6,10 @@ holding one of these files, or still empty) is done when it has ``done``; runnin
 sweep's folder lock is held by a live command or a registered launcher's ``running_jobs`` says
 its job is queued or runs; failed otherwise; and diverged, whatever its state, when a loss it
 logged is not finite. Records are read in ``os.listdir`` order, as ``collect_results`` reads
-them, checked, and each run named by :func:`reported_names` (``ERM (bf16)``, ``DMG (lr=0.05)``):
-the one rule by which every report (``report``, ``select``, ``evaluate``) keeps apart runs of two
-precisions or of two sets of fixed hparams (train.py's ``--hparams``), which DomainBed's grouping
-would pool.
+them, checked, and each run named by :func:`reported_names` (``ERM (bf16)``, ``DMG (lr=0.05)``,
+``DMG (search_once)``): the one rule by which every report (``report``, ``select``, ``evaluate``)
+keeps apart runs of two precisions, of two sweep protocols or of two sets of fixed hparams
+(train.py's ``--hparams``), which DomainBed's grouping would pool.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from dmg_domainbed import precision as precisions
 from dmg_domainbed import runs
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.every_algorithm import DOMAINBED_PROTOCOL, PROTOCOL
 from dmg_domainbed.runs import DONE_FILE, RESULTS_FILE
 
 DONE, RUNNING, FAILED = "done", "running", "failed"
@@ -116,9 +117,15 @@ def precision(record: dict[str, Any]) -> str:
     return record["hparams"].get(precisions.HPARAM, precisions.FP32)
 
 
+def protocol(record: Mapping[str, Any]) -> str:
+    """The sweep protocol a run belongs to: its hparam ``protocol``, DomainBed's where absent."""
+    return record["hparams"].get(PROTOCOL, DOMAINBED_PROTOCOL)
+
+
 def fixed_hparams(record: Mapping[str, Any], where: Path) -> dict[str, str]:
     """The hparams a run was given on train.py's command line (``--hparams``, recorded as
-    ``args.hparams``), each value as JSON text, less ``precision`` (named by :func:`precision`).
+    ``args.hparams``), each value as JSON text, less ``precision`` and ``protocol`` (named by
+    :func:`precision` and :func:`protocol`).
     Hparams the random search drew (``hparams_seed``) are not among them."""
     given = record["args"].get("hparams")
     try:
@@ -134,7 +141,7 @@ def fixed_hparams(record: Mapping[str, Any], where: Path) -> dict[str, str]:
     return {
         name: json.dumps(value, sort_keys=True)
         for name, value in found.items()
-        if name != precisions.HPARAM
+        if name not in (precisions.HPARAM, PROTOCOL)
     }
 
 
@@ -158,19 +165,20 @@ def differing_hparams(last: Mapping[Path, Mapping[str, Any]]) -> dict[str, list[
 
 def reported_names(last: Mapping[Path, Mapping[str, Any]]) -> dict[Path, str]:
     """Run folder -> the name its numbers are reported under, from each run folder's last
-    record (``last``): its algorithm, followed in brackets by its precision unless fp32 and by
-    the fixed hparams it was given among those in which runs of its algorithm differ
-    (:func:`differing_hparams`), e.g. ``ERM (bf16)``, ``DMG (lr=0.05)``, ``DMG (bf16, lr=0.05)``.
-    Every table of runs (``report``, ``select``, ``evaluate``) names its rows by it, and
-    ``report`` its pictures and TensorBoard runs, so that DomainBed's grouping never pools runs
-    of two precisions or of two sets of fixed hparams. A run given none of those hparams keeps
-    its algorithm's plain name."""
+    record (``last``): its algorithm, followed in brackets by its precision unless fp32, its
+    protocol unless DomainBed's and the fixed hparams it was given among those in which runs of
+    its algorithm differ (:func:`differing_hparams`), e.g. ``ERM (bf16)``, ``DMG (lr=0.05)``,
+    ``DMG (search_once)``, ``DMG (bf16, lr=0.05)``. Every table of runs (``report``, ``select``,
+    ``evaluate``) names its rows by it, and ``report`` its pictures and TensorBoard runs, so that
+    DomainBed's grouping never pools runs of two precisions, of two protocols or of two sets of
+    fixed hparams. A run given none of those hparams keeps its algorithm's plain name."""
     differing = differing_hparams(last)
     names = {}
     for folder, record in last.items():
         algorithm, trained_in = record["args"]["algorithm"], precision(record)
         fixed = fixed_hparams(record, folder)
         parts = [] if trained_in == precisions.FP32 else [trained_in]
+        parts += [] if protocol(record) == DOMAINBED_PROTOCOL else [str(protocol(record))]
         parts += [f"{n}={fixed[n]}" for n in differing.get(algorithm, []) if n in fixed]
         names[folder] = f"{algorithm} ({', '.join(parts)})" if parts else algorithm
     return names
@@ -194,6 +202,13 @@ def names_notes(last: Mapping[Path, Mapping[str, Any]]) -> list[str]:
             f"Precision: the runs are in {' and '.join(found)}. Runs of different precisions "
             "are never pooled: a run not in fp32 is reported as '<algorithm> (<precision>)', "
             "e.g. 'ERM (bf16)', in its own row."
+        )
+    if any(protocol(record) != DOMAINBED_PROTOCOL for record in last.values()):
+        notes.append(
+            "Protocol: runs of a search_once sweep (hparams searched on trial 0 only, the "
+            "winners trained on the other trials) are reported as '<algorithm> (search_once)', "
+            "in their own rows, never pooled with DomainBed's protocol; their trials' spread "
+            "leaves out the variance of the hparam search."
         )
     differing = differing_hparams(last)
     if differing:

@@ -12,6 +12,11 @@ file once, in one pass: its ``[launcher]`` first, then the rest against its rule
 ``n_hparams`` and ``n_trials`` are bounded (:data:`MAX_HPARAMS`, :data:`MAX_TRIALS`): DomainBed
 builds every job of a sweep in memory before launching any, so ``n_hparams = 1000000000`` would
 fill the memory for minutes instead of running.
+
+``protocol`` is DomainBed's (``"domainbed"``, the default: every hparams seed on every trial) or
+``"search_once"``: every hparams seed on trial 0 only, then, once those jobs are done, each
+(algorithm, dataset, test envs)' winner by training-domain validation on the other trials
+(:mod:`.plan`). Its jobs are given the hparam ``protocol`` so that every record says so.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.every_algorithm import DOMAINBED_PROTOCOL, PROTOCOL, PROTOCOLS
 from dmg_domainbed.rules import Rule, not_blank, refuse_unknown_keys
 from dmg_domainbed.sweep.launcher_settings import launcher_table
 
@@ -71,6 +77,7 @@ class SweepConfig:
     task: str = _key(Rule((str,), choices=TASKS), default="domain_generalization")
     data_dir: str | None = _key(Rule((str,), validate=not_blank), default=None)
     output_dir: str | None = _key(Rule((str,), validate=not_blank), default=None)
+    protocol: str = _key(Rule((str,), choices=PROTOCOLS), default=DOMAINBED_PROTOCOL)
     hparams: Mapping[str, Any] = _key(Rule((dict,)), default_factory=dict)
     algorithm_hparams: Mapping[str, Mapping[str, Any]] = _key(
         Rule((dict,), validate=_hparam_tables), default_factory=dict
@@ -136,7 +143,22 @@ def parse_sweep(document: Mapping[str, Any], path: Path, registered: bool = True
     n_from, n_hparams = config.n_hparams_from, config.n_hparams
     if n_from >= n_hparams:
         raise fail(f"[sweep] n_hparams_from = {n_from} must be below n_hparams = {n_hparams}")
+    if config.protocol != DOMAINBED_PROTOCOL and not config.single_test_envs:
+        raise fail(
+            f'[sweep] protocol = "{config.protocol}" chooses each test domain\'s hparams by '
+            "DomainBed's training-domain validation, which reads jobs with one test domain "
+            "only; the jobs holding out pairs of domains would have no winner. Add "
+            "single_test_envs = true to [sweep]."
+        )
     _check_json_values(config.hparams, f"{path}: [sweep.hparams]")
+    for where, table in [("hparams", config.hparams)] + [
+        (f"algorithm_hparams.{name}", table) for name, table in config.algorithm_hparams.items()
+    ]:
+        if PROTOCOL in table:
+            raise fail(
+                f"[sweep.{where}] {PROTOCOL} = {table[PROTOCOL]!r}: the protocol is the sweep's, "
+                f'not an hparam to fix: write protocol = "..." in [sweep] ({", ".join(PROTOCOLS)})'
+            )
     for algorithm, table in config.algorithm_hparams.items():
         if algorithm not in config.algorithms:
             raise fail(

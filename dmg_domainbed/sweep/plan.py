@@ -11,6 +11,13 @@ arguments its sweep script cannot pass (``checkpoint_freq``, ``save_model_every_
 are added to every job's arguments, and so to its hash. :func:`plan_sweep` sorts the jobs by
 the state DomainBed reads from their folders (to launch, incomplete, done): the rest of the
 package asks the plan, not DomainBed's ``Job``, how many there are.
+
+With ``protocol = "search_once"``, :func:`search_once` keeps, of those jobs, stage 1 (trial 0,
+every hparams seed) and, once every stage-1 job is done, stage 2: for each (algorithm, dataset,
+test domain), the jobs of the other trials with stage 1's winning hparams seed by DomainBed's
+training-domain validation (``IIDAccuracySelectionMethod``), the very jobs DomainBed's own
+sweep holds for those seeds. Until then the plan counts stage 2 for its cost only, one stand-in
+job per (algorithm, dataset, test domain, trial).
 """
 
 from __future__ import annotations
@@ -20,10 +27,14 @@ import json
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
+from dmg_domainbed.errors import UserError
+from dmg_domainbed.hparams.every_algorithm import DOMAINBED_PROTOCOL, PROTOCOL, SEARCH_ONCE
+from dmg_domainbed.runs import RESULTS_FILE, read_records
 from dmg_domainbed.sweep import cost
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
 
@@ -44,7 +55,8 @@ class Group:
 def groups(config: SweepConfig) -> list[Group]:
     """The algorithms grouped by the ``--hparams`` of their jobs: with a fixed number of steps,
     those an algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then
-    the file's common hparams, then its own; later ones win."""
+    the file's common hparams, then its own; later ones win. A protocol other than DomainBed's
+    is given to every job as the hparam ``protocol``, which its records keep."""
     from domainbed import algorithms
 
     from dmg_domainbed.algorithms.base import declarations_of
@@ -55,8 +67,10 @@ def groups(config: SweepConfig) -> list[Group]:
         if config.steps is not None and algorithm in algorithms.ALGORITHMS:
             cls = algorithms.get_algorithm_class(algorithm)
             sized = declarations_of(cls).run_length_hparams(config.steps)
-        fixed = json.dumps({**sized, **config.hparams_of(algorithm)}, sort_keys=True)
-        by_hparams.setdefault(fixed, []).append(algorithm)
+        fixed = {**sized, **config.hparams_of(algorithm)}
+        if config.protocol != DOMAINBED_PROTOCOL:
+            fixed[PROTOCOL] = config.protocol
+        by_hparams.setdefault(json.dumps(fixed, sort_keys=True), []).append(algorithm)
     return [Group(tuple(names), json.loads(key)) for key, names in by_hparams.items()]
 
 
@@ -142,6 +156,10 @@ class Plan:
     to_launch: tuple[Any, ...]
     incomplete: tuple[Any, ...]
     done: tuple[Any, ...]
+    #: search_once while stage 1 is not done: its jobs not done yet, and stage 2's stand-ins
+    #: (train.py arguments, one per algorithm, dataset, test domain and trial) for the cost.
+    stage_one_unfinished: tuple[Any, ...] = ()
+    stage_two_stand_ins: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def jobs(self) -> list[Any]:
@@ -183,7 +201,31 @@ class Plan:
         for group, _ in self.jobs_by_group:
             fixed = group.hparams_json or "none (DomainBed's defaults and random search)"
             lines.append(f"  fixed hparams of {', '.join(group.algorithms)}: {fixed}")
+        if config.protocol == SEARCH_ONCE:
+            lines += self.stages()
         return "\n".join(lines)
+
+    def stages(self) -> list[str]:
+        """search_once's two stages: their jobs, and whether stage 2 waits for stage 1."""
+        first = [job for job in self.jobs if job.train_args["trial_seed"] == 0]
+        done = sum(job in self.done for job in first)
+        lines = [
+            f"  protocol search_once: stage 1 (trial 0, every hparams seed): {len(first)} job(s), "
+            f"{done} done"
+        ]
+        trials = self.sweep.config.n_trials
+        if trials == 1:
+            return [*lines, "  stage 2: none (n_trials = 1)"]
+        later = f"trials 1..{trials - 1}, each winner's hparams seed"
+        if self.stage_one_unfinished:
+            return [
+                *lines,
+                f"  stage 2 ({later}): {len(self.stage_two_stand_ins)} job(s), not launched "
+                f"while stage 1 is incomplete ({len(self.stage_one_unfinished)} of its jobs are "
+                "not done); run this command again once they are",
+            ]
+        second = len(self.jobs) - len(first)
+        return [*lines, f"  stage 2 ({later}, chosen on stage 1): {second} job(s)"]
 
 
 def plan_sweep(sweep: Sweep) -> Plan:
@@ -192,6 +234,9 @@ def plan_sweep(sweep: Sweep) -> Plan:
     from domainbed.scripts.sweep import Job
 
     jobs_by_group = tuple((group, tuple(jobs(sweep, group))) for group in groups(sweep.config))
+    unfinished, stand_ins = (), ()
+    if sweep.config.protocol == SEARCH_ONCE:
+        jobs_by_group, unfinished, stand_ins = search_once(jobs_by_group)
     every = [job for _, group_jobs in jobs_by_group for job in group_jobs]
     in_state = {
         state: tuple(job for job in every if job.state == state)
@@ -203,7 +248,68 @@ def plan_sweep(sweep: Sweep) -> Plan:
         to_launch=in_state[Job.NOT_LAUNCHED],
         incomplete=in_state[Job.INCOMPLETE],
         done=in_state[Job.DONE],
+        stage_one_unfinished=unfinished,
+        stage_two_stand_ins=stand_ins,
     )
+
+
+def _cell(job) -> tuple[str, str, tuple[int, ...]]:
+    args = job.train_args
+    return args["algorithm"], args["dataset"], tuple(args["test_envs"])
+
+
+def search_once(jobs_by_group):
+    """DomainBed's jobs (``jobs_by_group``) cut to the search-once protocol: the groups' stage-1
+    jobs (trial 0), then, when all of them are done, each cell's jobs of the other trials with
+    its winning hparams seed (:func:`winning_seeds`). Also the stage-1 jobs not done and, while
+    there are some, stage 2's stand-ins: the first job of each (cell, trial), for the cost."""
+    from domainbed.scripts.sweep import Job
+
+    def first(job) -> bool:
+        return job.train_args["trial_seed"] == 0
+
+    every = [job for _, group_jobs in jobs_by_group for job in group_jobs]
+    unfinished = tuple(job for job in every if first(job) and job.state != Job.DONE)
+    if unfinished:
+        stand_ins = {}
+        for job in every:
+            if not first(job):
+                stand_ins.setdefault((_cell(job), job.train_args["trial_seed"]), job.train_args)
+        cut = tuple((g, tuple(filter(first, group_jobs))) for g, group_jobs in jobs_by_group)
+        return cut, unfinished, tuple(stand_ins.values())
+    winners = winning_seeds([job for job in every if first(job)])
+
+    def kept(job) -> bool:
+        return first(job) or job.train_args["hparams_seed"] == winners[_cell(job)]
+
+    cut = tuple((g, tuple(filter(kept, group_jobs))) for g, group_jobs in jobs_by_group)
+    return cut, (), ()
+
+
+def winning_seeds(stage_one: Sequence[Any]) -> dict[tuple[str, str, tuple[int, ...]], int]:
+    """(algorithm, dataset, test envs) -> the hparams seed of its finished stage-1 jobs
+    (``stage_one``) that DomainBed's training-domain validation selects
+    (``IIDAccuracySelectionMethod.hparams_accs``: the best validation accuracy of a run's
+    checkpoints, averaged over the training domains' held-out splits)."""
+    from domainbed import model_selection
+    from domainbed.lib.query import Q
+
+    by_cell: dict[tuple[str, str, tuple[int, ...]], list[dict[str, Any]]] = {}
+    for job in stage_one:
+        path = Path(job.output_dir) / RESULTS_FILE
+        by_cell.setdefault(_cell(job), []).extend(read_records(path) if path.exists() else [])
+    winners = {}
+    for cell, records in by_cell.items():
+        ranked = model_selection.IIDAccuracySelectionMethod.hparams_accs(Q(records))
+        if not len(ranked):
+            algorithm, dataset, envs = cell
+            raise UserError(
+                f"stage 1 of {algorithm} on {dataset}, test envs {list(envs)}, is done but its "
+                "jobs wrote no record to select hparams by; delete their folders and run the "
+                "sweep again"
+            )
+        winners[cell] = ranked[0][1][0]["args"]["hparams_seed"]
+    return winners
 
 
 def dataset_images(dataset: str) -> int | None:

@@ -80,7 +80,9 @@ def sweep_cost(sweep: Sweep, plan: Plan, own: cost.CostTable | None, file) -> st
     if packaged is not None:
         tables.append(packaged)
     jobs_per_gpu = int(sweep.config.launcher_options.get("jobs_per_gpu", 1))
-    costs = job_costs([job.train_args for job in plan.to_launch], jobs_per_gpu)
+    # search_once's stage 2, while it waits for stage 1, counted by its stand-ins
+    launched = [job.train_args for job in plan.to_launch]
+    costs = job_costs([*launched, *plan.stage_two_stand_ins], jobs_per_gpu)
     lines = cost.render(cost.estimate(costs, tables), tables, costs)
     if own is None:
         lines.append(

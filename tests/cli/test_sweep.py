@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from domainbed import model_selection
+from domainbed.lib import reporting
 
 from dmg_domainbed.cli import main
 
@@ -188,3 +190,49 @@ def test_an_unknown_demo_algorithm_is_named_with_the_flag_once(tmp_path, capsys)
     assert error.startswith("dmg-domainbed demo: error: --algorithms: unknown algorithm(s) DGM;")
     assert error.count("dmg-domainbed demo") == 1 and "valid algorithms: ERM, " in error
     assert not out.exists()
+
+
+def test_a_search_once_sweep_runs_its_two_stages_and_report_labels_them(job_env, tmp_path, capfd):
+    # ERM on RotatedDigits' 4 test domains, 2 hparams seeds x 3 trials: stage 1 is 2 x 4 jobs
+    # on trial 0, stage 2 the winner of each test domain on trials 1 and 2 (8 jobs).
+    sweep_dir = tmp_path / "sweep"
+    sweep_file = tmp_path / "once.toml"
+    sweep_file.write_text(
+        '[sweep]\nalgorithms = ["ERM"]\ndatasets = ["RotatedDigits"]\nn_hparams = 2\n'
+        'n_trials = 3\nsteps = 2\nsingle_test_envs = true\nprotocol = "search_once"\n'
+        f'data_dir = "."\noutput_dir = "{sweep_dir}"\n[launcher]\nname = "local_parallel"\n'
+    )
+    assert main(["sweep", str(sweep_file)]) == 0
+    stage_one = sorted(sweep_dir.iterdir())
+    assert len(stage_one) == 8 and all((d / "done").exists() for d in stage_one)
+
+    # stage 1 not done (a job stopped): a rerun says so and launches nothing of stage 2
+    (stage_one[0] / "done").rename(tmp_path / "done")
+    capfd.readouterr()
+    assert main(["sweep", str(sweep_file)]) == 0
+    assert "not launched while stage 1 is incomplete (1 of its jobs are not done)" in (
+        capfd.readouterr().out
+    )
+    assert sorted(sweep_dir.iterdir()) == stage_one
+    (tmp_path / "done").rename(stage_one[0] / "done")
+
+    assert main(["sweep", str(sweep_file)]) == 0
+    records = reporting.load_records(str(sweep_dir))
+    assert len({r["args"]["output_dir"] for r in records}) == 16
+    assert {r["hparams"]["protocol"] for r in records} == {"search_once"}
+    for env in range(4):
+        held_out = records.filter(lambda r, env=env: r["args"]["test_envs"] == [env])
+        trial_zero = held_out.filter(lambda r: r["args"]["trial_seed"] == 0)
+        ranked = model_selection.IIDAccuracySelectionMethod.hparams_accs(trial_zero)
+        winner = ranked[0][1][0]["args"]["hparams_seed"]
+        later = held_out.filter(lambda r: r["args"]["trial_seed"] != 0)
+        assert {(r["args"]["trial_seed"], r["args"]["hparams_seed"]) for r in later} == {
+            (1, winner),
+            (2, winner),
+        }
+
+    capfd.readouterr()
+    assert main(["report", "--input_dir", str(sweep_dir), "--output_dir", str(tmp_path / "r")]) == 0
+    printed = capfd.readouterr().out
+    assert re.search(r"\| ERM \(search_once\) +\| [\d.]+ \+/- [\d.]+ ", printed)
+    assert not re.search(r"\| ERM +\|", printed)

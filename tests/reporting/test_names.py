@@ -1,4 +1,4 @@
-"""The names the reports give runs: precision and the fixed hparams (train.py's --hparams)
+"""The names the reports give runs: precision, protocol and the fixed hparams (train.py's --hparams)
 keep runs apart that DomainBed's grouping would pool; the random search's hparams do not."""
 
 import json
@@ -37,6 +37,13 @@ def last_record(fixed=None, algorithm="DMG", dataset="D", hparams_seed=0):
         (
             [{"fixed": {"precision": "bf16", "lr": 0.05}}, {"fixed": {"lr": 0.001}}],
             ["DMG (bf16, lr=0.05)", "DMG (lr=0.001)"],
+        ),
+        # so is a search_once sweep's protocol, never pooled with DomainBed's
+        ([{"fixed": {"protocol": "search_once"}}, {}], ["DMG (search_once)", "DMG"]),
+        ([{"fixed": {"protocol": "search_once"}}], ["DMG (search_once)"]),
+        (
+            [{"fixed": {"protocol": "search_once", "precision": "bf16", "lr": 0.05}}, {}],
+            ["DMG (bf16, search_once, lr=0.05)", "DMG"],
         ),
         # hparams set per dataset are not a conflict; once they differ on one dataset, every
         # run of the algorithm is named by them

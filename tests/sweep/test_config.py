@@ -85,6 +85,20 @@ def test_defaults_are_domainbed_s(tmp_path):
         (BASE + "[sweep.algorithm_hparams.IRM]\nlr = 1e-3\n", "IRM is not one of the sweep's"),
         (BASE + "[launcher]\njobs = 2\n", r"\[launcher\] has settings \(jobs\) but no name"),
         (BASE + "[sweep.hparams]\nwhen = 1979-05-27\n", "cannot be an hparam"),
+        (
+            BASE + 'protocol = "search-once"\n',
+            r"\[sweep\] protocol = 'search-once' is not valid: .*domainbed.*search_once",
+        ),
+        (
+            BASE + 'protocol = "search_once"\n',
+            r"reads jobs with one test domain only.*Add single_test_envs = true to \[sweep\]",
+        ),
+        (
+            BASE
+            + 'single_test_envs = true\n[sweep.algorithm_hparams.DMG]\nprotocol = "search_once"\n',
+            r"\[sweep.algorithm_hparams.DMG\] protocol = 'search_once': the protocol is the "
+            r"sweep's.*write protocol = \"...\" in \[sweep\]",
+        ),
     ],
 )
 def test_structure_mistakes(text, message, tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 from domainbed import hparams_registry
 
 from dmg_domainbed.algorithms.importance_mask.importance_mask import ImportanceMask
+from dmg_domainbed.cli import main
 from dmg_domainbed.sweep import plan
 from dmg_domainbed.sweep.config import load_sweep, resolve
 from dmg_domainbed.sweep.launcher_settings import launcher_environment
@@ -89,9 +90,7 @@ def test_groups_share_one_folder(tmp_path):
 def test_jobs_are_the_ones_domainbed_sweep_script_makes(tmp_path):
     config = load_sweep(SWEEPS / "demo.toml")
     sweep = resolve(config, ".", str(tmp_path / "sweep"))
-    ours = {
-        job.output_dir for group in plan.groups(sweep.config) for job in plan.jobs(sweep, group)
-    }
+    ours = {job.output_dir for job in plan.plan_sweep(sweep).jobs}  # no protocol: DomainBed's
     printed = domainbed_script(
         "sweep",
         "delete_incomplete",
@@ -114,6 +113,67 @@ def test_jobs_are_the_ones_domainbed_sweep_script_makes(tmp_path):
     )
     theirs = set(re.findall(r"Not launched: (\S+) ", printed))
     assert len(ours) == 96 and ours == theirs
+
+
+SEARCH_ONCE_SWEEP = """[sweep]
+algorithms = ["ERM"]
+datasets = ["RotatedDigits"]
+single_test_envs = true
+{protocol}
+"""
+
+
+def test_search_once_plans_at_most_half_of_domainbed_s_jobs(tmp_path, capsys):
+    # DomainBed's 20 hparams x 3 trials on RotatedDigits' 4 test domains: 240 jobs; search_once:
+    # 20 x 1 on trial 0, then 1 x 2 (the winner on trials 1 and 2) per test domain: 88.
+    default, once = (tmp_path / "default.toml", tmp_path / "once.toml")
+    default.write_text(SEARCH_ONCE_SWEEP.format(protocol=""))
+    once.write_text(SEARCH_ONCE_SWEEP.format(protocol='protocol = "search_once"'))
+    full = plan.plan_sweep(resolve(load_sweep(default), ".", str(tmp_path / "out")))
+    searched = plan.plan_sweep(resolve(load_sweep(once), ".", str(tmp_path / "out")))
+
+    assert len(full.jobs) == 240
+    stage_one = [job.train_args for job in searched.to_launch]
+    assert len(stage_one) == 80 and len(searched.stage_one_unfinished) == 80
+    # stage 1 is DomainBed's trial 0, every hparams seed, each job told its protocol
+    for args in stage_one:
+        args = {**args, "hparams": json.loads(args["hparams"])}
+        assert args.pop("hparams") == {"protocol": "search_once"}
+        assert args["trial_seed"] == 0
+
+    # (its hparams, and so its folder's hash, differ by the protocol alone)
+    def seeds(args):
+        return {k: v for k, v in args.items() if k not in ("hparams", "output_dir")}
+
+    trial_zero = [seeds(job.train_args) for job in full.jobs if job.train_args["trial_seed"] == 0]
+    assert [seeds(args) for args in stage_one] == trial_zero
+    # stage 2 waits for it: one stand-in per test domain and later trial, for the cost only
+    stand_ins = Counter(
+        (tuple(a["test_envs"]), a["trial_seed"]) for a in searched.stage_two_stand_ins
+    )
+    assert stand_ins == {((env,), trial): 1 for env in range(4) for trial in (1, 2)}
+    assert len(searched.jobs) + len(stand_ins) == 88 <= len(full.jobs) // 2
+    assert (
+        "stage 2 (trials 1..2, each winner's hparams seed): 8 job(s), not launched while "
+        "stage 1 is incomplete (80 of its jobs are not done)" in searched.summary()
+    )
+
+    assert (
+        main(
+            [
+                "sweep",
+                str(once),
+                "--dry-run",
+                "--data_dir",
+                ".",
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
+    assert "total: 88 jobs;" in capsys.readouterr().out  # the cost counts both stages
+    assert not (tmp_path / "out").exists()
 
 
 def test_checkpoint_freq_and_sized_hparams_reach_every_job(tmp_path):
