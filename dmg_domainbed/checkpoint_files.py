@@ -59,8 +59,12 @@ def _allowed() -> dict[tuple[str, str], Any]:
     import numpy as np
     import torch
 
-    numpy_core = np._core if hasattr(np, "_core") else np.core
-    scalar = _fresh(numpy_core.multiarray.scalar)
+    # NumPy 2, and NumPy 1.26 whose numpy._core has no attributes until a submodule is imported
+    try:
+        from numpy._core.multiarray import scalar as numpy_scalar
+    except ImportError:  # NumPy 1.24 and 1.25
+        from numpy.core.multiarray import scalar as numpy_scalar
+    scalar = _fresh(numpy_scalar)
     allowed: dict[tuple[str, str], Any] = {
         ("collections", "OrderedDict"): OrderedDict,
         ("torch", "Size"): torch.Size,
