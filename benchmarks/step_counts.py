@@ -35,6 +35,7 @@ Usage: ``python benchmarks/step_counts.py [--configs tiny resnet18 resnet50] [--
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections import Counter
@@ -84,6 +85,7 @@ class Counts:
     launches: int
     syncs: int
     slow_foreach: int
+    casts: int = 0  # launches that change a tensor's floating-point dtype (autocast's casts)
 
 
 class StepRecorder(TorchDispatchMode):
@@ -93,7 +95,7 @@ class StepRecorder(TorchDispatchMode):
         super().__init__()
         self.host = {id(t) for t in host_tensors}
         self.ops: Counter = Counter()
-        self.launches = self.syncs = self.slow_foreach = 0
+        self.launches = self.syncs = self.slow_foreach = self.casts = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -115,10 +117,27 @@ class StepRecorder(TorchDispatchMode):
             or func.namespace == "profiler"
         ):
             self.launches += 1
+            self.casts += is_cast(func, args, kwargs)
         return func(*args, **kwargs)
 
     def counts(self) -> Counts:
-        return Counts(sum(self.ops.values()), self.launches, self.syncs, self.slow_foreach)
+        return Counts(
+            sum(self.ops.values()), self.launches, self.syncs, self.slow_foreach, self.casts
+        )
+
+
+def is_cast(func, args: tuple, kwargs: dict) -> bool:
+    """Whether ``func`` copies a floating-point tensor into another floating-point dtype (what
+    autocast inserts: weights and activations to bf16, some outputs back to fp32)."""
+    if func.overloadpacket.__name__ != "_to_copy" or not args:
+        return False
+    source, target = args[0].dtype, kwargs.get("dtype")
+    return (
+        target is not None
+        and target != source
+        and source.is_floating_point
+        and (target.is_floating_point)
+    )
 
 
 class HostReads(TorchFunctionMode):
@@ -188,8 +207,7 @@ def count_step(trainer: object, minibatches: list, warmup: int = 2) -> Counts:
     reads = HostReads()
     with reads, StepRecorder(optimiser_steps(trainer)) as recorder:
         trainer.update(minibatches)
-    counts = recorder.counts()
-    return Counts(counts.ops, counts.launches, counts.syncs + reads.count, counts.slow_foreach)
+    return dataclasses.replace(recorder.counts(), syncs=recorder.syncs + reads.count)
 
 
 def configurations() -> list[step_time.Config]:
@@ -245,10 +263,18 @@ def count(names: Sequence[str], config: step_time.Config, precision: str) -> dic
     }
 
 
-def table(config: str, precision: str, counts: dict[str, Counts]) -> str:
+def beyond_casts(counts: Counts, fp32: Counts) -> int:
+    """Launches a lower precision adds to fp32's step other than casts (goal: none)."""
+    return (counts.launches - counts.casts) - (fp32.launches - fp32.casts)
+
+
+def table(
+    config: str, precision: str, counts: dict[str, Counts], fp32: dict[str, Counts] | None = None
+) -> str:
     header = (
         f"{'config':<9} {'precision':<9} {'step':<22} {'aten ops':>8} {'launches':>8} "
-        f"{'syncs':>5} {'slow foreach':>12} {'x ERM':>6} {'x floor':>7}"
+        f"{'casts':>5} {'+ not casts':>11} {'syncs':>5} {'slow foreach':>12} {'x ERM':>6} "
+        f"{'x floor':>7}"
     )
     lines = [header, "-" * len(header)]
     erm = counts.get(step_time.REFERENCE)
@@ -256,9 +282,10 @@ def table(config: str, precision: str, counts: dict[str, Counts]) -> str:
         floor = counts.get(step_time.FLOORS.get(label, ""))
         versus_erm = f"{c.launches / erm.launches:6.2f}" if erm else " " * 6
         versus_floor = f"{c.ops / floor.ops:7.2f}" if floor else ""
+        added = f"{beyond_casts(c, fp32[label]):+11d}" if fp32 and label in fp32 else " " * 11
         lines.append(
-            f"{config:<9} {precision:<9} {label:<22} {c.ops:8d} {c.launches:8d} {c.syncs:5d} "
-            f"{c.slow_foreach:12d} {versus_erm} {versus_floor}".rstrip()
+            f"{config:<9} {precision:<9} {label:<22} {c.ops:8d} {c.launches:8d} {c.casts:5d} "
+            f"{added} {c.syncs:5d} {c.slow_foreach:12d} {versus_erm} {versus_floor}".rstrip()
         )
     return "\n".join(lines)
 
@@ -289,14 +316,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     names = [step_time.REFERENCE, *(n for n in wanted if n != step_time.REFERENCE)]
     print(
         "per training step: aten ops; launches (no views, no allocations; a fast foreach = 1); "
-        "host-device syncs; launches of foreach ops on their per-tensor path; x ERM = launches "
-        "/ ERM's; x floor = aten ops / the floor's (the unavoidable step)\n"
+        "casts (launches changing a floating-point dtype); + not casts = launches other than "
+        "casts added to fp32's step (counted when fp32 is); host-device syncs; launches of "
+        "foreach ops on their per-tensor path; x ERM = launches / ERM's; x floor = aten ops / "
+        "the floor's (the unavoidable step)\n"
     )
     for config in configurations():
         if config.name not in args.configs:
             continue
+        fp32 = None
         for precision in args.precision:
-            print(table(config.name, precision, count(names, config, precision)), flush=True)
+            counts = count(names, config, precision)
+            fp32 = counts if precision == precisions.FP32 else fp32
+            shown = fp32 if precision != precisions.FP32 else None
+            print(table(config.name, precision, counts, shown), flush=True)
             print()
 
 

@@ -75,7 +75,27 @@ def test_counts_print_every_step_and_floor_with_one_host_read_each(capsys, monke
             assert counted.syncs == 1, (precision, label)
     step_counts.main(["--configs", "tiny", "--algorithms", "CorGrad", "--precision", "fp32"])
     printed = capsys.readouterr().out
-    assert "aten ops launches syncs slow foreach" in printed and "CorGrad floor" in printed
+    assert "aten ops launches casts + not casts syncs slow foreach" in printed
+    assert "CorGrad floor" in printed
+
+
+def test_counts_tell_autocasts_casts_from_the_launches_bf16_adds(monkeypatch):
+    """bf16's goal on the host: no launch beyond autocast's casts. A Linear under autocast casts
+    its input, weight and bias (3 casts) before one addmm; a step's column '+ not casts' is its
+    launches less casts over fp32's."""
+    step_counts = load_counts(monkeypatch)
+    linear, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    with step_counts.StepRecorder() as fp32:
+        linear(x)
+    with step_counts.StepRecorder() as bf16, torch.autocast("cpu", dtype=torch.bfloat16):
+        linear(x)
+    fp32, bf16 = fp32.counts(), bf16.counts()
+    assert (fp32.casts, bf16.casts) == (0, 3)
+    assert step_counts.beyond_casts(bf16, fp32) == 0  # the casts are all bf16 adds here
+    with step_counts.StepRecorder() as back:
+        x.double()  # a float change of dtype is a cast; an integer one is not
+        x.long()
+    assert back.counts().casts == 1
 
 
 def test_counts_tell_foreach_calls_whose_tensors_differ_in_strides(monkeypatch):
