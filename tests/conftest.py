@@ -54,14 +54,15 @@ def pytest_configure(config):
 _SHARED_DEMO = {"demo_run", "demo_sweep", "copied_run"}
 _SHARED_FOLDERS = ("slurm", "image_path")  # one test cluster; the image-path training
 # Marked ``slow`` here, for what they share rather than what their module says: the demo run's
-# tests and the test Slurm cluster's (other slow tests carry the mark in their modules).
-_SLOW_FOLDERS = ("slurm",)
+# tests, the test Slurm cluster's and the image path's ResNet-50 training (other slow tests
+# carry the mark in their modules).
+_SLOW_FOLDERS = ("slurm", "image_path")
 _GPU_TRAINING = "trained"  # tests/gpu/test_gpu_algorithms.py's fixture, one per algorithm
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests of the shared demo run and of the test Slurm cluster ``slow``.
+    """Mark the tests of the shared demo run, the test Slurm cluster and the image path ``slow``.
 
     With pytest-xdist's ``--dist loadgroup``: the tests of one module run on one worker (its
     module-wide fixtures are made once), and so do all tests of the shared demo run, of the

@@ -55,6 +55,7 @@ def snapshot(folder):
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow  # a job that trains at 224x224
 def test_smoke_runs_a_sweep_s_job_through_train_on_a_pacs_shaped_folder(user, tmp_path, capsys):
     data = tmp_path / "data"
     synthetic.write_image_dataset("PACS", data, images_per_domain=3, classes=2)

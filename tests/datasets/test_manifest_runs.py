@@ -48,6 +48,7 @@ def environment(manifest, **extra):
     return domainbed_env(**{MANIFESTS_VARIABLE: str(manifest), **extra})
 
 
+@pytest.mark.slow  # a sweep of new processes that train
 def test_a_sweep_through_local_parallel_and_its_report(manifest, tmp_path, registered):
     """The command runs as a process of its own: local_parallel forks its jobs from one fork
     server per process, which reads the variable once, as it imports DomainBed."""

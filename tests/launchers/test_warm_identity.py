@@ -61,6 +61,7 @@ def python_on_path(monkeypatch):
     monkeypatch.setenv("PATH", domainbed_env()["PATH"])
 
 
+@pytest.mark.slow  # jobs that train as new processes
 def test_warm_jobs_write_the_same_results_as_new_processes(tmp_path, python_on_path):
     runs = {}
     for warm in (False, True):
