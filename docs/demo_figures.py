@@ -303,10 +303,11 @@ def stamp_text(results: dict) -> str:
 
 def hparams_text() -> str:
     """The hparams the demo's jobs train with (hparams seed 0: the defaults), from the code's
-    declarations: the dataset's own, and those an algorithm declares for that dataset."""
+    declarations: the dataset's own, those an algorithm declares for that dataset, and the
+    demo's own (``DEMO_HPARAMS``)."""
     from domainbed import algorithms, datasets, hparams_registry
 
-    from dmg_domainbed.demo import ALGORITHMS, DATASET
+    from dmg_domainbed.demo import ALGORITHMS, DATASET, DEMO_HPARAMS
 
     def shown(value) -> str:
         return f"`'{value}'`" if isinstance(value, str) else repr(value)
@@ -324,6 +325,11 @@ def hparams_text() -> str:
                     f"{name}'s `{hparam.name}` {shown(values[hparam.name])} on {DATASET}, "
                     f"{shown(hparam.default)} elsewhere"
                 )
+        for hparam, value in DEMO_HPARAMS.get(name, {}).items():
+            special.append(
+                f"{name}'s `{hparam}` {shown(value)}, the demo's own "
+                f"({shown(values[hparam])} by default)"
+            )
     return f"Hparams: seed 0, declared defaults ({'; '.join([', '.join(own), *special])})."
 
 

@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+from pathlib import Path
 
 from dmg_domainbed.algorithms.importance_mask.importance_mask import ImportanceMask
 from tests.helpers import (
@@ -73,6 +74,26 @@ def test_importance_mask_jobs_get_the_schedule_scaled_to_the_demo_steps(demo_run
             assert last["phase"] > 1 and "unimportant_rate" in last
         else:
             assert "phase1_steps" not in last["hparams"]
+
+
+def test_dmg_jobs_train_with_the_demos_mask_lr_not_a_dataset_default(demo_run):
+    """The demo's tuning is the demo's: its DMG jobs get mask_lr 1e-2 (as sweeps/demo.toml's),
+    while DMG's default on RotatedDigits, as on every dataset, stays 1e-3."""
+    from domainbed import hparams_registry
+
+    from dmg_domainbed.demo import DEMO_HPARAMS
+    from dmg_domainbed.sweep.config import load_sweep
+
+    output, _ = demo_run
+    rates = set()
+    for (algorithm, _), run in runs_of(output / "sweep").items():
+        last = json.loads((run / "results.jsonl").read_text().splitlines()[-1])
+        if algorithm == "DMG":
+            rates.add(last["hparams"]["mask_lr"])
+    assert rates == {1e-2} == {DEMO_HPARAMS["DMG"]["mask_lr"]}
+    assert hparams_registry.default_hparams("DMG", "RotatedDigits")["mask_lr"] == 1e-3
+    toml = Path(__file__).resolve().parents[1] / "sweeps" / "demo.toml"
+    assert load_sweep(toml).hparams_of("DMG") == DEMO_HPARAMS["DMG"]
 
 
 def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
@@ -155,6 +176,8 @@ def test_a_folder_with_runs_of_another_configuration_is_refused(demo_run, tmp_pa
     args = ["--steps", "5", "--trials", "1", "--algorithms", "DMG"]
     code, _, message = cli("demo", "--output_dir", str(output), *args)
     assert code == 2
-    assert "already holds a run of DMG on test env 0 that this demo does not plan" in message
+    # the first conflicting run found, in the order of the folders' hashed names
+    refused = r"already holds a run of DMG on test env \d that this demo does not plan"
+    assert re.search(refused, message)
     assert f"steps={DEMO_STEPS}" in message and "Use another --output_dir" in message
     assert snapshot(output) == before

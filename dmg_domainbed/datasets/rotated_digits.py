@@ -55,7 +55,7 @@ class RotatedDigits(MultipleDomainDataset):
     N_IMAGES = 1_797  # every domain's, as a sweep's cost counts what train.py evaluates
     INPUT_SHAPE = (64,)
     # 600 steps (about 50 epochs of each domain): the algorithms' source validation accuracy
-    # levels off by step 500, and DMG's masks drift apart at its RotatedDigits mask_lr (hard
+    # levels off by step 500, and DMG's masks drift apart at the demo's mask_lr (hard
     # IoU between domains falls from 1 to 0.55-0.89).
     N_STEPS = 600
     CHECKPOINT_FREQ = 100

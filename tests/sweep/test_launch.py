@@ -37,6 +37,7 @@ with FolderLock(sys.argv[1], command="the other sweep"):
 def small_sweep(tmp_path, steps: int) -> Path:
     text = (SWEEPS / "demo.toml").read_text()
     text = re.sub(r"(?m)^algorithms = .*$", 'algorithms = ["ERM"]', text)
+    text = re.sub(r"(?ms)^\[sweep\.algorithm_hparams\.DMG\]\n.*?\n\n", "", text)  # no DMG
     text = re.sub(r"(?m)^n_hparams = .*$", "n_hparams = 1", text)
     text = re.sub(r"(?m)^n_trials = .*$", f"n_trials = 1\nsteps = {steps}", text)
     text = re.sub(r"(?m)^output_dir = .*$", f'output_dir = "{tmp_path / "sweep"}"', text)

@@ -91,28 +91,32 @@ def test_jobs_are_the_ones_domainbed_sweep_script_makes(tmp_path):
     config = load_sweep(SWEEPS / "demo.toml")
     sweep = resolve(config, ".", str(tmp_path / "sweep"))
     ours = {job.output_dir for job in plan.plan_sweep(sweep).jobs}  # no protocol: DomainBed's
-    printed = domainbed_script(
-        "sweep",
-        "delete_incomplete",
-        "--datasets",
-        *config.datasets,
-        "--algorithms",
-        *config.algorithms,
-        "--n_hparams",
-        str(config.n_hparams),
-        "--n_trials",
-        str(config.n_trials),
-        "--single_test_envs",
-        "--data_dir",
-        sweep.data_dir,
-        "--output_dir",
-        sweep.output_dir,
-        "--command_launcher",
-        "local",
-        "--skip_confirmation",
-    )
-    theirs = set(re.findall(r"Not launched: (\S+) ", printed))
-    assert len(ours) == 96 and ours == theirs
+    theirs = set()
+    for group in plan.groups(config):  # one DomainBed sweep per set of fixed hparams (mask_lr)
+        fixed = ["--hparams", group.hparams_json] if group.hparams_json else []
+        printed = domainbed_script(
+            "sweep",
+            "delete_incomplete",
+            "--datasets",
+            *config.datasets,
+            "--algorithms",
+            *group.algorithms,
+            *fixed,
+            "--n_hparams",
+            str(config.n_hparams),
+            "--n_trials",
+            str(config.n_trials),
+            "--single_test_envs",
+            "--data_dir",
+            sweep.data_dir,
+            "--output_dir",
+            sweep.output_dir,
+            "--command_launcher",
+            "local",
+            "--skip_confirmation",
+        )
+        theirs |= set(re.findall(r"Not launched: (\S+) ", printed))
+    assert len(plan.groups(config)) == 2 and len(ours) == 96 and ours == theirs
 
 
 SEARCH_ONCE_SWEEP = """[sweep]

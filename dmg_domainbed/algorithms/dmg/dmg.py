@@ -180,8 +180,6 @@ DMG.HPARAMS = HParamSpace(
         lambda r: 10 ** r.uniform(-4, -1),
         minimum=0.0,
         maximum=MAX_LR,
-        # the demo's short run: too few steps for 1e-3 to move the masks apart
-        per_dataset={"RotatedDigits": 1e-2},
         help="Adam learning rate of the mask logits (the authors: 1e-4, over 50-150 epochs)",
     ),
     HParam(
