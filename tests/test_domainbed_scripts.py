@@ -102,6 +102,7 @@ def test_same_seed_gives_identical_results(demo_sweep, tmp_path):
         *("--test_envs", *map(str, args["test_envs"]), "--steps", str(args["steps"])),
         *("--seed", str(args["seed"]), "--trial_seed", str(args["trial_seed"])),
         *("--hparams_seed", str(args["hparams_seed"]), "--data_dir", args["data_dir"]),
+        *(("--hparams", args["hparams"]) if args["hparams"] else ()),
         *("--output_dir", str(tmp_path)),
     )
 

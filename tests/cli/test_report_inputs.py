@@ -353,7 +353,8 @@ def test_runs_given_other_fixed_hparams_are_never_pooled(demo_sweep, tmp_path):
 
         def given_lr(record, copy=copy):
             accuracies = {k: v - 0.05 for k, v in record.items() if k.endswith("_acc")}
-            args = {**record["args"], "hparams": '{"lr": 0.05}', "output_dir": str(copy)}
+            given = {**json.loads(record["args"]["hparams"] or "{}"), "lr": 0.05}
+            args = {**record["args"], "hparams": json.dumps(given), "output_dir": str(copy)}
             return {**record, **accuracies, "args": args}
 
         rewrite_records(copy, given_lr)

@@ -125,7 +125,6 @@ def test_mask_lr_search_reaches_the_authors_1e4():
     domainbeds = np.random.RandomState(misc.seed_hash(3, "mask_lr"))  # how DomainBed seeds it
     assert hparams_registry.random_hparams("DMG", "PACS", 3)["mask_lr"] == sample(domainbeds)
     assert hparams_registry.default_hparams("DMG", "PACS")["mask_lr"] == 1e-3
-    assert hparams_registry.default_hparams("DMG", "RotatedDigits")["mask_lr"] == 1e-2
 
 
 @pytest.fixture
