@@ -397,11 +397,11 @@ def comparisons_text(results: dict) -> str:
 
 
 #: What the table's cells are worth on another machine: one machine gives every job bit for bit
-#: again; another CPU's kernels move the cells (the same command on an Intel CPU, against the
-#: AMD one recorded: by up to 0.4 points).
+#: again; another CPU's kernels move the cells (the same command on an AMD EPYC and on an Intel
+#: Xeon: by up to 0.4 points).
 OTHER_CPUS = (
     "Run again on one machine, every job gives the same numbers bit for bit; other CPUs give "
-    "cells a few tenths of a point apart (an Intel CPU: up to 0.4 points)."
+    "cells a few tenths of a point apart (an AMD EPYC and an Intel Xeon: up to 0.4 points)."
 )
 
 
