@@ -4,6 +4,7 @@ new process for the tests whose subject is the process."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -15,6 +16,17 @@ import types
 from pathlib import Path
 
 import psutil
+
+
+def load_script(path: Path, monkeypatch=None) -> types.ModuleType:
+    """A script of ``benchmarks/`` or ``docs/`` as a module named after its file; with
+    ``monkeypatch``, in ``sys.modules`` for the test (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    if monkeypatch is not None:
+        monkeypatch.setitem(sys.modules, path.stem, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def domainbed_env(**extra: str) -> dict[str, str]:

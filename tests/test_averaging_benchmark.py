@@ -1,17 +1,14 @@
 """The averaging benchmark runs end to end and prints its table; its timings are not judged."""
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from tests.helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "averaging_cost.py"
 
 
 def test_a_quick_run_prints_a_row_per_configuration(capsys, monkeypatch):
-    spec = importlib.util.spec_from_file_location("averaging_cost", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "averaging_cost", bench)  # dataclasses look their module up
-    spec.loader.exec_module(bench)
+    bench = load_script(SCRIPT, monkeypatch)
     rows = bench.main(["--quick"])
     printed = capsys.readouterr().out.splitlines()
     assert [row.config for row in rows] == ["mlp"]

@@ -1,17 +1,15 @@
 """The data-check benchmark runs end to end and prints its rows; its timings are not judged."""
 
-import importlib.util
 from pathlib import Path
 
 from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS
+from tests.helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "data_check.py"
 
 
 def test_a_small_copy_prints_the_quick_and_full_rows(capsys):
-    spec = importlib.util.spec_from_file_location("data_check_benchmark", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(SCRIPT)
     bench.main(["--scale", "0.005", "--rounds", "1"])
     # check (22 characters), images, median s, images/s, verdict
     rows = {line[:22].strip(): line[22:].split() for line in capsys.readouterr().out.splitlines()}

@@ -2,14 +2,13 @@
 docs/demo_results.json recorded, and one job of each algorithm, rerun as the demo runs it, ends
 with the accuracies recorded for it (the demo is deterministic on one machine and torch build)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from dmg_domainbed.demo import ALGORITHMS
 from dmg_domainbed.launchers.local_parallel import module_arguments
-from tests.helpers import domainbed_script
+from tests.helpers import domainbed_script, load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 # The first trial's runs with domain 0 held out: those of the README's masks picture and of
@@ -27,10 +26,7 @@ OTHER_CPU_TOLERANCE = 1.5
 @pytest.fixture(scope="module")
 def figures():
     """docs/demo_figures.py, the command that records the demo, as a module."""
-    spec = importlib.util.spec_from_file_location("demo_figures", ROOT / "docs" / "demo_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "docs" / "demo_figures.py")
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,11 @@
 """The generated sections of README.md and docs/ match the code, and every `dmg-domainbed`
 command line in them names a subcommand and flags the parser has."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from .helpers import package_plugins
+from .helpers import load_script, package_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,10 +15,7 @@ def generate():
     import dmg_domainbed
 
     dmg_domainbed.register()
-    spec = importlib.util.spec_from_file_location("generate", ROOT / "docs" / "generate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "docs" / "generate.py")
 
 
 def test_generated_sections_are_fresh(generate):

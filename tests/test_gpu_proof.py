@@ -4,7 +4,6 @@ that fails or runs out of time does not stop the next. Figures are not judged he
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,30 +16,22 @@ import psutil
 import pytest
 import torch
 
-from tests.helpers import run_python
+from tests.helpers import load_script, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA_ONLY = ("lane_algorithms", "lane_launchers", "sfmoe_cost")
 OUTCOMES = ("passed", "skipped")  # of every part of a tiny run
 
 
-def load(name: str, path: Path, monkeypatch):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def proof(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the benchmarks the parts import
-    return load("gpu_proof", ROOT / "benchmarks" / "gpu_proof.py", monkeypatch)
+    return load_script(ROOT / "benchmarks" / "gpu_proof.py", monkeypatch)
 
 
 @pytest.fixture
 def generate(monkeypatch):
-    return load("generate", ROOT / "docs" / "generate.py", monkeypatch)
+    return load_script(ROOT / "docs" / "generate.py", monkeypatch)
 
 
 @pytest.mark.slow
@@ -220,7 +211,7 @@ def test_the_jobs_per_gpu_table_shows_each_waves_step_0_and_wall_time(proof, mon
     """What a job spends outside its steps: step 0 and the wave's wall time, beside images/s."""
     from dataclasses import asdict
 
-    job_start = load("job_start", ROOT / "benchmarks" / "job_start.py", monkeypatch)
+    job_start = load_script(ROOT / "benchmarks" / "job_start.py", monkeypatch)
     waves = [
         {
             "algorithm": "ERM",
@@ -247,7 +238,7 @@ def test_the_jobs_per_gpu_table_shows_each_waves_step_0_and_wall_time(proof, mon
 
 def test_packing_is_recommended_while_it_adds_a_tenth_of_the_images_per_gpu(monkeypatch):
     """Host-bound jobs gain from sharing a GPU; GPU-bound ones do not: the rule per precision."""
-    job_start = load("job_start", ROOT / "benchmarks" / "job_start.py", monkeypatch)
+    job_start = load_script(ROOT / "benchmarks" / "job_start.py", monkeypatch)
 
     def wave(algorithm, precision, per_gpu, per_s):
         return {

@@ -1,17 +1,14 @@
 """The start-up benchmark runs end to end and prints its table; its timings are not judged."""
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from tests.helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "startup_cost.py"
 
 
 def test_one_round_prints_every_configuration(capsys, monkeypatch):
-    spec = importlib.util.spec_from_file_location("startup_cost", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "startup_cost", bench)  # dataclasses look their module up
-    spec.loader.exec_module(bench)
+    bench = load_script(SCRIPT, monkeypatch)
     bench.main(["--rounds", "1"])
     printed = capsys.readouterr().out
 

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import torch
+
+from tests import helpers
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step_time.py"
 
 
 def load_script(monkeypatch):
-    spec = importlib.util.spec_from_file_location("step_time", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "step_time", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return helpers.load_script(SCRIPT, monkeypatch)
 
 
 def test_quick_run_writes_a_row_per_algorithm_with_ratios_to_erm(tmp_path, capsys, monkeypatch):
@@ -54,11 +50,7 @@ COUNTS_SCRIPT = SCRIPT.with_name("step_counts.py")
 
 def load_counts(monkeypatch):
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # step_counts imports step_time beside it
-    spec = importlib.util.spec_from_file_location("step_counts", COUNTS_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "step_counts", module)
-    spec.loader.exec_module(module)
-    return module
+    return helpers.load_script(COUNTS_SCRIPT, monkeypatch)
 
 
 def test_counts_print_every_step_and_floor_with_one_host_read_each(capsys, monkeypatch):
