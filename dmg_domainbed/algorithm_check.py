@@ -51,6 +51,7 @@ import torch
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import with_article
+from dmg_domainbed.shortlist import shortlist
 
 DEBUG_DATASETS = ("Debug28", "Debug224")
 BATCH_SIZE = 8  # images per domain, as DomainBed's test_models
@@ -284,7 +285,7 @@ def _random_hparams(name: str):
         detail = (
             "random_hparams(name, dataset, seed) must give the same values for the same seed "
             "(DomainBed's test_hparams_registry; a sweep's jobs rely on it), but gave:\n  "
-            + "\n  ".join(differing[:10])
+            + shortlist(differing, 10, "\n  ", "\n  and ")
             + "\nA sampler must draw only from the numpy RandomState it is given."
         )
         return None, _finding("random hparams", False, detail)

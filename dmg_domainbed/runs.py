@@ -33,9 +33,9 @@ from dmg_domainbed.datasets.manifest import (
     IMAGES_HPARAM,
     MANIFESTS_VARIABLE,
 )
-from dmg_domainbed.datasets.shortlist import SHOWN, how_they_differ, shortlist
 from dmg_domainbed.datasets.training_split import training_examples
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.shortlist import SHOWN, how_they_differ, shortlist
 
 RESULTS_FILE = "results.jsonl"
 MODEL_FILE = "model.pkl"

@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.shortlist import shortlist
 
 AUTO = "auto"
 
@@ -33,9 +34,8 @@ def check_value(value: Any) -> None:
         )
     repeated = [name for name, count in Counter(names).items() if count > 1]
     if repeated:
-        listed = ", ".join(repr(name) for name in repeated[:5])
-        more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
-        raise ValueError(f"it names {listed}{more} more than once: give each layer once")
+        listed = shortlist([repr(name) for name in repeated])
+        raise ValueError(f"it names {listed} more than once: give each layer once")
 
 
 def resolve(value: str | Sequence[str], auto: Callable[[], list[str]]) -> list[str]:

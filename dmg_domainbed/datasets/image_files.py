@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dmg_domainbed.datasets.shortlist import shortlist
 from dmg_domainbed.datasets.within_root import changed_outside, outside_note
+from dmg_domainbed.shortlist import shortlist
 
 
 def image_extensions() -> tuple[str, ...]:

@@ -44,10 +44,10 @@ from dmg_domainbed.datasets.image_files import (
     listing_problems,
     subfolders,
 )
-from dmg_domainbed.datasets.shortlist import how_they_differ, shortlist
 from dmg_domainbed.datasets.within_root import leaves_root
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule
+from dmg_domainbed.shortlist import how_they_differ, shortlist
 
 try:
     import tomllib

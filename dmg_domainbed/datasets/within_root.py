@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.shortlist import shortlist
 
 
 def _inside(path: str, root: str) -> bool:

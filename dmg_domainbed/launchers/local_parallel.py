@@ -65,6 +65,7 @@ from dmg_domainbed.launchers.common import (
     read_options,
 )
 from dmg_domainbed.runs import folder_divergence
+from dmg_domainbed.shortlist import shortlist
 
 _JOBS, _PER_GPU = "DMG_LOCAL_PARALLEL_JOBS", "DMG_LOCAL_PARALLEL_JOBS_PER_GPU"
 _HELP = {
@@ -265,10 +266,9 @@ def warm_refusal(environ: Mapping[str, str]) -> str | None:
     names = {name for name in set(environ) | set(server) if name.startswith(READ_AT_IMPORT)}
     differ = sorted(name for name in names if environ.get(name) != server.get(name))
     if differ:
-        more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
         return (
-            f"the jobs' environment differs from the fork server's in {', '.join(differ[:5])}"
-            f"{more}, which the modules the server imported read at import; run the launcher "
+            f"the jobs' environment differs from the fork server's in {shortlist(differ)}"
+            ", which the modules the server imported read at import; run the launcher "
             "in the jobs' environment to start them warm"
         )
     return None

@@ -40,6 +40,7 @@ from dmg_domainbed.launchers.slurm_wait import (
     parse_states,
     wait_for,
 )
+from dmg_domainbed.shortlist import shortlist
 
 
 def _option(name: str, kind: type, default: Any, minimum: float | None, help: str, *choices):
@@ -180,7 +181,7 @@ def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None
     arrays = sorted({str(job.job_id).split("_")[0] for job in jobs})
     print(
         f"submitit: submitted {len(jobs)} job(s) to {describe(values)}; job ids "
-        f"{', '.join(arrays[:5])}{' ...' * (len(arrays) > 5)}; logs in {executor.folder}",
+        f"{shortlist(arrays)}; logs in {executor.folder}",
         flush=True,
     )
     if values["wait"]:

@@ -27,6 +27,7 @@ from dmg_domainbed import runs
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.every_algorithm import DOMAINBED_PROTOCOL, PROTOCOL
 from dmg_domainbed.runs import DONE_FILE, RESULTS_FILE
+from dmg_domainbed.shortlist import shortlist
 
 DONE, RUNNING, FAILED = "done", "running", "failed"
 # What train.py writes into a job folder (out.txt and err.txt as it starts).
@@ -307,8 +308,7 @@ class SweepJobs:
 
 
 def _named(jobs: list[Job], describe=Job.name) -> str:
-    shown = "; ".join(describe(job) for job in jobs[:NAMED])
-    return shown + (f"; and {len(jobs) - NAMED} more" if len(jobs) > NAMED else "")
+    return shortlist([describe(job) for job in jobs], NAMED, "; ", "; and ")
 
 
 def sweep_jobs(sweep_dir: str | Path) -> SweepJobs:

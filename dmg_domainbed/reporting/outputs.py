@@ -25,6 +25,7 @@ from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import check_creatable, check_outside
+from dmg_domainbed.shortlist import shortlist
 
 RECORD = ".dmg-domainbed-outputs.json"
 STAGING_PREFIX = ".dmg-domainbed-staging-"
@@ -83,9 +84,7 @@ def refuse_overwriting(folder: Path, names: Iterable[str]) -> None:
     found = not_own(folder, names)
     if not found:
         return
-    listed = ", ".join(found[:NAMED]) + (
-        f" and {len(found) - NAMED} more" if len(found) > NAMED else ""
-    )
+    listed = shortlist(found, NAMED)
     them = "it" if len(found) == 1 else "them"
     raise UserError(
         f"'{folder}' holds {listed}, which dmg-domainbed did not write there or which changed "

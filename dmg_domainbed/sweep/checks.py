@@ -47,6 +47,7 @@ from dmg_domainbed.launchers.common import as_launcher
 from dmg_domainbed.preflight.hparams import CheckedRun, checked_run
 from dmg_domainbed.preflight.networks import check_network
 from dmg_domainbed.preflight.requirements import data_problems, weight_problems
+from dmg_domainbed.shortlist import shortlist
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
 from dmg_domainbed.sweep.plan import draws, job_count
 
@@ -258,13 +259,11 @@ def check_draws(config: SweepConfig, jobs: int) -> dict[tuple[str, str], int]:
                 f"{trial_seed} ({per_draw} jobs, one per choice of test domains): {problem}"
             )
     if refused:
-        more = len(refused) - NAMED_JOBS
         raise UserError(
             f"{config.path}: {count:,} of the sweep's {jobs:,} jobs would stop at their start: "
             "the hparams DomainBed's random search draws for them are values their algorithm "
             "refuses:\n  "
-            + "\n  ".join(refused[:NAMED_JOBS])
-            + (f"\n  and {more:,} more draw(s) like these" if more > 0 else "")
+            + shortlist(refused, NAMED_JOBS, "\n  ", "\n  and ")
             + "\nFix the hparam's value for every job in [sweep.algorithm_hparams.NAME] of the "
             "file (a fixed value replaces the drawn one), or make the algorithm's sampler draw "
             "within the range it allows"

@@ -109,7 +109,7 @@ def test_jobs_whose_drawn_hparams_their_algorithm_refuses_stop_the_sweep_before_
         f"test domains): Smoothed hparam 'smoothing' = {drawn[0]!r} is not valid: it must be a "
         "number between 0 and 0.5\n"
     ) in message
-    assert "hparams_seed 2, trial_seed 0" in message and "more draw" not in message
+    assert "hparams_seed 2, trial_seed 0" in message and " more\n" not in message
     assert "[sweep.algorithm_hparams.NAME]" in message
     assert not out.exists()
 

@@ -33,8 +33,8 @@ from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport,
 from dmg_domainbed.datasets.image_files import DomainFiles, list_image_folders, listing_problems
 from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
 from dmg_domainbed.datasets.manifest import Manifest, file_problems, list_files
-from dmg_domainbed.datasets.shortlist import shortlist
 from dmg_domainbed.datasets.within_root import changed_outside, outside_note
+from dmg_domainbed.shortlist import shortlist
 
 _SHOWN = 8
 
@@ -45,8 +45,7 @@ def _key(name: str) -> str:
 
 
 def _shown(names: Sequence[str]) -> str:
-    more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
-    return ", ".join(repr(n) for n in names[:_SHOWN]) + more
+    return shortlist([repr(n) for n in names], _SHOWN)
 
 
 def _match(folders: Sequence[str], expected: Sequence[str], aliases: dict[str, set[str]]):
@@ -163,7 +162,7 @@ def _classes(
             report.add(
                 WARNING if same_everywhere else ERROR,
                 f"{where} names class folder(s) as another copy does: "
-                + ", ".join(f"{old!r} for {new!r}" for old, new in renamed[:_SHOWN]),
+                + shortlist([f"{old!r} for {new!r}" for old, new in renamed], _SHOWN),
                 "the download's names"
                 + ("" if same_everywhere else f", the same in every domain: {why}"),
                 f"rename them: {renames}",

@@ -21,7 +21,7 @@ from pathlib import Path
 from PIL import Image
 
 from dmg_domainbed.datasets.findings import ERROR, DatasetReport
-from dmg_domainbed.datasets.shortlist import shortlist
+from dmg_domainbed.shortlist import shortlist
 
 # Bytes read from the start of each file: enough for every signature below.
 HEAD = 12

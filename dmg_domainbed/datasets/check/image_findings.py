@@ -22,8 +22,8 @@ from pathlib import Path
 
 from dmg_domainbed.datasets.check.decoding import Decoded
 from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport, Finding
-from dmg_domainbed.datasets.shortlist import SHOWN, shortlist
 from dmg_domainbed.datasets.within_root import changed_outside, outside_note
+from dmg_domainbed.shortlist import SHOWN, shortlist
 
 _CLIPPED = (
     ERROR,

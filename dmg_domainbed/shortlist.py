@@ -1,5 +1,7 @@
 """A long list told in a line: its first few items and how many more there are; and names
-that read alike told apart."""
+that read alike told apart.
+
+Stdlib only, a leaf: every layer's messages use it, the launchers and ``algorithms`` too."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from collections.abc import Sequence
 SHOWN = 5
 
 
-def shortlist(items: Sequence[object], shown: int = SHOWN, separator: str = ", ") -> str:
-    """``a, b, c, d, e and 9,995 more`` for a list of 10,000; all of a short list."""
+def shortlist(
+    items: Sequence[object], shown: int = SHOWN, separator: str = ", ", last: str = " and "
+) -> str:
+    """``a, b, c, d, e and 9,995 more`` for a list of 10,000; all of a short list. ``last``
+    comes before the count (``"; and "``, or ``"\\n  and "`` for a list of lines)."""
     text = separator.join(str(item) for item in items[:shown])
-    return text + (f" and {len(items) - shown:,} more" if len(items) > shown else "")
+    return text + (f"{last}{len(items) - shown:,} more" if len(items) > shown else "")
 
 
 def how_they_differ(name: str, other: str) -> str:
