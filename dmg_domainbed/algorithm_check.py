@@ -6,8 +6,9 @@ hparams, runs three updates of 8 images per domain and checks the shape of ``pre
 ``test_hparams_registry`` checks that random hparams are the same for the same seed. DomainBed's
 ``train`` then needs more than its tests check: ``update`` returns a dict of numbers it
 averages and writes to ``results.jsonl``, a checkpoint (``state_dict()``) restores the model,
-and ``.to(device)`` moves everything the model computes with. Here each of these is one check
-with a :class:`Finding` that says what was expected, what was found and where:
+and ``.to(device)`` moves everything the model computes with. Each of these is one check of
+:data:`CHECKS`, run in order; a failure says what was expected, what was found and where, and
+a check whose one need did not pass is listed as not run, with the reason:
 
 =================== ===========================================================================
 ``import``          the entry point loads (a failure shows the plugin's traceback) and names a
@@ -28,9 +29,6 @@ with a :class:`Finding` that says what was expected, what was found and where:
 ``to(device)``      after ``.to("meta")`` no tensor of the model is left on the CPU
 =================== ===========================================================================
 
-Every check runs unless one it needs (:data:`NEEDS`) failed; such a check is listed as not run,
-with the reason.
-
 ``Debug224`` builds DomainBed's ResNet-50 from its pretrained weights; it is checked only when
 asked for (``--dataset Debug224``), where those weights are cached.
 """
@@ -44,7 +42,7 @@ import re
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -64,29 +62,13 @@ OK, FAIL, SKIP = "ok", "FAIL", "skip"
 #: 3): a job draws its hparams from ``seed_hash(hparams_seed, trial_seed)``; seed 0 keeps the
 #: defaults.
 SWEEP_HPARAMS_SEEDS, SWEEP_TRIALS = range(1, 20), range(3)
-#: Each check and the checks whose outcome it needs; a check whose needs failed is not run.
-NEEDS = {
-    "import": (),
-    "hparams": ("import",),
-    "random hparams": ("hparams",),
-    "hparam names": ("hparams",),
-    "build": ("hparams",),
-    "update": ("build",),
-    "predict": ("build",),
-    "state dict": ("predict",),
-    "to(device)": ("build",),
-}
-# Why a check needs another, for the line of a check that was not run.
-_WHY = {
-    "state dict": "it compares a reloaded instance's predictions with predict's",
-}
 
 
 @dataclass(frozen=True)
 class Finding:
     """The outcome of one check: its name, its status (``ok``, ``FAIL``, or ``skip``: not run,
-    because a check it needs failed) and what was seen (on failure: what was expected, what was
-    found and where)."""
+    because the check it needs did not pass) and what was seen (on failure: what was expected,
+    what was found and where)."""
 
     check: str
     status: str
@@ -97,33 +79,22 @@ class Finding:
         return self.status == OK
 
 
-def _finding(check: str, passed: bool, detail: str) -> Finding:
-    return Finding(check, OK if passed else FAIL, detail)
+class Failed(Exception):
+    """A check's failure: what was expected, what was found and where."""
 
 
-def _where(cls: type, method: str) -> str:
-    """``module.Class.method (file:line)`` of the code that defines ``method`` for ``cls``."""
-    function = getattr(cls, method, None)
-    owner = next((k for k in cls.__mro__ if method in vars(k)), cls)
-    place = f"{owner.__module__}.{owner.__qualname__}.{method}"
-    try:
-        path = inspect.getsourcefile(function)
-        line = inspect.getsourcelines(function)[1]
-    except (OSError, TypeError):
-        return place
-    return f"{place} ({path}:{line})"
-
-
-def _declared_at(component: Any) -> str:
-    """``module.Class.HPARAMS (file:line)``: where ``component``'s ``HPARAMS`` is assigned."""
-    owner = next((k for k in getattr(component, "__mro__", ()) if "HPARAMS" in vars(k)), component)
-    place = f"{owner.__module__}.{owner.__qualname__}.HPARAMS"
+def _where(cls: type, attribute: str) -> str:
+    """``module.Class.attribute (file:line)``: where ``cls`` gets ``attribute`` (a method or
+    ``HPARAMS``); the class's own line where its source does not show it."""
+    owner = next((k for k in getattr(cls, "__mro__", ()) if attribute in vars(k)), cls)
+    place = f"{owner.__module__}.{owner.__qualname__}.{attribute}"
     try:
         lines, first = inspect.getsourcelines(owner)
         path = inspect.getsourcefile(owner)
     except (OSError, TypeError):
         return place
-    offset = next((i for i, line in enumerate(lines) if re.match(r"\s*HPARAMS\b", line)), 0)
+    defines = re.compile(rf"\s*(def {attribute}\b|{attribute}\s*[:=])")
+    offset = next((i for i, line in enumerate(lines) if defines.match(line)), 0)
     return f"{place} ({path}:{first + offset})"
 
 
@@ -158,9 +129,9 @@ def algorithm_class(name: str) -> type:
 def check_algorithm(
     name: str, dataset: str = "Debug28", images_per_domain: int = BATCH_SIZE
 ) -> list[Finding]:
-    """Every check of this module on algorithm ``name``, built on the debug ``dataset``, with
-    minibatches of ``images_per_domain`` images per domain. A check whose needs
-    (:data:`NEEDS`) failed is listed as not run, with the reason."""
+    """Every check of :data:`CHECKS` on algorithm ``name``, in order, built on the debug
+    ``dataset``, with minibatches of ``images_per_domain`` images per domain. A check whose need
+    did not pass is listed as not run, with the reason."""
     if dataset not in DEBUG_DATASETS:
         raise UserError(
             f"--dataset {dataset!r}: the check builds on DomainBed's debug datasets, "
@@ -174,98 +145,77 @@ def check_algorithm(
         )
     from dmg_domainbed import integration
 
-    found: dict[str, Finding] = {}
-    runs = _Runs(found)
     try:  # a name nothing registers is refused (UserError) before any check
         loaded = algorithm_class(name)
     except integration.PluginImportError as error:
         loaded = error
-    cls = runs.run("import", lambda: _import(name, loaded))
-    runs.run("hparams", lambda: _default_hparams(name, dataset))
-    runs.run("random hparams", lambda: _random_hparams(name))
-    runs.run("hparam names", lambda: _shadowing(name))
-    built = runs.run("build", lambda: _build(cls, name, dataset, images_per_domain))
-    if built is not None:
-        algorithm, build, minibatches, classes = built
-        runs.run("update", lambda: _updates(algorithm, minibatches))
-        x = minibatches[0][0]
-        logits = runs.run("predict", lambda: _predictions(algorithm, x, classes, dataset))
-        runs.run("state dict", lambda: _reload(algorithm, build(1), x, logits))
-        runs.run("to(device)", lambda: _device_move(build(2)))
-    for check in NEEDS:
-        runs.run(check, lambda: None)  # those not reached: listed as not run, with the reason
-    return [found[check] for check in NEEDS]
-
-
-class _Runs:
-    """Runs each check once its needs passed; records its finding (or why it was not run)."""
-
-    def __init__(self, found: dict[str, Finding]) -> None:
-        self.found = found
-        self.causes: dict[str, str] = {}  # check not run -> the failed check that stopped it
-
-    def run(self, check: str, body):
-        """``body()`` gives ``(value, finding)``; returns the value, ``None`` if not run."""
-        if check in self.found:
-            return None
-        unmet = [need for need in NEEDS[check] if not self.found[need].passed]
-        if unmet:
-            need = unmet[0]
-            cause = self.causes[check] = self.causes.get(need, need)
+    run = SimpleNamespace(name=name, dataset=dataset, images=images_per_domain, loaded=loaded)
+    found: dict[str, Finding] = {}
+    stopped_by: dict[str, str] = {}  # a check not run -> the failed check that stopped it
+    for check, body, need, why in CHECKS:
+        if need is not None and not found[need].passed:
+            cause = stopped_by[check] = stopped_by.get(need, need)
             which = "which failed" if cause == need else f"which was not run ({cause} failed)"
-            why = _WHY.get(check, f"it needs {need}")
-            self.found[check] = Finding(check, SKIP, f"not run: {why}, {which}")
-            return None
+            found[check] = Finding(check, SKIP, f"not run: {why or f'it needs {need}'}, {which}")
+            continue
         try:
-            value, finding = body()
-        except Exception as error:  # a check the plugin broke in a way not foreseen above
-            value, finding = None, _finding(check, False, f"the check raised:\n{_trace(error)}")
-        self.found[check] = finding
-        return value
+            found[check] = Finding(check, OK, body(run))
+        except Failed as failure:
+            found[check] = Finding(check, FAIL, str(failure))
+        except Exception as error:  # a check the plugin broke in a way not foreseen
+            found[check] = Finding(check, FAIL, f"the check raised:\n{_trace(error)}")
+    return list(found.values())
 
 
-def _import(name: str, cls: Any):
-    """(the class, finding): the entry point loaded (``cls`` is not the
+def _import(run) -> str:
+    """The entry point loaded (``run.loaded`` is not the
     :class:`~dmg_domainbed.integration.PluginImportError` it raised) and names a DomainBed
-    ``Algorithm``."""
+    ``Algorithm``: ``run.cls``."""
     from domainbed.algorithms import Algorithm
 
     from dmg_domainbed import integration
 
+    cls = run.loaded
     if isinstance(cls, integration.PluginImportError):
-        return None, _finding("import", False, str(cls))
+        raise Failed(str(cls))
     if isinstance(cls, type) and issubclass(cls, Algorithm):
-        return cls, _finding("import", True, f"{cls.__module__}.{cls.__qualname__}")
-    entry_point = integration.entry_points(integration.ALGORITHM_GROUP)[name]
+        run.cls = cls
+        return f"{cls.__module__}.{cls.__qualname__}"
+    entry_point = integration.entry_points(integration.ALGORITHM_GROUP)[run.name]
     kind = "a class" if isinstance(cls, type) else with_article(type(cls).__name__)
-    return None, _finding(
-        "import",
-        False,
-        f"'{name} = {entry_point.value}' names {kind}, not a subclass of DomainBed's "
+    raise Failed(
+        f"'{run.name} = {entry_point.value}' names {kind}, not a subclass of DomainBed's "
         "domainbed.algorithms.Algorithm: DomainBed's train builds the algorithm as "
-        f"{name}(input_shape, num_classes, num_domains, hparams) and calls its update and "
-        "predict. Point the entry point at the algorithm's class.",
+        f"{run.name}(input_shape, num_classes, num_domains, hparams) and calls its update and "
+        "predict. Point the entry point at the algorithm's class."
     )
 
 
-def _default_hparams(name: str, dataset: str):
+def _declared(name: str):
+    """The class a plugin's entry point names (``None`` for DomainBed's own algorithms)."""
+    from dmg_domainbed import integration
+
+    if name not in integration.entry_points(integration.ALGORITHM_GROUP):
+        return None
+    return integration.require(integration.ALGORITHM_GROUP, name)
+
+
+def _default_hparams(run) -> str:
     from domainbed import hparams_registry
 
-    from dmg_domainbed import integration
     from dmg_domainbed.hparams.space import MalformedHParams
 
     try:
-        hparams_registry.default_hparams(name, dataset)
+        hparams_registry.default_hparams(run.name, run.dataset)
     except MalformedHParams as error:
-        component = integration.require(integration.ALGORITHM_GROUP, name)
-        return None, _finding("hparams", False, f"{_declared_at(component)}: {error}")
+        raise Failed(f"{_where(_declared(run.name), 'HPARAMS')}: {error}") from None
     except Exception as error:
-        call = f"hparams_registry.default_hparams({name!r}, {dataset!r})"
-        return None, _finding("hparams", False, f"{call} raised:\n{_trace(error)}")
-    return None, _finding("hparams", True, f"default hparams on {dataset}")
+        call = f"hparams_registry.default_hparams({run.name!r}, {run.dataset!r})"
+        raise Failed(f"{call} raised:\n{_trace(error)}") from None
+    return f"default hparams on {run.dataset}"
 
 
-def _random_hparams(name: str):
+def _random_hparams(run) -> str:
     """Random hparams are the same per seed on every dataset (DomainBed's
     ``test_hparams_registry``), and each declared sampler draws values its declaration allows,
     for every job of DomainBed's default sweep (:func:`_draws`)."""
@@ -274,48 +224,40 @@ def _random_hparams(name: str):
     differing = []
     for each in datasets.DATASETS:
         for seed in SEEDS:
-            first = hparams_registry.random_hparams(name, each, seed)
-            second = hparams_registry.random_hparams(name, each, seed)
+            first = hparams_registry.random_hparams(run.name, each, seed)
+            second = hparams_registry.random_hparams(run.name, each, seed)
             differing += [
                 f"{key!r} on {each}, seed {seed}: {first[key]!r} then {second.get(key)!r}"
                 for key in first
                 if first[key] != second.get(key)
             ]
     if differing:
-        detail = (
+        raise Failed(
             "random_hparams(name, dataset, seed) must give the same values for the same seed "
             "(DomainBed's test_hparams_registry; a sweep's jobs rely on it), but gave:\n  "
             + shortlist(differing, 10, "\n  ", "\n  and ")
             + "\nA sampler must draw only from the numpy RandomState it is given."
         )
-        return None, _finding("random hparams", False, detail)
-    drawn, bad = _draws(name)
-    if bad:
-        return None, _finding("random hparams", False, bad)
     same = f"same per seed on {len(datasets.DATASETS)} datasets"
-    if drawn:
+    if drawn := _draws(_declared(run.name)):
         jobs = len(SWEEP_HPARAMS_SEEDS) * len(SWEEP_TRIALS)
         same += f"; the {drawn} declared keep their rules in the {jobs} jobs of a default sweep"
-    return None, _finding("random hparams", True, same)
+    return same
 
 
-def _draws(name: str) -> tuple[int, str | None]:
-    """How many hparams ``name`` declares, and what their samplers draw that their own
-    declaration (or the bounds every run trains within) refuses, for the jobs of DomainBed's
-    default sweep (``None``: nothing).
+def _draws(component) -> int:
+    """How many hparams the plugin ``component`` declares (0 for DomainBed's own algorithms);
+    :class:`Failed` where their samplers draw what their own declaration (or the bounds every
+    run trains within) refuses, for the jobs of DomainBed's default sweep.
 
     A job of hparams seed ``h`` and trial ``t`` draws each hparam from
     ``RandomState(seed_hash(seed_hash(h, t), name))``, whatever the dataset.
     """
     from domainbed.lib import misc
 
-    from dmg_domainbed import integration
     from dmg_domainbed.hparams.space import declared_rules
     from dmg_domainbed.hparams.trainable import TRAINABLE
 
-    if name not in integration.entry_points(integration.ALGORITHM_GROUP):
-        return 0, None  # DomainBed's own samplers
-    component = integration.require(integration.ALGORITHM_GROUP, name)
     space = getattr(component, "HPARAMS", None)
     rules = declared_rules(space) if space is not None else []
     seeds = [(h, t) for h in SWEEP_HPARAMS_SEEDS for t in SWEEP_TRIALS]
@@ -335,29 +277,31 @@ def _draws(name: str) -> tuple[int, str | None]:
                 f"{key!r}: {len(refused)} of {len(seeds)} draws are refused, e.g. {value!r} "
                 f"(hparams seed {h}, trial {t}): {problem}"
             )
-    if not lines:
-        return len(rules), None
-    return len(rules), (
-        f"the samplers of {_declared_at(component)} draw values their declaration refuses; "
-        "a random-search job that draws one stops when it starts (a PluginAlgorithm checks "
-        "its hparams when built) or trains with a value outside the declared range:\n  "
-        + "\n  ".join(lines)
-        + f"\nDraw only allowed values (over the {len(seeds)} jobs of DomainBed's default sweep, "
-        f"hparams seeds {SWEEP_HPARAMS_SEEDS.start}-{SWEEP_HPARAMS_SEEDS.stop - 1} x trials "
-        f"{SWEEP_TRIALS.start}-{SWEEP_TRIALS.stop - 1}), or widen the declared range."
-    )
+    if lines:
+        raise Failed(
+            f"the samplers of {_where(component, 'HPARAMS')} draw values their declaration "
+            "refuses; a random-search job that draws one stops when it starts (a "
+            "PluginAlgorithm checks its hparams when built) or trains with a value outside the "
+            "declared range:\n  "
+            + "\n  ".join(lines)
+            + f"\nDraw only allowed values (over the {len(seeds)} jobs of DomainBed's default "
+            f"sweep, hparams seeds {SWEEP_HPARAMS_SEEDS.start}-{SWEEP_HPARAMS_SEEDS.stop - 1} x "
+            f"trials {SWEEP_TRIALS.start}-{SWEEP_TRIALS.stop - 1}), or widen the declared range."
+        )
+    return len(rules)
 
 
-def _shadowing(name: str):
-    """Declared hparams whose names DomainBed's registry already gives ``name``: the plugin's
-    value silently replaces DomainBed's unless the declaration says it is an override."""
+def _shadowing(run) -> str:
+    """Declared hparams whose names DomainBed's registry already gives the algorithm: the
+    plugin's value silently replaces DomainBed's unless the declaration says it is an override."""
     from domainbed import datasets
 
     from dmg_domainbed import integration
 
-    if name not in integration.entry_points(integration.ALGORITHM_GROUP):
-        return None, _finding("hparam names", True, "DomainBed's own algorithm: DomainBed's names")
-    space = getattr(integration.require(integration.ALGORITHM_GROUP, name), "HPARAMS", None)
+    name, component = run.name, _declared(run.name)
+    if component is None:
+        return "DomainBed's own algorithm: DomainBed's names"
+    space = getattr(component, "HPARAMS", None)
     shadowed: dict[str, list[str]] = {}
     for each in datasets.DATASETS:
         own = integration.domainbed_hparams(name, each, 0)
@@ -372,204 +316,202 @@ def _shadowing(name: str):
         for key in names:
             shadowed.setdefault(key, []).append(each)
     if not shadowed:
-        return None, _finding("hparam names", True, "none replaces one of DomainBed's")
+        return "none replaces one of DomainBed's"
     listed = "; ".join(f"{key!r} (on {', '.join(on)})" for key, on in shadowed.items())
-    return None, _finding(
-        "hparam names",
-        False,
+    raise Failed(
         f"{name}.HPARAMS declares names DomainBed's registry already defines for {name}: "
         f"{listed}. Its value silently replaces DomainBed's. Rename the hparam, or, to change "
         "DomainBed's value on purpose, declare it as dmg_domainbed.hparams.HParam(name, default, "
-        "sampler, where_defined=True) in an HParamSpace.",
+        "sampler, where_defined=True) in an HParamSpace."
     )
 
 
-def _minibatches(dataset, images: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``images`` images and labels per environment, as DomainBed's test helpers make them
-    (on the CPU)."""
-    batches = []
-    for environment in dataset:
-        items = [environment[i] for i in range(images)]
-        x = torch.stack([x for x, _ in items])
-        y = torch.stack([torch.as_tensor(y) for _, y in items])
-        batches.append((x, y))
-    return batches
-
-
-def _build(cls: type, name: str, dataset_name: str, images: int):
-    """((the algorithm, ``build(seed)`` for more instances, minibatches, classes), finding)."""
+def _build(run) -> str:
+    """The algorithm built on the debug dataset with its default hparams (``run.algorithm``;
+    ``run.build(seed)`` builds more), and ``run.images`` images and labels per environment, as
+    DomainBed's test helpers make them, on the CPU (``run.minibatches``)."""
     from domainbed import datasets, hparams_registry
 
-    hparams = hparams_registry.default_hparams(name, dataset_name)
-    dataset = datasets.get_dataset_class(dataset_name)("", [], hparams)
-    shape, classes, domains = dataset.input_shape, dataset.num_classes, len(dataset)
-    call = f"{name}({tuple(shape)}, {classes}, {domains}, hparams)"
+    hparams = hparams_registry.default_hparams(run.name, run.dataset)
+    dataset = datasets.get_dataset_class(run.dataset)("", [], hparams)
+    shape, run.classes, domains = dataset.input_shape, dataset.num_classes, len(dataset)
+    call = f"{run.name}({tuple(shape)}, {run.classes}, {domains}, hparams)"
 
     def build(seed: int):
         torch.manual_seed(seed)
-        return cls(shape, classes, domains, hparams)
+        return run.cls(shape, run.classes, domains, hparams)
 
     try:
-        algorithm = build(0)
+        run.algorithm, run.build = build(0), build
     except Exception as error:
-        detail = f"{call} with {dataset_name}'s default hparams raised:\n{_trace(error)}"
-        return None, _finding("build", False, detail)
-    return (algorithm, build, _minibatches(dataset, images), classes), _finding("build", True, call)
+        raise Failed(
+            f"{call} with {run.dataset}'s default hparams raised:\n{_trace(error)}"
+        ) from None
+    run.minibatches = []
+    for environment in dataset:
+        items = [environment[i] for i in range(run.images)]
+        x = torch.stack([x for x, _ in items])
+        run.minibatches.append((x, torch.stack([torch.as_tensor(y) for _, y in items])))
+    return call
 
 
-def _updates(algorithm, minibatches):
-    cls = type(algorithm)
-    where = _where(cls, "update")
+def _updates(run) -> str:
+    where = _where(type(run.algorithm), "update")
     expected = (
         "update(minibatches) must return a dict {name: float}: DomainBed's train averages "
         "each value and writes it to results.jsonl"
     )
     for step in range(1, UPDATES + 1):
         try:
-            result = algorithm.update(minibatches)
+            result = run.algorithm.update(run.minibatches)
         except Exception as error:
-            return None, _finding("update", False, f"update {step} raised:\n{_trace(error)}")
+            raise Failed(f"update {step} raised:\n{_trace(error)}") from None
         if not isinstance(result, Mapping):
-            detail = f"{expected}; {where} returned {type(result).__name__}"
-            return None, _finding("update", False, detail)
+            raise Failed(f"{expected}; {where} returned {type(result).__name__}")
         for key, value in result.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 kind = f"{type(value).__module__}.{type(value).__qualname__}"
-                return None, _finding(
-                    "update",
-                    False,
+                raise Failed(
                     f"{expected}; {where} returned {key!r}: {kind}. Return a Python number "
-                    "(e.g. loss.item() for a tensor).",
+                    "(e.g. loss.item() for a tensor)."
                 )
             if not math.isfinite(value):
-                return None, _finding(
-                    "update",
-                    False,
+                raise Failed(
                     f"update {step} of {UPDATES} returned {key!r}: {value} ({where}), on "
                     "DomainBed's debug data with the default hparams: the model no longer "
                     "trains (a NaN loss leaves NaN weights). Look for a division by zero, a log "
-                    "of 0 or a learning rate too large.",
+                    "of 0 or a learning rate too large."
                 )
-    return None, _finding(
-        "update", True, f"{UPDATES} updates, each {{{', '.join(result)}}} of finite floats"
-    )
+    return f"{UPDATES} updates, each {{{', '.join(result)}}} of finite floats"
 
 
-def _predictions(algorithm, x, classes: int, dataset_name: str):
-    """(logits, finding): shape, device and repeatability of ``predict`` in eval mode."""
+def _predictions(run) -> str:
+    """Shape, device and repeatability of ``predict`` in eval mode: ``run.logits`` of
+    ``run.x``."""
+    algorithm, x = run.algorithm, run.minibatches[0][0]
     where = _where(type(algorithm), "predict")
-    expected = [len(x), classes]
+    expected = [len(x), run.classes]
     algorithm.eval()
     try:
         with torch.no_grad():
             first = algorithm.predict(x)
             second = algorithm.predict(x)
     except Exception as error:
-        return None, _finding("predict", False, f"predict(x) raised:\n{_trace(error)}")
+        raise Failed(f"predict(x) raised:\n{_trace(error)}") from None
     if not isinstance(first, torch.Tensor) or list(first.shape) != expected:
         got = list(first.shape) if isinstance(first, torch.Tensor) else type(first).__name__
-        return None, _finding(
-            "predict",
-            False,
-            f"predict(x) of {len(x)} {dataset_name} images of shape {list(x.shape[1:])} must "
+        raise Failed(
+            f"predict(x) of {len(x)} {run.dataset} images of shape {list(x.shape[1:])} must "
             f"give logits of shape {expected} (one row per image, one column per class); "
-            f"{where} gave {got}",
+            f"{where} gave {got}"
         )
     if first.device != x.device:
-        return None, _finding(
-            "predict",
-            False,
+        raise Failed(
             f"predict(x) of images on {x.device} must give logits on {x.device}, the device of "
             f"the images and the model (DomainBed's accuracy compares them with labels there); "
             f"{where} gave them on {first.device}. Return the network's output without "
-            "moving it.",
+            "moving it."
         )
     if not torch.allclose(first, second, **TOLERANCE):
-        difference = (first - second).abs().max().item()
-        return None, _finding(
-            "predict",
-            False,
+        raise Failed(
             f"predict(x) in eval mode must give the same logits for the same images; twice in "
-            f"a row they differ by up to {difference:.3g} ({where}). Evaluation draws unseeded "
-            "random numbers or changes the model's state.",
+            f"a row they differ by up to {(first - second).abs().max().item():.3g} ({where}). "
+            "Evaluation draws unseeded random numbers or changes the model's state."
         )
-    return first, _finding("predict", True, f"logits {expected}, the same twice in eval mode")
+    run.x, run.logits = x, first
+    return f"logits {expected}, the same twice in eval mode"
 
 
-def _reload(algorithm, fresh, x, logits):
-    """A new instance loaded with ``algorithm``'s state dict, as a checkpoint restores it."""
-    buffer = io.BytesIO()
-    torch.save(algorithm.state_dict(), buffer)
+def _reload(run) -> str:
+    """A new instance loaded with the algorithm's state dict, as a checkpoint restores it,
+    predicts ``run.logits``."""
+    fresh, buffer = run.build(1), io.BytesIO()
+    torch.save(run.algorithm.state_dict(), buffer)
     buffer.seek(0)
     try:
         fresh.load_state_dict(torch.load(buffer, weights_only=False))
     except Exception as error:
-        return None, _finding(
-            "state dict",
-            False,
+        raise Failed(
             "a new instance must load the state_dict() of a trained one (DomainBed's checkpoint"
-            f" model_dict):\n{_trace(error)}",
-        )
+            f" model_dict):\n{_trace(error)}"
+        ) from None
     fresh.eval()
     with torch.no_grad():
-        reloaded = fresh.predict(x)
+        reloaded = fresh.predict(run.x)
+    logits = run.logits
     same_kind = isinstance(reloaded, torch.Tensor) and reloaded.shape == logits.shape
     if same_kind and reloaded.device == logits.device:
         if torch.allclose(reloaded, logits, **TOLERANCE):
-            same = "a reloaded instance predicts the same logits"
-            return None, _finding("state dict", True, same)
+            return "a reloaded instance predicts the same logits"
         difference = f"up to {(reloaded - logits).abs().max().item():.3g}"
     else:
         difference = "in shape" if not same_kind else f"in device ({reloaded.device})"
-    return None, _finding(
-        "state dict",
-        False,
+    raise Failed(
         "a new instance loaded with the state_dict() of a trained one must predict the same "
         f"logits; they differ {difference} ({_where(type(fresh), 'predict')}). Something "
         "predict uses is not in state_dict(): a plain tensor or number attribute set in "
-        "update, instead of a registered buffer (self.register_buffer) or parameter.",
+        "update, instead of a registered buffer (self.register_buffer) or parameter."
     )
 
 
-def _device_move(algorithm):
+def _device_move(run) -> str:
     """After ``.to("meta")``, every tensor the modules hold is on the meta device: parameters,
     buffers and any plain tensor attribute (which ``.to`` would leave behind). A move to the meta
     device needs no GPU and runs the same ``Module._apply`` as a move to one."""
+    algorithm = run.build(2)
     try:
         algorithm.to("meta")
     except Exception as error:
-        return None, _finding("to(device)", False, f".to(device) raised:\n{_trace(error)}")
-    left = []
+        raise Failed(f".to(device) raised:\n{_trace(error)}") from None
+    left = [
+        f"{kind} {name}"
+        for kind, named in (
+            ("parameter", algorithm.named_parameters()),
+            ("buffer", algorithm.named_buffers()),
+        )
+        for name, tensor in named
+        if tensor.device.type != "meta"
+    ]
     for module_name, module in algorithm.named_modules():
         for attribute, value in vars(module).items():
-            if attribute in ("_parameters", "_buffers", "_modules"):
-                continue
-            values = value.values() if isinstance(value, dict) else value
-            tensors = values if isinstance(values, (list, tuple)) else [value]
+            values = value if isinstance(value, (list, tuple)) else [value]
             # Parameters held in a list are the module's own (moved in place on a real device)
-            tensors = [
-                t
-                for t in tensors
-                if isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter)
-            ]
-            if any(t.device.type != "meta" for t in tensors):
+            if attribute not in ("_parameters", "_buffers", "_modules") and any(
+                isinstance(t, torch.Tensor)
+                and not isinstance(t, torch.nn.Parameter)
+                and t.device.type != "meta"
+                for t in values
+            ):
                 left.append(f"{module_name}.{attribute}".lstrip("."))
-        for kind, tensors in (("parameter", module._parameters), ("buffer", module._buffers)):
-            left += [
-                f"{kind} {module_name}.{key}".replace(" .", " ")
-                for key, tensor in tensors.items()
-                if tensor is not None and tensor.device.type != "meta"
-            ]
     if left:
-        return None, _finding(
-            "to(device)",
-            False,
+        raise Failed(
             f"after .to(device) these tensors of {type(algorithm).__name__} stayed on the CPU: "
             f"{', '.join(left)}. DomainBed moves the algorithm with .to(device): register each "
             "tensor as a buffer (self.register_buffer(name, tensor)) or a parameter, so that "
-            ".to(device), state_dict() and checkpoints carry it.",
+            ".to(device), state_dict() and checkpoints carry it."
         )
-    return None, _finding("to(device)", True, "every parameter, buffer and tensor moves")
+    return "every parameter, buffer and tensor moves"
+
+
+#: Each check in the order run: its name, its body (it reads and adds to the run's state and
+#: gives what passed, or raises :class:`Failed`), the one check whose result it needs (it is not
+#: run unless that one passed) and why, where "it needs ..." does not say it.
+CHECKS = (
+    ("import", _import, None, None),
+    ("hparams", _default_hparams, "import", None),
+    ("random hparams", _random_hparams, "hparams", None),
+    ("hparam names", _shadowing, "hparams", None),
+    ("build", _build, "hparams", None),
+    ("update", _updates, "build", None),
+    ("predict", _predictions, "build", None),
+    (
+        "state dict",
+        _reload,
+        "predict",
+        "it compares a reloaded instance's predictions with predict's",
+    ),
+    ("to(device)", _device_move, "build", None),
+)
 
 
 def render(name: str, dataset: str, findings: list[Finding]) -> str:
