@@ -33,7 +33,6 @@ from dmg_domainbed.datasets.manifest import (
     IMAGES_HPARAM,
     MANIFESTS_VARIABLE,
 )
-from dmg_domainbed.datasets.training_split import training_examples
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.shortlist import SHOWN, how_they_differ, shortlist
 
@@ -55,20 +54,6 @@ _ABSENT = object()
 _ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
 
 
-def missing_fields(record: Mapping[str, Any], needs: tuple) -> list[str]:
-    """The fields of ``needs`` (:data:`RUN`, :data:`SWEEP`, :data:`SPLITS`) ``record`` lacks; a
-    missing table is named once, not with each of its keys."""
-    absent: list[str] = []
-    for field in needs[1]:
-        if _field(record, field) is _ABSENT and not any(field.startswith(f"{a}.") for a in absent):
-            absent.append(field)
-    args = record.get("args")
-    test_envs = args.get("test_envs") if isinstance(args, Mapping) else None
-    for env in test_envs if needs[2] and isinstance(test_envs, list) else ():
-        absent += [k for k in (f"env{env}_in_acc", f"env{env}_out_acc") if k not in record]
-    return absent
-
-
 def _field(record: Mapping[str, Any], field: str) -> Any:
     """The value of ``field`` (``args.x``: key ``x`` of ``args``) in ``record``, or _ABSENT."""
     value: Any = record
@@ -81,25 +66,24 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _list_of(test) -> Any:
     return lambda value: isinstance(value, list) and all(map(test, value))
 
 
-_TEXT = (lambda value: isinstance(value, str), "text")
+def _is(*kinds: type) -> Any:
+    return lambda value: isinstance(value, kinds)
+
+
+_NUMBER = (lambda v: _is(int, float)(v) and not isinstance(v, bool), "a number (an accuracy)")
 _WHOLE = (_whole, "a whole number")
-_FRACTION = (lambda value: _number(value) and 0 <= value <= 1, "a number from 0 to 1")
-_NAMES = (_list_of(lambda value: isinstance(value, str)), "a list of names (text)")
+_FRACTION = (lambda v: _NUMBER[0](v) and 0 <= v <= 1, "a number from 0 to 1")
 #: What every field a reader uses must be, wherever a record has it: (test, what is expected).
 FIELD_TYPES = {
     "step": _WHOLE,
-    "args": (lambda value: isinstance(value, Mapping), "a JSON object of train.py's arguments"),
-    "hparams": (lambda value: isinstance(value, Mapping), "a JSON object of hparams"),
-    "args.algorithm": _TEXT,
-    "args.dataset": _TEXT,
+    "args": (_is(Mapping), "a JSON object of train.py's arguments"),
+    "hparams": (_is(Mapping), "a JSON object of hparams"),
+    "args.algorithm": (_is(str), "text"),
+    "args.dataset": (_is(str), "text"),
     "args.test_envs": (
         _list_of(lambda value: _whole(value) and value >= 0),
         "a list of environment numbers (whole numbers from 0)",
@@ -109,15 +93,14 @@ FIELD_TYPES = {
     "args.seed": _WHOLE,
     "args.holdout_fraction": _FRACTION,
     "args.uda_holdout_fraction": _FRACTION,
-    "args.output_dir": _TEXT,
-    "args.data_dir": (lambda value: value is None or isinstance(value, str), "text or null"),
-    "hparams.precision": _TEXT,
-    f"hparams.{DOMAINS_HPARAM}": _NAMES,
-    f"hparams.{CLASSES_HPARAM}": _NAMES,
+    "args.output_dir": (_is(str), "text"),
+    "args.data_dir": (_is(str, type(None)), "text or null"),
+    "hparams.precision": (_is(str), "text"),
+    f"hparams.{DOMAINS_HPARAM}": (_list_of(_is(str)), "a list of names (text)"),
+    f"hparams.{CLASSES_HPARAM}": (_list_of(_is(str)), "a list of names (text)"),
     f"hparams.{IMAGES_HPARAM}": (_list_of(_whole), "a list of whole numbers"),
-    f"hparams.{FILES_HPARAM}": _TEXT,
+    f"hparams.{FILES_HPARAM}": (_is(str), "text"),
 }
-_ACCURACY = (_number, "a number (an accuracy)")
 
 
 def _kind(value: Any) -> str:
@@ -126,18 +109,28 @@ def _kind(value: Any) -> str:
     return kinds.get(type(value), "an object" if isinstance(value, Mapping) else "a number")
 
 
-def wrong_field(record: Any) -> str | None:
-    """The first field of ``record`` (a line of ``results.jsonl``) that is not what a reader
-    expects (:data:`FIELD_TYPES`; ``env<i>_in_acc`` / ``env<i>_out_acc``: numbers), said as
-    ``<field> is <found> (<its type>); expected <what>``; None when every field is."""
+def wrong_field(record: Any, needs: tuple = ("", (), False)) -> str | None:
+    """What is wrong with ``record`` (a line of ``results.jsonl``) for a reader of ``needs``
+    (:data:`RUN`, :data:`SWEEP`, :data:`SPLITS`; by default the types alone): its first field
+    that is not what the readers expect (:data:`FIELD_TYPES`; ``env<i>_in_acc`` /
+    ``env<i>_out_acc``: numbers), said as ``<field> is <found> (<its type>); expected <what>``,
+    else the fields of ``needs`` it lacks (a missing table named once, not with each of its
+    keys); None when nothing is."""
     if not isinstance(record, Mapping):
         return f"the line is {_shown(record)} ({_kind(record)}); expected a JSON object"
-    accuracies = [key for key in record if _ACCURACY_KEY.fullmatch(key)]
-    for field, (test, expected) in [*FIELD_TYPES.items(), *((a, _ACCURACY) for a in accuracies)]:
+    accuracies = [(key, _NUMBER) for key in record if _ACCURACY_KEY.fullmatch(key)]
+    for field, (test, expected) in [*FIELD_TYPES.items(), *accuracies]:
         value = _field(record, field)
         if value is not _ABSENT and not test(value):
             return f"{field} is {_shown(value)} ({_kind(value)}); expected {expected}"
-    return None
+    absent: list[str] = []
+    for field in needs[1]:
+        if _field(record, field) is _ABSENT and not any(field.startswith(f"{a}.") for a in absent):
+            absent.append(field)
+    test_envs = _field(record, "args.test_envs")
+    for env in test_envs if needs[2] and isinstance(test_envs, list) else ():
+        absent += [k for k in (f"env{env}_in_acc", f"env{env}_out_acc") if k not in record]
+    return f"it has no {', '.join(absent)} (read by {needs[0]})" if absent else None
 
 
 def _shown(value: Any) -> str:
@@ -152,10 +145,7 @@ def check_fields(records: Iterable[Any], path: Path, needs: tuple) -> None:
     before (train.py appends, so two runs with one ``--output_dir`` share ``results.jsonl``)."""
     before = None
     for number, record in enumerate(records, start=1):
-        wrong = wrong_field(record)
-        if wrong is None and (absent := missing_fields(record, needs)):
-            wrong = f"it has no {', '.join(absent)} (read by {needs[0]})"
-        if wrong is not None:
+        if (wrong := wrong_field(record, needs)) is not None:
             raise UserError(
                 f"'{path}' does not hold records as DomainBed's train.py writes them: line "
                 f"{number}: {wrong}. It was written by another tool, edited, or written by "
@@ -535,7 +525,7 @@ def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None
             f"{then[FILES_HPARAM]} when it trained, {today.get(FILES_HPARAM)} today)",
         )
     logged = logged_smallest_split(run)
-    smallest = min(in_split_sizes(dataset, run.args))
+    smallest = min(len(split.in_keys) for split in rebuild_splits(dataset, run.args))
     if logged is not None and logged != smallest:
         raise _changed(
             run,
@@ -555,18 +545,6 @@ def logged_smallest_split(run: Run) -> int | None:
         if numbers:
             return round(step * batch_size / epoch)
     return None
-
-
-def in_split_sizes(dataset, args: Mapping[str, Any]) -> list[int]:
-    """Each environment's ``in`` split size as train.py makes it (:func:`rebuild_splits`), from
-    the environments' sizes alone."""
-    sizes = []
-    for env_i, env in enumerate(dataset):
-        size = training_examples(len(env), args["holdout_fraction"])
-        if env_i in args["test_envs"]:
-            size = training_examples(size, args.get("uda_holdout_fraction", 0))
-        sizes.append(size)
-    return sizes
 
 
 def augmented_evaluation(run: Run) -> bool:

@@ -43,10 +43,10 @@ class Job:
 
     folder: Path
     records: tuple[dict[str, Any], ...]  # as the reports read them (:func:`renamed`)
-    algorithm: str = ""  # the algorithm it trained (its records name it as reported)
     state: str = FAILED
     empty: bool = False  # a folder with nothing in it: no job ran there
     diverged: str | None = None  # the first non-finite loss, e.g. 'loss nan at step 300'
+    trained: dict[str, Any] | None = None  # its last record as train.py wrote it
 
     def cells(self) -> set[Cell]:
         """The collect_results cells its records are part of (none before its first record)."""
@@ -86,8 +86,8 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
         Job(
             folder,
             tuple(renamed(record, names[folder], folder) for record in records),
-            algorithm=records[-1]["args"]["algorithm"] if records else "",
             empty=empty,
+            trained=records[-1] if records else None,
         )
         for folder, records, empty in found
     ]
@@ -152,10 +152,8 @@ def differing_hparams(last: Mapping[Path, Mapping[str, Any]]) -> dict[str, list[
     any; ``last`` is each run folder's last record."""
     fixed: dict[tuple[str, str], list[dict[str, str]]] = {}
     for folder, record in last.items():
-        args = record["args"]
-        fixed.setdefault((args["algorithm"], args["dataset"]), []).append(
-            fixed_hparams(record, folder)
-        )
+        pair = (record["args"]["algorithm"], record["args"]["dataset"])
+        fixed.setdefault(pair, []).append(fixed_hparams(record, folder))
     differing: dict[str, set[str]] = {}
     for (algorithm, _), given in fixed.items():
         names = {name for hparams in given for name in hparams}
@@ -173,13 +171,11 @@ def reported_names(last: Mapping[Path, Mapping[str, Any]]) -> dict[Path, str]:
     ``evaluate``) names its rows by it, and ``report`` its pictures and TensorBoard runs, so that
     DomainBed's grouping never pools runs of two precisions, of two protocols or of two sets of
     fixed hparams. A run given none of those hparams keeps its algorithm's plain name."""
-    differing = differing_hparams(last)
-    names = {}
+    differing, names = differing_hparams(last), {}
     for folder, record in last.items():
-        algorithm, trained_in = record["args"]["algorithm"], precision(record)
-        fixed = fixed_hparams(record, folder)
-        parts = [] if trained_in == precisions.FP32 else [trained_in]
-        parts += [] if protocol(record) == DOMAINBED_PROTOCOL else [str(protocol(record))]
+        algorithm, fixed = record["args"]["algorithm"], fixed_hparams(record, folder)
+        parts = [precision(record), str(protocol(record))]
+        parts = [p for p in parts if p not in (precisions.FP32, DOMAINBED_PROTOCOL)]
         parts += [f"{n}={fixed[n]}" for n in differing.get(algorithm, []) if n in fixed]
         names[folder] = f"{algorithm} ({', '.join(parts)})" if parts else algorithm
     return names
@@ -290,21 +286,15 @@ class SweepJobs:
 
     def names_notes(self) -> list[str]:
         """:func:`names_notes` of the runs (their records as trained, not as renamed)."""
-        return names_notes(
-            {
-                job.folder: {
-                    **job.records[-1],
-                    "args": {**job.records[-1]["args"], "algorithm": job.algorithm},
-                }
-                for job in self.jobs
-                if job.records
-            }
-        )
+        return names_notes({job.folder: job.trained for job in self.jobs if job.trained})
 
     def trained_algorithms(self) -> dict[str, str]:
         """The name each run is reported under -> the algorithm it trained."""
-        reported = [job for job in self.jobs if job.records]
-        return {job.records[-1]["args"]["algorithm"]: job.algorithm for job in reported}
+        return {
+            job.records[-1]["args"]["algorithm"]: job.trained["args"]["algorithm"]
+            for job in self.jobs
+            if job.trained
+        }
 
 
 def _named(jobs: list[Job], describe=Job.name) -> str:
@@ -316,10 +306,13 @@ def sweep_jobs(sweep_dir: str | Path) -> SweepJobs:
     from dmg_domainbed.locks import FolderLock
 
     jobs = [
-        replace(job, state=DONE if (job.folder / DONE_FILE).exists() else FAILED)
+        replace(
+            job,
+            state=DONE if (job.folder / DONE_FILE).exists() else FAILED,
+            diverged=runs.divergence(job.records),
+        )
         for job in read_jobs(sweep_dir)
     ]
-    jobs = [replace(job, diverged=runs.divergence(job.records)) for job in jobs]
     unfinished = [job.folder for job in jobs if job.state != DONE]
     why, running, notes = "", set(), ()
     if unfinished:

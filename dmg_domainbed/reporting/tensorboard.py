@@ -5,7 +5,8 @@ Each run folder is one TensorBoard run, ``<algorithm>/<dataset>/test_env<e>/hpar
 <folder>`` (the algorithm as the tables name it, :func:`.jobs.reported_names`; each part
 escaped: a record never names a folder outside the log folder), with every
 number train.py logged at its step; its hparams (and algorithm, dataset, test_envs, seeds) go
-through the HParams plugin. Metrics per selection method: ``selected_test_acc/<method>`` (the
+through the HParams plugin, whose dashboard finds their domains and the metrics (every scalar
+logged) from the runs themselves. Metrics per selection method: ``selected_test_acc/<method>`` (the
 test accuracy, a fraction, at the checkpoint it picks, at that step) and ``selected/<method>``
 (1 for the run it selects for its cell and trial, else 0).
 """
@@ -71,13 +72,6 @@ def export(jobs: SweepJobs, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
     runs = [(job.folder, job.records) for job in ordered if job.records]
     values = {folder: _hparam_values(records[-1]) for folder, records in runs}
     log_dir.mkdir(parents=True, exist_ok=True)
-    with SummaryWriter(log_dir=str(log_dir)) as writer:
-        metrics = [
-            hp.Metric(f"{kind}/{METHOD_TAGS[method]}")
-            for method in ranked["selection_method"].unique()
-            for kind in ("selected_test_acc", "selected")
-        ]
-        writer.file_writer.add_summary(hp.hparams_config_pb(_hparams(values.values()), metrics))
     names = [run_name(records[-1]["args"], folder) for folder, records in runs]
     for (folder, records), name in zip(runs, names):
         with SummaryWriter(log_dir=str(log_dir / name)) as writer:
@@ -103,25 +97,3 @@ def _hparam_values(record: dict) -> dict:
         key: value if isinstance(value, (bool, numbers.Real, str)) else json.dumps(value)
         for key, value in found.items()
     }
-
-
-def _hparams(runs_values) -> list:
-    """Every hparam of the runs, with the values (text, bool) or range (numbers) seen."""
-    from tensorboard.plugins.hparams import summary_v2 as hp
-
-    seen: dict[str, list] = {}
-    for values in runs_values:
-        for key, value in values.items():
-            seen.setdefault(key, []).append(value)
-    hparams = []
-    for key, values in seen.items():
-        kinds = {
-            bool if isinstance(v, bool) else str if isinstance(v, str) else float for v in values
-        }
-        domain = None
-        if kinds == {float}:
-            domain = hp.RealInterval(float(min(values)), float(max(values)))
-        elif len(kinds) == 1:
-            domain = hp.Discrete(sorted(set(values)))
-        hparams.append(hp.HParam(key, domain))
-    return hparams
