@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dmg_domainbed.shortlist import shortlist
+
 ERROR, WARNING, INFO = "ERROR", "warn", "info"
-# Files named per finding kind; the rest are counted.
+# Findings of one kind given one by one; the rest are counted.
 MAX_LISTED = 20
+REPLACE = "replace them with the download's files, or delete them"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ class DatasetReport:
 
     def add(self, severity: str, found: str, expected: str = "", fix: str = "") -> None:
         self.findings.append(Finding(severity, found, expected, fix))
+
+    def files(self, severity: str, paths: list[str], what: str, expected: str, fix: str) -> None:
+        """One finding for ``paths`` (if any), files that ``what``: a few named, then a count."""
+        if paths:
+            self.add(severity, f"{len(paths):,} file(s) {what}: {shortlist(paths)}", expected, fix)
 
     def listed(self, severity: str, items: list[Finding], what: str, fix: str = "") -> None:
         """Add ``items`` up to :data:`MAX_LISTED`, then one finding counting the rest."""

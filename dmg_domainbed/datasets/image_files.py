@@ -10,7 +10,8 @@ over without a word: files of other extensions, images lying in a domain folder 
 class folder, folders that cannot be read, and links back to a folder they lie in. Such a link
 makes a loop that ``os.walk`` (and so ``ImageFolder``) follows until the system's limit of 40
 links in a path: the folder's images are read once per level, 41 times. Listing only: no file
-is opened.
+is opened. :func:`domain_problems` tells what of a listed domain would stop a job or relabel
+it, for the data check and a manifest dataset alike.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from __future__ import annotations
 import errno
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dmg_domainbed.datasets.within_root import changed_outside, outside_note
-from dmg_domainbed.shortlist import shortlist
+from dmg_domainbed.shortlist import how_they_differ, shortlist
 
 
 def image_extensions() -> tuple[str, ...]:
@@ -106,26 +107,53 @@ def list_domain(folder: Path, name: str | None = None) -> DomainFiles:
     return domain
 
 
-def listing_problems(domain: DomainFiles, root: Path) -> list[str]:
-    """What the listing of ``domain`` (a domain of the dataset in ``root``) found that would stop
-    a job or change what it trains on: folders that cannot be read, links that make a loop. Each
-    says how to fix it, with a command only where it changes nothing outside ``root``."""
+def domain_problems(
+    domain: DomainFiles, classes: Sequence[str], where: str, why: str, known: bool = False
+) -> list[str]:
+    """What would stop DomainBed on ``domain`` (told as ``where``) or make it train on other data:
+    folders it cannot read, links back to a folder they lie in (read again at every level),
+    no images, a class of ``classes`` without images (beside a class of ``domain`` whose name
+    reads alike, what tells them apart; ``why`` says why every domain needs every class), and,
+    where ``classes`` are the download's (``known``), class folders of other names."""
     problems = []
     if domain.unreadable:
         problems.append(
-            f"{len(domain.unreadable)} folder(s) of domain {domain.name!r} cannot be read: "
+            f"{where}: {len(domain.unreadable)} folder(s) cannot be read: "
             f"{shortlist(domain.unreadable)}; DomainBed stops on such a folder or leaves its "
-            "images out. Let this user read them (e.g. chmod -R u+rX on each), or move them out"
+            "images out. Let this user read them (chmod -R u+rX), or move them out"
         )
     for link, target in domain.loops.items():
         real = (os.path.realpath(f) for files in domain.classes.values() for f in files)
         copies = Counter(path for path in real if path.startswith(target + os.sep))
-        times = max(copies.values(), default=0)
-        remove = outside_note([link], root) if changed_outside(link, root) else f"rm '{link}'"
         problems.append(
-            f"link {link} points back to {target}, a folder it lies in: DomainBed follows it "
-            f"level after level and reads each of the {len(copies):,} image(s) below it {times} "
-            f"times, which multiplies their class. Remove the link: {remove}"
+            f"{where}: link {link} points back to {target}, a folder it lies in: DomainBed "
+            f"follows it level after level and reads each of the {len(copies):,} image(s) "
+            f"below it {max(copies.values(), default=0)} times, which multiplies their class. "
+            "Remove the link"
+        )
+    if not domain.images:
+        return problems + [
+            f"{where}: no images; put its images in one folder per class under {domain.folder}"
+        ]
+    told = []
+    for name in (c for c in classes if not domain.classes.get(c)):
+        alike = [(other, how) for other in domain.classes if (how := how_they_differ(name, other))]
+        told.append(
+            f"{name!r} (it has {alike[0][0]!r}: the names differ in {alike[0][1]})"
+            if alike
+            else repr(name)
+        )
+    if told:
+        whose = "the download has" if known else "other domains have"
+        problems.append(
+            f"{where}: no images of class(es) {shortlist(told)}, which {whose}; every domain "
+            f"needs images of the same {len(classes)} classes: {why}"
+        )
+    extra = [name for name in domain.classes if known and name not in classes]
+    if extra:
+        problems.append(
+            f"{where}: class folder(s) {shortlist([repr(n) for n in extra])} that the download "
+            f"does not have; expected only its {len(classes)} classes: {why}"
         )
     return problems
 

@@ -4,7 +4,7 @@ Folder, domain and class names are those DomainBed's ``datasets.py`` (commit b93
 its ``scripts/download.py`` leaves. DomainBed's image datasets are torchvision ``ImageFolder``\\ s
 per domain: every sub-folder of the dataset's folder is a domain, in sorted order (``--test_envs
 i`` is the ``i``-th of them), and each domain's sorted sub-folders are its classes. So a domain
-folder named as another mirror names it can reorder the domains, and a class folder missing in
+folder named otherwise can reorder the domains, and a class folder missing in
 one domain relabels that domain's later classes.
 
 Each image count names where it was published. A copy whose counts match none of a dataset's
@@ -17,7 +17,7 @@ Facts only: :mod:`dmg_domainbed.preflight` checks folders against them and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # The file dmg_domainbed.synthetic leaves in a dataset folder of random images it wrote.
 SYNTHETIC_MARKER = "SYNTHETIC.txt"
@@ -47,17 +47,14 @@ class ImageDatasetLayout:
 
     ``domains`` are the domain folders (sorted, they are DomainBed's environments in order);
     ``classes`` the class folders of every domain (``None`` where not known here);
-    ``other_names`` names other mirrors give a domain folder (beside DomainBed's own short name
-    of the domain, its ``ENVIRONMENTS`` entry, and spellings that differ only in case and
-    separators); ``deleted_by_download`` the file of DomainBed's package listing files its
-    download deletes after unpacking.
+    ``deleted_by_download`` the file of DomainBed's package listing files its download deletes
+    after unpacking.
     """
 
     folder: str
     domains: tuple[str, ...]
     classes: tuple[str, ...] | None
     releases: tuple[Release, ...] = ()
-    other_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     deleted_by_download: str | None = None
 
 
@@ -140,7 +137,6 @@ IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
                 {"art_painting": 2_048, "cartoon": 2_344, "photo": 1_670, "sketch": 3_929},
             ),
         ),
-        other_names={"art_painting": ("art",)},
     ),
     "VLCS": ImageDatasetLayout(
         folder="VLCS",
@@ -155,11 +151,6 @@ IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
                 {"Caltech101": 1_415, "LabelMe": 2_656, "SUN09": 3_282, "VOC2007": 3_376},
             ),
         ),
-        other_names={
-            "Caltech101": ("caltech",),
-            "SUN09": ("sun",),
-            "VOC2007": ("pascal", "voc"),
-        },
     ),
     "OfficeHome": ImageDatasetLayout(
         folder="office_home",
@@ -175,7 +166,6 @@ IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
                 {"Art": 2_427, "Clipart": 4_365, "Product": 4_439, "Real World": 4_357},
             ),
         ),
-        other_names={"Real World": ("real",)},
     ),
     "TerraIncognita": ImageDatasetLayout(
         folder="terra_incognita",
@@ -201,12 +191,6 @@ IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
                 24_330,
             ),
         ),
-        other_names={
-            "location_100": ("100",),
-            "location_38": ("38",),
-            "location_43": ("43",),
-            "location_46": ("46",),
-        },
     ),
     "DomainNet": ImageDatasetLayout(
         folder="domain_net",

@@ -40,14 +40,13 @@ from typing import Any
 
 from dmg_domainbed.datasets.image_files import (
     DomainFiles,
+    domain_problems,
     list_domain,
-    listing_problems,
     subfolders,
 )
-from dmg_domainbed.datasets.within_root import leaves_root
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule
-from dmg_domainbed.shortlist import how_they_differ, shortlist
+from dmg_domainbed.shortlist import shortlist
 
 try:
     import tomllib
@@ -134,9 +133,15 @@ def not_utf8(path: Path, error: UnicodeDecodeError) -> str:
     """What to tell of a text file that is not UTF-8."""
     return (
         f"{path} is not UTF-8 text ({error.reason}: byte {error.object[error.start]:#04x} at "
-        f"offset {error.start}); save it as UTF-8, e.g. for Latin-1 text: iconv -f latin1 -t "
-        f"utf-8 '{path}' > '{path}.utf8' && mv '{path}.utf8' '{path}'"
+        f"offset {error.start}); save it as UTF-8"
     )
+
+
+def leaves_root(relative: str, root: Path) -> bool:
+    """Whether ``relative``, a path given relative to ``root``, names a place outside it by its
+    text: climbing out with ``..``, or absolute."""
+    inside = os.path.normpath(os.path.join(root, relative))
+    return os.path.commonpath([inside, os.path.normpath(root)]) != os.path.normpath(root)
 
 
 def _csv_rows(path: Path) -> list[tuple[int, dict[str, str | None]]]:
@@ -422,25 +427,10 @@ def csv_problems(manifest: Manifest) -> list[str]:
     return problems
 
 
-def _told_apart(missing: list[str], domain: DomainFiles) -> list[str]:
-    """The class names ``domain`` lacks, quoted; beside each, a class of ``domain`` whose name
-    reads alike and what tells them apart (white space, Unicode normal form, case)."""
-    told = []
-    for name in missing:
-        alike = [(other, how) for other in domain.classes if (how := how_they_differ(name, other))]
-        told.append(
-            f"{name!r} (it has {alike[0][0]!r}: the names differ in {alike[0][1]})"
-            if alike
-            else repr(name)
-        )
-    return told
-
-
 def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
-    """What stops DomainBed from training on the listed files, or makes it train on others: a
-    domain without images, a class without images in some domain, files the CSV names that are
-    not there, CSV rows it would misread, folders it cannot read, links that multiply a class.
-    Each says what was found and how to fix it."""
+    """What stops DomainBed from training on the listed files, or makes it train on others: CSV
+    rows it would misread, files the CSV names that are not there, classes that write one
+    number twice, and each domain's :func:`~.image_files.domain_problems`."""
     problems = csv_problems(manifest)
     classes = class_names(domains)
     for names in same_number_classes(classes):
@@ -456,28 +446,18 @@ def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
             f"{_number(names[0])}: DomainBed would train them as {len(names)} classes with "
             f"labels of their own; {fix}"
         )
+    why = (
+        "a domain without a class poses another task, not the same task in another domain; add "
+        "them, or remove those classes from every domain (a class whose name reads alike is one "
+        "class named two ways: name it one way in every domain)"
+    )
     for domain in domains:
         where = f"domain {domain.name!r} of {manifest.name} ({manifest.path})"
-        problems += [f"{where}: {problem}" for problem in listing_problems(domain, manifest.root)]
         if domain.missing:
-            shown = shortlist(domain.missing, 3)
             problems.append(
-                f"{where}: {len(domain.missing)} file(s) its CSV names do not exist ({shown}); "
-                f"fix the paths in {manifest.csv} (relative to {manifest.root}) or remove the rows"
+                f"{where}: {len(domain.missing)} file(s) its CSV names do not exist "
+                f"({shortlist(domain.missing, 3)}); fix the paths in {manifest.csv} (relative "
+                f"to {manifest.root}) or remove the rows"
             )
-        if not domain.images:
-            problems.append(
-                f"{where}: no images; put its images in one folder per class under "
-                f"{domain.folder}, or leave it out of domains"
-            )
-            continue
-        empty = [name for name in classes if not domain.classes.get(name)]
-        if empty:
-            problems.append(
-                f"{where}: no images of class(es) {shortlist(_told_apart(empty, domain))}, which "
-                "other domains have; every domain needs every class (a domain without a class "
-                "poses another task, not the same task in another domain): add them, or remove "
-                "those classes from every domain; a class of a name that reads alike is one "
-                "class named two ways: name it one way in every domain"
-            )
+        problems += domain_problems(domain, classes, where, why)
     return problems

@@ -1,6 +1,6 @@
 """The data state the doctor, the sweep preflight and smoke give: the quick data check (names,
-counts and headers, nothing decoded) summed up, each problem with the command or rename that
-fixes it."""
+counts and headers, nothing decoded) summed up, each problem with the layout expected (and, for a
+missing dataset, the command that downloads it)."""
 
 import io
 import struct
@@ -62,7 +62,7 @@ def test_domains_with_different_class_folders_would_be_mislabelled(tmp_path):
     make_domains(tmp_path / "VLCS", ["VOC2007"], [c for c in classes if c != "car"])
     found = dataset_status("VLCS", "domainbed.datasets", 4, str(tmp_path))
     assert found.state == INVALID
-    assert f"domain folder {tmp_path / 'VLCS' / 'VOC2007'} has no folder of class(es) 'car'" in (
+    assert f"domain folder {tmp_path / 'VLCS' / 'VOC2007'}: no images of class(es) 'car'" in (
         found.detail
     )
     assert "the classes after a missing or extra one get other labels" in found.detail
@@ -133,7 +133,7 @@ def test_the_sweep_preflight_and_the_doctor_name_a_broken_copy_before_any_job(
     make_domains(tmp_path / "data" / "PACS", layout.domains, layout.classes)
     (tmp_path / "data" / "PACS" / "photo" / "giraffe" / "0.jpg").unlink()
     (tmp_path / "data" / "PACS" / "photo" / "giraffe").rmdir()
-    expected = f"domain folder {tmp_path / 'data' / 'PACS' / 'photo'} has no folder of class"
+    expected = f"domain folder {tmp_path / 'data' / 'PACS' / 'photo'}: no images of class"
     sweep_file = tmp_path / "sweep.toml"
     output = tmp_path / "sweep"
     sweep_file.write_text(

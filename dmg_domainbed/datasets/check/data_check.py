@@ -79,7 +79,7 @@ def check_dataset(
     else:
         base = Path(data_dir).expanduser().resolve()
         if dataset in IMAGE_LAYOUTS:
-            check_image_dataset(report, IMAGE_LAYOUTS[dataset], domains, base, workers)
+            check_image_dataset(report, IMAGE_LAYOUTS[dataset], base, workers)
         elif dataset in WILDS_LAYOUTS:
             check_wilds(report, WILDS_LAYOUTS[dataset], len(domains), base, workers)
         else:

@@ -16,12 +16,10 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 
 from PIL import Image
 
-from dmg_domainbed.datasets.findings import ERROR, DatasetReport
-from dmg_domainbed.shortlist import shortlist
+from dmg_domainbed.datasets.findings import ERROR, REPLACE, DatasetReport
 
 # Bytes read from the start of each file: enough for every signature below.
 HEAD = 12
@@ -69,37 +67,29 @@ def header_problem(path: str) -> str | None:
         return NOT_IMAGE
 
 
-def add_header_findings(report: DatasetReport, paths: Sequence[str], root: Path) -> None:
-    """One finding per kind of problem among ``paths`` (files under ``root``), naming a few of
-    the files and counting the rest."""
+# problem -> (what the files are, what DomainBed expects)
+FINDINGS = {
+    EMPTY: ("are empty (0 bytes)", f"image files: {_STOPS}"),
+    MAC_METADATA: (
+        "are macOS metadata (AppleDouble '._' files a copy from a Mac leaves)",
+        f"image files only: DomainBed reads them as images by their names; {_STOPS}",
+    ),
+    NOT_IMAGE: (
+        "are not images: their first bytes are no image format's",
+        f"image files: {_STOPS}",
+    ),
+    UNREADABLE: ("cannot be read", f"files this user can read: {_STOPS}"),
+}
+
+
+def add_header_findings(report: DatasetReport, paths: Sequence[str]) -> None:
+    """One finding per kind of problem among ``paths``, naming a few of the files and counting
+    the rest."""
     by_problem: dict[str, list[str]] = defaultdict(list)
     for path in paths:
         problem = header_problem(path)
         if problem is not None:
-            by_problem[problem].append(path)
-    replace = "replace them with the download's files, or delete them"
+            kind, _, why = problem.partition(": ")
+            by_problem[kind].append(f"{path} ({why})" if why else path)
     for problem, files in sorted(by_problem.items()):
-        listed = f"{len(files):,} file(s): {shortlist(files)}"
-        if problem == EMPTY:
-            report.add(ERROR, f"{listed} are empty (0 bytes)", f"image files: {_STOPS}", replace)
-        elif problem == MAC_METADATA:
-            report.add(
-                ERROR,
-                f"{listed} are macOS metadata (AppleDouble '._' files a copy from a Mac leaves)",
-                f"image files only: DomainBed reads them as images by their names; {_STOPS}",
-                f"delete them: find '{root}' -name '._*' -type f -delete",
-            )
-        elif problem == NOT_IMAGE:
-            report.add(
-                ERROR,
-                f"{listed} are not images: their first bytes are no image format's",
-                f"image files: {_STOPS}",
-                replace,
-            )
-        else:
-            report.add(
-                ERROR,
-                f"{listed} cannot be read ({problem.split(': ', 1)[1]})",
-                f"files this user can read: {_STOPS}",
-                "let this user read them (e.g. chmod a+r), or move them out",
-            )
+        report.files(ERROR, files, *FINDINGS[problem], REPLACE)

@@ -15,14 +15,18 @@ also fails the comparison of image counts.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from dmg_domainbed.datasets.check.decoding import Decoded
-from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport, Finding
-from dmg_domainbed.datasets.within_root import changed_outside, outside_note
+from dmg_domainbed.datasets.findings import (
+    ERROR,
+    INFO,
+    REPLACE,
+    WARNING,
+    DatasetReport,
+    Finding,
+)
 from dmg_domainbed.shortlist import SHOWN, shortlist
 
 _CLIPPED = (
@@ -61,37 +65,24 @@ def _mode_of(result: Decoded) -> str:
     return "I" if result.mode.startswith("I;16") else result.mode
 
 
-def _undecodable(report: DatasetReport, results: Sequence[Decoded], root: Path) -> None:
-    findings = []
-    for result in results:
-        if result.error is None:
-            continue
-        remove = (
-            outside_note([result.path], root)
-            if changed_outside(result.path, root)
-            else f"replace it with the download's file, or delete it: rm '{result.path}'"
-        )
-        if result.decodes_as_domainbed:
-            findings.append(
-                Finding(
-                    ERROR,
-                    f"{result.path} is truncated ({result.error})",
-                    "complete images: DomainBed decodes a truncated one with its missing part "
-                    "filled in (it sets Pillow's LOAD_TRUNCATED_IMAGES) and trains on that",
-                    remove,
-                )
-            )
-        else:
-            findings.append(
-                Finding(
-                    ERROR,
-                    f"{result.path} cannot be decoded ({result.error})",
-                    "images that decode: DomainBed's loader raises on this file and the job "
-                    "stops at the first batch that draws it, possibly hours in",
-                    remove,
-                )
-            )
-    report.listed(ERROR, findings, "files that do not decode", "download the dataset again")
+def _undecodable(report: DatasetReport, results: Sequence[Decoded]) -> None:
+    failed = [r for r in results if r.error is not None]
+    for tolerated, what, expected in (
+        (
+            True,
+            "are truncated",
+            "complete images: DomainBed decodes a truncated one with its missing part filled in "
+            "(it sets Pillow's LOAD_TRUNCATED_IMAGES) and trains on that",
+        ),
+        (
+            False,
+            "cannot be decoded",
+            "images that decode: DomainBed's loader raises on such a file and the job stops at "
+            "the first batch that draws it, possibly hours in",
+        ),
+    ):
+        paths = [f"{r.path} ({r.error})" for r in failed if r.decodes_as_domainbed == tolerated]
+        report.files(ERROR, paths, what, expected, REPLACE)
 
 
 def _modes(report: DatasetReport, results: Sequence[Decoded]) -> None:
@@ -104,41 +95,12 @@ def _modes(report: DatasetReport, results: Sequence[Decoded]) -> None:
             mode,
             (WARNING, "DomainBed's loader converts it to RGB with Pillow", "check it looks right"),
         )
-        report.add(
-            severity,
-            f"{len(paths)} image(s) in mode {MODE_NAMES.get(mode, mode)}: {shortlist(paths)}",
-            f"8-bit RGB or grayscale images; {effect}",
-            fix,
-        )
-
-
-def _removals(paths: Sequence[str], root: Path) -> tuple[list[str], list[str], list[str]]:
-    """Of the paths of files of one content: (those to delete so that one file is kept, those no
-    command may delete because their removal would change a folder outside ``root``, those that
-    reach a file named before through a link). The kept file is one outside the root where
-    there is one (a shared original reached through a link), else the first."""
-    beyond = [path for path in paths if changed_outside(path, root)]
-    kept = (beyond or paths)[0]
-    seen = {os.path.realpath(kept)}
-    remove, outside, again = [], [], []
-    for path in paths:
-        if path == kept:
-            continue
-        if os.path.realpath(path) in seen:  # deleting it would delete that file
-            again.append(path)
-        elif path in beyond:
-            outside.append(path)
-        else:
-            remove.append(path)
-        seen.add(os.path.realpath(path))
-    return remove, outside, again
+        what = f"in mode {MODE_NAMES.get(mode, mode)}"
+        report.files(severity, paths, what, f"8-bit RGB or grayscale images; {effect}", fix)
 
 
 def _duplicates(
-    report: DatasetReport,
-    results: Sequence[Decoded],
-    places: Mapping[str, tuple[str, str]],
-    root: Path,
+    report: DatasetReport, results: Sequence[Decoded], places: Mapping[str, tuple[str, str]]
 ) -> None:
     groups: dict[str, list[str]] = defaultdict(list)
     for result in results:
@@ -149,29 +111,16 @@ def _duplicates(
         where = {places[path] for path in paths}
         if len(where) < 2:
             continue
-        domains = {domain for domain, _ in where}
-        across = "domains" if len(domains) > 1 else "classes"
+        across = "domains" if len({domain for domain, _ in where}) > 1 else "classes"
         copies = f"{len(paths):,} files of " if len(paths) > SHOWN else ""
-        remove, outside, again = _removals(paths, root)
-        fixes = []
-        if remove:
-            commands = shortlist([f"rm '{p}'" for p in remove], SHOWN - 1, "; ")
-            fixes.append(f"keep one, delete the others: {commands}")
-        if outside:
-            fixes.append(outside_note(outside, root))
-        if again:
-            fixes.append(
-                f"{shortlist(again)} reach(es) a file named before through a link, not a copy: "
-                f"no command is given for it; take the link out of {root} if the image belongs "
-                "in one place"
-            )
         findings.append(
             Finding(
                 WARNING,
                 f"{copies}same content in several {across}: {shortlist(paths)}",
                 "each image in one domain and one class: a copy in a test domain is also "
                 "trained on, a copy in two classes has two labels",
-                "; ".join(fixes),
+                "keep the one where the image belongs (a path reached through a link to shared "
+                "storage is the shared file itself: take the link out instead)",
             )
         )
     report.listed(WARNING, findings, "groups of files of the same content")
@@ -180,16 +129,14 @@ def _duplicates(
 def add_image_findings(
     report: DatasetReport,
     results: Sequence[Decoded],
-    root: Path,
     places: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
-    """Add the findings of decoded ``results``, files of the dataset in ``root`` (fixes touch
-    nothing outside it); ``places`` maps each path to its (domain, class) for finding copies
-    across them (left out: not looked for)."""
+    """Add the findings of decoded ``results``; ``places`` maps each path to its (domain,
+    class) for finding copies across them (left out: not looked for)."""
     report.decoded = len(results)
-    _undecodable(report, results, root)
+    _undecodable(report, results)
     _modes(report, results)
     if places is not None:
-        _duplicates(report, results, places, root)
+        _duplicates(report, results, places)
     bad = sum(result.error is not None for result in results)
     report.add(INFO, f"{len(results) - bad:,} of {len(results):,} images decoded")

@@ -47,7 +47,8 @@ def _read_idx(path: Path, images: bool) -> tuple[int, bytes, str | None]:
 def check_mnist(report: DatasetReport, data_dir: Path) -> None:
     raw = data_dir / MNIST_FOLDER / "raw"
     report.location = str(raw)
-    fix = f"delete it and download MNIST again: {download_command(report.dataset, data_dir)}"
+    command = download_command(report.dataset, data_dir)
+    fix = f"download MNIST (a broken file deleted first): {command}"
     missing = [name for name in mnist_files() if not (raw / name).is_file()]
     if missing:
         report.present = len(missing) < len(mnist_files())
@@ -55,7 +56,7 @@ def check_mnist(report: DatasetReport, data_dir: Path) -> None:
             ERROR,
             f"missing under {data_dir}: {', '.join(missing)}",
             f"torchvision's MNIST files in {raw} (a job would try to download them)",
-            f"download them: {download_command(report.dataset, data_dir)}",
+            fix,
         )
         return
     for name in mnist_files():

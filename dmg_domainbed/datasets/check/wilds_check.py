@@ -35,13 +35,13 @@ def check_wilds(
 ) -> None:
     release = data_dir / layout.folder
     report.location = str(release)
-    fix = f"download it again: {download_command(report.dataset, data_dir)}"
+    fix = f"download it: {download_command(report.dataset, data_dir)}"
     if not (release / layout.marker).is_file():
         report.present = release.is_dir()
         report.add(
             ERROR,
             f"not found: expected {release / layout.marker}, the marker of the WILDS release",
-            fix=f"download it: {download_command(report.dataset, data_dir)}",
+            fix=fix,
         )
         return
     module, name = layout.wilds_class.split(":")
@@ -78,4 +78,4 @@ def check_wilds(
         )
     if not report.quick:
         decoded = decode_all(files, workers, f"{report.dataset}: decoding")
-        add_image_findings(report, decoded, release)
+        add_image_findings(report, decoded)

@@ -1,6 +1,6 @@
 """``dmg-domainbed data check`` on generated folders: a copy of PACS with the download's names
 and counts passes, and each way a copy goes wrong gives its message, with what DomainBed
-expects and the fix, before any job."""
+expects, before any job."""
 
 import io
 import shutil
@@ -74,7 +74,7 @@ def test_a_missing_class_is_named_with_why_and_the_fix(small_pacs):
     shutil.rmtree(small_pacs / "PACS" / "photo" / "giraffe")
     code, out, _ = cli("data", "check", "--data_dir", str(small_pacs), "--quick")
     assert code == 1
-    message = f"domain folder {small_pacs / 'PACS' / 'photo'} has no folder of class(es) 'giraffe'"
+    message = f"domain folder {small_pacs / 'PACS' / 'photo'}: no images of class(es) 'giraffe'"
     assert message in out
     assert "so the classes after a missing or extra one get other labels" in out
     assert f"download_pacs('{small_pacs}')" in out
@@ -85,7 +85,10 @@ def test_an_empty_class_folder_would_stop_the_job(small_pacs):
     for image in (small_pacs / "PACS" / "sketch" / "house").iterdir():
         image.unlink()
     report = check_dataset("PACS", small_pacs, quick=True)
-    one(report, f"class folder {small_pacs / 'PACS' / 'sketch' / 'house'} holds no image file")
+    message = one(
+        report, f"domain folder {small_pacs / 'PACS' / 'sketch'}: no images of class(es) 'house'"
+    )
+    assert "ImageFolder stops the job on an empty one" in message
 
 
 def test_image_counts_are_compared_with_the_release(small_pacs):
@@ -103,16 +106,15 @@ def test_a_truncated_jpeg_is_found_by_decoding(small_pacs):
         m for m in messages(check_dataset("PACS", small_pacs, quick=True)) if "is truncated" in m
     ]
     report = check_dataset("PACS", small_pacs, quick=False, workers=2)
-    message = one(report, f"{image} is truncated")
+    message = one(report, f"1 file(s) are truncated: {image} (")
     assert "DomainBed decodes a truncated one with its missing part filled in" in message
-    assert f"rm '{image}'" in message
 
 
 def test_a_file_that_is_no_image_would_stop_the_job(small_pacs):
     bad = small_pacs / "PACS" / "photo" / "horse" / "broken.jpg"
     bad.write_bytes(b"<html>quota exceeded</html>")
     report = check_dataset("PACS", small_pacs, quick=False)
-    message = one(report, f"{bad} cannot be decoded (not an image file Pillow can identify)")
+    message = one(report, f"cannot be decoded: {bad} (not an image file Pillow can identify)")
     assert "the job stops at the first batch that draws it" in message
 
 
@@ -123,10 +125,8 @@ def test_cmyk_and_16_bit_images_are_named(small_pacs):
     deep = small_pacs / "PACS" / "sketch" / "dog" / "deep.png"
     Image.fromarray(rng.integers(0, 65536, (8, 8), dtype=np.uint16)).save(deep)
     report = check_dataset("PACS", small_pacs, quick=False)
-    assert "without its colour profile" in one(report, f"1 image(s) in mode CMYK: {cmyk}")
-    assert "clipping at 255" in one(
-        report, f"1 image(s) in mode I (16- or 32-bit integers): {deep}"
-    )
+    assert "without its colour profile" in one(report, f"1 file(s) in mode CMYK: {cmyk}")
+    assert "clipping at 255" in one(report, f"1 file(s) in mode I (16- or 32-bit integers): {deep}")
 
 
 def test_a_file_copied_into_another_domain_is_found(small_pacs):
@@ -134,27 +134,20 @@ def test_a_file_copied_into_another_domain_is_found(small_pacs):
     copy = small_pacs / "PACS" / "sketch" / "horse" / "copy.jpg"
     shutil.copy(original, copy)
     report = check_dataset("PACS", small_pacs, quick=False)
-    message = one(report, f"same content in several domains: {original}, {copy}", WARNING)
-    assert f"rm '{copy}'" in message
+    one(report, f"same content in several domains: {original}, {copy}", WARNING)
 
 
-def test_a_domain_named_as_another_mirror_names_it(small_pacs):
-    root = small_pacs / "PACS"
-    (root / "art_painting").rename(root / "art")
-    report = check_dataset("PACS", small_pacs, quick=True, batch=None)  # batches not looked at
-    # 'art' sorts where 'art_painting' does: the same training, another name.
-    message = one(report, "folder 'art' is domain 'art_painting' as another copy names it", WARNING)
-    assert f"mv '{root / 'art'}' '{root / 'art_painting'}'" in message
-    assert not [m for m in messages(report) if "domain" in m and "count" not in m]
-
-
-def test_a_renamed_domain_that_reorders_the_domains_is_an_error(tmp_path):
+def test_a_domain_named_as_another_copy_names_it_is_named_with_the_layout_expected(tmp_path):
+    """VLCS's 'VOC2007' named 'PASCAL', as other copies name it, sorts before 'SUN09': every
+    --test_envs after it would name another domain."""
     vlcs = IMAGE_LAYOUTS["VLCS"]
     write_copy(tmp_path / "VLCS", dict.fromkeys(vlcs.domains, 5), vlcs.classes)
     (tmp_path / "VLCS" / "VOC2007").rename(tmp_path / "VLCS" / "PASCAL")
     report = check_dataset("VLCS", tmp_path, quick=True)
-    message = one(report, "folder 'PASCAL' is domain 'VOC2007' as another copy names it")
-    assert "'PASCAL' comes at position 2 (--test_envs 2, DomainBed's 'S')" in message
+    message = one(report, "folder 'PASCAL' in")
+    assert "'PASCAL' would be domain 2 (--test_envs 2)" in message
+    assert "with 4 domain folders (Caltech101, LabelMe, SUN09, VOC2007) only" in message
+    one(report, f"no folder of domain 'VOC2007' in {tmp_path / 'VLCS'}")
 
 
 def test_a_folder_that_is_no_domain_shifts_the_test_envs(small_pacs):
@@ -162,7 +155,7 @@ def test_a_folder_that_is_no_domain_shifts_the_test_envs(small_pacs):
     report = check_dataset("PACS", small_pacs, quick=True)
     message = one(report, "folder '__MACOSX' in")
     assert "'__MACOSX' would be domain 0 (--test_envs 0)" in message
-    assert f"mv '{small_pacs / 'PACS' / '__MACOSX'}' '{small_pacs}/'" in message
+    assert "move it out of the dataset" in message
 
 
 def test_domainnet_duplicates_that_domainbed_s_download_deletes(tmp_path):
@@ -177,7 +170,7 @@ def test_domainnet_duplicates_that_domainbed_s_download_deletes(tmp_path):
     shutil.copy(next((root / "clipart").rglob("*.jpg")), root / first)
     report = check_dataset("DomainNet", tmp_path, quick=True)
     message = one(report, "1 of the 9,431 files DomainBed's download deletes are in")
-    assert "os.remove" in message and listed in message
+    assert f"without the files listed in {listed}" in message
 
 
 def test_names_are_checked_before_any_work(tmp_path):
