@@ -105,43 +105,48 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
 
 
 def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, Any] | None) -> Check:
-    """The weights the sweep preflight and smoke ask for (:mod:`.requirements`), file by file."""
+    """The weights the sweep preflight and smoke ask for (:mod:`.requirements`), file by file. A
+    missing file fails a run on the dataset (offline it would not start, and the sweep preflight
+    refuses it); without a dataset it is what an image sweep will need first (a ``warn``), but
+    for a file that is there and does not fit (broken, not still to fetch)."""
     target = dataset or IMAGE_DATASET_FOR_WEIGHTS
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
-    # A missing file fails a run on the dataset (offline it would not start, and the sweep
-    # preflight refuses it); without a dataset it is what an image sweep will need first.
-    unaffected = [] if dataset else [SMALL_INPUTS_NEED_NO_WEIGHTS]
     own = requirements.own_weights(algorithm, target, hparams)
     if own is not None:
         lines = [f"{scope} loads its own weights; looked in, in order:"]
         for f in own.locations:
-            state = "found " if f.present else "absent"
-            lines.append(f"{state}  {f.what}: {f.filename} in {f.folder}")
-        if own.ready:
-            return Check(OK, "pretrained weights", (*lines, *own.details))
-        # a file that is there and does not fit is broken, not still to fetch: it fails
-        broken = any(f.present for f in own.locations)
-        status = FAIL if dataset or broken else WARN
-        return Check(status, "pretrained weights", (*lines, *own.details, *unaffected))
-    files, problems = requirements.weight_files(algorithm, target, hparams)
-    if not files and not problems:
-        detail = f"none: {dataset} inputs {input_shape(target)} use no pretrained featurizer"
-        return Check(OK, "pretrained weights", (detail,))
-    effective = effective_hparams(algorithm, target, hparams)
-    backbone = ", ".join(f"{k}={effective[k]}" for k in BACKBONE_HPARAMS if k in effective)
-    lines = [f"{scope} ({backbone}) loads:"]
-    for f in files:
-        if f.present:
-            lines.append(f"cached  {f.what}: {f.path}")
-        else:
-            lines += [f"MISSING {f.what}: not found at {f.path}", f"        to get it: {f.fetch}"]
-    if not problems and all(f.present for f in files):
+            lines.append(
+                f"{'found ' if f.present else 'absent'}  {f.what}: {f.filename} in {f.folder}"
+            )
+        lines += own.details
+        ready, broken = own.ready, any(f.present for f in own.locations)
+    else:
+        files, problems = requirements.weight_files(algorithm, target, hparams)
+        if not files and not problems:
+            detail = f"none: {dataset} inputs {input_shape(target)} use no pretrained featurizer"
+            return Check(OK, "pretrained weights", (detail,))
+        effective = effective_hparams(algorithm, target, hparams)
+        backbone = ", ".join(f"{k}={effective[k]}" for k in BACKBONE_HPARAMS if k in effective)
+        lines = [f"{scope} ({backbone}) loads:"]
+        for f in files:
+            if f.present:
+                lines.append(f"cached  {f.what}: {f.path}")
+            else:
+                lines += [
+                    f"MISSING {f.what}: not found at {f.path}",
+                    f"        to get it: {f.fetch}",
+                ]
+        ready, broken = not problems and all(f.present for f in files), False
+        if not ready:
+            lines += problems + unwritable_caches([f.folder for f in files if not f.present])
+            lines.append(
+                "DomainBed downloads missing weights when it builds the model; offline, the job "
+                "fails there"
+            )
+    if ready:
         return Check(OK, "pretrained weights", lines)
-    lines += problems + unwritable_caches([f.folder for f in files if not f.present])
-    lines.append(
-        "DomainBed downloads missing weights when it builds the model; offline, the job fails there"
-    )
-    return Check(FAIL if dataset else WARN, "pretrained weights", [*lines, *unaffected])
+    unaffected = [] if dataset else [SMALL_INPUTS_NEED_NO_WEIGHTS]
+    return Check(FAIL if dataset or broken else WARN, "pretrained weights", [*lines, *unaffected])
 
 
 #: What starts the line of a cache folder that cannot be written (read by :func:`render`).
@@ -240,33 +245,28 @@ def diagnose(
 
 def render(checks: Sequence[Check], algorithm: str, dataset: str | None) -> str:
     """The report a user reads, ending with the verdict."""
-    lines = []
-    for check in checks:
-        lines.append(f"[{check.status:^4}] {check.title}")
-        lines += [f"       {detail}" for detail in check.details]
-    failed = [c.title for c in checks if c.status == FAIL]
-    if dataset is not None:
-        run = f"a run of {algorithm} on {dataset}"
-        if failed:
-            lines.append(f"NOT READY: {run} would not start; see: {', '.join(failed)}")
-        else:
-            lines.append(f"READY: {run} would start")
-        return "\n".join(lines)
+    lines = [
+        f"[{c.status:^4}] {c.title}" + "".join(f"\n       {d}" for d in c.details) for c in checks
+    ]
+    failed = ", ".join(c.title for c in checks if c.status == FAIL)
+    run = f"a run of {algorithm} on {dataset}" if dataset else "the demo"
     if failed:
-        lines.append(f"NOT READY: the demo would not start; see: {', '.join(failed)}")
-        return "\n".join(lines)
-    lines.append(
-        f"READY: the demo (dmg-domainbed demo, on {DEMO_DATASET}) would start; --dataset NAME "
-        f"checks a run of {algorithm} on a dataset"
-    )
-    weights = next((c for c in checks if c.title == "pretrained weights"), None)
-    if weights is not None and weights.status == WARN:
+        lines.append(f"NOT READY: {run} would not start; see: {failed}")
+    elif dataset:
+        lines.append(f"READY: {run} would start")
+    else:
         lines.append(
-            f"  before a sweep of {algorithm} on 224x224 image datasets: get the pretrained "
-            "weights listed MISSING above"
+            f"READY: the demo (dmg-domainbed demo, on {DEMO_DATASET}) would start; --dataset NAME "
+            f"checks a run of {algorithm} on a dataset"
         )
-        if any(detail.startswith(CANNOT_WRITE) for detail in weights.details):
-            lines.append("  their caches cannot be written here: set the folders named above")
+        weights = next((c for c in checks if c.title == "pretrained weights"), None)
+        if weights is not None and weights.status == WARN:
+            lines.append(
+                f"  before a sweep of {algorithm} on 224x224 image datasets: get the pretrained "
+                "weights listed MISSING above"
+            )
+            if any(detail.startswith(CANNOT_WRITE) for detail in weights.details):
+                lines.append("  their caches cannot be written here: set the folders named above")
     return "\n".join(lines)
 
 

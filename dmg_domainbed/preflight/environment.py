@@ -3,7 +3,6 @@ process registers the plugins, what torch sees, and whether torch and torchvisio
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -145,17 +144,12 @@ def installed_build(name: str) -> Build | None:
 def _version_in_file(path: Path) -> str | None:
     """The ``__version__ = '...'`` a package's ``version.py`` assigns (read, not imported)."""
     try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, ValueError):
+        found = re.search(
+            r"^__version__\s*(?::\s*str\s*)?=\s*['\"]([^'\"]+)['\"]", path.read_text(), re.M
+        )
+    except (OSError, ValueError):
         return None
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        value = getattr(node, "value", None)
-        for target in targets:
-            if isinstance(target, ast.Name) and target.id == "__version__":
-                if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                    return value.value
-    return None
+    return found.group(1) if found else None
 
 
 def torch_pair_problem(

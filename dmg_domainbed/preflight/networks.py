@@ -11,23 +11,12 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
-from typing import Any
+from unittest import mock
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight.hparams import CheckedRun
 
 TORCHVISION_BUILDERS = ("resnet18", "resnet50", "alexnet")
-
-
-@contextlib.contextmanager
-def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """Within the block, ``owner.name`` is ``value``; restored on leaving."""
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
 
 
 @contextlib.contextmanager
@@ -40,10 +29,10 @@ def without_pretrained_weights() -> Iterator[None]:
         for name in TORCHVISION_BUILDERS:
             build = getattr(torchvision.models, name)
             random = functools.partial(lambda build, *_, **__: build(weights=None), build)
-            stack.enter_context(_replaced(torchvision.models, name, random))
+            stack.enter_context(mock.patch.object(torchvision.models, name, random))
         create = timm.create_model
         random = lambda *a, **k: create(*a, **{**k, "pretrained": False})  # noqa: E731
-        stack.enter_context(_replaced(timm, "create_model", random))
+        stack.enter_context(mock.patch.object(timm, "create_model", random))
         yield
 
 
