@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import io
 import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,48 +44,13 @@ PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x8
 # machine is expected to have (torch, torchvision, timm, pandas, scipy, pytest, pytest-xdist,
 # tensorboard and what they require). The machine's own copies win: run.sh installs a wheel only
 # where its distribution is missing there, and this package's wheel always.
-WHEELS = (
-    "wilds",
-    "ogb",
-    "outdated",
-    "littleutils",
-    "pytz",
-    "flufl.lock",
-    "atpublic",
-    "scikit-posthocs",
-    "submitit",
-    "cloudpickle",
-    "parameterized",
-    "hatchling",
-    "pathspec",
-    "tomlkit",
-    "trove-classifiers",
-    "tabulate",
-    "psutil",
-    "tqdm",
-    "scikit-learn",
-    "joblib",
-    "threadpoolctl",
-    "matplotlib",
-    "contourpy",
-    "cycler",
-    "fonttools",
-    "kiwisolver",
-    "pyparsing",
-    "seaborn",
-    "statsmodels",
-    "patsy",
-    "formulaic",
-    "interface-meta",
-    "narwhals",
-    "wrapt",
-    "requests",
-    "urllib3",
-    "idna",
-    "certifi",
-    "charset-normalizer",
-    "six",
-)
+WHEELS = """
+wilds ogb outdated littleutils pytz flufl.lock atpublic scikit-posthocs submitit cloudpickle
+parameterized hatchling pathspec tomlkit trove-classifiers tabulate psutil tqdm scikit-learn
+joblib threadpoolctl matplotlib contourpy cycler fonttools kiwisolver pyparsing seaborn
+statsmodels patsy formulaic interface-meta narwhals wrapt requests urllib3 idna certifi
+charset-normalizer six
+""".split()
 
 RUN_SH = r"""#!/usr/bin/env bash
 # Written by benchmarks/gpu_bundle.py. On a GPU machine without network, from anywhere:
@@ -218,11 +183,11 @@ def download_wheels(wheels: Path) -> None:
 
 
 def extract_domainbed(checkout: Path, commit: str, bundle: Path) -> None:
-    with tempfile.TemporaryDirectory() as scratch:
-        archive = Path(scratch) / "domainbed.tar"
-        run(["git", "-C", str(checkout), "archive", "--output", str(archive), commit])
-        with tarfile.open(archive) as tar:
-            tar.extractall(bundle / "DomainBed", filter="data")
+    archive = subprocess.run(
+        ["git", "-C", str(checkout), "archive", commit], check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(bundle / "DomainBed", filter="data")
 
 
 def this_commit() -> str:
