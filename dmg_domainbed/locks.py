@@ -1,47 +1,34 @@
 """One run at a time per output folder, on local disks and on clusters' shared filesystems.
 
 A command that writes runs holds ``with FolderLock(output_dir): ...`` while it works. The lock
-is :mod:`flufl.lock`'s (NFS-safe: a hard link to a claim file; its modification time is when it
-expires, pushed :data:`LIFETIME_S` ahead every :data:`REFRESH_S` s by a daemon thread). Added
-here, as flufl.lock leaves them to its users: a record beside the claim (host, pid, start,
-command) that a refused command is shown; staleness (a holder on this machine, i.e. host, boot
-and pid namespace, is stale once its process is gone; one on another machine once its lock
-expired); and a takeover under a second flufl lock that removes a stale lock only if it still is
-the one judged, so that of several takers exactly one wins.
+is :mod:`flufl.lock`'s: NFS-safe (a hard link to a claim file whose name holds the host and pid),
+its expiry the file's modification time, pushed :data:`LIFETIME_S` ahead every :data:`REFRESH_S` s
+by a daemon thread. Added here: a holder on this host is stale once no process of its pid started
+before the lock's last refresh (where flufl.lock waits out the lifetime, and breaks a live holder
+that was stopped); one elsewhere once its lock expired. Of several takers of a stale lock, the one
+that removes its claim file removes it, and exactly one of them then wins the lock.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import socket
 import sys
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 import psutil
-from flufl.lock import Lock, NotLockedError, TimeOutError
+from flufl.lock import SEP, Lock, NotLockedError, TimeOutError
 
 from dmg_domainbed.errors import UserError
 
 LOCK_NAME = ".dmg-domainbed.lock"
 REFRESH_S = 30.0
-LIFETIME_S = 300.0  # how long a lock outlives its last refresh, for other machines
-CONTENTION_WAIT_S = 10.0  # how long a contender waits for a takeover or a holder's record
+LIFETIME_S = 300  # how long a lock outlives its last refresh, for other machines
+STALE_WAIT_S = 10.0  # how long a stale lock may resist its takers
 logging.getLogger("flufl.lock").propagate = False  # it logs every refused attempt as an error
-
-
-def _machine() -> str:
-    """This host, boot and pid namespace: where a pid names the same process."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return f"{socket.gethostname()}/{boot}{os.readlink('/proc/self/ns/pid')}"
-    except OSError:  # not Linux: the host name alone
-        return f"{socket.gethostname()}/"
 
 
 def _duration(seconds: float) -> str:
@@ -51,48 +38,47 @@ def _duration(seconds: float) -> str:
 
 
 class Holder(NamedTuple):
-    """A lock as found: its claim (the lock file's content), expiry and holder's record."""
+    """A lock as found: its claim (the lock file's content: path, host, pid), when it expires, and
+    whether its host is this one."""
 
     claim: str
+    host: str
+    pid: int
     expires: float
-    host: str = "?"
-    machine: str = "?"
-    pid: int = 0  # 0: no record (yet)
-    started: float = 0.0
-    command: str = "?"
+    here: bool
+
+    def process(self) -> psutil.Process | None:
+        """The holder's process, if it runs here: its pid, started before the last refresh
+        (flufl.lock writes the expiry in whole seconds)."""
+        try:
+            process = psutil.Process(self.pid)
+            if process.create_time() < self.expires - LIFETIME_S + 1:
+                return None if process.status() == psutil.STATUS_ZOMBIE else process
+        except (psutil.Error, ValueError):
+            pass
+        return None
 
     def stale(self) -> bool:
-        if self.machine != _machine():
-            return time.time() > self.expires
-        try:  # gone, or the pid now names a process started after the lock was taken
-            process = psutil.Process(self.pid)
-            later = process.create_time() > self.started + 1
-            return later or process.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
+        return self.process() is None if self.here else time.time() > self.expires
 
     def describe(self) -> str:
-        if self.pid == 0:
-            return "a run whose record is not readable"
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
-        ago = _duration(time.time() - self.started)
-        return (
-            f"`{self.command}` (pid {self.pid} on {self.host}), running since {started} ({ago} ago)"
-        )
+        process = self.process() if self.here else None
+        try:
+            command, started = " ".join(process.cmdline()), process.create_time()
+        except (AttributeError, psutil.Error):  # elsewhere, or gone
+            return f"pid {self.pid} on {self.host}"
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+        ago = _duration(time.time() - started)
+        return f"`{command}` (pid {self.pid} on {self.host}), running since {since} ({ago} ago)"
 
 
 class FolderLock:
-    """Exclusive use of ``folder`` by this process, as a context manager; ``command`` is what a
-    second run is shown (default: this command line)."""
+    """Exclusive use of ``folder`` by this process, as a context manager."""
 
-    def __init__(
-        self, folder: str | os.PathLike, command: str | None = None, refresh_s: float = REFRESH_S
-    ) -> None:
+    def __init__(self, folder: str | os.PathLike, refresh_s: float = REFRESH_S) -> None:
         self.folder, self.path = Path(folder), Path(folder) / LOCK_NAME
-        self.command = command or " ".join(sys.orig_argv)
         self.refresh_s = refresh_s
-        self.lock = Lock(str(self.path), lifetime=timedelta(seconds=LIFETIME_S))
-        self.record = Path(f"{self.lock.claimfile}.json")
+        self.lock = Lock(str(self.path), lifetime=LIFETIME_S)
         self.lost = False  # another process took the lock over while this one held it
         self._stop = threading.Event()
         self._refreshing: threading.Thread | None = None
@@ -111,34 +97,32 @@ class FolderLock:
                 f"{self.path} is the lock of an earlier version of this package: once no run of "
                 f"that version works in {self.folder}, delete it (rm -r {self.path})"
             )
-        deadline = time.monotonic() + CONTENTION_WAIT_S
-        while True:
+        deadline = time.monotonic() + STALE_WAIT_S
+        while time.monotonic() < deadline:  # a round ends when its lock is gone or stale
             try:
                 self.folder.mkdir(parents=True, exist_ok=True)
-                # a timeout already past: flufl.lock neither waits nor breaks a lock itself
-                self.lock.lock(timeout=-1)
+                self.lock.lock(timeout=-1)  # already past: one try, never waiting nor breaking
                 break
             except TimeOutError:
-                pass
+                holder = self.holder()
             except OSError as error:
                 raise UserError(
                     f"cannot write into {self.folder}: {error.strerror} ({error.filename}); "
                     "choose another output folder"
                 ) from None
-            holder, late = self.holder(), time.monotonic() > deadline
-            if holder and holder.stale():
-                self._take_over(holder)
-            elif holder and (holder.pid or late):  # a holder writes its record right after
-                raise UserError(f"{self.folder} is in use by another run: {self._advice(holder)}")
-            if late:
+            if holder and not holder.stale():
                 raise UserError(
-                    f"{self.folder}: other processes kept taking its lock for "
-                    f"{CONTENTION_WAIT_S:.0f} s; run one command at a time on this folder"
+                    f"{self.folder} is in use by another run: {holder.describe()}. "
+                    f"{self._advice(holder)}; or choose another output folder."
                 )
-            time.sleep(0.05)
-        record = dict(host=socket.gethostname(), machine=_machine(), pid=os.getpid())
-        # read while half written, it is no record yet: contenders wait for it
-        self.record.write_text(json.dumps(dict(record, started=time.time(), command=self.command)))
+            if holder:
+                self._take_over(holder)
+            time.sleep(0.01)
+        else:
+            raise UserError(
+                f"{self.folder}: its lock {self.path} is stale but cannot be taken over; delete it "
+                f"once you are sure nothing writes into {self.folder}"
+            )
         self._stop.clear()
         self._refreshing = threading.Thread(target=self._refresh, name="folder-lock", daemon=True)
         self._refreshing.start()
@@ -148,7 +132,6 @@ class FolderLock:
         self._stop.set()
         if self._refreshing is not None:
             self._refreshing.join()
-        self.record.unlink(missing_ok=True)
         self.lock.unlock(unconditionally=True)
 
     def holder(self) -> Holder | None:
@@ -158,39 +141,27 @@ class FolderLock:
                 claim, expires = lock.read(), os.fstat(lock.fileno()).st_mtime
         except FileNotFoundError:
             return None
-        try:
-            record = json.loads((self.folder / f"{Path(claim).name}.json").read_text())
-            return Holder(claim, expires, **record)
-        except (OSError, ValueError, TypeError):
-            return Holder(claim, expires)
+        _, host, pid, *_ = [*claim.split(SEP), "?", "0"]
+        return Holder(
+            claim, host, int(pid) if pid.isdigit() else 0, expires, host == self.lock.hostname
+        )
 
     def _take_over(self, stale: Holder) -> None:
-        """Remove the stale lock, its claim and record, if it still is the one judged."""
-        guard = Lock(f"{self.path}.takeover", lifetime=timedelta(seconds=CONTENTION_WAIT_S))
+        """Remove the stale lock: the one taker that removes its claim file removes the lock file,
+        which is then still the one judged; the others find the claim gone."""
         try:
-            guard.lock(timeout=timedelta(seconds=CONTENTION_WAIT_S))
-        except TimeOutError:
-            return
-        try:
-            current = self.holder()
-            if current and current.claim == stale.claim and current.stale():
-                claim = self.folder / Path(stale.claim).name
-                for path in (self.path, claim, Path(f"{claim}.json")):
-                    path.unlink(missing_ok=True)
-        finally:
-            guard.unlock(unconditionally=True)
+            (self.folder / Path(stale.claim).name).unlink()
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
 
     def _advice(self, holder: Holder) -> str:
-        if holder.machine == _machine():
-            return (
-                f"{holder.describe()}. It is running on this machine: wait for it to finish or "
-                f"stop it (kill {holder.pid}), or choose another output folder."
-            )
+        if holder.here:
+            return f"It runs on this machine: wait for it to finish or stop it (kill {holder.pid})"
         return (
-            f"{holder.describe()}. Wait for it to finish or stop it, or choose another output "
-            "folder. If that run is gone (e.g. its machine crashed), its lock is taken over "
-            f"once it expires, in {_duration(holder.expires - time.time())}; or delete "
-            f"{self.path} once you are sure nothing writes into {self.folder}."
+            "Wait for it to finish or stop it. If that run is gone (e.g. its machine crashed), its "
+            f"lock is taken over once it expires, in {_duration(holder.expires - time.time())}; "
+            f"or delete {self.path} once you are sure nothing writes into {self.folder}"
         )
 
     def _refresh(self) -> None:

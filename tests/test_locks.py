@@ -1,7 +1,6 @@
 """One run at a time per output folder: a second run is refused with who holds the folder, a
 lock left by a dead run is taken over, and of several takers exactly one wins."""
 
-import json
 import os
 import signal
 import socket
@@ -10,8 +9,10 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
+from dmg_domainbed import locks
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.locks import LOCK_NAME, FolderLock
 
@@ -25,9 +26,9 @@ CONTENDER = textwrap.dedent(
     while not os.path.exists(sys.argv[2]):
         time.sleep(0.001)
     try:
-        FolderLock(sys.argv[1], command=f"run {os.getpid()}").acquire()
+        FolderLock(sys.argv[1]).acquire()
     except UserError as error:
-        print("refused:", error, flush=True)
+        print("refused:", " ".join(str(error).split()), flush=True)
     else:
         print("won", flush=True)
     time.sleep(60)
@@ -68,31 +69,34 @@ def expire_in(folder, seconds):
     os.utime(folder / LOCK_NAME, (time.time() + seconds,) * 2)
 
 
-def write_lock_of_another_machine(folder, expires_in_s):
-    """A lock as flufl.lock and a run on another machine leave it: a claim file holding its own
-    name, the lock a hard link to it, the run's record beside it."""
-    claim = folder / f"{LOCK_NAME}|node-17|4242|77"
+def write_lock(folder, expires_in_s, host="node-17", pid=4242):
+    """A lock as flufl.lock leaves it (by default, a run's on another machine): a claim file
+    holding its own name, the lock a hard link to it."""
+    claim = folder / f"{LOCK_NAME}|{host}|{pid}|77"
     claim.write_text(str(claim))
     os.link(claim, folder / LOCK_NAME)
-    record = dict(host="node-17", machine="node-17/boot/ns", pid=4242, command="x")
-    (folder / f"{claim.name}.json").write_text(json.dumps(dict(record, started=time.time() - 60)))
     expire_in(folder, expires_in_s)
 
 
-def test_a_second_run_on_the_same_folder_is_refused_naming_the_first(tmp_path):
+def test_a_second_run_on_the_same_folder_is_refused_naming_the_first(tmp_path, monkeypatch):
     go = tmp_path / "go"
     go.touch()
     (first,) = contenders(tmp_path / "out", go, 1)
     try:
         assert first.stdout.readline().strip() == "won"
         with pytest.raises(UserError) as refused:
-            FolderLock(tmp_path / "out", command="second").acquire()
+            FolderLock(tmp_path / "out").acquire()
         message = str(refused.value)
-        assert f"out is in use by another run: `run {first.pid}` (pid {first.pid} on " in message
-        assert socket.gethostname() in message and "running since " in message
+        assert f"out is in use by another run: `{sys.executable} -c " in message
+        assert f"(pid {first.pid} on {socket.getfqdn()}), running since " in message
         assert f"wait for it to finish or stop it (kill {first.pid})" in message
-        # alive on this machine: never taken over, however long ago its lock expired
-        expire_in(tmp_path / "out", -1000)
+        # stopped on this machine: never taken over, however long ago its lock expired
+        os.kill(first.pid, signal.SIGSTOP)
+        monkeypatch.setattr(locks, "LIFETIME_S", 1)  # its last refresh a second after its start
+        started = psutil.Process(first.pid).create_time()
+        time.sleep(max(0.0, started + 3 - time.time()))
+        os.utime(tmp_path / "out" / LOCK_NAME, (started + 2,) * 2)
+        assert FolderLock(tmp_path / "out").holder().expires < time.time()
         with pytest.raises(UserError, match="in use by another run"):
             FolderLock(tmp_path / "out").acquire()
     finally:
@@ -109,21 +113,32 @@ def test_a_run_killed_with_sigkill_leaves_a_lock_the_next_run_takes_over(tmp_pat
     killed.wait()
     assert holder(tmp_path).pid == killed.pid  # its lock has not expired: only the pid tells
 
-    with FolderLock(tmp_path, command="next") as lock:
-        assert (holder(tmp_path).command, holder(tmp_path).pid) == ("next", os.getpid())
+    with FolderLock(tmp_path) as lock:
+        assert holder(tmp_path).pid == os.getpid()
         assert not lock.lost
     assert sorted(p.name for p in tmp_path.iterdir()) == ["go"]  # nothing left behind
 
 
+def test_a_lock_whose_pid_now_names_a_later_process_is_taken_over(tmp_path):
+    """As after a reboot: the pid lives, but its process started after the lock's last refresh."""
+    started = psutil.Process().create_time()
+    write_lock(
+        tmp_path, started - 10 + locks.LIFETIME_S - time.time(), socket.getfqdn(), os.getpid()
+    )
+    with FolderLock(tmp_path) as lock:
+        assert holder(tmp_path).claim == lock.lock.claimfile
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_lock_from_another_machine_is_taken_over_only_once_it_expired(tmp_path):
-    write_lock_of_another_machine(tmp_path, expires_in_s=240)
-    with pytest.raises(UserError, match=r"`x` \(pid 4242 on node-17\).*once it expires, in 4 min"):
+    write_lock(tmp_path, expires_in_s=240)
+    with pytest.raises(UserError, match=r"pid 4242 on node-17\. .*once it expires, in 4 min"):
         FolderLock(tmp_path).acquire()
 
     expire_in(tmp_path, -1)
-    with FolderLock(tmp_path, command="taker"):
-        assert holder(tmp_path).command == "taker"
-    assert list(tmp_path.iterdir()) == []  # the other machine's claim and record went too
+    with FolderLock(tmp_path):
+        assert holder(tmp_path).pid == os.getpid()
+    assert list(tmp_path.iterdir()) == []  # the other machine's claim went too
 
 
 def test_the_holder_refreshes_its_lock_and_notices_a_takeover(tmp_path, capsys):
@@ -134,15 +149,16 @@ def test_the_holder_refreshes_its_lock_and_notices_a_takeover(tmp_path, capsys):
 
         # as a run on another machine takes it over: removed, replaced by its own
         (tmp_path / LOCK_NAME).unlink()
-        write_lock_of_another_machine(tmp_path, expires_in_s=300)
+        write_lock(tmp_path, expires_in_s=300)
         time.sleep(0.3)
         assert lock.lost
-    assert f"this process lost its lock of {tmp_path}" in capsys.readouterr().err
-    assert holder(tmp_path).command == "x"  # releasing left the new holder alone
+    err = capsys.readouterr().err
+    assert f"this process lost its lock of {tmp_path}" in err and "pid 4242 on node-17" in err
+    assert holder(tmp_path).host == "node-17"  # releasing left the new holder alone
 
 
 def test_of_many_takers_of_a_stale_lock_exactly_one_wins(tmp_path):
-    write_lock_of_another_machine(tmp_path, expires_in_s=-3600)
+    write_lock(tmp_path, expires_in_s=-3600)
     go = tmp_path / "go"
     processes = contenders(tmp_path, go, 6)
     go.touch()
@@ -150,18 +166,18 @@ def test_of_many_takers_of_a_stale_lock_exactly_one_wins(tmp_path):
     winners = [p.pid for p, line in zip(processes, said) if line == "won"]
     assert len(winners) == 1, said
     refused = [line for line in said if line != "won"]
-    assert all(f"`run {winners[0]}`" in line for line in refused), said
+    assert all(f"(pid {winners[0]} on " in line for line in refused), said
 
 
 def test_a_taker_never_removes_a_lock_newer_than_the_one_it_judged_stale(tmp_path):
-    write_lock_of_another_machine(tmp_path, expires_in_s=-3600)
-    late = FolderLock(tmp_path, command="late")
+    write_lock(tmp_path, expires_in_s=-3600)
+    late = FolderLock(tmp_path)
     judged = late.holder()
     assert judged.stale()
-    with FolderLock(tmp_path, command="first"):
+    with FolderLock(tmp_path):
         late._take_over(judged)  # what `late` does next, after the other took the lock over
-        assert holder(tmp_path).command == "first"
-        with pytest.raises(UserError, match="in use by another run: `first`"):
+        assert holder(tmp_path).pid == os.getpid()
+        with pytest.raises(UserError, match=f"in use by another run: .*pid {os.getpid()} on "):
             late.acquire()
 
 

@@ -3,6 +3,7 @@ runs of two datasets, foreign and older records; DomainBed's numbers stay collec
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -54,11 +55,11 @@ def test_a_running_sweep_is_partial_and_its_jobs_are_named(demo_sweep, tmp_path)
         (starting / name).unlink()
     (starting / "out.txt").write_text("")
 
-    with FolderLock(sweep, command="dmg-domainbed sweep the.toml"):
+    with FolderLock(sweep):
         code, printed, _ = report(sweep, tmp_path / "running")
     assert code == 0
     assert "Jobs: 24 in the sweep: 22 done, 2 running, 0 failed; 0 diverged." in printed
-    assert "locked by `dmg-domainbed sweep the.toml`" in printed
+    assert "locked by `" in printed and f"(pid {os.getpid()} on " in printed
     assert f"DMG on RotatedDigits, test env 0, hparams 0, trial 0 ({mid_run.name})" in printed
     assert f"{starting.name} (no record yet)" in printed
     assert "The numbers are PARTIAL: 2 cell(s)" in printed
