@@ -10,9 +10,8 @@ next pass for ever: the job hangs before its first step, without an error. (With
 ``class_balanced`` a ``WeightedRandomSampler`` draws ``batch_size`` indices per pass instead;
 it is off in DomainBed's defaults and its random search.)
 
-The data check and the sweep's checks apply the rule to the files
-(:mod:`dmg_domainbed.datasets.check.batch_fit`); a manifest dataset applies it when ``train.py``
-builds it (:func:`training_holdout_fraction`).
+The data check and the sweep's checks apply the rule to the files (:mod:`.check.data_check`); a
+manifest dataset applies it when ``train.py`` builds it (:func:`training_holdout_fraction`).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmg_domainbed.datasets.check.batch_fit import Batch
 from dmg_domainbed.datasets.check.data_check import (
     FILE_DATASETS,
+    Batch,
     check_dataset,
     registered_manifests,
 )

@@ -39,8 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dmg_domainbed.datasets.check.batch_fit import Batch
-from dmg_domainbed.datasets.check.data_check import check_sweep_output_dir
+from dmg_domainbed.datasets.check.data_check import Batch, check_sweep_output_dir
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.names import UnknownHparams
 from dmg_domainbed.launchers.common import as_launcher

@@ -4,22 +4,17 @@ One entry point, :func:`check_dataset`, for ``dmg-domainbed data check``, the do
 sweep preflight: DomainBed's image datasets (:mod:`.folder_check`), its MNIST and WILDS datasets
 (:mod:`.mnist_check`, :mod:`.wilds_check`) and manifest datasets. ``quick`` looks at names,
 counts and file headers only; the full check also decodes every image, in parallel over
-``workers`` processes. Both refuse a dataset whose domains cannot fill a batch
-(:mod:`.batch_fit`). Nothing is written or downloaded.
+``workers`` processes. Both refuse a dataset whose domains cannot fill the runs' :class:`Batch`
+(the rule of :mod:`dmg_domainbed.datasets.training_split`). Nothing is written or downloaded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from dmg_domainbed.datasets import featurizer_of, input_shape
-from dmg_domainbed.datasets.check.batch_fit import (
-    DEFAULT_BATCH,
-    Batch,
-    add_batch_findings,
-    domain_examples,
-)
 from dmg_domainbed.datasets.check.folder_check import check_image_dataset, check_manifest_dataset
 from dmg_domainbed.datasets.check.mnist_check import check_mnist
 from dmg_domainbed.datasets.check.wilds_check import check_wilds
@@ -31,10 +26,44 @@ from dmg_domainbed.datasets.layouts import (
     WILDS_LAYOUTS,
 )
 from dmg_domainbed.datasets.manifest import Manifest
+from dmg_domainbed.datasets.training_split import (
+    HOLDOUT_FRACTION,
+    batch_findings,
+    training_examples,
+)
 from dmg_domainbed.folders import check_creatable, check_outside
 
 # DomainBed's datasets whose files this check knows, in DomainBed's order.
 FILE_DATASETS = (*MNIST_DATASETS, *IMAGE_LAYOUTS, *WILDS_LAYOUTS)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The batch runs train with: ``size``, else (``None``) DomainBed's default for ERM on the
+    dataset; ``source`` says where it comes from. A sweep gives the largest batch its jobs
+    draw (:func:`dmg_domainbed.sweep.plan.draws`), as every domain trains in some job."""
+
+    size: int | None = None
+    holdout_fraction: float = HOLDOUT_FRACTION
+    source: str = "DomainBed's default batch_size"
+
+
+def _add_batch_findings(report: DatasetReport, domains: list[str], batch: Batch) -> None:
+    """An error for each domain whose training split cannot fill ``batch``. MNIST's two files
+    are pooled and dealt out to the domains in turn."""
+    from domainbed import hparams_registry
+
+    examples = [(count.domain, count.images) for count in report.counts]
+    if report.dataset in MNIST_DATASETS:
+        examples = [(name, sum(n for _, n in examples) // len(domains)) for name in domains]
+    if not any(training_examples(n, batch.holdout_fraction) for _, n in examples):
+        return  # no images: other findings say so
+    size = batch.size
+    if size is None:
+        size = hparams_registry.default_hparams("ERM", report.dataset)["batch_size"]
+    report.findings += batch_findings(
+        report.dataset, examples, size, batch.holdout_fraction, batch.source
+    )
 
 
 def registered_manifests() -> dict[str, Manifest]:
@@ -57,7 +86,7 @@ def check_dataset(
     quick: bool,
     workers: int = 1,
     manifests: Mapping[str, Manifest] | None = None,
-    batch: Batch | None = DEFAULT_BATCH,
+    batch: Batch | None = Batch(),
 ) -> DatasetReport:
     """The findings on ``dataset`` (a DomainBed dataset with files, or one of ``manifests``,
     default: the registered ones) under ``data_dir``, for runs with ``batch`` (default:
@@ -85,23 +114,15 @@ def check_dataset(
         else:
             check_mnist(report, base)
     if report.present and batch is not None:
-        examples = domain_examples(report, domains)
-        add_batch_findings(report, examples, batch)
+        _add_batch_findings(report, domains, batch)
     return report
 
 
 def dataset_folders(data_dir: str | Path) -> dict[str, Path]:
     """The folder under ``data_dir`` that holds each of DomainBed's datasets with files."""
+    layouts = IMAGE_LAYOUTS | WILDS_LAYOUTS
     base = Path(data_dir).expanduser()
-    folders = {}
-    for dataset in FILE_DATASETS:
-        if dataset in IMAGE_LAYOUTS:
-            folders[dataset] = base / IMAGE_LAYOUTS[dataset].folder
-        elif dataset in WILDS_LAYOUTS:
-            folders[dataset] = base / WILDS_LAYOUTS[dataset].folder
-        else:
-            folders[dataset] = base / MNIST_FOLDER
-    return folders
+    return {d: base / (layouts[d].folder if d in layouts else MNIST_FOLDER) for d in FILE_DATASETS}
 
 
 def check_sweep_output_dir(output_dir: Path, data_dir: str, option: str) -> None:

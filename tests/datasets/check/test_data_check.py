@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dmg_domainbed.datasets.check.batch_fit import Batch
-from dmg_domainbed.datasets.check.data_check import check_dataset
+from dmg_domainbed.datasets.check.data_check import Batch, check_dataset
 from dmg_domainbed.datasets.findings import ERROR, WARNING
 from dmg_domainbed.datasets.layouts import DOMAINNET_DUPLICATES_FILE, IMAGE_LAYOUTS
 

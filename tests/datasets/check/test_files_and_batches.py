@@ -13,8 +13,7 @@ import pytest
 from domainbed import hparams_registry
 from PIL import Image
 
-from dmg_domainbed.datasets.check.batch_fit import Batch
-from dmg_domainbed.datasets.check.data_check import check_dataset
+from dmg_domainbed.datasets.check.data_check import Batch, check_dataset
 from dmg_domainbed.datasets.findings import ERROR, WARNING
 from dmg_domainbed.datasets.manifest import load_manifest
 from dmg_domainbed.datasets.manifest_dataset import dataset_class
