@@ -251,19 +251,19 @@ def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
 
     records, names = [], run_names(runs)
     for run in runs:
-        records += [_renamed(r, f"{names[run.path]} ({PREDICT})", {}) for r in run.records]
+        records += [renamed(r, f"{names[run.path]} ({PREDICT})") for r in run.records]
         evaluated = evaluations[evaluations["run"] == str(run.path)]
         for (prediction, step), rows in evaluated.groupby(["prediction", "step"], sort=False):
             if prediction.endswith(f"({PREDICT})"):
                 continue
             record = next(r for r in run.records if r["step"] == step)
             accuracies = {f"env{e}_out_acc": a / 100 for e, a in zip(rows["env"], rows["accuracy"])}
-            records.append(_renamed(record, prediction, accuracies))
+            records.append(renamed({**record, **accuracies}, prediction))
     return Q(records)
 
 
-def _renamed(record: dict, prediction: str, accuracies: dict) -> dict:
-    return {**record, **accuracies, "args": {**record["args"], "algorithm": prediction}}
+def renamed(record: dict, prediction: str) -> dict:
+    return {**record, "args": {**record["args"], "algorithm": prediction}}
 
 
 def selection_frame(records) -> pd.DataFrame:

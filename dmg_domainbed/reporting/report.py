@@ -143,8 +143,8 @@ def accuracy_figure(
     written upright beyond the end of each error bar, so neighbours never overlap. A note names
     the bars flagged partial or diverged."""
     frame = results[results["dataset"] == dataset]
-    has_result = frame.groupby("selection_method", sort=False)["accuracy"].count() > 0
-    methods = list(has_result.index[has_result]) or list(has_result.index)
+    every, empty = list(frame["selection_method"].unique()), tables.without_results(frame)
+    methods = [method for method in every if method not in empty] or every
     algorithms = list(frame["algorithm"].unique())
     domains = list(frame["test_domain"].unique())
     palette, positions = colours(algorithms), np.arange(len(domains))
@@ -179,8 +179,7 @@ def accuracy_figure(
         ncols=min(len(algorithms), 6), loc="lower left", bbox_to_anchor=(0, 1.12), frameon=False
     )
     notes = _flag_notes(frame[frame["selection_method"].isin(methods)])
-    empty = list(has_result.index[~has_result])
-    if empty and len(empty) < len(has_result):
+    if empty and len(empty) < len(every):
         notes.insert(0, f"no result (X in the tables) for: {'; '.join(empty)}")
     if notes:
         fig.supxlabel("\n".join(notes), fontsize=8, color="dimgray")
@@ -290,16 +289,9 @@ def write_report(
         if diagram is not None:
             files.append(save(diagram, stage / "ranks.png"))
         files += [save(drawn, stage / name) for name, drawn in figures.items()]
+    written = placed(files, output)
     return SweepReport(
-        results,
-        averages,
-        ranked,
-        comparisons,
-        found,
-        reference,
-        placed(files, output),
-        jobs,
-        status,
+        results, averages, ranked, comparisons, found, reference, written, jobs, status
     )
 
 
