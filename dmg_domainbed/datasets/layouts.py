@@ -1,14 +1,9 @@
 """What DomainBed's datasets look like on disk once downloaded, and how many images they hold.
 
 Folder, domain and class names are those DomainBed's ``datasets.py`` (commit b93c22a) opens and
-its ``scripts/download.py`` leaves. DomainBed's image datasets are torchvision ``ImageFolder``\\ s
-per domain: every sub-folder of the dataset's folder is a domain, in sorted order (``--test_envs
-i`` is the ``i``-th of them), and each domain's sorted sub-folders are its classes. So a domain
-folder named otherwise can reorder the domains, and a class folder missing in
-one domain relabels that domain's later classes.
-
-Each image count names where it was published. A copy whose counts match none of a dataset's
-releases is not the data the published results were trained on.
+its ``scripts/download.py`` leaves (how DomainBed reads them: :mod:`.image_files`). Each image
+count names where it was published: a copy whose counts match none of a dataset's releases is
+not the data the published results were trained on.
 
 Facts only: :mod:`dmg_domainbed.preflight` checks folders against them and
 :mod:`dmg_domainbed.synthetic` writes random folders in their layout.
@@ -280,15 +275,3 @@ MNIST_SIDE = 28
 
 # Datasets DomainBed builds in memory: no files.
 NO_FILES = ("Debug28", "Debug224")
-
-# The function of DomainBed's scripts/download.py that fetches each dataset.
-DOWNLOADERS = {
-    "VLCS": "download_vlcs",
-    "PACS": "download_pacs",
-    "OfficeHome": "download_office_home",
-    "DomainNet": "download_domain_net",
-    "TerraIncognita": "download_terra_incognita",
-    "SVIRO": "download_sviro",
-    "ColoredMNIST": "download_mnist",
-    "RotatedMNIST": "download_mnist",
-}

@@ -378,7 +378,7 @@ def same_number_classes(classes: list[str]) -> list[list[str]]:
 def csv_problems(manifest: Manifest) -> list[str]:
     """Rows of a manifest's CSV that DomainBed would misread: a row without a path, a label or a
     domain (left out), a path that leaves the root (left out: nothing outside the root is the
-    dataset's, and no fix may touch it), a file listed in several rows (read once per row: one
+    dataset's), a file listed in several rows (read once per row: one
     image counted twice, or under two labels). Empty for a manifest without a CSV."""
     if manifest.csv is None:
         return []

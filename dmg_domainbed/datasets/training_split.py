@@ -52,21 +52,20 @@ def batch_findings(
     """An error for each domain of ``examples`` (domain, examples) of ``dataset`` whose training
     split cannot fill a batch of ``batch_size`` (``source`` says where that size comes from)."""
     short = [(d, n) for d, n in examples if 0 < training_examples(n, holdout_fraction) < batch_size]
+    findings = [
+        Finding(
+            ERROR,
+            f"domain {domain!r} of {dataset} trains on {training_examples(n, holdout_fraction):,} "
+            f"images ({n:,} less {n - training_examples(n, holdout_fraction):,} held out, "
+            f"holdout_fraction {holdout_fraction:g}): fewer than one batch of {batch_size} "
+            f"({source})",
+        )
+        for domain, n in short
+    ]
     if not short:
         return []
-    fits = min(training_examples(n, holdout_fraction) for _, n in short)
-    findings = []
-    for domain, n in short:
-        held_out = n - training_examples(n, holdout_fraction)
-        findings.append(
-            Finding(
-                ERROR,
-                f"domain {domain!r} of {dataset} trains on {n - held_out:,} images ({n:,} "
-                f"less {held_out:,} held out, holdout_fraction {holdout_fraction:g}): fewer "
-                f"than one batch of {batch_size} ({source})",
-            )
-        )
     # Why and how to fix it once, after the last domain: the same for every one.
+    fits = min(training_examples(n, holdout_fraction) for _, n in short)
     each = "the domain" if len(short) == 1 else "each of these domains"
     findings[-1] = Finding(
         ERROR,

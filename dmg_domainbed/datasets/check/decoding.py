@@ -90,27 +90,16 @@ def decode(path: str) -> Decoded:
     return Decoded(path, digest, image.mode, transparent)
 
 
-def _decode_chunk(paths: Sequence[str]) -> list[Decoded]:
-    return [decode(path) for path in paths]
-
-
 def decode_all(paths: Sequence[str], workers: int, description: str) -> list[Decoded]:
     """Decode ``paths`` with ``workers`` processes (here when 1, or for a few files), showing a
     progress bar on a terminal; results in the order of ``paths``."""
     from tqdm import tqdm
 
-    chunks = [paths[i : i + CHUNK] for i in range(0, len(paths), CHUNK)]
-    results: list[Decoded] = []
-    with tqdm(total=len(paths), desc=description, unit="img", disable=None) as bar:
-        if workers <= 1 or len(paths) < IN_PROCESS_BELOW:
-            for chunk in chunks:
-                results += _decode_chunk(chunk)
-                bar.update(len(chunk))
-            return results
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else None)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            for done in pool.map(_decode_chunk, chunks):
-                results += done
-                bar.update(len(done))
-    return results
+    with contextlib.ExitStack() as stack:
+        decoded = map(decode, paths)
+        if workers > 1 and len(paths) >= IN_PROCESS_BELOW:
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else None)
+            pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=context))
+            decoded = pool.map(decode, paths, chunksize=CHUNK)
+        return list(tqdm(decoded, total=len(paths), desc=description, unit="img", disable=None))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from dmg_domainbed.datasets.layouts import DOWNLOADERS, WILDS_LAYOUTS
+from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_FOLDER, WILDS_LAYOUTS
 
 
 def domainbed_checkout() -> Path | None:
@@ -25,7 +25,9 @@ def download_command(dataset: str, data_dir: str | Path) -> str:
             f"python -c \"from {module} import {name}; {name}(root_dir='{data_dir}', "
             'download=True)"'
         )
-    function = DOWNLOADERS[dataset]
+    # DomainBed's scripts/download.py names each function after the folder it fills.
+    folder = IMAGE_LAYOUTS[dataset].folder if dataset in IMAGE_LAYOUTS else MNIST_FOLDER
+    function = f"download_{folder.lower()}"
     # download_domain_net reads a file relative to the checkout; gdown fetches the archives.
     checkout = domainbed_checkout() or "DOMAINBED_CHECKOUT"
     return (

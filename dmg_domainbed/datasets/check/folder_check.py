@@ -1,21 +1,10 @@
-"""Checks of datasets made of domain folders of class folders: DomainBed's image datasets
-(against :mod:`dmg_domainbed.datasets.layouts`) and manifest datasets (against their manifest).
-
-What DomainBed reads from such a folder depends on names only (see
-:mod:`dmg_domainbed.datasets.image_files`), so the quick check looks at names and counts:
-
-* every sub-folder is a domain, in sorted order: a folder that is no domain of the download
-  (``__MACOSX``, or a domain named as another copy names it) shifts or reorders the domains that
-  ``--test_envs`` and DomainBed's tables refer to by position;
-* each domain numbers its own class folders in sorted order: a class missing in one domain
-  gives that domain's later classes other labels; an empty class folder stops the job
-  (:func:`~dmg_domainbed.datasets.image_files.domain_problems`, which manifests share);
-* images outside class folders are not read; the counts are compared with each published
-  release of the dataset.
-
-Each finding names the problem and the layout expected. The quick check also reads the first
-bytes of each image file (:mod:`.headers`); the full check decodes every image
-(:mod:`.image_findings`).
+"""Checks of datasets made of domain folders of class folders, by names and counts (DomainBed
+reads such a folder by names only: :mod:`dmg_domainbed.datasets.image_files`): DomainBed's image
+datasets against :mod:`dmg_domainbed.datasets.layouts` (every folder a domain of the download,
+the download's classes in every domain, the counts of a published release), manifest datasets
+against their manifest (:func:`dmg_domainbed.datasets.manifest.file_problems`). Each finding
+names the problem and the layout expected. The quick check also reads the first bytes of each
+image file (:mod:`.headers`); the full check decodes every image (:mod:`.image_findings`).
 """
 
 from __future__ import annotations
