@@ -105,10 +105,8 @@ def _plugin_check(algorithm: str, dataset: str | None) -> Check:
 
 
 def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, Any] | None) -> Check:
-    """The weights the sweep preflight and smoke ask for (:mod:`.requirements`), file by file. A
-    missing file fails a run on the dataset (offline it would not start, and the sweep preflight
-    refuses it); without a dataset it is what an image sweep will need first (a ``warn``), but
-    for a file that is there and does not fit (broken, not still to fetch)."""
+    """The weights the sweep preflight and smoke ask for (:mod:`.requirements`), file by file: a
+    missing one fails a run on ``dataset``; without one it is what an image sweep needs first."""
     target = dataset or IMAGE_DATASET_FOR_WEIGHTS
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
     own = requirements.own_weights(algorithm, target, hparams)
@@ -179,10 +177,10 @@ def _input_check(algorithm: str, dataset: str | None) -> list[Check]:
 
     from dmg_domainbed.algorithms.base import declarations_of
 
-    check = declarations_of(algorithms.get_algorithm_class(algorithm)).check_input_shape
     shape = input_shape(dataset) if dataset else None
     if shape is None:
         return []
+    check = declarations_of(algorithms.get_algorithm_class(algorithm)).check_input_shape
     try:
         check(shape)
     except UserError as error:
