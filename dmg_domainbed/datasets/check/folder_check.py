@@ -26,7 +26,8 @@ from dmg_domainbed.shortlist import shortlist
 WHY_SAME_CLASSES = (
     "DomainBed numbers each domain's class folders on its own, in sorted order, so the classes "
     "after a missing or extra one get other labels in that domain, and torchvision's "
-    "ImageFolder stops the job on an empty one ('Found no valid file for the classes')"
+    "ImageFolder stops the job on an empty one ('Found no valid file for the classes'); give "
+    "every domain the download's class folders (download it again)"
 )
 
 
@@ -125,9 +126,7 @@ def _deleted_by_download(report: DatasetReport, root: Path, listed_in: str) -> N
         )
 
 
-def _look_at_files(
-    report: DatasetReport, domains: list[DomainFiles], root: Path, workers: int
-) -> None:
+def _look_at_files(report: DatasetReport, domains: list[DomainFiles], workers: int) -> None:
     """Read each image file's header (quick), or decode it."""
     places = {
         path: (domain.name, name)
@@ -186,7 +185,7 @@ def check_image_dataset(
         _counts(report, layout, {d.name: d.images for d in ours}, fix)
         if layout.deleted_by_download:
             _deleted_by_download(report, root, layout.deleted_by_download)
-    _look_at_files(report, domains, root, workers)
+    _look_at_files(report, domains, workers)
 
 
 def check_manifest_dataset(report: DatasetReport, manifest: Manifest, workers: int) -> None:
@@ -198,4 +197,4 @@ def check_manifest_dataset(report: DatasetReport, manifest: Manifest, workers: i
     if manifest.csv is None:
         _files(report, domains)
     report.counts = [DomainCount(d.name, d.images) for d in domains]
-    _look_at_files(report, domains, manifest.root, workers)
+    _look_at_files(report, domains, workers)
