@@ -130,48 +130,42 @@ class FunctionLauncher(Launcher):
         self.function([prefix + command for command in commands] if changed else commands)
 
 
-def sweep_folders(commands: Iterable[str]) -> list[Path]:
-    """The folders that hold the commands' ``--output_dir`` (their sweep's folder), each once."""
-    return sorted({Path(d).absolute().parent for d in map(output_dir_of, commands) if d})
-
-
-def remove_empty_job_folders(commands: Iterable[str]) -> int:
-    """Remove each command's ``--output_dir`` that is an empty folder (DomainBed's sweep makes
-    them before it calls the launcher, and takes a folder that exists for a job launched
-    before): so the same sweep command launches those jobs next time. How many were removed."""
+def not_launched(error: object, commands: Iterable[str], then: str = "") -> UserError:
+    """``error`` (and ``then``) as a :class:`UserError`, once each command's ``--output_dir``
+    that is an empty folder is removed (DomainBed's sweep makes them before it calls the
+    launcher, and takes a folder that exists for a job launched before): so the same sweep
+    command launches those jobs once the cause is fixed."""
     removed = 0
     for output_dir in filter(None, map(output_dir_of, commands)):
         with contextlib.suppress(OSError):
             os.rmdir(output_dir)  # only ever removes an empty folder
             removed += 1
-    return removed
-
-
-UNGUARDED = (
-    "DomainBed's own `sweep delete_incomplete` is not stopped by the lock (it deletes folders "
-    "before any launcher runs): never run it on a folder a sweep is using, as it deletes the "
-    "folders of running jobs."
-)
+    return UserError(
+        f"{error} The {removed} empty job folder(s) made for the jobs not launched were removed: "
+        f"the same sweep command launches them once the cause is fixed.{then}"
+    )
 
 
 @contextlib.contextmanager
 def sweep_folders_locked(commands: Sequence[str]) -> Iterator[None]:
     """Inside, this process holds the folder lock (:class:`dmg_domainbed.locks.FolderLock`) of
-    each of :func:`sweep_folders`. When another live command holds one, a
-    :class:`~dmg_domainbed.errors.UserError` naming it, and the empty job folders made for
-    ``commands`` are removed: nothing is launched."""
+    the folder that holds each command's ``--output_dir`` (its sweep's folder). When another
+    live command holds one, a :class:`~dmg_domainbed.errors.UserError` naming it, and the empty
+    job folders made for ``commands`` are removed: nothing is launched."""
     from dmg_domainbed.locks import FolderLock  # at call time: it imports psutil, flufl.lock
 
+    folders = {Path(d).absolute().parent for d in map(output_dir_of, commands) if d}
     with contextlib.ExitStack() as held:
-        for folder in sweep_folders(commands):
+        for folder in sorted(folders):
             try:
                 held.enter_context(FolderLock(folder))
             except UserError as error:
-                removed = remove_empty_job_folders(commands)
-                raise UserError(
-                    f"{error}\nNothing was launched; the {removed} empty job folder(s) made for "
-                    "these jobs were removed, so that the same sweep command launches them "
-                    f"once the folder is free. {UNGUARDED}"
+                raise not_launched(
+                    f"{error}\nNothing was launched.",
+                    commands,
+                    " DomainBed's own `sweep delete_incomplete` is not stopped by the lock (it "
+                    "deletes folders before any launcher runs): never run it on a folder a sweep "
+                    "is using, as it deletes the folders of running jobs.",
                 ) from None
         yield
 

@@ -192,10 +192,9 @@ class Plan:
         env.setdefault(LOADER_WORKERS_VARIABLE, str(self.loader_workers))
         return env
 
-    def memory_hint(self, code: int, log: Path | None) -> str | None:
+    def memory_hint(self, code: int, output: str) -> str | None:
         """What to lower when a job that ended with ``code`` ran out of memory, as the end of
-        its log or its exit status says; None when nothing says it did."""
-        output = read_tail(log)
+        its ``output`` or its exit status says; None when nothing says it did."""
         if GPU_OUT_OF_MEMORY.search(output):
             if self.jobs_per_gpu <= 1:
                 return (
@@ -359,8 +358,8 @@ def read_tail(path: Path | None) -> str:
 
 @dataclass
 class Outcome:
-    """A job; ``returncode`` is None while it runs, ``hint`` says what to lower if it ran out
-    of memory."""
+    """A job; ``returncode`` is None while it runs; a failed one keeps the end of its log and
+    a ``hint`` (what to lower if it ran out of memory)."""
 
     index: int
     command: str
@@ -371,6 +370,7 @@ class Outcome:
     returncode: int | None = None
     seconds: float = 0.0
     hint: str | None = None
+    output: str = ""
 
     @property
     def warm(self) -> bool:
@@ -391,8 +391,9 @@ class Outcome:
             self.seconds = time.monotonic() - self.started
             _signal_group(self.process.pid, signal.SIGKILL)
             if self.returncode:
+                self.output = read_tail(self.log)
                 self.hint = folder_deleted(self.command) or plan.memory_hint(
-                    self.returncode, self.log
+                    self.returncode, self.output
                 )
         return True
 
@@ -504,14 +505,10 @@ def _progress_line(job: Outcome, finished: int, total: int) -> str:
 def failures(outcomes: list[Outcome]) -> list[Failure]:
     """The jobs of ``outcomes`` that failed, for :func:`.common.failure_report`."""
     return [
-        Failure(job.exit, job.command, hint=job.hint, log=job.log, tail=_log_tail(job.log))
+        Failure(job.exit, job.command, "", job.hint, job.log, tuple(job.output.splitlines()[-5:]))
         for job in outcomes
         if job.returncode != 0
     ]
-
-
-def _log_tail(log: Path | None) -> tuple[str, ...]:
-    return tuple(read_tail(log).splitlines()[-5:]) if log else ()
 
 
 class LocalParallel(Launcher):

@@ -27,9 +27,9 @@ from dmg_domainbed.launchers.common import (
     Option,
     environment_changes,
     failure_report,
+    not_launched,
     output_dir_of,
     read_options,
-    remove_empty_job_folders,
 )
 from dmg_domainbed.launchers.slurm_partition import DEFAULTS, RESOURCES, fit, slurm
 from dmg_domainbed.launchers.slurm_wait import (
@@ -111,17 +111,6 @@ def check(environ: Mapping[str, str]) -> str:
     return describe(resolve(environ))
 
 
-def _refused(error: object, commands: Sequence[str]) -> UserError:
-    """``error``, once the job folders of ``commands`` that are still empty are removed."""
-    removed = remove_empty_job_folders(commands)
-    return UserError(
-        f"{error} The {removed} empty job folder(s) made for the jobs that were not submitted "
-        "were removed: fix the cause and run the same sweep command again to launch them."
-        if removed
-        else f"{error} Fix the cause and run the same sweep command again."
-    )
-
-
 def _executor(values: Mapping[str, Any], commands: Sequence[str]) -> Any:
     import submitit
 
@@ -157,7 +146,7 @@ def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None
         values = resolve(environ)
         executor = _executor(values, commands)
     except UserError as error:
-        raise _refused(error, commands) from None
+        raise not_launched(error, commands) from None
     jobs: list[Any] = []
     size = values["max_array_size"]
     task = functools.partial(run_command, environ=environment_changes(environ))
@@ -166,7 +155,7 @@ def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None
             jobs += executor.map_array(task, commands[start : start + size])
         except Exception as error:
             done = f"; the first {start} were submitted" if start else ""
-            raise _refused(
+            raise not_launched(
                 f"submitting {len(commands)} job(s) failed at job {start + 1}{done}: "
                 f"{type(error).__name__}: {error}",
                 commands[start:],
@@ -216,19 +205,12 @@ def running_jobs(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dic
 
 
 class SubmititLauncher(Launcher):
-    """The ``submitit`` entry of DomainBed's launcher registry."""
+    """The ``submitit`` entry of DomainBed's launcher registry: the functions above."""
 
-    name = "submitit"
-    options = OPTIONS
-
-    def launch(self, commands: list[str], environ: Mapping[str, str]) -> None:
-        submit(commands, environ)
-
-    def check(self, environ: Mapping[str, str]) -> str:
-        return check(environ)
-
-    def running_jobs(self, output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dict:
-        return running_jobs(output_dirs, environ)
+    name, options = "submitit", OPTIONS
+    launch = staticmethod(submit)
+    check = staticmethod(check)
+    running_jobs = staticmethod(running_jobs)
 
 
 submitit_launcher = SubmititLauncher()

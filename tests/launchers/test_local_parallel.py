@@ -183,7 +183,7 @@ def test_a_job_out_of_gpu_memory_names_the_setting_to_lower(clean_env, tmp_path)
     report = failure_report(local_parallel.failures(outcomes), len(outcomes))
     assert hint in report and "torch.OutOfMemoryError: CUDA out of memory" in report
     alone = local_parallel.Plan(jobs=2, gpus=("0", "1"), threads=1, loader_workers=1, warm=True)
-    hint_alone = alone.memory_hint(outcomes[0].returncode, outcomes[0].log)
+    hint_alone = alone.memory_hint(outcomes[0].returncode, outcomes[0].output)
     assert "with a GPU to itself: lower the batch size" in hint_alone
 
 
@@ -327,8 +327,8 @@ def test_domainbed_s_sweep_launching_into_a_locked_folder_runs_nothing(clean_env
     assert f"{sweep} is in use by another run: `" in message
     assert f"(pid {os.getpid()} on " in message
     assert (
-        "Nothing was launched; the 4 empty job folder(s) made for these jobs were removed"
-        in message
+        "Nothing was launched. The 4 empty job folder(s) made for the jobs not launched were "
+        "removed" in message
     )
     assert "`sweep delete_incomplete` is not stopped by the lock" in message
     assert [p.name for p in sweep.iterdir() if not p.name.startswith(".")] == []

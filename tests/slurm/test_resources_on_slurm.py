@@ -132,7 +132,7 @@ def test_domainbed_s_own_sweep_refused_leaves_no_job_folder_behind(
     arguments = erm_sweep_args(tmp_path / "data", sweep, "--command_launcher", "submitit")
     with pytest.raises(UserError, match=r"cpus = 8 \(DMG_SUBMITIT_CPUS\)") as refused:
         domainbed_script("sweep", "launch", *arguments)
-    assert "The 4 empty job folder(s) made for the jobs that were not submitted were removed" in (
+    assert "The 4 empty job folder(s) made for the jobs not launched were removed" in (
         str(refused.value)
     )
     # DomainBed made the 4 folders, the launcher removed them: the next run launches all 4.
