@@ -5,9 +5,9 @@ Unset resources get defaults that fit the partition's nodes, as ``sinfo`` shows 
 where the partition has GPUs, 8 CPUs or the largest node's, 32 GB or the job's CPU share of the
 node's memory, 1,440 minutes or the partition's limit). Slurm then judges the request with
 ``sbatch --test-only``, which refuses more CPUs or memory than any node has (a submission would
-pend forever) and reads Slurm's own ``SBATCH_*`` variables; a time over the partition's limit,
-which it accepts and leaves pending, is compared here. When Slurm refuses, the partition alone
-and then each resource alone are tried, to name the setting at fault.
+pend forever) and reads Slurm's own ``SBATCH_*`` variables; its words are passed on beside the
+request and what the nodes offer. A time over the partition's limit, which it accepts and leaves
+pending, is compared here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ DEFAULTS = {"cpus": 8, "mem_gb": 32.0, "time_min": 1440}
 RESOURCES = ("gpus", "cpus", "mem_gb", "time_min")
 SINFO = ["sinfo", "--noheader", "--exact", "--format=%P|%l|%B|%c|%m|%G"]
 TIMEOUT_S = 60
-FOREVER = "Slurm would accept the jobs and leave them pending forever"
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 _REACH = "Check SLURM_CONF and that slurmctld is up, or set DMG_SUBMITIT_CLUSTER=local"
 Node = namedtuple("Node", "cpus memory_gb gpus")  # a node configuration; the largest is greatest
@@ -96,73 +95,45 @@ def default_request(partition: Partition, given: Mapping[str, Any]) -> dict[str,
     return {"gpus": gpus, "cpus": cpus, "mem_gb": mem_gb, "time_min": time_min}
 
 
-def refusal(flags: list[str], environ: Mapping[str, str]) -> str | None:
-    """What ``sbatch --test-only`` says against a job with ``flags``; ``None`` if it fits."""
-    result = slurm(["sbatch", "--test-only", *flags, "--wrap", "true"], environ)
-    return (result.stderr.strip().splitlines() or ["refused"])[-1] if result.returncode else None
-
-
-def misfits(
-    request: Mapping[str, Any], partition: Partition, environ: Mapping[str, str]
-) -> tuple[list[tuple[str, str]], str | None]:
-    """Why ``request`` cannot run on ``partition``, as (setting, what to do) pairs, and what
-    Slurm said if it refused."""
-    limit, problems = partition.max_time_min, []
-    if limit is not None and request["time_min"] > limit:
-        fix = f"over the partition's time limit: {FOREVER}. Set time_min to at most {limit}"
-        problems.append(("time_min", fix))
-    time_min = min(request["time_min"], limit or request["time_min"])
-    alone = [f"--partition={partition.name}", f"--time={time_min}"]
-    flags = {
-        "gpus": [f"--gpus-per-node={request['gpus']}"] * bool(request["gpus"]),
-        "cpus": [f"--cpus-per-task={request['cpus']}"],
-        "mem_gb": [f"--mem={math.ceil(request['mem_gb'] * 1024)}M"],
-    }
-    said = refusal(alone + sum(flags.values(), []), environ)
-    if said is None:
-        return problems, None
-    if refusal(alone, environ) is not None:
-        suspects = ", ".join(["the partition", *sorted(v for v in environ if v[:7] == "SBATCH_")])
-        return problems + [("partition", f"Slurm refuses any job there: check {suspects}")], said
-    most = Node(*map(max, zip(*partition.nodes)))
-    has = f"at most {most.gpus} GPUs a node" if most.gpus else "no GPUs"
-    fixes = {
-        "gpus": f"the partition has {has}. Set gpus = 0 to run on CPUs, or choose a partition "
-        "with GPUs",
-        "cpus": f"more than any node has: {FOREVER}. Set cpus to at most {most.cpus}",
-        "mem_gb": f"more than any node has. Set mem_gb to at most {most.memory_gb:.1f}",
-    }
-    at_fault = [
-        (name, fixes[name]) for name, f in flags.items() if f and refusal(alone + f, environ)
-    ]
-    together = (
-        f"no single node has {request['gpus']} GPU, {request['cpus']} CPUs and "
-        f"{request['mem_gb']:g} GB together. Lower gpus, cpus or mem_gb"
-    )
-    return problems + (at_fault or [("cpus", together)]), said
-
-
 def fit(
     given: Mapping[str, Any], partition_name: str | None, environ: Mapping[str, str]
 ) -> tuple[str, dict[str, Any]]:
     """The partition and each job's resources, ``given`` completed to fit; :class:`UserError`
-    naming each setting at fault if the jobs cannot run there."""
+    with the time over the partition's limit, or Slurm's refusal beside what the partition's
+    nodes offer, if the jobs cannot run there."""
     result = slurm(SINFO, environ)
     if result.returncode != 0:
         said = " / ".join(result.stderr.strip().splitlines()[-2:])
         raise UserError(f"sinfo failed, so Slurm cannot tell its partitions ({said}). {_REACH}.")
     partition = choose(parse_sinfo(result.stdout), partition_name)
-    request = default_request(partition, given)
-    problems, said = misfits(request, partition, environ)
-    values, named = {**request, "partition": partition.name}, {**given, "partition": partition_name}
-    lines = [
-        f"\n  {name} = {values[name] if name == 'partition' else format(values[name], 'g')} "
-        f"({f'DMG_SUBMITIT_{name.upper()}' if named[name] is not None else 'the default'}): {fix}"
-        for name, fix in problems
-    ]
-    if lines:
-        said = f" (sbatch --test-only: {said})" if said else ""
-        raise UserError(
-            f"the jobs cannot run on partition {partition.name}{said}:" + "".join(lines)
+    request, limit, problems = default_request(partition, given), partition.max_time_min, []
+    named = {k: "the default" if given[k] is None else f"DMG_SUBMITIT_{k.upper()}" for k in given}
+    if limit is not None and request["time_min"] > limit:
+        problems.append(
+            f"time_min = {request['time_min']} ({named['time_min']}) is over the partition's "
+            "time limit: Slurm would accept the jobs and leave them pending forever. Set "
+            f"time_min to at most {limit}"
         )
+    flags = [
+        f"--partition={partition.name}",
+        f"--time={min(request['time_min'], limit or math.inf)}",
+        *[f"--gpus-per-node={request['gpus']}"] * bool(request["gpus"]),
+        f"--cpus-per-task={request['cpus']}",
+        f"--mem={math.ceil(request['mem_gb'] * 1024)}M",
+    ]
+    answer = slurm(["sbatch", "--test-only", *flags, "--wrap", "true"], environ)
+    if answer.returncode:
+        said = (answer.stderr.strip().splitlines() or ["refused"])[-1]
+        asked = ", ".join(f"{k} = {request[k]:g} ({named[k]})" for k in RESOURCES[:3])
+        most = Node(*map(max, zip(*partition.nodes)))
+        own = sorted(name for name in environ if name.startswith("SBATCH_"))
+        problems.append(
+            f"Slurm refuses the jobs (sbatch --test-only: {said}): per job {asked}, and its "
+            f"nodes have at most {most.gpus} GPUs, {most.cpus} CPUs, {most.memory_gb:.1f} GB. "
+            "Lower what is over that, or choose another partition (DMG_SUBMITIT_PARTITION)"
+            + (f"; Slurm's own variables are set too: {', '.join(own)}" if own else "")
+        )
+    if problems:
+        listed = "".join(f"\n  {problem}" for problem in problems)
+        raise UserError(f"the jobs cannot run on partition {partition.name}:{listed}")
     return partition.name, request

@@ -1,6 +1,6 @@
 """submitit launcher without a Slurm cluster: what it reads from Slurm on partitions unlike the
 single-node test cluster (GPU nodes, mixed nodes, time limits: sinfo's answer, the defaults that
-fit, how Slurm's refusal is traced to the settings at fault; squeue's answer), the exact #SBATCH
+fit, Slurm's refusal passed on with what the nodes offer; squeue's answer), the exact #SBATCH
 lines of a GPU request (a stand-in ``sinfo`` offers GPUs and a stand-in ``sbatch`` keeps the
 script), what a job does when it runs again, what of a failed job's error output is reported,
 the settings, and the error without Slurm.
@@ -229,36 +229,47 @@ def test_unknown_and_missing_default_partitions():
 
 @pytest.fixture
 def test_only_env(tmp_path):
-    sbatch = tmp_path / "sbatch"
+    """Stand-ins for sinfo (the partitions of ``SINFO``) and ``sbatch --test-only``."""
+    sbatch, sinfo = tmp_path / "sbatch", tmp_path / "sinfo"
     sbatch.write_text(TEST_ONLY_SBATCH.format(python=sys.executable))
-    sbatch.chmod(0o755)
+    sinfo.write_text(
+        f"#!/bin/sh\ncat <<'END'\n{SINFO}closed|infinite|UNLIMITED|4|8192|(null)\nEND\n"
+    )
+    for stand_in in (sbatch, sinfo):
+        stand_in.chmod(0o755)
     return {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
 
 
-def test_slurm_s_refusal_is_traced_to_each_setting_at_fault(test_only_env):
-    partitions = partition.parse_sinfo(SINFO)
-    gpu, tiny, mix = partitions["gpu"], partitions["tiny"], partitions["mix"]
-    assert partition.misfits(request(8, 64, 500, 2880), gpu, test_only_env) == ([], None)
-    problems, said = partition.misfits(request(1, 5, 9, 60), tiny, test_only_env)
-    assert said == "allocation failure: Requested node configuration is not available"
-    fixes = dict(problems)
-    assert list(fixes) == ["time_min", "gpus", "cpus", "mem_gb"]
-    assert "at most 30" in fixes["time_min"] and "no GPUs" in fixes["gpus"]
-    assert "at most 4" in fixes["cpus"] and "at most 7.8" in fixes["mem_gb"]
+def refused(given, name, environ):
+    with pytest.raises(UserError) as refusal:
+        partition.fit(given, name, environ)
+    return str(refusal.value)
+
+
+def test_slurm_s_refusal_is_passed_on_with_the_request_and_what_the_nodes_offer(test_only_env):
+    big = request(8, 64, 500, 2880)
+    assert partition.fit(big, "gpu", test_only_env) == ("gpu", big)
+    message = refused(unset(gpus=1, cpus=5, mem_gb=9, time_min=60), "tiny", test_only_env)
+    assert message.startswith("the jobs cannot run on partition tiny:\n  time_min = 60 ")
+    assert "(DMG_SUBMITIT_TIME_MIN) is over the partition's time limit" in message
+    assert "pending forever. Set time_min to at most 30" in message
     assert (
-        "at most 8 GPUs a node"
-        in dict(partition.misfits(request(9, 1, 1, 1), gpu, test_only_env)[0])["gpus"]
+        "Slurm refuses the jobs (sbatch --test-only: allocation failure: Requested node "
+        "configuration is not available): per job gpus = 1 (DMG_SUBMITIT_GPUS), cpus = 5 "
+        "(DMG_SUBMITIT_CPUS), mem_gb = 9 (DMG_SUBMITIT_MEM_GB), and its nodes have at most "
+        "0 GPUs, 4 CPUs, 7.8 GB" in message
     )
-    # Each alone fits some node, together none.
-    assert partition.misfits(request(2, 8, 300, 10), mix, test_only_env)[0] == []
-    ((name, fix),) = partition.misfits(request(2, 32, 50, 10), mix, test_only_env)[0]
-    assert name == "cpus" and "no single node has 2 GPU, 32 CPUs and 50 GB together" in fix
+    assert "at most 8 GPUs, 64 CPUs" in refused(unset(gpus=9), "gpu", test_only_env)
+    # Each alone fits some node, together none: Slurm's word decides.
+    assert partition.fit(request(2, 8, 300, 10), "mix", test_only_env)[0] == "mix"
+    message = refused(unset(gpus=2, cpus=32, mem_gb=50), "mix", test_only_env)
+    assert "Requested node configuration is not available): per job gpus = 2" in message
 
 
-def test_a_partition_slurm_refuses_whatever_the_request_is_named(test_only_env):
-    closed = partition.Partition("closed", False, None, [partition.Node(4, 8.0, 0)])
-    ((name, fix),) = partition.misfits(request(0, 1, 1, 10), closed, test_only_env)[0]
-    assert name == "partition" and "Slurm refuses any job there" in fix
+def test_a_partition_slurm_refuses_names_slurm_s_own_variables(test_only_env):
+    message = refused(unset(), "closed", {**test_only_env, "SBATCH_CONSTRAINT": "x"})
+    assert "cpus = 4 (the default)" in message
+    assert message.endswith("Slurm's own variables are set too: SBATCH_CONSTRAINT")
 
 
 TRACEBACK = [

@@ -1,6 +1,6 @@
 """Job requests against what a real partition offers: requests that cannot run are refused with
-the setting, what the partition offers and the fix, before any job folder is left behind;
-unset settings default to what fits; the jobs get what was asked for."""
+the settings, Slurm's words, what the partition offers and the fix, before any job folder is left
+behind; unset settings default to what fits; the jobs get what was asked for."""
 
 from __future__ import annotations
 
@@ -27,23 +27,23 @@ def node_memory_gb(cluster) -> float:
     [
         (
             {"gpus": "1"},
-            r"gpus = 1 \(DMG_SUBMITIT_GPUS\): the partition has no GPUs",
+            r"Slurm refuses the jobs .*: per job gpus = 1 \(DMG_SUBMITIT_GPUS\).* at most 0 GPUs",
             "Invalid generic resource (gres) specification",
         ),
         (
             {"cpus": str(NODE_CPUS + 1)},
-            rf"cpus = {NODE_CPUS + 1} \(DMG_SUBMITIT_CPUS\): more than any node has.*"
-            rf"pending forever.* at most {NODE_CPUS}",
+            rf"cpus = {NODE_CPUS + 1} \(DMG_SUBMITIT_CPUS\), .*nodes have at most 0 GPUs, "
+            rf"{NODE_CPUS} CPUs",
             "Requested node configuration is not available",
         ),
         (
             {"mem_gb": "4096"},
-            r"mem_gb = 4096 \(DMG_SUBMITIT_MEM_GB\): more than any node has",
+            r"mem_gb = 4096 \(DMG_SUBMITIT_MEM_GB\), and its nodes have at most .* GB",
             "Requested node configuration is not available",
         ),
         (  # Slurm's --test-only accepts it: the jobs would pend with PartitionTimeLimit
             {"partition": SHORT_PARTITION, "time_min": "60"},
-            rf"time_min = 60 \(DMG_SUBMITIT_TIME_MIN\): over the partition's time limit.*"
+            rf"time_min = 60 \(DMG_SUBMITIT_TIME_MIN\) is over the partition's time limit.*"
             rf"at most {SHORT_PARTITION_MAX_MIN}",
             None,
         ),
@@ -54,7 +54,7 @@ def node_memory_gb(cluster) -> float:
         ),
         (  # through Slurm's own variable
             {"SBATCH_CONSTRAINT": "nosuchfeature"},
-            r"partition = debug \(the default\): Slurm refuses any job there",
+            r"partition debug:\s+Slurm refuses .*set too: SBATCH_CONSTRAINT",
             "Invalid feature specification",
         ),
     ],
