@@ -84,7 +84,8 @@ def evaluate_run(
     """Accuracy (%) of every prediction of ``run`` on each source domain's held-out split, the
     % of examples whose class differs from ``predict``'s (``changed``), and train.py's logged
     ``env<i>_out_acc`` (``predict`` only, where it did not classify them augmented). ``step``:
-    the model saved at that checkpoint and its record, instead of ``model.pkl`` and the last.
+    the model saved at that checkpoint and its record, instead of ``model.pkl`` and the last
+    (the rows say which, in a column ``step``).
     ``dataset``: the run's dataset as ``run_files.load_dataset(run, data_dir, augment=False)``
     builds it, when already built (one per run for all its checkpoints). ``name``: the run's
     rows' (:func:`run_names` of the runs shown beside it; default: of the run alone)."""
@@ -122,7 +123,8 @@ def evaluate_run(
             rows.append([str(run.path), name, prediction, env, environments[env], len(y)])
             rows[-1] += [accuracy, changed, logged]
     columns = ["run", "algorithm", "prediction", "env", "domain", "n_examples", "accuracy"]
-    return pd.DataFrame(rows, columns=[*columns, "changed", "logged"])
+    frame = pd.DataFrame(rows, columns=[*columns, "changed", "logged"])
+    return frame if step is None else frame.assign(step=step)
 
 
 def check_comparable(runs: list[Run]) -> None:
@@ -218,16 +220,13 @@ def write_in_domain(
         for run in group:
             require_utf8_name(Path(run.path))
     frames = [
-        evaluate_run(run, data_dir, name=run_names(group)[run.path])
+        pd.concat([evaluate_run(run, data_dir, name=names[run.path]) for run in group])
         for group in groups
-        for run in group
+        for names in [run_names(group)]
     ]
     frame = pd.concat(frames, ignore_index=True)
-    in_group = [frame["run"].isin([str(run.path) for run in group]) for group in groups]
-    sections = [
-        (table3_title(group, output_dir), table3(frame[rows]))
-        for group, rows in zip(groups, in_group, strict=True)
-    ]
+    titles = [table3_title(group, output_dir) for group in groups]
+    sections = [(title, table3(rows)) for title, rows in zip(titles, frames, strict=True)]
     with staged(output_dir) as stage:
         files = write_table(frame, sections_markdown(sections, "Prediction"), stage, IN_DOMAIN)
     files = placed(files, output_dir)
@@ -310,18 +309,17 @@ def write_selection(
         steps = list(run_files.checkpoint_models(run))
         if steps:  # its dataset built and checked once for all its checkpoints
             dataset = run_files.load_dataset(run, data_dir, augment=False)
-            evaluated = [
-                evaluate_run(run, data_dir, step=s, dataset=dataset, name=names[run.path])
-                for s in steps
+            frames += [
+                evaluate_run(run, data_dir, step=step, dataset=dataset, name=names[run.path])
+                for step in steps
             ]
-            frames += [frame.assign(step=s) for frame, s in zip(evaluated, steps, strict=True)]
     no_frames = pd.DataFrame(columns=["run", "prediction", "step"])
     evaluations = pd.concat(frames, ignore_index=True) if frames else no_frames
     selection = selection_frame(selection_records(runs, evaluations))
-    sections = []
-    for dataset, of_dataset in selection.groupby("dataset", sort=False):
-        wide = tables.wide_table(of_dataset, index="prediction")
-        sections.append((f"## {dataset}: {SELECTED}", wide))
+    sections = [
+        (f"## {dataset}: {SELECTED}", tables.wide_table(rows, index="prediction"))
+        for dataset, rows in selection.groupby("dataset", sort=False)
+    ]
     markdown = sections_markdown(sections, "Selected by")
     with staged(output_dir) as stage:
         files = write_table(selection, markdown, stage, SELECTION)

@@ -46,14 +46,6 @@ def load_sweep_records(sweep_dir: str | Path):
     return SweepJobs(tuple(read_jobs(sweep_dir))).records()
 
 
-def mean_and_error(accuracies: Sequence[float]) -> tuple[float, float] | None:
-    """Mean and standard error in percent, as collect_results computes them; None if empty."""
-    if not len(accuracies):
-        return None
-    values = np.asarray(list(accuracies), dtype=float)
-    return 100 * np.mean(values), 100 * np.std(values / np.sqrt(len(values)))
-
-
 def cell_text(mean: float | None, error: float | None, n_trials: int | None = None) -> str:
     """A cell as collect_results prints it, ``mean +/- error`` with one decimal; but a cell of
     one trial as its mean alone, where collect_results prints ``+/- 0.0``: one trial has no
@@ -104,13 +96,16 @@ def selected_accuracies(records, methods: Sequence[type] | None = None) -> pd.Da
 
 def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
     """collect_results' cell for every key of ``grid``: mean and standard error (percent) of
-    ``sweep_acc`` over trials (none for one trial), ``n_trials``, ``text``; after the cells that
-    share all keys but the last, their average (``Avg``; ``X`` when a cell has no result)."""
+    ``sweep_acc`` over trials by its own ``format_mean`` (no error for one trial), ``n_trials``,
+    ``text``; after the cells that share all keys but the last, their average (``Avg``; ``X``
+    when a cell has no result)."""
+    from domainbed.scripts.collect_results import format_mean
+
     lists = dict(accuracies.groupby(keys)["sweep_acc"].agg(list)) if len(accuracies) else {}
     rows = []
     for key in grid:
         values = lists.get(key, [])
-        mean, error = mean_and_error(values) or (None, None)
+        mean, error, _ = format_mean(values, False)
         error = None if len(values) == 1 else error
         rows.append([*key, mean, error, len(values), cell_text(mean, error, len(values))])
     cells = pd.DataFrame(rows, columns=[*keys, "accuracy", "stderr", "n_trials", "text"])

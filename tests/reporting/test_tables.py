@@ -13,7 +13,6 @@ from dmg_domainbed.reporting.tables import (
     cells_frame,
     markdown_table,
     markdown_text,
-    mean_and_error,
     results_markdown,
     wide_table,
 )
@@ -22,15 +21,16 @@ LOO = LeaveOneOutSelectionMethod.name
 
 
 @pytest.mark.parametrize("accuracies", [[0.5], [0.9, 0.8], [0.123, 0.456, 0.789], [0.3] * 5])
-def test_mean_and_error_as_collect_results(accuracies):
+def test_a_cell_is_collect_results_own(accuracies):
     expected_mean, expected_error, expected_text = collect_results.format_mean(accuracies, False)
-    mean, error = mean_and_error(accuracies)
-    assert (mean, error) == (expected_mean, expected_error)
-    assert cell_text(mean, error) == expected_text
+    frame = pd.DataFrame({"algorithm": "ERM", "test_env": 0, "sweep_acc": accuracies})
+    cell = cells_frame(frame, ["algorithm", "test_env"], [("ERM", 0)]).iloc[0]
+    assert cell["accuracy"] == expected_mean
+    if len(accuracies) > 1:  # one trial: no interval, below
+        assert (cell["stderr"], cell["text"]) == (expected_error, expected_text)
 
 
 def test_empty_cell_is_collect_results_x():
-    assert mean_and_error([]) is None
     assert cell_text(None, None) == collect_results.format_mean([], False)[2]
 
 
@@ -95,10 +95,10 @@ def test_wide_table_keeps_the_order_algorithms_and_domains_came_in():
 
 
 def test_a_cell_of_one_trial_shows_its_mean_and_says_one_trial_never_plus_minus_zero():
-    mean, error = mean_and_error([0.5])
+    mean, error, _ = collect_results.format_mean([0.5], False)
     assert (mean, error) == (50.0, 0.0)  # what collect_results computes and prints as +/- 0.0
     assert cell_text(mean, error, n_trials=1) == "50.0"
-    assert cell_text(*mean_and_error([0.5, 0.7]), n_trials=2) == "60.0 +/- 7.1"
+    assert cell_text(*collect_results.format_mean([0.5, 0.7], False)[:2], 2) == "60.0 +/- 7.1"
     accuracies = pd.DataFrame(
         {"algorithm": "ERM", "test_env": [0, 1, 1], "sweep_acc": [0.5, 0.6, 0.8]}
     )
