@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import colours, figure, save
@@ -176,7 +177,11 @@ def accuracy_figure(
         axis.set_xticks(positions, labels)
         axis.set_xlabel(f"{dataset}: test domain (held out during training)")
     axes[0, 0].legend(
-        ncols=min(len(algorithms), 6), loc="lower left", bbox_to_anchor=(0, 1.12), frameon=False
+        handles=[Patch(color=palette[name], label=name) for name in algorithms],
+        ncols=min(len(algorithms), 6),
+        loc="lower left",
+        bbox_to_anchor=(0, 1.12),
+        frameon=False,
     )
     notes = _flag_notes(frame[frame["selection_method"].isin(methods)])
     if empty and len(empty) < len(every):
@@ -197,39 +202,25 @@ def _spread(n_trials: pd.Series, error_bars: str) -> str:
 def _bars(axis, rows, algorithms, domains, palette, value: str, sign: str) -> None:
     """Bars of ``value`` per test domain and algorithm, error bars from ``low`` to ``high``
     where those are known, each value written upright beyond the end of its error bar (its
-    bar where it has none), ``sign`` its format's sign option."""
-    shown = [name for name in algorithms if name in set(rows["algorithm"])]
+    bar where it has none: matplotlib's ``bar_label``), ``sign`` its format's sign option."""
     width = 0.8 / len(algorithms)
-    ends = [0.0]
-    for algorithm in shown:
+    for algorithm in [name for name in algorithms if name in set(rows["algorithm"])]:
         own = rows[rows["algorithm"] == algorithm].set_index("test_domain").reindex(domains)
         heights, low, high = (own[c].astype(float).to_numpy() for c in (value, "low", "high"))
-        errors = np.array([heights - low, high - heights])
         offset = (algorithms.index(algorithm) - (len(algorithms) - 1) / 2) * width
-        style = dict(label=algorithm, color=palette[algorithm])
-        if np.isfinite(errors).any():  # NaN: no interval for that bar, nothing drawn
-            style |= dict(yerr=errors, capsize=2, error_kw=dict(elinewidth=0.8))
         x = np.arange(len(domains)) + offset
-        axis.bar(x, heights, width, **style)
-        for where, height, top, bottom in zip(x, heights, high, low):
-            if np.isnan(height):
-                continue
-            up = height >= 0
-            end = np.nan_to_num(top if up else bottom, nan=height)
-            ends.append(end)
-            axis.annotate(
-                f"{height:{sign}.1f}",
-                (where, end),
-                xytext=(0, 2 if up else -2),
-                textcoords="offset points",
-                ha="center",
-                va="bottom" if up else "top",
-                rotation=90,
-                fontsize=7,
-            )
-    if value != "accuracy":  # differences: room beyond the longest bars for their values
-        span = max(ends) - min(ends) or 1.0
-        axis.set_ylim(min(ends) - 0.3 * span * (min(ends) < 0), max(ends) + 0.3 * span)
+        for with_interval in (True, False):  # the bars without one get no error bar at all
+            part = ~np.isnan(heights) & (~np.isnan(low) == with_interval)
+            style = dict(color=palette[algorithm])
+            if with_interval:
+                errors = np.array([heights - low, high - heights])[:, part]
+                style |= dict(yerr=errors, capsize=2, error_kw=dict(elinewidth=0.8))
+            drawn = axis.bar(x[part], heights[part], width, **style)
+            axis.bar_label(drawn, fmt=f"{{:{sign}.1f}}", padding=2, rotation=90, fontsize=7)
+    if value != "accuracy" and axis.patches:  # differences: room beyond the bars' values
+        (_, bottom), (_, top) = axis.dataLim.get_points()  # the bars' and error bars' ends, 0
+        span = top - bottom or 1.0
+        axis.set_ylim(bottom - 0.3 * span * (bottom < 0), top + 0.3 * span)
     axis.grid(axis="y", alpha=0.3)
     axis.set_axisbelow(True)
 
