@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from dmg_domainbed.datasets.check.decoding import decode_all
@@ -31,11 +32,29 @@ WHY_SAME_CLASSES = (
 )
 
 
-def _domains(report: DatasetReport, root: Path, expected: list[str], folders: list[str], fix: str):
-    """Errors for folders that are no domain and domains without a folder."""
+def _domains(
+    report: DatasetReport, root: Path, expected: list[str], folders: list[str], fix: str
+) -> dict[str, str]:
+    """Errors for folders that are no domain and domains without a folder; a folder of another
+    name at a missing domain's place in the sorted order (as some copies name it) is that
+    domain to DomainBed, only warned of. Returns such folders with the domain each stands for."""
     listing = f"{root}/ with {len(expected)} domain folders ({', '.join(expected)}) only"
+    same_place = len(folders) == len(expected)
+    renamed = {
+        folder: domain
+        for folder, domain in zip(folders, expected)
+        if same_place and folder not in expected and domain not in folders
+    }
     for index, folder in enumerate(folders):
-        if folder not in expected:
+        if folder in renamed:
+            report.add(
+                WARNING,
+                f"folder {folder!r} in {root} stands where domain {renamed[folder]!r} sorts",
+                f"{listing}: DomainBed reads folders in sorted order, so {folder!r} is domain "
+                f"{index} (--test_envs {index}), the same training under another name",
+                f"rename it {renamed[folder]!r} to match the download",
+            )
+        elif folder not in expected:
             report.add(
                 ERROR,
                 f"folder {folder!r} in {root} is no domain of {report.dataset}",
@@ -45,8 +64,9 @@ def _domains(report: DatasetReport, root: Path, expected: list[str], folders: li
                 "move it out of the dataset, or give it the download's name of its domain",
             )
     for domain in expected:
-        if domain not in folders:
+        if domain not in folders and domain not in renamed.values():
             report.add(ERROR, f"no folder of domain {domain!r} in {root}", listing, fix)
+    return renamed
 
 
 def _files(report: DatasetReport, domains: list[DomainFiles]) -> None:
@@ -164,8 +184,9 @@ def check_image_dataset(
         )
         return
     expected = sorted(layout.domains)
-    _domains(report, root, expected, [d.name for d in domains], fix)
-    ours = [d for d in domains if d.name in expected]
+    renamed = _domains(report, root, expected, [d.name for d in domains], fix)
+    ours = [replace(d, name=renamed.get(d.name, d.name)) for d in domains]
+    ours = [d for d in ours if d.name in expected]
     synthetic = (root / SYNTHETIC_MARKER).is_file()
     known = layout.classes is not None and not synthetic
     classes = layout.classes if known else sorted({c for d in ours for c in d.classes})

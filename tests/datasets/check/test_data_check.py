@@ -149,6 +149,18 @@ def test_a_domain_named_as_another_copy_names_it_is_named_with_the_layout_expect
     one(report, f"no folder of domain 'VOC2007' in {tmp_path / 'VLCS'}")
 
 
+def test_a_domain_named_otherwise_at_its_own_place_is_only_warned_of(small_pacs):
+    """'art' sorts where 'art_painting' does: DomainBed trains on the same domains, so the
+    copy is usable, its classes and counts checked as art_painting's."""
+    root = small_pacs / "PACS"
+    (root / "art_painting").rename(root / "art")
+    report = check_dataset("PACS", small_pacs, quick=True, batch=None)  # batches not looked at
+    message = one(report, f"folder 'art' in {root} stands where domain 'art_painting'", WARNING)
+    assert "'art' is domain 0 (--test_envs 0)" in message
+    assert "rename it 'art_painting'" in message
+    assert not [m for m in messages(report) if "domain" in m and "count" not in m]
+
+
 def test_a_folder_that_is_no_domain_shifts_the_test_envs(small_pacs):
     (small_pacs / "PACS" / "__MACOSX" / "art_painting").mkdir(parents=True)
     report = check_dataset("PACS", small_pacs, quick=True)
