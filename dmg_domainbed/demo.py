@@ -146,12 +146,11 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
     code (0 when every job finished)."""
     from dmg_domainbed.reporting.outputs import check_output_dir
-    from dmg_domainbed.reporting.report import WRITTEN
 
     start = time.monotonic()
     sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG
-    check_output_dir(output_dir)  # its log: writable
-    check_output_dir(report_dir, writes=WRITTEN)  # its report: no file of the user's in the way
+    check_output_dir(output_dir, only_outputs=False)  # its log: writable
+    check_output_dir(report_dir)  # its report: no file of the user's in the way
     sweep = demo_sweep(config, sweep_dir)
     checked = check(sweep, os.environ)
     if checked.problem is not None:

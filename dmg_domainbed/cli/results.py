@@ -145,14 +145,14 @@ def _print_files(files) -> None:
     print(f"\nWrote into {folder}: {', '.join(Path(p).name for p in files)}")
 
 
-def _beside(runs, name: str, given: Path | None, writes=()) -> Path:
+def _beside(runs, name: str, given: Path | None) -> Path:
     """``given``, else folder ``name`` beside the runs: inside the one run, or in the folder
     that holds them all (their sweep's), or else inside the first run, unless a link is there;
-    checked for the files of names ``writes`` (:func:`.outputs.check_output_dir`)."""
+    checked (:func:`.outputs.check_output_dir`)."""
     from dmg_domainbed.reporting.outputs import check_output_dir
 
     if given is not None:
-        return check_output_dir(given, *(run.path for run in runs), writes=writes)
+        return check_output_dir(given, *(run.path for run in runs))
     parents = {run.path.resolve().parent for run in runs}
     home = parents.pop() if len(runs) > 1 and len(parents) == 1 else runs[0].path
     if (home / name).is_symlink():
@@ -162,7 +162,7 @@ def _beside(runs, name: str, given: Path | None, writes=()) -> Path:
             "there, never through a link found in them (a run from elsewhere can point one "
             "anywhere). Nothing was written. Remove the link, or give --output_dir."
         )
-    return check_output_dir(home / name, writes=writes)
+    return check_output_dir(home / name)
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -184,23 +184,23 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    from dmg_domainbed.reporting.in_domain import EVALUATE_WRITES, check_comparable, write_in_domain
+    from dmg_domainbed.reporting.in_domain import check_comparable, write_in_domain
 
     runs = [read_run(path) for path in args.run_dir]
     check_comparable(runs)
     for run in runs:
         require_model(run)
-    output = _beside(runs, "dmg_evaluate", args.output_dir, EVALUATE_WRITES)
+    output = _beside(runs, "dmg_evaluate", args.output_dir)
     _print_written(write_in_domain([runs], output, args.data_dir))
     return 0
 
 
 def select_command(args: argparse.Namespace) -> int:
-    from dmg_domainbed.reporting.in_domain import SELECT_WRITES, write_selection
+    from dmg_domainbed.reporting.in_domain import write_selection
     from dmg_domainbed.reporting.outputs import check_output_dir
 
     sweep = require_sweep(args.input_dir)
-    output = check_output_dir(args.output_dir, sweep, writes=SELECT_WRITES)
+    output = check_output_dir(args.output_dir, sweep)
     _print_written(write_selection(sweep, output, args.data_dir))
     return 0
 

@@ -33,15 +33,12 @@ from dmg_domainbed.reporting.outputs import placed, staged
 from dmg_domainbed.reporting.tables import (
     markdown_text,
     sections_markdown,
-    table_files,
     write_table,
 )
 from dmg_domainbed.runs import Run, warnings
 
 PREDICT = "predict"
 IN_DOMAIN, SELECTION, CHECKPOINTS = "in_domain", "selection", "checkpoints.csv"
-#: What ``evaluate`` and ``select`` write, whatever the runs.
-EVALUATE_WRITES, SELECT_WRITES = table_files(IN_DOMAIN), table_files(SELECTION)
 SELECTED = "test-domain accuracy (%) at the checkpoint and hparams selected by each prediction's"
 SELECTED += " source validation accuracy"
 

@@ -23,13 +23,12 @@ from dmg_domainbed.reporting import comparisons as paired
 from dmg_domainbed.reporting import ranks, tables
 from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
 from dmg_domainbed.reporting.outputs import check_output_dir, placed, staged
-from dmg_domainbed.reporting.tables import AVERAGE, table_files, write_table
+from dmg_domainbed.reporting.tables import AVERAGE, write_table
 from dmg_domainbed.runs import require_sweep
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 RESULTS = ("results.csv", "averages.csv", "results.md", "selected_hparams.csv")
 RANKS = "ranks"
-WRITTEN = (*RESULTS, *table_files(RANKS))  # what every report writes, whatever the sweep
 
 
 @dataclass
@@ -249,7 +248,7 @@ def write_report(
     :func:`.outputs.staged`, so a :class:`UserError` leaves the output folder as it was and no
     file of the user's there is overwritten."""
     sweep = require_sweep(sweep_dir)
-    output = check_output_dir(Path(output_dir), sweep, writes=WRITTEN)
+    output = check_output_dir(Path(output_dir), sweep)
     jobs = sweep_jobs(sweep)
     records = jobs.records()
     names = tables.ordered_algorithms(records)

@@ -118,6 +118,7 @@ def test_a_run_saved_with_a_name_nothing_read_is_still_evaluated(copied_run, tmp
     checkpoint["model_hparams"]["lamda_overlap"] = 0.5
     torch.save(checkpoint, run_dir / "model.pkl")
 
-    code, _, errors = cli("evaluate", "--run_dir", str(run_dir), "--output_dir", str(tmp_path))
+    out = tmp_path / "out"
+    code, _, errors = cli("evaluate", "--run_dir", str(run_dir), "--output_dir", str(out))
     assert code == 0, errors
-    assert "DMG-KnownDomain, soft masks" in (tmp_path / "in_domain.csv").read_text()
+    assert "DMG-KnownDomain, soft masks" in (out / "in_domain.csv").read_text()

@@ -152,15 +152,17 @@ def test_no_command_overwrites_a_file_it_did_not_write(demo_sweep, copied_run, t
         assert (output / name).read_text() == "the user's own"
 
 
-def test_a_report_replaces_its_own_files_but_not_one_edited_since(demo_sweep, tmp_path):
+def test_a_report_replaces_its_own_files_but_refuses_a_folder_holding_others(demo_sweep, tmp_path):
     output = tmp_path / "report"
     report = ("report", "--input_dir", str(demo_sweep), "--output_dir", str(output))
     assert cli(*report)[0] == 0
-    (output / "notes.txt").write_text("the user's notes")  # a name the report does not write
-    assert cli(*report)[0] == 0
-    assert (output / "notes.txt").read_text() == "the user's notes"
     results = output / "results.md"
-    results.write_text(results.read_text() + "\nmy comment on these numbers\n")
+    written = results.read_text()
+    results.write_text("an earlier report's numbers")
+    assert cli(*report)[0] == 0
+    assert results.read_text() == written  # its own file, replaced
+    (output / "notes.txt").write_text("the user's notes")  # a name the report does not write
+    before = snapshot(output)
     code, _, message = cli(*report)
-    assert code == 2 and f"'{output}' holds results.md, which" in message
-    assert results.read_text().endswith("my comment on these numbers\n")
+    assert code == 2 and f"'{output}' holds notes.txt, which dmg-domainbed did not write" in message
+    assert "Nothing was written" in message and snapshot(output) == before

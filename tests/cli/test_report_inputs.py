@@ -55,7 +55,7 @@ def test_runs_recorded_on_other_environments_are_refused_naming_them(demo_sweep,
 def test_a_test_environment_the_dataset_no_longer_has_is_refused(copied_run, tmp_path):
     run = copied_run("ERM", 0)
     rewrite_records(run, lambda r: {**r, "args": {**r["args"], "test_envs": [4]}})
-    code, _, message = cli("evaluate", "--run_dir", str(run), "--output_dir", str(tmp_path))
+    code, _, message = cli("evaluate", "--run_dir", str(run), "--output_dir", str(tmp_path / "o"))
     assert code == 2 and "test envs [4]" in message and "has 4 today" in message
 
 
@@ -278,8 +278,8 @@ def error_bars(axis) -> int:
 def test_the_accuracy_picture_shows_paired_differences_with_intervals(
     two_trials, tmp_path, monkeypatch
 ):
-    figure = drawn_report(two_trials, tmp_path, monkeypatch)
-    comparisons = pd.read_csv(tmp_path / "comparisons.csv")
+    figure = drawn_report(two_trials, tmp_path / "report", monkeypatch)
+    comparisons = pd.read_csv(tmp_path / "report" / "comparisons.csv")
     titles = [axis.get_title() for axis in figure.axes]
     differences = [axis for axis in figure.axes if axis.get_title().startswith("difference to ERM")]
     assert len(differences) == comparisons["selection_method"].nunique() >= 1
@@ -302,7 +302,9 @@ def test_the_accuracy_picture_shows_paired_differences_with_intervals(
 def test_the_values_on_a_crowded_picture_neither_collide_nor_cross_error_bars(
     three_trials, tmp_path, monkeypatch
 ):
-    figure = drawn_report(three_trials, tmp_path, monkeypatch)  # six algorithms, intervals
+    figure = drawn_report(
+        three_trials, tmp_path / "report", monkeypatch
+    )  # six algorithms, intervals
     assert values_overlap(figure) == []
     assert [error_bars(axis) for axis in figure.axes] == [6 * 4, 5 * 5] * 2  # none on averages
 
@@ -310,13 +312,13 @@ def test_the_values_on_a_crowded_picture_neither_collide_nor_cross_error_bars(
 def test_a_picture_of_one_trial_says_it_has_no_interval_and_draws_none(
     demo_sweep, tmp_path, monkeypatch
 ):
-    figure = drawn_report(demo_sweep, tmp_path, monkeypatch)  # one trial, six algorithms
+    figure = drawn_report(demo_sweep, tmp_path / "report", monkeypatch)  # one trial, six algorithms
     assert len(figure.axes) == 2 * 2 and all(
         axis.get_title().endswith("one trial: no interval") for axis in figure.axes
     )
     assert [error_bars(axis) for axis in figure.axes] == [0, 0, 0, 0]
     assert values_overlap(figure) == []
-    markdown = (tmp_path / "results.md").read_text()
+    markdown = (tmp_path / "report" / "results.md").read_text()
     assert re.search(r"\d \+/- 0\.0", markdown) is None  # collect_results' one-trial cell
     assert "(one trial)" in markdown and "one trial: no interval" in markdown
 
