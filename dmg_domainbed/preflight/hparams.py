@@ -1,13 +1,7 @@
-"""Check hparam overrides (``--hparams`` JSON, a sweep file's hparams) before any job starts.
-
-DomainBed's ``train.py`` updates the hparams with whatever ``--hparams`` holds: a misspelt name
-is silently ignored and a value of the wrong type fails hours later, inside a job. Here the
-names go through the rule the algorithm applies when it is built
-(:func:`~dmg_domainbed.hparams.names.reject_unknown`), on the hparams it is built with, and a
-value must have the type of the default (or pass the check of its declaration: the
-``HPARAMS`` of this package's algorithms and datasets, and the hparams it gives every algorithm,
-:data:`~dmg_domainbed.hparams.every_algorithm.EVERY_ALGORITHM`).
-"""
+"""Fixed hparams (``--hparams``, a sweep file's) checked before any job starts: DomainBed's
+``train.py`` ignores a misspelt name and fails hours later on a value of the wrong type. Names
+go through the rule the algorithm applies when built (``hparams.names.reject_unknown``); a value
+passes its declaration's check, else has its default's type."""
 
 from __future__ import annotations
 
@@ -18,10 +12,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class CheckedRun:
-    """A DomainBed run as ``train.py`` will build it, known before it starts: its algorithm and
-    dataset, the input shape its featurizer sees (``None`` when the dataset's class does not
-    tell) and its hparams with ``hparams_seed`` 0, checked (:func:`checked_run`); in a sweep,
-    the largest batch its jobs train with (``None``: not asked)."""
+    """A run as ``train.py`` will build it: the input shape its featurizer sees (``None``: not
+    told), its checked hparams of ``hparams_seed`` 0 and, in a sweep, its jobs' largest batch."""
 
     algorithm: str
     dataset: str
@@ -33,10 +25,8 @@ class CheckedRun:
 def checked_run(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
 ) -> CheckedRun:
-    """The run of ``algorithm`` on ``dataset`` with the fixed hparams ``overrides``: the defaults
-    updated with them and with what the dataset records, as its algorithm is built with them.
-    Raises :class:`UserError` for an unknown name, a value of the wrong type or one that cannot
-    train."""
+    """The run of ``algorithm`` on ``dataset`` with the fixed hparams ``overrides`` (and what the
+    dataset records); :class:`UserError` for an unknown name or a value it cannot train on."""
     # Imported here: every command of the CLI imports this module, few of them need these.
     from domainbed import algorithms, datasets
 

@@ -16,8 +16,7 @@ from dmg_domainbed.weight_files import Caches, WeightFile, WeightsCheck
 def data_status(
     dataset: str, data_dir: str | None, batch: data.Batch | None = None
 ) -> data.DataStatus:
-    """Whether DomainBed will find ``dataset``'s files under ``data_dir``, and each domain's
-    training split fill ``batch`` (when given)."""
+    """Whether ``dataset``'s files are under ``data_dir``, each domain filling ``batch``."""
     from domainbed import datasets
 
     cls = datasets.get_dataset_class(dataset)
@@ -30,9 +29,8 @@ def weight_files(
     overrides: Mapping[str, Any] | None = None,
     caches: Caches | None = None,
 ) -> tuple[list[WeightFile], list[str]]:
-    """The weight files a run with the fixed hparams ``overrides`` loads, looked up in ``caches``
-    (default: this process's), and problems that stop its model from being built. Raises
-    ``UserError`` for a bad hparam."""
+    """The weight files a run loads, looked up in ``caches`` (default: this process's), and
+    what stops its model from being built."""
     run = checked_run(algorithm, dataset, overrides)
     return weights.needed_weights(run.hparams, run.input_shape, caches)
 
@@ -40,27 +38,22 @@ def weight_files(
 def own_weights(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
 ) -> WeightsCheck | None:
-    """The algorithm's ``check_weights`` of the weights it loads instead of DomainBed's
-    featurizer's, or ``None`` when it has none."""
+    """The ``check_weights`` of weights the algorithm loads itself; ``None``: none."""
+    return _own_weights(algorithm, effective_hparams(algorithm, dataset, overrides))
+
+
+def _own_weights(algorithm: str, hparams: Mapping[str, Any]) -> WeightsCheck | None:
     from domainbed import algorithms
 
     from dmg_domainbed.algorithms.base import declarations_of
 
-    hparams = effective_hparams(algorithm, dataset, overrides)
     return declarations_of(algorithms.get_algorithm_class(algorithm)).check_weights(hparams)
 
 
 def weight_problems(run: CheckedRun) -> list[str]:
-    """What of its pretrained weights would stop ``run``
-    (:func:`~dmg_domainbed.preflight.hparams.checked_run`) before its first step, each naming the
-    path looked at and the command that fixes it: the files DomainBed's featurizer loads, or the
-    algorithm's own weights where it loads its own."""
-    from domainbed import algorithms
-
-    from dmg_domainbed.algorithms.base import declarations_of
-
-    own = declarations_of(algorithms.get_algorithm_class(run.algorithm)).check_weights(run.hparams)
-    if own is not None:
+    """What of its pretrained weights (the featurizer's, or the algorithm's own) would stop
+    ``run`` before its first step, each with the path looked at and the fix."""
+    if (own := _own_weights(run.algorithm, run.hparams)) is not None:
         return (
             [] if own.ready else [f"{run.algorithm}'s pretrained weights: {'; '.join(own.details)}"]
         )
@@ -71,8 +64,8 @@ def weight_problems(run: CheckedRun) -> list[str]:
 
 
 def data_problems(dataset: str, data_dir: str | None, batch: data.Batch | None = None) -> list[str]:
-    """What of ``dataset``'s files under ``data_dir`` would stop a run (or hang it: a domain
-    that cannot fill ``batch``), with the fix; empty when nothing does."""
+    """What of ``dataset``'s files would stop a run (or hang it: a domain that cannot fill
+    ``batch``), with the fix."""
     found = data_status(dataset, data_dir, batch)
     if found.ok:
         return []

@@ -1,17 +1,13 @@
-"""The jobs the smoke check runs, and the data and weights they run on.
-
-For each algorithm and dataset: the sweep's job with the largest batch (the one that needs the
-most memory), with the arguments DomainBed's sweep gives it. It reads a sample of a real image
-dataset, not all of it (DomainBed evaluates every split of every domain at a run's first and
-last step: 586,000 images on DomainNet): every domain and class folder, with links to enough of
-its images for the batch. Missing data and weights stop the job, named as the doctor and the
-sweep name them; with ``--synthetic``, stand-ins from :mod:`dmg_domainbed.synthetic` replace
-them: data in a folder of their own, random weights only in a cache inside the check's temporary
-folder, which the job alone reads. The user's caches are never written to.
-"""
+"""The smoke check's jobs: for each algorithm and dataset, the sweep's job with the largest
+batch, on a sample of an image dataset (every domain and class folder, images enough for the
+batch: DomainBed evaluates every split at a run's first and last step) and the weights it loads.
+What is missing stops the job, named as doctor and the sweep name it; with ``--synthetic``,
+stand-ins (:mod:`dmg_domainbed.synthetic`) replace it, random weights only in the check's own
+cache: the user's caches are never written to."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -33,8 +29,7 @@ SYNTHETIC_DATA, RANDOM_WEIGHTS = "synthetic data", "random weights"
 
 @dataclass(frozen=True)
 class SmokeJob:
-    """One algorithm on one dataset, standing for the sweep's jobs of that pair (for itself alone
-    without a sweep)."""
+    """One algorithm on one dataset, standing for the sweep's jobs of that pair."""
 
     algorithm: str
     dataset: str
@@ -46,27 +41,24 @@ class SmokeJob:
 
 
 def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
-    """Per algorithm and dataset, the job with the largest batch (:func:`.plan.draws`)."""
+    """Per algorithm and dataset, the first job of DomainBed's order with the largest batch."""
     from domainbed import datasets
 
     sizes = {draw[:4]: int(draw[4]["batch_size"]) for draw in plan.draws(config)}
-    every = [
-        args for group in plan.groups(config) for args in plan.train_args(config, os.devnull, group)
-    ]
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for group in plan.groups(config):
+        for args in plan.train_args(config, os.devnull, group):
+            by_pair.setdefault((args["algorithm"], args["dataset"]), []).append(args)
     smoke_jobs = []
-    for dataset in config.datasets:
-        dataset_class = datasets.get_dataset_class(dataset)
-        for algorithm in config.algorithms:
-            pair = [a for a in every if a["algorithm"] == algorithm and a["dataset"] == dataset]
-            size_of = [
-                sizes[a["algorithm"], dataset, a["hparams_seed"], a["trial_seed"]] for a in pair
-            ]
-            size = max(size_of)
-            args = pair[size_of.index(size)]  # the first job of DomainBed's order with it
-            batch = f"{len(dataset_class.ENVIRONMENTS) - len(args['test_envs'])}x{size}"
-            stands_for = tuple(pair) if counted else (args,)
-            fixed = config.hparams_of(algorithm)
-            smoke_jobs.append(SmokeJob(algorithm, dataset, args, size, batch, fixed, stands_for))
+    for dataset, algorithm in itertools.product(config.datasets, config.algorithms):
+        pair = by_pair[algorithm, dataset]
+        size_of = [sizes[algorithm, dataset, a["hparams_seed"], a["trial_seed"]] for a in pair]
+        args = pair[size_of.index(size := max(size_of))]
+        domains = len(datasets.get_dataset_class(dataset).ENVIRONMENTS)
+        batch = f"{domains - len(args['test_envs'])}x{size}"
+        stands_for = tuple(pair) if counted else (args,)
+        fixed = config.hparams_of(algorithm)
+        smoke_jobs.append(SmokeJob(algorithm, dataset, args, size, batch, fixed, stands_for))
     return smoke_jobs
 
 
@@ -92,8 +84,8 @@ def from_sweep(
 def from_command_line(
     algorithms: Sequence[str], datasets: Sequence[str], hparams: Mapping[str, Any]
 ) -> list[SmokeJob]:
-    """The smoke jobs of algorithms and datasets named on the command line: default hparams
-    updated with ``hparams``, test domain 0, as ``train.py`` runs without more arguments."""
+    """The smoke jobs of the command line's algorithms and datasets: default hparams updated
+    with ``hparams``, test domain 0, as ``train.py`` runs without more arguments."""
     from dmg_domainbed.preflight.hparams import effective_hparams
 
     register()
@@ -122,8 +114,7 @@ def from_command_line(
 
 @dataclass(frozen=True)
 class Staged:
-    """What one job runs on: its ``--data_dir``, the stand-ins it uses, the problems that keep
-    it from running and extra environment variables."""
+    """A job's ``--data_dir``, stand-ins, problems and extra environment variables."""
 
     job: SmokeJob
     data_dir: str | None
@@ -133,9 +124,8 @@ class Staged:
 
 
 def sample_image_folder(source: Path, target: Path, per_domain: int) -> None:
-    """Link a sample of ``source`` (one folder per domain, one per class inside) into ``target``:
-    every domain and class folder, and at least ``per_domain`` images per domain spread over
-    the classes (fewer where the dataset has fewer)."""
+    """Link into ``target`` every domain and class folder of ``source`` and at least
+    ``per_domain`` images per domain (where it has them), spread over the classes."""
     from torchvision.datasets.folder import IMG_EXTENSIONS  # ImageFolder's rule for an image
 
     for domain in sorted(p for p in source.iterdir() if p.is_dir()):
@@ -208,8 +198,8 @@ class Staging:
         return str(self.synthetic_data_dir), [SYNTHETIC_DATA], []
 
     def _weights(self, job: SmokeJob) -> tuple[dict[str, str], list[str], list[str]]:
-        """The environment variables, stand-ins and problems of ``job``'s pretrained weights.
-        Stand-ins go to a cache of the check's own, where the files the user has are linked."""
+        """The environment, stand-ins and problems of ``job``'s pretrained weights; stand-ins go
+        to the check's own cache, where the user's files are linked."""
         own = requirements.own_weights(job.algorithm, job.dataset, job.fixed_hparams)
         if own is not None:  # weights the algorithm loads itself, which it alone can find
             return self._own_weights(job, own)
@@ -246,10 +236,8 @@ class Staging:
     def _own_weights(
         self, job: SmokeJob, own: WeightsCheck
     ) -> tuple[dict[str, str], list[str], list[str]]:
-        """Like :meth:`_weights`, for weights an algorithm loads itself (its ``check_weights``):
-        missing ones are stood in for by random weights in the first of the places it looks at
-        that is in a cache (a file an hparam names is never made up), which the job then reads
-        from the check's own cache."""
+        """:meth:`_weights` for weights an algorithm loads itself: random ones in the first place
+        it looks at that is in a cache (a file an hparam names is never made up)."""
         if own.ready:
             return {}, [], []
         why = f"{job.algorithm}'s pretrained weights: {'; '.join(own.details)}"

@@ -1,34 +1,9 @@
-"""The sweep's checks: one pass over a resolved sweep, before any job is made.
-
-The pass (:func:`check_sweep`) reads a resolved :class:`~dmg_domainbed.sweep.config.Sweep` and
-asks, in this order, each question of every run of the sweep (an algorithm on a dataset) before
-the next:
-
-1. the names: its algorithms and datasets are registered in DomainBed (this package's plugins
-   included), and its jobs are few enough to plan (:data:`MAX_JOBS`);
-2. the hparams: for each run, the file's common hparams alone, then the algorithm's fixed ones,
-   are names it has and values it can train on
-   (:func:`~dmg_domainbed.preflight.hparams.checked_run`); then every job's hparams, as
-   ``train.py`` will draw them (:func:`~.plan.draws`), pass the algorithm's own checks, which
-   gives each run's largest batch (:func:`check_draws`);
-3. the networks: each of this package's algorithms is built cheaply with those hparams
-   (:func:`~dmg_domainbed.preflight.networks.check_network`), so that a value only its network
-   can refute stops the sweep here;
-4. this machine (:func:`check_machine`): what the runs need on disk, each dataset's files once
-   (each domain's training split must fill the largest batch of any of its jobs:
-   :func:`~dmg_domainbed.preflight.requirements.data_problems`) and each run's pretrained
-   weights (:func:`~dmg_domainbed.preflight.requirements.weight_problems`); the
-   output folder can be made and lies outside every dataset's folder
-   (:func:`~dmg_domainbed.datasets.check.data_check.check_sweep_output_dir`); ``python`` is on the
-   launcher's ``PATH``; and the launcher's own ``check(environ)`` passes.
-
-Steps 1 to 3 are mistakes in the file and raise :class:`UserError`. Step 4 depends on the
-machine: its problems are returned as one, every one listed (the output folder's first, then
-``python``'s, the runs', the launcher's), so that a dry run can show them all and a launch refuse
-them. What a run needs on disk is
-asked of :mod:`dmg_domainbed.preflight`, which ``doctor`` and ``smoke`` ask too, so that all
-three name the same path and the same fix.
-"""
+"""The sweep's checks, one pass before any job is made, each question asked of every
+(algorithm, dataset) before the next (the order is docs/contributing.md's): names and job count,
+hparams (fixed, then every job's draw), networks, then this machine (data, weights, the output
+folder, ``python``, the launcher). A mistake in the file raises :class:`UserError`; the
+machine's problems come back as one, every one listed, for a dry run to show and a launch to
+refuse."""
 
 from __future__ import annotations
 
@@ -50,17 +25,14 @@ from dmg_domainbed.shortlist import shortlist
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
 from dmg_domainbed.sweep.plan import draws, job_count
 
-#: The most jobs a sweep plans at once: DomainBed's ``make_args_list`` and ``Job`` make each in
-#: memory (a dict, a command line, an md5 hash, two folder look-ups) before any is launched.
+#: The most jobs a sweep plans at once: DomainBed makes each in memory before it launches one.
 MAX_JOBS = 100_000
 
 
 @dataclass(frozen=True)
 class Checked:
-    """What the pass found: ``notes`` to show (networks that could not be built before
-    launch), ``env``, the environment the launcher runs the jobs with, and, for this machine,
-    either ``launcher`` (how the launcher will run the jobs) or ``problem`` (what would stop
-    them)."""
+    """``notes`` to show, the launcher's ``env``, and either ``launcher`` (how it will run the
+    jobs) or ``problem`` (what would stop them on this machine)."""
 
     notes: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
@@ -69,8 +41,7 @@ class Checked:
 
 
 def check_sweep(sweep: Sweep, env: Mapping[str, str]) -> Checked:
-    """The whole pass; ``env``: the environment the launcher will run the jobs with. The
-    machine is checked only when the sweep names a launcher."""
+    """The whole pass; the machine only when the sweep names a launcher."""
     runs, notes = check_file(sweep.config)
     if sweep.launcher is None:
         return Checked(notes, env)
@@ -81,11 +52,9 @@ def check_sweep(sweep: Sweep, env: Mapping[str, str]) -> Checked:
 
 
 def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRun]) -> str:
-    """Step 4, asking down in floor order: what the runs miss on disk (each dataset's files
-    asked once, for the largest batch any of its jobs trains with; each run's weights), then
-    the output folder; raises one :class:`UserError` listing every problem, the output
-    folder's, ``python``'s, the runs', the launcher's, in that order; returns how the launcher
-    will run the jobs."""
+    """This machine: each dataset's files once (for the largest batch of its jobs), each run's
+    weights, the output folder, ``python``, the launcher; one :class:`UserError` listing every
+    problem, or how the launcher will run the jobs."""
     from domainbed import command_launchers
 
     by_dataset: dict[str, list[CheckedRun]] = {}
@@ -130,14 +99,12 @@ def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRu
 
 
 def check_against_domainbed(config: SweepConfig) -> list[str]:
-    """Steps 1 to 3 for a sweep's content alone: :class:`UserError` for a name DomainBed does
-    not know, an hparam its algorithm lacks or cannot train on, or a network that refutes it;
-    returns notes on networks that could not be built."""
+    """The file's checks alone (names, hparams, networks); the notes on networks."""
     return list(check_file(config)[1])
 
 
 def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], tuple[str, ...]]:
-    """Steps 1 to 3: the run of each (algorithm, dataset) and the notes."""
+    """The file's checks: the run of each (algorithm, dataset) and the notes."""
     import dmg_domainbed
     from dmg_domainbed import averaging
     from dmg_domainbed.algorithms.base import PluginAlgorithm
@@ -199,9 +166,8 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
 
 
 def check_manifests(config: SweepConfig) -> None:
-    """:class:`UserError` when a dataset of the sweep is named by a manifest of
-    ``DMG_DOMAINBED_DATASETS`` that is not the one registered: a second manifest of that name,
-    or one whose name DomainBed or a plugin has (``data check`` calls both an error)."""
+    """:class:`UserError` when a dataset of the sweep is the name of a manifest that is not
+    the one registered (a second of that name, or DomainBed's or a plugin's name)."""
     from domainbed import datasets
 
     from dmg_domainbed import integration
@@ -230,11 +196,9 @@ NAMED_JOBS = 5
 
 
 def check_draws(config: SweepConfig, jobs: int) -> dict[tuple[str, str], int]:
-    """The hparams of every job, as ``train.py`` will build them (:func:`.plan.draws`),
-    through their algorithm's own checks (``check_hparams``, which this package's algorithms
-    run when built): :class:`UserError` naming the jobs whose random search draws a value their
-    algorithm refuses (``jobs``: how many the sweep has). Returns the largest batch of each
-    (algorithm, dataset)'s jobs."""
+    """Every job's hparams (:func:`.plan.draws`) through its algorithm's ``check_hparams``:
+    :class:`UserError` naming the jobs (of ``jobs``) drawn a value refused. Returns each
+    (algorithm, dataset)'s largest batch."""
     from domainbed import algorithms
 
     from dmg_domainbed.algorithms.base import PluginAlgorithm
@@ -271,8 +235,7 @@ def check_draws(config: SweepConfig, jobs: int) -> dict[tuple[str, str], int]:
 
 
 def check_names(source: str, kind: str, given: Sequence[str], valid: Sequence[str]) -> None:
-    """:class:`UserError` naming the names of ``given`` (a ``kind``, given in ``source``) that
-    are not ``valid``, and the valid ones."""
+    """:class:`UserError` naming those of ``given`` (in ``source``) not ``valid``."""
     unknown = [name for name in given if name not in valid]
     if unknown:
         raise UserError(

@@ -1,13 +1,6 @@
-"""Whether a sweep's job commands fit in a command line this machine can start.
-
-DomainBed's sweep writes each job as one command with the fixed hparams of its group in it
-(``--hparams '<JSON>'``), and its ``local`` launcher and the Slurm tasks start it as ``sh -c
-COMMAND``, the whole command one argument. The system bounds what one ``execve`` takes (on
-Linux 32 pages in one argument, and ``SC_ARG_MAX`` bytes of arguments and environment): a
-command past it fails with ``OSError: Argument list too long`` once its job folder exists.
-:func:`check_commands` starts the longest command's ``sh`` with the jobs' environment, asking
-the system itself, and refuses with :class:`UserError` before any folder is made.
-"""
+"""Whether a sweep's job commands fit in a command line this machine can start: DomainBed
+puts the group's ``--hparams`` JSON in each command and starts it as ``sh -c COMMAND``, which
+fails with ``Argument list too long`` past the system's bounds, once the job's folder exists."""
 
 from __future__ import annotations
 
@@ -22,8 +15,8 @@ from dmg_domainbed.errors import UserError
 
 
 def check_commands(jobs: Sequence[Any], environ: Mapping[str, str]) -> None:
-    """:class:`UserError` when the longest command of ``jobs`` (DomainBed ``Job`` objects) is
-    too long to start as ``sh -c COMMAND`` with ``environ``, naming its longest fixed hparams."""
+    """:class:`UserError` when the longest command of ``jobs`` is too long to start as
+    ``sh -c COMMAND`` with ``environ`` (the system itself is asked)."""
     if not jobs:
         return
     job = max(jobs, key=lambda job: len(job.command_str.encode()))

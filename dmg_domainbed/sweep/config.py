@@ -1,23 +1,8 @@
-"""Sweep files (``sweeps/*.toml``): a DomainBed sweep written down once, checked before it runs.
-
-``[sweep]`` holds what ``python -m domainbed.scripts.sweep`` takes (:data:`SWEEP_KEYS`, with
-DomainBed's defaults) and the fixed hparams of every job (``[sweep.hparams]``) or algorithm
-(``[sweep.algorithm_hparams.NAME]``); ``[launcher]`` names a DomainBed command launcher and its
-settings (its ``options``, checked in :mod:`.launcher_settings`). :func:`read_sweep` reads a
-file once, in one pass: its ``[launcher]`` first, then the rest against its rules
-(:func:`load_sweep`), then the command line's folders and launcher over the file's
-(:func:`resolve`). :mod:`.checks` then checks it against DomainBed and this machine in one pass
-(names, hparams, networks, data, weights); nothing here looks anything up in DomainBed.
-
-``n_hparams`` and ``n_trials`` are bounded (:data:`MAX_HPARAMS`, :data:`MAX_TRIALS`): DomainBed
-builds every job of a sweep in memory before launching any, so ``n_hparams = 1000000000`` would
-fill the memory for minutes instead of running.
-
-``protocol`` is DomainBed's (``"domainbed"``, the default: every hparams seed on every trial) or
-``"search_once"``: every hparams seed on trial 0 only, then, once those jobs are done, each
-(algorithm, dataset, test envs)' winner by training-domain validation on the other trials
-(:mod:`.plan`). Its jobs are given the hparam ``protocol`` so that every record says so.
-"""
+"""Sweep files (``sweeps/*.toml``, docs/sweeps.md): :func:`read_sweep` reads one in one pass,
+its ``[launcher]`` first (:mod:`.launcher_settings`), then ``[sweep]`` against its rules
+(:data:`SWEEP_KEYS`, DomainBed's defaults; ``n_hparams`` and ``n_trials`` bounded, as DomainBed
+makes every job in memory first), then the command line's folders and launcher over the file's.
+Nothing here looks anything up in DomainBed (:mod:`.checks` does)."""
 
 from __future__ import annotations
 
@@ -100,21 +85,9 @@ SWEEP_KEYS = {key.name: key.metadata["rule"] for key in fields(SweepConfig) if k
 REQUIRED = ("algorithms", "datasets")
 
 
-def _check_json_values(table: Mapping[str, Any], where: str) -> None:
-    """hparams go to DomainBed as JSON: TOML dates and times cannot."""
-    for name, value in table.items():
-        if not isinstance(value, bool | int | float | str | list | dict):
-            raise UserError(
-                f"{where}: {name} = {value!r} ({type(value).__name__}) cannot be an hparam; "
-                "use a number, string, boolean, list or table"
-            )
-
-
 def parse_sweep(document: Mapping[str, Any], path: Path, registered: bool = True) -> SweepConfig:
-    """A :class:`SweepConfig` from a parsed TOML document; :class:`UserError` if invalid. Its
-    ``[launcher]`` comes first (:func:`~.launcher_settings.launcher_table`; with ``registered``,
-    checked against DomainBed's registered launchers and what the one named declares), then the
-    rest of the file against its rules."""
+    """A :class:`SweepConfig` from a parsed TOML document, its ``[launcher]`` first (checked
+    against the registered launchers with ``registered``); :class:`UserError` if invalid."""
 
     def fail(message: str) -> UserError:
         return UserError(f"{path}: {message}")
@@ -150,22 +123,26 @@ def parse_sweep(document: Mapping[str, Any], path: Path, registered: bool = True
             "only; the jobs holding out pairs of domains would have no winner. Add "
             "single_test_envs = true to [sweep]."
         )
-    _check_json_values(config.hparams, f"{path}: [sweep.hparams]")
-    for where, table in [("hparams", config.hparams)] + [
-        (f"algorithm_hparams.{name}", table) for name, table in config.algorithm_hparams.items()
-    ]:
-        if PROTOCOL in table:
-            raise fail(
-                f"[sweep.{where}] {PROTOCOL} = {table[PROTOCOL]!r}: the protocol is the sweep's, "
-                f'not an hparam to fix: write protocol = "..." in [sweep] ({", ".join(PROTOCOLS)})'
-            )
-    for algorithm, table in config.algorithm_hparams.items():
+    for algorithm in config.algorithm_hparams:
         if algorithm not in config.algorithms:
             raise fail(
                 f"[sweep.algorithm_hparams.{algorithm}]: {algorithm} is not one of the sweep's "
                 f"algorithms ({', '.join(config.algorithms)})"
             )
-        _check_json_values(table, f"{path}: [sweep.algorithm_hparams.{algorithm}]")
+    tables = {"hparams": config.hparams}
+    tables |= {f"algorithm_hparams.{name}": t for name, t in config.algorithm_hparams.items()}
+    for where, table in tables.items():
+        for name, value in table.items():  # hparams go to DomainBed as JSON: no TOML dates
+            if not isinstance(value, bool | int | float | str | list | dict):
+                raise fail(
+                    f"[sweep.{where}]: {name} = {value!r} ({type(value).__name__}) cannot be an "
+                    "hparam; use a number, string, boolean, list or table"
+                )
+        if PROTOCOL in table:
+            raise fail(
+                f"[sweep.{where}] {PROTOCOL} = {table[PROTOCOL]!r}: the protocol is the sweep's, "
+                f'not an hparam to fix: write protocol = "..." in [sweep] ({", ".join(PROTOCOLS)})'
+            )
     return config
 
 
@@ -191,8 +168,7 @@ def load_sweep(path: str | Path, registered: bool = True) -> SweepConfig:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A resolved sweep: its file's content, its folders as absolute paths and the launcher
-    that runs it (the command line's, else the file's; ``None``: none named)."""
+    """A file's content, its folders made absolute and its launcher (``None``: none named)."""
 
     config: SweepConfig
     data_dir: str
@@ -206,8 +182,7 @@ def resolve(
     output_dir: str | None,
     launcher: str | None = None,
 ) -> Sweep:
-    """The command line's folders and launcher win over the file's; folders are made absolute.
-    Nothing is looked up in DomainBed here."""
+    """The command line's folders and launcher over the file's."""
     dirs = {"data_dir": data_dir or config.data_dir, "output_dir": output_dir or config.output_dir}
     for key, value in dirs.items():
         if value is None:
@@ -224,9 +199,6 @@ def read_sweep(
     output_dir: str | None = None,
     launcher: str | None = None,
 ) -> Sweep:
-    """A sweep file read once into a resolved :class:`Sweep`: checked against its rules
-    (:func:`load_sweep`), the command line's folders and launcher applied (:func:`resolve`).
-    What DomainBed and this machine make of it is :mod:`.checks`'s; the launcher chosen is
-    checked when its environment is made (:func:`~.launcher_settings.launcher_environment`)."""
+    """A sweep file read once (:func:`load_sweep`) and resolved (:func:`resolve`)."""
     config = load_sweep(path)
     return resolve(config, data_dir, output_dir, launcher)

@@ -1,15 +1,7 @@
-"""Launching a checked and planned sweep's jobs with DomainBed's own sweep code.
-
-The one way this package launches a sweep (``dmg-domainbed sweep`` and the demo alike, through
-:mod:`.run`, which holds the output folder's lock and plans the jobs under it): launch each
-group of the plan (:mod:`.plan`) with ``Job.launch`` in this process, report jobs as they write
-DomainBed's ``done`` file (whatever the launcher), and stop cleanly on Ctrl-C. A launcher is
-asked about its jobs through :class:`~dmg_domainbed.launchers.common.Launcher` (never a
-particular launcher imported here): ``check(environ)`` first (:mod:`.checks`),
-``running_jobs(output_dirs, environ)`` (folder -> state of those still running) before
-delete-incomplete, and ``launch(commands, environ)``: the sweep's environment is passed to what
-starts the jobs, never swapped into this process's.
-"""
+"""Launching a planned sweep's jobs with DomainBed's own ``Job.launch``, group by group, in
+this process: jobs reported as they write their ``done`` file, Ctrl-C stopping cleanly. The
+launcher is asked only through :class:`~dmg_domainbed.launchers.common.Launcher`, the sweep's
+environment passed to it, never swapped into this process's."""
 
 from __future__ import annotations
 
@@ -40,9 +32,8 @@ def is_done(job) -> bool:
 def watch_done(
     jobs: Sequence, report: Callable[[str], None], interval: float = 1.0
 ) -> Iterator[None]:
-    """While inside, a daemon thread calls ``report(line)`` each time one of ``jobs`` (DomainBed
-    ``Job`` objects) finishes, and once more on leaving. Jobs done before are counted but not
-    reported."""
+    """While inside, ``report(line)`` each time one of ``jobs`` finishes (from a daemon thread,
+    and once more on leaving); jobs done before are counted, not reported."""
     pending = [job for job in jobs if not is_done(job)]
     start, stop = time.monotonic(), threading.Event()
 
@@ -74,14 +65,10 @@ def execute(
     echo: Callable[[str], None] = print,
     log: Path | None = None,
 ) -> int:
-    """Launch every group's jobs of ``plan`` not launched yet (after deleting the incomplete
-    ones when ``delete_incomplete``) with ``env`` as the environment, passing ``echo`` a line
-    as each finishes; a failed launch stops with status 1, a job command too long to start
-    (:func:`~.command_line.check_commands`) with :class:`UserError` before anything is deleted
-    or launched. What the launches print goes to ``log`` (appended) when given. The caller
-    holds the output folder's lock (:class:`~dmg_domainbed.locks.FolderLock`) and made ``plan``
-    under it (:mod:`.run`), so that no other command changes the job states meanwhile. Ctrl-C
-    stops the jobs and exits with status 130, saying how to resume."""
+    """Launch the jobs of ``plan`` not launched yet (and the incomplete ones, deleted first,
+    with ``delete_incomplete``), ``echo`` told as each finishes and ``log`` given what the
+    launches print; returns 1 when a launch fails. The caller holds the output folder's lock and
+    made ``plan`` under it. Ctrl-C stops the jobs and exits with 130, saying how to resume."""
     from domainbed import command_launchers
     from domainbed.scripts.sweep import Job
 
@@ -128,9 +115,8 @@ def execute(
 
 
 def refuse_deleting_other_than_folders(incomplete: Sequence) -> None:
-    """Stop before delete-incomplete if an incomplete job's folder is a symbolic link or no
-    folder at all: DomainBed's delete (``shutil.rmtree``) refuses those with a traceback, after
-    deleting the folders listed before them."""
+    """Stop before delete-incomplete at a job folder that is a link or no folder: DomainBed's
+    ``shutil.rmtree`` would fail there after deleting the folders before it."""
     refused = []
     for path in (Path(job.output_dir) for job in incomplete):
         if path.is_symlink():
@@ -148,9 +134,7 @@ def refuse_deleting_other_than_folders(incomplete: Sequence) -> None:
 
 
 def refuse_deleting_running(incomplete: Sequence, launcher: Launcher, env: Mapping) -> None:
-    """Stop before delete-incomplete removes the folder of a job that still runs, as the
-    launcher's ``running_jobs`` says (e.g. a Slurm job submitted by an earlier command that did
-    not wait for it)."""
+    """Stop before delete-incomplete removes the folder of a job the launcher says still runs."""
     folders = [Path(job.output_dir) for job in incomplete]
     running = launcher.running_jobs(folders, env) if folders else {}
     if running:
@@ -163,8 +147,7 @@ def refuse_deleting_running(incomplete: Sequence, launcher: Launcher, env: Mappi
 
 
 class _ThisThread(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` while launching: what this thread writes (the launch) goes
-    to ``log``, what the others write (the progress lines) to ``other``."""
+    """While launching, this thread's output (the launch) goes to ``log``, others' to ``other``."""
 
     def __init__(self, log: IO[str], other: IO[str]) -> None:
         self.log, self.other, self.thread = log, other, threading.get_ident()

@@ -1,11 +1,6 @@
-"""The launcher a sweep names and the settings its file gives it (``[launcher]``).
-
-A file's ``[launcher]`` table names a registered DomainBed command launcher and gives it the
-settings it declares (its ``options``, :class:`~dmg_domainbed.launchers.common.Option`): both
-are refused before anything runs (:func:`launcher_table`). The settings then reach the jobs as
-environment variables (:func:`launcher_environment`), where a variable already set wins, so a
-cluster's own settings are not overridden by a file.
-"""
+"""A sweep file's ``[launcher]``: a registered DomainBed command launcher and the settings it
+declares, refused before anything runs, then given to the jobs as environment variables (one
+already set wins)."""
 
 from __future__ import annotations
 
@@ -21,9 +16,7 @@ from dmg_domainbed.rules import Rule, not_blank, refuse_unknown_keys
 
 
 def launcher_options(source: Path, name: str) -> dict[str, Option]:
-    """The settings the command launcher registered as ``name`` declares, by ``[launcher]``
-    key (this package's launchers registered); :class:`UserError` if none is registered so
-    (named in ``source``)."""
+    """The settings launcher ``name`` declares, by key; :class:`UserError` if unknown."""
     import dmg_domainbed
 
     dmg_domainbed.register()
@@ -41,10 +34,8 @@ def launcher_options(source: Path, name: str) -> dict[str, Option]:
 def launcher_table(
     source: Path, table: Any, registered: bool = True
 ) -> tuple[str | None, dict[str, Any]]:
-    """The launcher a file's ``[launcher]`` table (of ``source``) names, ``None`` if none, and
-    the settings it gives it. The table names it with a non-blank ``name`` when it gives
-    settings; with ``registered``, the name is that of a registered launcher and the settings
-    are those it declares."""
+    """The launcher ``[launcher]`` names (``None``: none) and its settings, checked against
+    what it declares with ``registered``."""
     if not isinstance(table, dict):
         raise UserError(
             f'{source}: [launcher] must be a table with name = "LAUNCHER" and its settings'
@@ -74,11 +65,9 @@ def launcher_environment(
     file_launcher: str | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
-    """The environment ``launcher`` (a registered one, chosen for the sweep of ``source``) runs
-    the jobs with: ``environ``, the file's ``settings`` (for ``file_launcher``) as its variables
-    when it is that launcher (one already set wins, as the notes say), and this interpreter's
-    folder first on PATH (DomainBed starts every job as ``python -m domainbed.scripts.train``
-    with the ``python`` found there)."""
+    """The jobs' environment and notes: ``environ``, the file's ``settings`` for
+    ``file_launcher`` when it is ``launcher`` (a variable already set wins), this interpreter's
+    folder first on PATH (DomainBed starts jobs with the ``python`` found there)."""
     options = launcher_options(source, launcher)
     env = dict(environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")

@@ -1,24 +1,7 @@
-"""From a sweep file's content (:class:`~dmg_domainbed.sweep.config.SweepConfig`) to DomainBed's
-own job list: first as plain data, nothing on disk looked at (:func:`groups`, :func:`train_args`,
-:func:`job_count`, and :func:`draws`, each job's hparams by ``train.py``'s rule), which the
-checks, ``smoke`` and the plan ask; then as DomainBed's ``Job`` objects with their states.
-
-DomainBed passes one ``--hparams`` to every job of a sweep, so the algorithms of a sweep file
-are grouped by their fixed hparams and each group is launched on its own, into the same output
-folder. DomainBed's ``make_args_list`` and ``Job`` make the jobs, so job folders, their hashes
-and ``done`` files are exactly those of ``python -m domainbed.scripts.sweep``; the ``train.py``
-arguments its sweep script cannot pass (``checkpoint_freq``, ``save_model_every_checkpoint``)
-are added to every job's arguments, and so to its hash. :func:`plan_sweep` sorts the jobs by
-the state DomainBed reads from their folders (to launch, incomplete, done): the rest of the
-package asks the plan, not DomainBed's ``Job``, how many there are.
-
-With ``protocol = "search_once"``, :func:`search_once` keeps, of those jobs, stage 1 (trial 0,
-every hparams seed) and, once every stage-1 job is done, stage 2: for each (algorithm, dataset,
-test domain), the jobs of the other trials with stage 1's winning hparams seed by DomainBed's
-training-domain validation (``IIDAccuracySelectionMethod``), the very jobs DomainBed's own
-sweep holds for those seeds. Until then the plan counts stage 2 for its cost only, one stand-in
-job per (algorithm, dataset, test domain, trial).
-"""
+"""A sweep file's jobs: as plain data, nothing on disk looked at (:func:`groups`,
+:func:`train_args`, :func:`job_count`, :func:`draws`), then as DomainBed's ``Job`` objects sorted
+by the state read from their folders (:func:`plan_sweep`), cut to stage 1 or 2 by
+:func:`search_once` under ``protocol = "search_once"`` (docs/sweeps.md)."""
 
 from __future__ import annotations
 
@@ -53,10 +36,9 @@ class Group:
 
 
 def groups(config: SweepConfig) -> list[Group]:
-    """The algorithms grouped by the ``--hparams`` of their jobs: with a fixed number of steps,
-    those an algorithm sizes for the run's length (e.g. ImportanceMask's phase schedule), then
-    the file's common hparams, then its own; later ones win. A protocol other than DomainBed's
-    is given to every job as the hparam ``protocol``, which its records keep."""
+    """The algorithms grouped by the ``--hparams`` of their jobs (DomainBed passes one per
+    sweep): those an algorithm sizes for a fixed number of steps, then the file's common
+    hparams, then its own, later ones winning; a protocol other than DomainBed's as ``protocol``."""
     from domainbed import algorithms
 
     from dmg_domainbed.algorithms.base import declarations_of
@@ -75,8 +57,8 @@ def groups(config: SweepConfig) -> list[Group]:
 
 
 def train_args(config: SweepConfig, data_dir: str, group: Group) -> list[dict[str, Any]]:
-    """DomainBed's ``train.py`` arguments of one group's jobs, as its sweep script makes them
-    (``make_args_list``), with those its script cannot pass; nothing on disk is looked at."""
+    """``train.py`` arguments of one group's jobs by DomainBed's ``make_args_list``, with those
+    its sweep script cannot pass (and so in the job hashes)."""
     from domainbed.scripts.sweep import make_args_list
 
     args_list = make_args_list(
@@ -103,17 +85,15 @@ def train_args(config: SweepConfig, data_dir: str, group: Group) -> list[dict[st
 
 
 def job_count(config: SweepConfig) -> int:
-    """How many jobs the sweep has, without making them: DomainBed's jobs of one hparams seed
-    and trial (its choices of test domains), times the seeds and trials."""
+    """How many jobs the sweep has: those of one hparams seed and trial, times both."""
     one = replace(config, n_hparams_from=0, n_hparams=1, n_trials=1)
     per_draw = len(train_args(one, "", Group(config.algorithms, {})))
     return per_draw * (config.n_hparams - config.n_hparams_from) * config.n_trials
 
 
 def draws(config: SweepConfig) -> Iterator[tuple[str, str, int, int, dict[str, Any]]]:
-    """(algorithm, dataset, hparams seed, trial seed, hparams) of every job, as ``train.py``
-    builds its hparams (:func:`~dmg_domainbed.hparams.of_job.job_hparams`); the jobs that differ
-    only in their test domains share one."""
+    """(algorithm, dataset, hparams seed, trial seed, hparams by ``train.py``'s rule) of every
+    job, one for the jobs that differ only in their test domains."""
     from dmg_domainbed.hparams.of_job import job_hparams
 
     for group in groups(config):
@@ -128,8 +108,7 @@ def jobs(sweep: Sweep, group: Group) -> list[Any]:
     """DomainBed's ``Job`` objects of one group, as its sweep script builds them."""
     from domainbed.scripts.sweep import Job
 
-    args_list = train_args(sweep.config, sweep.data_dir, group)
-    return [Job(args, sweep.output_dir) for args in args_list]
+    return [Job(args, sweep.output_dir) for args in train_args(sweep.config, sweep.data_dir, group)]
 
 
 def describe_job(job) -> str:
@@ -147,9 +126,8 @@ def describe_job(job) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """A sweep's jobs, group by group, in the states DomainBed read from their folders when they
-    were made: ``to_launch`` (no folder), ``incomplete`` (a folder without a ``done`` file) and
-    ``done``."""
+    """A sweep's jobs, group by group, and their states when made: ``to_launch`` (no folder),
+    ``incomplete`` (no ``done`` file) and ``done``."""
 
     sweep: Sweep
     jobs_by_group: tuple[tuple[Group, tuple[Any, ...]], ...]
@@ -172,8 +150,7 @@ class Plan:
         return [*self.to_launch, *self.incomplete]
 
     def summary(self) -> str:
-        """What the sweep holds: jobs per dataset and algorithm, their states, the fixed
-        hparams."""
+        """Jobs per dataset and algorithm, their states, the fixed hparams."""
         config = self.sweep.config
         lines = [
             f"Sweep {config.path}: {len(self.jobs)} job(s): {len(self.to_launch)} to launch, "
@@ -229,8 +206,7 @@ class Plan:
 
 
 def plan_sweep(sweep: Sweep) -> Plan:
-    """The sweep's jobs (:func:`jobs`, every group's in turn), sorted by the state DomainBed
-    reads from each job's folder."""
+    """The sweep's jobs sorted by the state DomainBed reads from each job's folder."""
     from domainbed.scripts.sweep import Job
 
     jobs_by_group = tuple((group, tuple(jobs(sweep, group))) for group in groups(sweep.config))
@@ -238,19 +214,9 @@ def plan_sweep(sweep: Sweep) -> Plan:
     if sweep.config.protocol == SEARCH_ONCE:
         jobs_by_group, unfinished, stand_ins = search_once(jobs_by_group)
     every = [job for _, group_jobs in jobs_by_group for job in group_jobs]
-    in_state = {
-        state: tuple(job for job in every if job.state == state)
-        for state in (Job.NOT_LAUNCHED, Job.INCOMPLETE, Job.DONE)
-    }
-    return Plan(
-        sweep,
-        jobs_by_group,
-        to_launch=in_state[Job.NOT_LAUNCHED],
-        incomplete=in_state[Job.INCOMPLETE],
-        done=in_state[Job.DONE],
-        stage_one_unfinished=unfinished,
-        stage_two_stand_ins=stand_ins,
-    )
+    states = (Job.NOT_LAUNCHED, Job.INCOMPLETE, Job.DONE)  # to_launch, incomplete, done
+    in_state = [tuple(job for job in every if job.state == state) for state in states]
+    return Plan(sweep, jobs_by_group, *in_state, unfinished, stand_ins)
 
 
 def _cell(job) -> tuple[str, str, tuple[int, ...]]:
@@ -259,10 +225,9 @@ def _cell(job) -> tuple[str, str, tuple[int, ...]]:
 
 
 def search_once(jobs_by_group):
-    """DomainBed's jobs (``jobs_by_group``) cut to the search-once protocol: the groups' stage-1
-    jobs (trial 0), then, when all of them are done, each cell's jobs of the other trials with
-    its winning hparams seed (:func:`winning_seeds`). Also the stage-1 jobs not done and, while
-    there are some, stage 2's stand-ins: the first job of each (cell, trial), for the cost."""
+    """The jobs cut to stage 1 (trial 0) and, once it is done, each cell's jobs of the other
+    trials with its winning hparams seed; also stage 1's jobs not done and, while there are
+    some, stage 2's stand-ins for the cost: the first job of each (cell, trial)."""
     from domainbed.scripts.sweep import Job
 
     def first(job) -> bool:
@@ -287,10 +252,8 @@ def search_once(jobs_by_group):
 
 
 def winning_seeds(stage_one: Sequence[Any]) -> dict[tuple[str, str, tuple[int, ...]], int]:
-    """(algorithm, dataset, test envs) -> the hparams seed of its finished stage-1 jobs
-    (``stage_one``) that DomainBed's training-domain validation selects
-    (``IIDAccuracySelectionMethod.hparams_accs``: the best validation accuracy of a run's
-    checkpoints, averaged over the training domains' held-out splits)."""
+    """(algorithm, dataset, test envs) -> the hparams seed of its stage-1 jobs that DomainBed's
+    training-domain validation (``IIDAccuracySelectionMethod``) ranks first."""
     from domainbed import model_selection
     from domainbed.lib.query import Q
 
@@ -313,9 +276,8 @@ def winning_seeds(stage_one: Sequence[Any]) -> dict[tuple[str, str, tuple[int, .
 
 
 def dataset_images(dataset: str) -> int | None:
-    """Every image of every domain of ``dataset``: DomainBed's download of an image dataset
-    (its published count), MNIST's two files, or the class's ``N_IMAGES``; ``None`` where not
-    known before its files are read (a manifest's)."""
+    """Every image of ``dataset`` (the download's published count, MNIST's files, the class's
+    ``N_IMAGES``); ``None`` where only its files tell (a manifest's)."""
     from domainbed import datasets
 
     from dmg_domainbed.datasets.layouts import IMAGE_LAYOUTS, MNIST_DATASETS, MNIST_IMAGES
@@ -328,9 +290,7 @@ def dataset_images(dataset: str) -> int | None:
 
 
 def job_costs(jobs: Sequence[Mapping[str, Any]], jobs_per_gpu: int = 1) -> list[cost.JobCost]:
-    """The :class:`~.cost.JobCost` of each job's ``train.py`` arguments (as DomainBed's
-    ``make_args_list`` gives them): its hparams as ``train.py`` draws them, its dataset's
-    domains, steps, checkpoints, images and input shape."""
+    """The :class:`~.cost.JobCost` of each job's ``train.py`` arguments."""
     from domainbed import algorithms
     from domainbed import datasets as registered
 

@@ -1,16 +1,8 @@
-"""``dmg-domainbed sweep`` as one call: a sweep file read, checked, planned and launched.
-
-:func:`run_sweep` takes what the command line was given (:class:`SweepRequest`) and goes one
-way, each step once: :mod:`.config` reads the file (its launcher first, then the rest against
-its rules) and resolves its folders and launcher; :func:`check` gives the launcher chosen its
-environment (:mod:`.launcher_settings`, which refuses an unknown one) and checks the sweep
-(:mod:`.checks`, down through the preflight, the data check and the folders); the output folder
-is locked (not for a dry run, nor for a sweep that cannot run here); :mod:`.plan` plans the jobs,
-their states read under that lock, so that no other command changes them before the launch; the
-plan is shown, and :mod:`.launch` checks the jobs' command lines (:mod:`.command_line`; a dry run
-shows what that check says) and launches them. The demo builds its sweep in code and goes
-through the same :func:`check`, lock, plan and launch.
-"""
+"""``dmg-domainbed sweep`` as one call (:func:`run_sweep`): the file read and resolved
+(:mod:`.config`), the launcher's environment made and the sweep checked (:func:`check`), the
+output folder locked unless nothing will launch, the jobs planned under that lock (:mod:`.plan`),
+shown, and launched (:mod:`.launch`). The demo goes through the same check, lock, plan and
+launch."""
 
 from __future__ import annotations
 
@@ -33,8 +25,7 @@ from dmg_domainbed.sweep.plan import Plan, job_costs, plan_sweep
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """What ``dmg-domainbed sweep`` was given: the sweep file, the folders and the launcher that
-    win over the file's (``None``: the file's), and its two switches."""
+    """What ``dmg-domainbed sweep`` was given (``None``: the file's)."""
 
     file: str | Path
     data_dir: str | None = None
@@ -47,9 +38,7 @@ class SweepRequest:
 
 
 def check(sweep: Sweep, environ: Mapping[str, str]) -> Checked:
-    """The launcher's environment (the file's settings over ``environ``) and the sweep's checks.
-    A mistake in the file raises :class:`UserError`; what would stop the jobs on this machine
-    is the result's ``problem``."""
+    """The launcher's environment (the file's settings over ``environ``) and the checks."""
     env, notes = environ, []
     if sweep.launcher is not None:
         config = sweep.config
@@ -61,8 +50,7 @@ def check(sweep: Sweep, environ: Mapping[str, str]) -> Checked:
 
 
 def smoke_table(path: str) -> cost.CostTable:
-    """The cost table of a smoke results file; :class:`UserError` saying what is wrong with it
-    before any check runs."""
+    """The cost table of a smoke results file; :class:`UserError` if unreadable."""
     try:
         return cost.load_table(path)
     except (OSError, ValueError, KeyError, TypeError) as error:
@@ -73,8 +61,7 @@ def smoke_table(path: str) -> cost.CostTable:
 
 
 def sweep_cost(sweep: Sweep, plan: Plan, own: cost.CostTable | None, file) -> str:
-    """The cost of the plan's jobs to launch on the user's own measures (``own``, first) and the
-    package's measured devices, and how to measure them here when ``own`` is not given."""
+    """The cost of the jobs to launch on ``own`` measures and the package's."""
     tables = [own] if own is not None else []
     packaged = cost.packaged_table()
     if packaged is not None:
@@ -93,8 +80,7 @@ def sweep_cost(sweep: Sweep, plan: Plan, own: cost.CostTable | None, file) -> st
 
 
 def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int:
-    """Read, check, plan and (unless a dry run) launch the sweep of ``request``, passing
-    ``echo`` its summary, notes, jobs and progress lines; returns the exit status.
+    """Read, check, plan and (unless a dry run) launch; returns the exit status.
     :class:`UserError` before any job folder exists when the sweep cannot run."""
     sweep = read_sweep(request.file, request.data_dir, request.output_dir, request.launcher)
     own = None if request.cost_from is None else smoke_table(request.cost_from)
