@@ -127,10 +127,12 @@ def evaluate_run(
 def check_comparable(runs: list[Run]) -> None:
     """Runs side by side in one table must share train.py's splits and source domains, and be
     one run per name (a table's rows are named by :func:`run_names`: algorithm, precision and
-    the fixed hparams in which they differ)."""
+    the fixed hparams in which they differ), each in a folder of a UTF-8 name (the table's
+    files name it: :func:`.jobs.require_utf8_name`)."""
     keys = ("dataset", "test_envs", "trial_seed", "holdout_fraction")
     first, seen, names = runs[0], {}, run_names(runs)
     for run in runs:
+        require_utf8_name(Path(run.path))
         differ = [k for k in keys if run.args.get(k) != first.args.get(k)]
         if differ:
             raise UserError(
@@ -214,8 +216,6 @@ def write_in_domain(
     """One Table 3 per group of comparable runs: ``in_domain.csv`` (every row) and ``.md``."""
     for group in groups:
         check_comparable(list(group))
-        for run in group:
-            require_utf8_name(Path(run.path))
     frames = [
         pd.concat([evaluate_run(run, data_dir, name=names[run.path]) for run in group])
         for group in groups
