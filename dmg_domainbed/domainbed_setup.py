@@ -1,35 +1,16 @@
 """``dmg-domainbed install-domainbed``: DomainBed at the tested commit, importable in this Python.
 
-DomainBed is not on the package registry and has no packaging of its own, so this package cannot
-depend on it. This module does what a user would do by hand, in three steps:
-
-1. ``git clone --no-checkout SOURCE`` into a temporary folder beside the target (``SOURCE``: the
-   GitHub repository, or, on clusters without GitHub, a local checkout, a bare repository or
-   another URL), then ``git checkout --detach TESTED_DOMAINBED_COMMIT``, and only then rename the
-   folder into place: a failed clone leaves nothing half-made. The command holds a lock on its
-   temporary folder, which the system releases however the process ends; a temporary folder
-   nobody holds (a run killed mid-clone left it) is removed by the next run.
-2. Check that the folder holds DomainBed (``domainbed/algorithms.py``).
-3. Write :data:`PTH_NAME` into this environment's ``purelib`` (``sysconfig``'s site-packages):
-   one line, the checkout's folder, which Python's ``site`` puts on ``sys.path`` at start-up.
-
-Before anything changes, the command checks what it will need: ``--from`` a git repository (or
-a URL), ``--dir`` a folder (or missing) whose parent can be written, and ``PTH_NAME`` writable in
-site-packages.
-
-Safe to run twice: a checkout already at the tested commit and a ``.pth`` already naming it are
-left as they are. A folder at another commit, a folder that is not a DomainBed checkout, or a
-``.pth`` naming another folder stop the command with what is there and how to fix it; only
-``force=True`` checks out the tested commit in an existing checkout (git itself refuses to
-overwrite local edits) or rewrites the ``.pth``.
-
-The commit is pinned in one place, :data:`dmg_domainbed.TESTED_DOMAINBED_COMMIT`. Stdlib and the
-``git`` command only: it runs before DomainBed, and before anything DomainBed needs, is there.
+DomainBed is not on the package registry, so this package cannot depend on it. This module does
+what a user would do by hand: ``git clone --no-checkout`` (GitHub, or a local checkout, bare
+repository or URL) into a temporary folder beside the target, check out the tested commit, check
+that it holds DomainBed, and only then rename it into place, so a failure leaves nothing
+half-made; then write :data:`PTH_NAME`, one line naming the checkout, into ``purelib``. What it
+needs is checked before anything changes; a second run changes nothing; a checkout or ``.pth``
+of another kind is changed only with ``force``. Stdlib and ``git`` only: it runs before DomainBed.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -41,6 +22,7 @@ from pathlib import Path
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.folders import check_creatable
 
 DOMAINBED_URL = "https://github.com/facebookresearch/DomainBed"
 #: The file in site-packages that makes the checkout importable (the name the README's manual
@@ -82,14 +64,6 @@ def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def _git_or_fail(*args: str, cwd: Path | None = None, doing: str) -> str:
-    answer = _git(*args, cwd=cwd)
-    if answer.returncode != 0:
-        message = (answer.stderr or answer.stdout).strip()
-        raise UserError(f"{doing} failed: `git {' '.join(args)}` said: {message}")
-    return answer.stdout.strip()
-
-
 def checkout_commit(folder: Path) -> str | None:
     """The commit checked out at the top of ``folder``, or ``None`` if it is not a git checkout's
     top folder."""
@@ -102,26 +76,6 @@ def checkout_commit(folder: Path) -> str | None:
 
 def _is_local(source: str) -> bool:
     return "://" not in source and not (":" in source and "@" in source.split(":")[0])
-
-
-def _existing_ancestor(path: Path) -> Path:
-    """``path`` itself or its nearest ancestor that exists."""
-    while not os.path.lexists(path) and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _check_writable(path: Path, what: str, fix: str) -> None:
-    """:class:`UserError` unless ``path`` (a folder, made if missing) can be written: its
-    nearest existing ancestor is a folder this process may write into."""
-    there = _existing_ancestor(path)
-    if not there.is_dir():
-        raise UserError(f"{what}: {there} is a file, not a folder, so {path} cannot be made. {fix}")
-    if not os.access(there, os.W_OK | os.X_OK):
-        raise UserError(
-            f"{what}: {there} cannot be written (a read-only file system, or no permission), so "
-            f"nothing was changed. {fix}"
-        )
 
 
 def _check_source(source: str) -> str:
@@ -165,24 +119,19 @@ def install_domainbed(
             f"{pth} already makes {named} importable, not {folder}: run with `--dir {named}` to "
             f"use that checkout, or `--force` to point {PTH_NAME} at {folder}"
         )
-    if os.path.lexists(folder) and not folder.is_dir():
-        raise UserError(
-            f"--dir {folder} is a file, not a folder; nothing was changed. Give --dir a folder "
-            "for the checkout (made if missing)"
-        )
     existing = folder.is_dir() and any(folder.iterdir())
     if not existing:
-        _check_writable(folder.parent, f"--dir {folder}", "Give --dir a folder you can write.")
+        check_creatable(folder, "--dir")
     if named != folder:
-        where, fix = (
-            f"{PTH_NAME} in this Python's site-packages ({pth.parent})",
-            "Run the command with a Python whose site-packages you can write (a virtual "
-            "environment), or as a user who may write there.",
-        )
-        if not pth.exists():
-            _check_writable(pth.parent, where, fix)
-        elif not os.access(pth, os.W_OK):
-            raise UserError(f"{where}: {pth} cannot be written, so nothing was changed. {fix}")
+        try:
+            check_creatable(pth.parent, f"{PTH_NAME} in this Python's site-packages")
+            if pth.exists() and not os.access(pth, os.W_OK):
+                raise UserError(f"{pth} cannot be written.")
+        except UserError as error:
+            raise UserError(
+                f"{error} Nothing was changed: run the command with a Python whose site-packages "
+                "you can write (a virtual environment), or as a user who may write there."
+            ) from None
 
     if existing:
         _use_existing(folder, source, commit, force, say)
@@ -223,12 +172,13 @@ def _use_existing(folder: Path, source: str, commit: str, force: bool, say) -> N
 
 
 def _checkout(folder: Path, commit: str, source: str) -> None:
-    if _git("cat-file", "-e", f"{commit}^{{commit}}", cwd=folder).returncode != 0:
+    answer = _git("checkout", "--detach", commit, cwd=folder)
+    if answer.returncode != 0:
         raise UserError(
-            f"{source} does not hold DomainBed's tested commit {commit}; give --from a clone "
-            "of facebookresearch/DomainBed with its history (not a shallow one)"
+            f"`git checkout --detach {commit}` failed: "
+            f"{(answer.stderr or answer.stdout).strip()}\nWhere {source} lacks that commit, give "
+            "--from a clone of facebookresearch/DomainBed with its history (not a shallow one)"
         )
-    _git_or_fail("checkout", "--detach", commit, cwd=folder, doing=f"checking out {commit[:12]}")
 
 
 def _fetch_failed(source: str, answer: subprocess.CompletedProcess) -> UserError:
@@ -244,43 +194,11 @@ def _fetch_failed(source: str, answer: subprocess.CompletedProcess) -> UserError
     )
 
 
-def _remove_abandoned(folder: Path, say) -> None:
-    """Remove the partial clones into ``folder`` that no running command holds: those a
-    command left when it was killed (a running one holds a lock on its partial clone, which
-    the system releases when the process ends, however it ends)."""
-    for partial in folder.parent.glob(f".{folder.name}.partial-*"):
-        try:
-            held = _hold(partial)
-        except OSError:
-            continue  # not a folder this process can open: not one of ours to remove
-        if held is None:
-            continue  # a running command's
-        try:
-            shutil.rmtree(partial, ignore_errors=True)
-        finally:
-            os.close(held)
-        say(f"removed {partial}, a partial clone left by an interrupted run")
-
-
-def _hold(partial: Path) -> int | None:
-    """A descriptor holding the lock of the folder ``partial``, or ``None`` if another process
-    holds it."""
-    descriptor = os.open(partial, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        return None
-    return descriptor
-
-
 def _clone(source: str, folder: Path, commit: str, say) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(folder, say)
     say(f"cloning DomainBed from {source} into {folder}")
-    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
-    held = _hold(partial)  # until the clone is renamed into place or removed
-    try:
+    with tempfile.TemporaryDirectory(prefix=f".{folder.name}.partial-", dir=folder.parent) as to:
+        partial = Path(to) / folder.name
         answer = _git("clone", "--quiet", "--no-checkout", source, str(partial))
         if answer.returncode != 0:
             raise _fetch_failed(source, answer)
@@ -290,8 +208,4 @@ def _clone(source: str, folder: Path, commit: str, say) -> None:
         if folder.exists():
             folder.rmdir()  # empty (checked by the caller)
         partial.rename(folder)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-        if held is not None:
-            os.close(held)
     say(f"{folder}: DomainBed at the tested commit {commit[:12]}")

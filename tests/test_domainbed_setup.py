@@ -61,7 +61,7 @@ def test_installs_the_tested_commit_and_makes_it_importable(source, tmp_path):
     assert importable_from(purelib) == str(folder / "domainbed" / "__init__.py")
     assert domainbed_setup.installed_folder(purelib) == folder
     assert f"wrote {purelib / domainbed_setup.PTH_NAME}" in said
-    assert [p.name for p in folder.parent.iterdir()] == ["DomainBed"]  # no partial clone left
+    assert [p.name for p in folder.parent.iterdir()] == ["DomainBed"]  # no temporary folder left
 
 
 def test_a_second_run_changes_nothing(source, tmp_path):
@@ -146,17 +146,17 @@ def test_a_dir_on_a_read_only_file_system_is_refused_before_anything_changes(sou
             install(source, mounted / "DomainBed", purelib)
         assert list(mounted.iterdir()) == []
     message = str(refused.value)
-    assert f"--dir {mounted / 'DomainBed'}: {mounted} cannot be written" in message
-    assert "Give --dir a folder you can write" in message
+    assert f"--dir '{mounted / 'DomainBed'}' cannot be made in '{mounted}'" in message
+    assert "Give a folder you can write to" in message
     assert not purelib.exists()
 
 
 def test_a_dir_naming_a_file_is_refused(source, tmp_path):
     file = tmp_path / "notes.txt"
     file.write_text("mine")
-    with pytest.raises(UserError, match=f"--dir {file} is a file, not a folder"):
+    with pytest.raises(UserError, match=f"--dir '{file}' is a file, so it cannot be a folder"):
         install(source, file, tmp_path / "site-packages")
-    with pytest.raises(UserError, match=f"{file} is a file, not a folder, so .* cannot be made"):
+    with pytest.raises(UserError, match=f"DomainBed' lies under '{file}', which is a file"):
         install(source, file / "DomainBed", tmp_path / "site-packages")
     assert file.read_text() == "mine"
 
@@ -167,8 +167,8 @@ def test_a_read_only_site_packages_is_refused_before_the_clone(source, tmp_path)
         with pytest.raises(UserError) as refused:
             install(source, folder, purelib)
     message = str(refused.value)
-    assert f"{domainbed_setup.PTH_NAME} in this Python's site-packages ({purelib})" in message
-    assert "nothing was changed" in message and "a virtual environment" in message
+    assert f"{domainbed_setup.PTH_NAME} in this Python's site-packages '{purelib}'" in message
+    assert "Nothing was changed" in message and "a virtual environment" in message
     assert list(tmp_path.iterdir()) == [purelib]  # no clone
 
 
@@ -200,7 +200,7 @@ case " $* " in *" clone "*) touch "$CLONED"; sleep 600;; esac
 """
 
 
-def test_a_partial_clone_left_by_a_killed_run_is_removed_by_the_next_run(source, tmp_path):
+def test_a_run_killed_mid_clone_leaves_no_checkout_and_the_next_run_installs(source, tmp_path):
     bin_dir, folder, purelib = tmp_path / "bin", tmp_path / "env" / "DomainBed", tmp_path / "site"
     bin_dir.mkdir()
     (bin_dir / "git").write_text(STALLED_GIT)
@@ -231,9 +231,8 @@ def test_a_partial_clone_left_by_a_killed_run_is_removed_by_the_next_run(source,
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
-    left = [p.name for p in folder.parent.iterdir()]
-    assert len(left) == 1 and left[0].startswith(".DomainBed.partial-")
-    said = install(source, folder, purelib)
-    assert [p.name for p in folder.parent.iterdir()] == ["DomainBed"]
-    assert f"removed {folder.parent / left[0]}, a partial clone left by an interrupted run" in said
+    left = [p.name for p in folder.parent.iterdir()]  # its temporary folder, nothing in place
+    assert len(left) == 1 and left[0].startswith(".DomainBed.partial-") and not purelib.exists()
+    install(source, folder, purelib)
     assert domainbed_setup.checkout_commit(folder) == TESTED_DOMAINBED_COMMIT
+    assert domainbed_setup.installed_folder(purelib) == folder

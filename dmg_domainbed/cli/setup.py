@@ -19,8 +19,9 @@ def add_parsers(subparsers) -> None:
             f"into --dir and write {domainbed_setup.PTH_NAME} into this Python's site-packages "
             "so that `import domainbed` finds it. What it needs (a git repository to clone, "
             "a --dir and a site-packages it can write) is checked before anything changes. Run "
-            "again, it changes nothing (and removes a partial clone a killed run left); a folder "
-            "at another commit is left alone unless --force. Where GitHub cannot be reached, "
+            "again, it changes nothing. A run killed mid-clone makes no --dir; the hidden "
+            "*.partial-* folder it leaves beside it can be deleted. A folder at another commit "
+            "is left alone unless --force. Where GitHub cannot be reached, "
             "clone DomainBed elsewhere and give that folder as --from."
         ),
     )
