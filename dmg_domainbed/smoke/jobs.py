@@ -151,11 +151,10 @@ class Staging:
 
     def stage(self, jobs: list[SmokeJob]) -> list[Staged]:
         """Each dataset is staged once, for its job with the largest batch."""
-        largest: dict[str, SmokeJob] = {}
-        for job in jobs:
-            if job.dataset not in largest or job.batch_size > largest[job.dataset].batch_size:
-                largest[job.dataset] = job
-        data = {dataset: self._data(job) for dataset, job in largest.items()}
+        data = {}
+        for dataset in dict.fromkeys(job.dataset for job in jobs):
+            of_dataset = [job for job in jobs if job.dataset == dataset]
+            data[dataset] = self._data(max(of_dataset, key=lambda job: job.batch_size))
         staged = []
         for job in jobs:
             data_dir, stand_ins, problems = data[job.dataset]

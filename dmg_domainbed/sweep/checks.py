@@ -130,7 +130,7 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
         # The common hparams alone first, so that a mistake in them is told as theirs.
         tables = {
             "[sweep.hparams]": config.hparams,
-            f"[sweep.algorithm_hparams.{algorithm}]": config.fixed_hparams[algorithm],
+            f"[sweep.algorithm_hparams.{algorithm}]": config.hparams_of(algorithm),
         }
         for where, fixed in tables.items():
             try:

@@ -69,16 +69,10 @@ class SweepConfig:
     )
     launcher: str | None = None
     launcher_options: Mapping[str, Any] = field(default_factory=dict)
-    #: Per algorithm, the fixed hparams of its jobs: the common ones, then its own (made once).
-    fixed_hparams: Mapping[str, Mapping[str, Any]] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        fixed = {a: {**self.hparams, **self.algorithm_hparams.get(a, {})} for a in self.algorithms}
-        object.__setattr__(self, "fixed_hparams", fixed)
 
     def hparams_of(self, algorithm: str) -> dict[str, Any]:
         """The fixed hparams of ``algorithm``'s jobs: common ones, then its own."""
-        return dict(self.fixed_hparams.get(algorithm, self.hparams))
+        return {**self.hparams, **self.algorithm_hparams.get(algorithm, {})}
 
 
 SWEEP_KEYS = {key.name: key.metadata["rule"] for key in fields(SweepConfig) if key.metadata}

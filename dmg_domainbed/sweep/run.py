@@ -109,13 +109,9 @@ def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int
                 echo(f"Launching it now would stop before any job: {problem}")
             launcher = sweep.launcher or "LAUNCHER"
             echo(f"Launcher: {launcher} (DomainBed's Job.launch, one launch per group)")
-            if request.commands:
-                new = [f"  {job.command_str}" for job in plan.to_launch]
-                echo("\n".join(["Jobs to launch:", *new]))
-            else:
-                echo(
-                    f"Jobs to launch: {len(plan.to_launch)} (--commands lists their command lines)"
-                )
+            listed = [f"\n  {job.command_str}" for job in plan.to_launch]
+            new = f"{len(plan.to_launch)} (--commands lists their command lines)"
+            echo("Jobs to launch:" + ("".join(listed) if request.commands else f" {new}"))
             echo("Dry run: nothing was created or launched.")
             return 0
         if checked.problem is not None:
