@@ -146,6 +146,8 @@ class Staging:
     def __init__(self, root: Path, data_dir: str | None, synthetic_data_dir: Path | None = None):
         self.root, self.data_dir, self.synthetic_data_dir = root, data_dir, synthetic_data_dir
         self.random_caches = Caches.under(root / "random_weights")
+        # what a job that reads stand-in weights runs with: the check's own cache, offline
+        self.stand_in_env = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
         self.own_written: set[str] = set()  # architectures of algorithms' own weights written
         self.notes: list[str] = []
 
@@ -229,8 +231,7 @@ class Staging:
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.symlink_to(file.folder if snapshot else file.path)
-        environment = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
-        return environment, [RANDOM_WEIGHTS], problems
+        return self.stand_in_env, [RANDOM_WEIGHTS], problems
 
     def _own_weights(
         self, job: SmokeJob, own: WeightsCheck
@@ -257,5 +258,4 @@ class Staging:
                 f"random weights (not pretrained) in {path} stand in for {job.algorithm}'s missing "
                 f"{place.what}; your caches are untouched"
             )
-        environment = {**self.random_caches.environment(), "HF_HUB_OFFLINE": "1"}
-        return environment, [RANDOM_WEIGHTS], []
+        return self.stand_in_env, [RANDOM_WEIGHTS], []
