@@ -31,10 +31,8 @@ STALE_WAIT_S = 10.0  # how long a stale lock may resist its takers
 logging.getLogger("flufl.lock").propagate = False  # it logs every refused attempt as an error
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{max(0.0, seconds):.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+def _minutes(seconds: float) -> str:
+    return f"{max(1, round(seconds / 60))} min"
 
 
 class Holder(NamedTuple):
@@ -68,8 +66,7 @@ class Holder(NamedTuple):
         except (AttributeError, psutil.Error):  # elsewhere, or gone
             return f"pid {self.pid} on {self.host}"
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
-        ago = _duration(time.time() - started)
-        return f"`{command}` (pid {self.pid} on {self.host}), running since {since} ({ago} ago)"
+        return f"`{command}` (pid {self.pid} on {self.host}), running since {since}"
 
 
 class FolderLock:
@@ -111,9 +108,17 @@ class FolderLock:
                     "choose another output folder"
                 ) from None
             if holder and not holder.stale():
+                advice = (
+                    f"It runs on this machine: wait for it to finish or stop it (kill {holder.pid})"
+                    if holder.here
+                    else "Wait for it to finish or stop it. If that run is gone (e.g. its machine "
+                    "crashed), its lock is taken over once it expires, in "
+                    f"{_minutes(holder.expires - time.time())}; or delete {self.path} once you are "
+                    f"sure nothing writes into {self.folder}"
+                )
                 raise UserError(
-                    f"{self.folder} is in use by another run: {holder.describe()}. "
-                    f"{self._advice(holder)}; or choose another output folder."
+                    f"{self.folder} is in use by another run: {holder.describe()}. {advice}; or "
+                    "choose another output folder."
                 )
             if holder:
                 self._take_over(holder)
@@ -155,15 +160,6 @@ class FolderLock:
         except FileNotFoundError:
             pass
 
-    def _advice(self, holder: Holder) -> str:
-        if holder.here:
-            return f"It runs on this machine: wait for it to finish or stop it (kill {holder.pid})"
-        return (
-            "Wait for it to finish or stop it. If that run is gone (e.g. its machine crashed), its "
-            f"lock is taken over once it expires, in {_duration(holder.expires - time.time())}; "
-            f"or delete {self.path} once you are sure nothing writes into {self.folder}"
-        )
-
     def _refresh(self) -> None:
         while not self._stop.wait(self.refresh_s):
             try:
@@ -172,7 +168,7 @@ class FolderLock:
                 self.lost, holder = True, self.holder()
                 sys.stderr.write(
                     f"dmg-domainbed: this process lost its lock of {self.folder} (was it stopped "
-                    f"for over {_duration(LIFETIME_S)}?), now held by "
+                    f"for over {_minutes(LIFETIME_S)}?), now held by "
                     f"{holder.describe() if holder else 'nobody'}; results written from now on "
                     "may mix with another run's\n"
                 )

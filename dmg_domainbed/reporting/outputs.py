@@ -51,7 +51,7 @@ def recorded(folder: Path) -> set[str]:
     """The names of the files the package wrote into ``folder`` (none without a readable
     record; an earlier version's record maps them to their SHA-256)."""
     try:
-        return {name for name in json.loads((folder / RECORD).read_text())["files"]}
+        return set(json.loads((folder / RECORD).read_text())["files"])
     except (OSError, ValueError, TypeError, KeyError):
         return set()
 
