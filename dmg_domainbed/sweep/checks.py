@@ -57,11 +57,9 @@ def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRu
     problem, or how the launcher will run the jobs."""
     from domainbed import command_launchers
 
-    by_dataset: dict[str, list[CheckedRun]] = {}
-    for run in runs:
-        by_dataset.setdefault(run.dataset, []).append(run)
-    missing, problems = {}, []
-    for dataset, its_runs in by_dataset.items():
+    runs, missing, problems = list(runs), {}, []
+    for dataset in dict.fromkeys(run.dataset for run in runs):  # each dataset's files once
+        its_runs = [run for run in runs if run.dataset == dataset]
         widest = max(its_runs, key=lambda run: run.largest_batch)
         fixed = "batch_size" in sweep.config.hparams_of(widest.algorithm)
         source = f"the largest that the sweep's jobs of {widest.algorithm} draw"
@@ -112,11 +110,8 @@ def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], 
     dmg_domainbed.register()
     from domainbed import algorithms, datasets
 
-    for kind, given, valid in (
-        ("algorithm", config.algorithms, algorithms.ALGORITHMS),
-        ("dataset", config.datasets, datasets.DATASETS),
-    ):
-        check_names(str(config.path), kind, given, valid)
+    check_names(str(config.path), "algorithm", config.algorithms, algorithms.ALGORITHMS)
+    check_names(str(config.path), "dataset", config.datasets, datasets.DATASETS)
     check_manifests(config)
     jobs = job_count(config)
     if jobs > MAX_JOBS:
