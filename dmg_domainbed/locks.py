@@ -3,7 +3,8 @@
 A command that writes runs holds ``with FolderLock(output_dir): ...`` while it works. The lock
 is :mod:`flufl.lock`'s: NFS-safe (a hard link to a claim file whose name holds the host and pid),
 its expiry the file's modification time, pushed :data:`LIFETIME_S` ahead every :data:`REFRESH_S` s
-by a daemon thread. Added here: a holder on this host is stale once no process of its pid started
+by a daemon thread. Added here: a claim names the pid namespace beside the host (two containers
+of one host name are two machines), and a holder here is stale once no process of its pid started
 before the lock's last refresh (where flufl.lock waits out the lifetime, and breaks a live holder
 that was stopped); one elsewhere once its lock expired. Of several takers of a stale lock, the one
 that removes its claim file removes it, and exactly one of them then wins the lock.
@@ -11,8 +12,10 @@ that removes its claim file removes it, and exactly one of them then wins the lo
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -29,6 +32,19 @@ REFRESH_S = 30.0
 LIFETIME_S = 300  # how long a lock outlives its last refresh, for other machines
 STALE_WAIT_S = 10.0  # how long a stale lock may resist its takers
 logging.getLogger("flufl.lock").propagate = False  # it logs every refused attempt as an error
+
+
+@functools.cache
+def _machine() -> str:
+    """This host and pid namespace, where a pid names one process (the host alone elsewhere)."""
+    try:
+        return f"{socket.getfqdn()}~{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return socket.getfqdn()
+
+
+class _Lock(Lock):
+    hostname = property(lambda self: _machine())  # the host part of this process's claims
 
 
 def _minutes(seconds: float) -> str:
@@ -64,9 +80,9 @@ class Holder(NamedTuple):
         try:
             command, started = " ".join(process.cmdline()), process.create_time()
         except (AttributeError, psutil.Error):  # elsewhere, or gone
-            return f"pid {self.pid} on {self.host}"
+            return f"pid {self.pid} on {self.host.split('~')[0]}"
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
-        return f"`{command}` (pid {self.pid} on {self.host}), running since {since}"
+        return f"`{command}` (pid {self.pid} on {_machine().split('~')[0]}), running since {since}"
 
 
 class FolderLock:
@@ -75,7 +91,7 @@ class FolderLock:
     def __init__(self, folder: str | os.PathLike, refresh_s: float = REFRESH_S) -> None:
         self.folder, self.path = Path(folder), Path(folder) / LOCK_NAME
         self.refresh_s = refresh_s
-        self.lock = Lock(str(self.path), lifetime=LIFETIME_S)
+        self.lock = _Lock(str(self.path), lifetime=LIFETIME_S)
         self.lost = False  # another process took the lock over while this one held it
         self._stop = threading.Event()
         self._refreshing: threading.Thread | None = None
@@ -147,9 +163,7 @@ class FolderLock:
         except FileNotFoundError:
             return None
         _, host, pid, *_ = [*claim.split(SEP), "?", "0"]
-        return Holder(
-            claim, host, int(pid) if pid.isdigit() else 0, expires, host == self.lock.hostname
-        )
+        return Holder(claim, host, int(pid) if pid.isdigit() else 0, expires, host == _machine())
 
     def _take_over(self, stale: Holder) -> None:
         """Remove the stale lock: the one taker that removes its claim file removes the lock file,

@@ -122,12 +122,45 @@ def test_a_run_killed_with_sigkill_leaves_a_lock_the_next_run_takes_over(tmp_pat
 def test_a_lock_whose_pid_now_names_a_later_process_is_taken_over(tmp_path):
     """As after a reboot: the pid lives, but its process started after the lock's last refresh."""
     started = psutil.Process().create_time()
-    write_lock(
-        tmp_path, started - 10 + locks.LIFETIME_S - time.time(), socket.getfqdn(), os.getpid()
-    )
+    expires = started - 10 + locks.LIFETIME_S - time.time()
+    write_lock(tmp_path, expires, locks._machine(), os.getpid())
     with FolderLock(tmp_path) as lock:
         assert holder(tmp_path).claim == lock.lock.claimfile
     assert list(tmp_path.iterdir()) == []
+
+
+# In a new pid namespace (its pid 1), runs CONTENDER (argv[2]) as the pid argv[1] + 1 there.
+IN_NAMESPACE = """
+import subprocess, sys
+with open("/proc/sys/kernel/ns_last_pid", "w") as last:
+    last.write(sys.argv[1])
+subprocess.run([sys.executable, "-c", *sys.argv[2:]])
+"""
+
+
+def test_a_run_in_another_pid_namespace_of_this_host_is_not_judged_by_its_pid(tmp_path):
+    """As a container of this host's name that shares the folder: its pid names no process here
+    (or another), and its lock is taken over only once it expires."""
+    if subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True).returncode:
+        pytest.skip("`unshare --pid` is not permitted here (it needs root)")
+    absent = next(pid for pid in range(5000, 4_000_000) if not psutil.pid_exists(pid))
+    go = tmp_path / "go"
+    go.touch()
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", IN_NAMESPACE]
+    inside = subprocess.Popen(
+        [*command, str(absent - 1), CONTENDER, str(tmp_path / "out"), str(go)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert [inside.stdout.readline() for _ in range(2)] == ["ready\n", "won\n"]
+        assert holder(tmp_path / "out").pid == absent and not psutil.pid_exists(absent)
+        with pytest.raises(UserError, match=f"in use by another run: pid {absent} on .*expires"):
+            FolderLock(tmp_path / "out").acquire()
+    finally:
+        os.killpg(inside.pid, signal.SIGKILL)
+        inside.wait()
 
 
 def test_a_lock_from_another_machine_is_taken_over_only_once_it_expired(tmp_path):
