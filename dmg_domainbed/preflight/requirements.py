@@ -39,10 +39,11 @@ def own_weights(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
 ) -> WeightsCheck | None:
     """The ``check_weights`` of weights the algorithm loads itself; ``None``: none."""
-    return _own_weights(algorithm, effective_hparams(algorithm, dataset, overrides))
+    return algorithm_weights(algorithm, effective_hparams(algorithm, dataset, overrides))
 
 
-def _own_weights(algorithm: str, hparams: Mapping[str, Any]) -> WeightsCheck | None:
+def algorithm_weights(algorithm: str, hparams: Mapping[str, Any]) -> WeightsCheck | None:
+    """:func:`own_weights` of a run's ``hparams``."""
     from domainbed import algorithms
 
     from dmg_domainbed.algorithms.base import declarations_of
@@ -53,7 +54,7 @@ def _own_weights(algorithm: str, hparams: Mapping[str, Any]) -> WeightsCheck | N
 def weight_problems(run: CheckedRun) -> list[str]:
     """What of its pretrained weights (the featurizer's, or the algorithm's own) would stop
     ``run`` before its first step, each with the path looked at and the fix."""
-    if (own := _own_weights(run.algorithm, run.hparams)) is not None:
+    if (own := algorithm_weights(run.algorithm, run.hparams)) is not None:
         return (
             [] if own.ready else [f"{run.algorithm}'s pretrained weights: {'; '.join(own.details)}"]
         )

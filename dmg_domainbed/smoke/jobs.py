@@ -94,21 +94,13 @@ def from_command_line(
 
     check_names("--algorithms", "algorithm", algorithms, registered_algorithms.ALGORITHMS)
     check_names("--datasets", "dataset", datasets, registered_datasets.DATASETS)
-    for algorithm in algorithms:
-        for dataset in datasets:
-            try:
-                effective_hparams(algorithm, dataset, hparams)
-            except UserError as error:
-                raise UserError(f"--hparams: {error}") from None
-    config = SweepConfig(
-        path=Path(os.devnull),
-        algorithms=tuple(algorithms),
-        datasets=tuple(datasets),
-        n_hparams=1,
-        n_trials=1,
-        single_test_envs=True,
-        hparams=dict(hparams),
-    )
+    for algorithm, dataset in itertools.product(algorithms, datasets):
+        try:
+            effective_hparams(algorithm, dataset, hparams)
+        except UserError as error:
+            raise UserError(f"--hparams: {error}") from None
+    one_job = {"n_hparams": 1, "n_trials": 1, "single_test_envs": True, "hparams": dict(hparams)}
+    config = SweepConfig(Path(os.devnull), tuple(algorithms), tuple(datasets), **one_job)
     return _jobs_of(config, counted=False)
 
 

@@ -291,12 +291,11 @@ def dataset_images(dataset: str) -> int | None:
 
 def job_costs(jobs: Sequence[Mapping[str, Any]], jobs_per_gpu: int = 1) -> list[cost.JobCost]:
     """The :class:`~.cost.JobCost` of each job's ``train.py`` arguments."""
-    from domainbed import algorithms
     from domainbed import datasets as registered
 
-    from dmg_domainbed.algorithms.base import declarations_of
     from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.hparams.of_job import job_hparams
+    from dmg_domainbed.preflight.requirements import algorithm_weights
 
     facts, shapes, own, costs = {}, {}, {}, []
     for args in jobs:
@@ -311,8 +310,7 @@ def job_costs(jobs: Sequence[Mapping[str, Any]], jobs_per_gpu: int = 1) -> list[
         hparams = job_hparams(algorithm, dataset, args["hparams_seed"], args["trial_seed"], fixed)
         job_cost = cost.job_cost(args, hparams, facts[dataset], shapes[dataset], jobs_per_gpu)
         if algorithm not in own:  # an algorithm that loads its own weights builds its network
-            declared = declarations_of(algorithms.get_algorithm_class(algorithm))
-            own[algorithm] = declared.check_weights(hparams) is not None
+            own[algorithm] = algorithm_weights(algorithm, hparams) is not None
         if own[algorithm]:
             job_cost = replace(job_cost, network=f"{algorithm}'s own network")
         costs.append(job_cost)
