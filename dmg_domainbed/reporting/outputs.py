@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -83,23 +82,21 @@ def staged(folder: Path) -> Iterator[Path]:
     made for it."""
     made = [path for path in (folder, *folder.absolute().parents) if not path.exists()]
     folder.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
     try:
-        yield stage
-        refuse_others(folder)
-        written = sorted(stage.iterdir())
-        names = recorded(folder) | {path.name for path in written}
-        (stage / RECORD).write_text(json.dumps({"files": sorted(names)}, indent=1) + "\n")
-        for path in [stage / RECORD, *written]:  # the record first: it may name a file too many
-            os.replace(path, folder / path.name)
+        with tempfile.TemporaryDirectory(prefix=STAGING_PREFIX, dir=folder) as staging:
+            stage = Path(staging)
+            yield stage
+            refuse_others(folder)
+            written = sorted(stage.iterdir())
+            names = recorded(folder) | {path.name for path in written}
+            (stage / RECORD).write_text(json.dumps({"files": sorted(names)}, indent=1) + "\n")
+            for path in [stage / RECORD, *written]:  # the record first: it may name one too many
+                os.replace(path, folder / path.name)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
         for path in made:  # deepest first; only those still empty
             with contextlib.suppress(OSError):
                 path.rmdir()
         raise
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def placed(files: Iterable[Path], folder: Path) -> list[Path]:
