@@ -31,6 +31,14 @@ that changes the state's names or shapes (ImportanceMask dropping its phase-1 co
 averaged: the average starts again from the next step's weights. The optimiser's state is never
 averaged. docs/algorithms.md says what this means for each algorithm.
 
+Across runs, weights can be averaged (``dmg-domainbed soup``: DiWA, Rame et al. 2022) only when
+the runs started from the same weights. DomainBed seeds each job of a sweep differently, so
+their randomly initialised parts (a classifier head, DMG's masks) differ. With ``init_seed`` >= 0
+(:func:`seed_initialisation`), the algorithm builds its networks with torch seeded by
+``init_seed``: every run given the same ``init_seed`` and architecture starts from the same
+weights. The job's own random state comes back before anything else draws from it (train.py's
+first call on the built algorithm), so its data order and every later draw stay its own.
+
 This module needs torch and this package's hparam declarations only.
 """
 
@@ -51,7 +59,9 @@ from dmg_domainbed.hparams.every_algorithm import (
     AVERAGING_START,
     AVERAGINGS,
     EMA,
+    INIT_SEED,
     NO_AVERAGING,
+    OWN_SEED,
     SMA,
 )
 from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM as HPARAMS
@@ -120,6 +130,32 @@ def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
         # the algorithm it is given: bound methods, so that copy.deepcopy binds the copy's.
         previous = getattr(algorithm, name).__func__
         vars(algorithm)[name] = types.MethodType(wrap(previous), algorithm)
+
+
+def seed_initialisation(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
+    """With ``init_seed`` >= 0 in ``hparams``, seed torch with it for the networks the
+    algorithm's class builds after ``Algorithm.__init__`` (when this is called), and give torch
+    its random state back at the first ``to``, ``load_state_dict`` or ``update`` call, train.py's
+    first after the build; without it, do nothing."""
+    if INIT_SEED not in hparams:
+        return
+    HPARAMS[INIT_SEED].check(hparams[INIT_SEED], type(algorithm).__name__)
+    if hparams[INIT_SEED] == OWN_SEED:
+        return
+    job_state = [torch.random.get_rng_state()]
+    torch.manual_seed(hparams[INIT_SEED])
+
+    def giving_back(previous: Callable) -> Callable:
+        def call(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if job_state:
+                torch.random.set_rng_state(job_state.pop())
+            return previous(algorithm, *args, **kwargs)
+
+        return call
+
+    for name in ("to", "load_state_dict", "update"):
+        previous = getattr(algorithm, name).__func__
+        vars(algorithm)[name] = types.MethodType(giving_back(previous), algorithm)
 
 
 def average_of(algorithm: nn.Module) -> Average | None:

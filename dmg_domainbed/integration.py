@@ -406,9 +406,11 @@ def check_and_apply_when_built(module: ModuleType) -> None:
     (:func:`dataset_built_with`; DomainBed's ``train.py`` builds the dataset, then the
     algorithm, with one dict), else on any registered dataset. After it,
     :func:`dmg_domainbed.precision.apply` runs ``update`` and ``predict`` under bf16 autocast
-    when the hparams say ``"bf16"`` and does nothing otherwise; then
-    :func:`dmg_domainbed.averaging.apply` has ``train.py`` evaluate and save the weights'
-    average when the hparams ask for one, and does nothing otherwise.
+    when the hparams say ``"bf16"`` and does nothing otherwise (before it,
+    :func:`dmg_domainbed.averaging.seed_initialisation` seeds the networks the class builds next
+    when the hparams give ``init_seed``); then :func:`dmg_domainbed.averaging.apply` has
+    ``train.py`` evaluate and save the weights' average when the hparams ask for one, and does
+    nothing otherwise.
     """
     from dmg_domainbed import averaging, precision
     from dmg_domainbed.hparams.names import reject_unknown
@@ -421,6 +423,7 @@ def check_and_apply_when_built(module: ModuleType) -> None:
     def __init__(self, input_shape, num_classes, num_domains, hparams):
         reject_unknown(type(self), hparams, dataset_built_with(hparams), input_shape)
         domainbed_init(self, input_shape, num_classes, num_domains, hparams)
+        averaging.seed_initialisation(self, hparams)
         precision.apply(self, hparams)
         averaging.apply(self, hparams)
 

@@ -100,6 +100,7 @@ FIELD_TYPES = {
     f"hparams.{CLASSES_HPARAM}": (_list_of(_is(str)), "a list of names (text)"),
     f"hparams.{IMAGES_HPARAM}": (_list_of(_whole), "a list of whole numbers"),
     f"hparams.{FILES_HPARAM}": (_is(str), "text"),
+    "soup.name": (_is(str), "text"),  # a soup's record (dmg_domainbed.reporting.soups)
 }
 
 
@@ -360,13 +361,23 @@ def checkpoint_models(run: Run) -> dict[int, Path]:
 
 def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = None, dataset=None):
     """The algorithm saved in the run's ``model.pkl`` (or ``model_file``), in eval mode, rebuilt
-    as DomainBed's scripts reload models (the checkpoint, read by
-    :func:`~dmg_domainbed.checkpoint_files.load_checkpoint`, which runs no code a file holds;
-    the class; ``load_state_dict``); with ``dataset`` (the run's, rebuilt), :class:`UserError`
-    unless the model takes its inputs and predicts its number of classes (train.py saves both
-    with the model)."""
+    as DomainBed's scripts reload models (:func:`read_checkpoint`, :func:`build_algorithm`,
+    ``load_state_dict``); with ``dataset`` (the run's, rebuilt), :class:`UserError` unless the
+    model takes its inputs and predicts its number of classes (train.py saves both with the
+    model)."""
     path = model_file if model_file is not None else require_model(run)
-    cls = algorithm_class(run)
+    checkpoint = read_checkpoint(run, path, on)
+    if dataset is not None:
+        check_model_fits(run, path, checkpoint, dataset)
+    algorithm = build_algorithm(run, checkpoint)
+    algorithm.load_state_dict(checkpoint["model_dict"])
+    return algorithm.to(on or device()).eval()
+
+
+def read_checkpoint(run: Run, path: Path, on: str | None = None) -> dict[str, Any]:
+    """The checkpoint train.py saved at ``path`` for ``run``, read by
+    :func:`~dmg_domainbed.checkpoint_files.load_checkpoint` (which runs no code a file holds);
+    :class:`UserError` for a file that is not one."""
     try:
         checkpoint = load_checkpoint(path, map_location=on or device())
     except RefusedName as error:
@@ -388,12 +399,15 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
             f"'{path}' is not a model saved by DomainBed's train.py: it has no "
             f"{', '.join(absent)}. Rerun the run to write it again."
         )
-    if dataset is not None:
-        check_model_fits(run, path, checkpoint, dataset)
+    return checkpoint
+
+
+def build_algorithm(run: Run, checkpoint: Mapping[str, Any]):
+    """The run's algorithm built afresh, as train.py built it, from what ``checkpoint`` holds of
+    it (input shape, classes, domains, hparams), before any weights are loaded."""
     input_shape, num_classes, num_domains, hparams = (checkpoint[k] for k in CHECKPOINT_KEYS[:4])
-    algorithm = cls(input_shape, num_classes, num_domains, read_hparams(cls, hparams, input_shape))
-    algorithm.load_state_dict(checkpoint["model_dict"])
-    return algorithm.to(on or device()).eval()
+    cls = algorithm_class(run)
+    return cls(input_shape, num_classes, num_domains, read_hparams(cls, hparams, input_shape))
 
 
 def read_hparams(cls: type, hparams: dict, input_shape) -> dict:

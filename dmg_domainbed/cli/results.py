@@ -1,6 +1,7 @@
 """After a sweep: ``report`` (its results, comparisons and ranks), ``evaluate`` (in-domain
 accuracy, paper Table 3), ``select`` (checkpoints selected as the DMG authors select them) and
-``masks`` (what a run learned, drawn by its algorithm). The sweep and its runs are only read.
+``masks`` (what a run learned, drawn by its algorithm) and ``soup`` (weight soups and ensembles
+of its runs). The sweep and its runs are only read.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from dmg_domainbed.cli import add_output_dir
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.runs import read_run, require_model, require_sweep
+
+MODES = ("ensemble", "uniform", "greedy")  # reporting.soups.MODES, without importing torch
 
 RUNS_DATA_DIR = (
     "dataset folder, if not the one the runs were trained with (not for a manifest dataset, "
@@ -56,7 +59,42 @@ def add_parsers(subparsers) -> None:
             "tensorboard --logdir DIR"
         ),
     )
+    report.add_argument(
+        "--soups",
+        type=Path,
+        metavar="DIR",
+        help=(
+            "also report the soups 'dmg-domainbed soup' wrote into DIR, each in rows of its "
+            "own (e.g. 'ERM (soup: greedy)') and compared with the runs it was made of"
+        ),
+    )
     report.set_defaults(func=report_command)
+
+    soup = subparsers.add_parser(
+        "soup",
+        help="weight soups (uniform, greedy) and logit ensembles of a sweep's runs",
+        description=(
+            "For each algorithm, dataset, test domain and trial of a DomainBed sweep, makes one "
+            "model of all its finished runs (every hparams seed): 'ensemble' averages their "
+            "logits (EoA); 'uniform' averages their weights (model soups, DiWA); 'greedy' adds "
+            "runs, best first, while the average's training-domain validation accuracy does "
+            "not fall (greedy soup). Weights are averaged only for runs trained with one "
+            "shared init_seed hparam; other runs are refused, named. Writes soups.jsonl (a "
+            "record per soup, read by report --soups), <id>.pkl (a weight soup's model, saved "
+            "as train.py saves one), soups.csv and soups.md. The sweep is only read."
+        ),
+    )
+    soup.add_argument("--input_dir", required=True, help="the sweep folder (DomainBed's)")
+    add_output_dir(soup, "dmg_soup", "where the soups go")
+    soup.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES,
+        default=list(MODES),
+        help="which soups to make (default: all)",
+    )
+    soup.add_argument("--data_dir", help=RUNS_DATA_DIR)
+    soup.set_defaults(func=soup_command)
 
     evaluate = subparsers.add_parser(
         "evaluate",
@@ -172,7 +210,7 @@ def report_command(args: argparse.Namespace) -> int:
     from dmg_domainbed.reporting.tables import results_markdown
 
     log_dir = tensorboard.check_log_dir(args.tensorboard, sweep) if args.tensorboard else None
-    written = write_report(sweep, args.output_dir, args.reference)
+    written = write_report(sweep, args.output_dir, args.reference, args.soups)
     print(results_markdown(written.results, written.averages))
     print(written.summary())
     _print_files(written.files)
@@ -180,6 +218,18 @@ def report_command(args: argparse.Namespace) -> int:
         names = tensorboard.export(written.jobs, written.ranked, log_dir)
         print(f"TensorBoard: {len(names)} runs in {log_dir}; view them with:")
         print(f"  tensorboard --logdir {shlex.quote(str(log_dir))}")
+    return 0
+
+
+def soup_command(args: argparse.Namespace) -> int:
+    from dmg_domainbed.reporting.soups import write_soups
+    from dmg_domainbed.reporting.tables import markdown_table
+
+    frame, files = write_soups(args.input_dir, args.output_dir, args.modes, args.data_dir)
+    print(markdown_table(frame.round(1).set_index("soup"), "Soup"))
+    sweep, soups = (shlex.quote(str(args.input_dir)), shlex.quote(str(args.output_dir)))
+    print(f"\nReport them with the runs: dmg-domainbed report --input_dir {sweep} --soups {soups}")
+    _print_files(files)
     return 0
 
 

@@ -3,10 +3,11 @@
 They are known to the names rule (:mod:`.names`) and checked by their own rule, as any declared
 hparam, but kept out of DomainBed's registry: a run that gives none has exactly DomainBed's
 hparams, results and checkpoints. :mod:`dmg_domainbed.precision` applies ``precision``,
-:mod:`dmg_domainbed.averaging` ``averaging`` and the two it reads. ``protocol`` changes nothing
-in training: a sweep file's ``protocol = "search_once"`` (:mod:`dmg_domainbed.sweep.config`)
-gives it to every job, so that each record says the protocol its job belongs to and the reports
-never pool its runs with those of DomainBed's protocol.
+:mod:`dmg_domainbed.averaging` ``averaging``, the two it reads, and ``init_seed``. ``protocol``
+changes nothing in training: a sweep file's ``protocol = "search_once"``
+(:mod:`dmg_domainbed.sweep.config`) gives it to every job, so that each record says the
+protocol its job belongs to and the reports never pool its runs with those of DomainBed's
+protocol.
 """
 
 from dmg_domainbed.hparams.space import HParam, HParamSpace
@@ -23,6 +24,8 @@ NO_AVERAGING = "none"
 SMA = "sma"
 EMA = "ema"
 AVERAGINGS = (NO_AVERAGING, SMA, EMA)
+INIT_SEED = "init_seed"
+OWN_SEED = -1  # each job's networks initialised from its own seed, as DomainBed does
 
 PROTOCOL = "protocol"
 DOMAINBED_PROTOCOL = "domainbed"  # every hparams seed x every trial
@@ -69,6 +72,14 @@ EVERY_ALGORITHM = HParamSpace(
         maximum=1.0,
         validate=below_one,
         help="'ema': the weight the average keeps at each step (below 1)",
+    ),
+    HParam(
+        INIT_SEED,
+        OWN_SEED,
+        lambda random: OWN_SEED,
+        minimum=OWN_SEED,
+        help="-1: the job's own seed initialises its networks; a number: every job given it "
+        "starts from the same weights, so that 'soup' can average them",
     ),
     HParam(
         PROTOCOL,

@@ -158,10 +158,9 @@ def markdown(comparisons: pd.DataFrame) -> str:
         "better / worse: the interval excludes zero. P(new trial): the probability that the "
         "algorithm beats the reference on a new trial (t predictive distribution).\n",
     ]
-    for (method, dataset), block in comparisons.groupby(
-        ["selection_method", "dataset"], sort=False
+    for (method, dataset, reference), block in comparisons.groupby(
+        ["selection_method", "dataset", "reference"], sort=False
     ):
-        reference = block["reference"].iloc[0]
         parts.append(f"## {dataset}, model selection: {method} (reference: {reference})\n")
         cells = block.assign(cell=block.apply(interval_text, axis=1))
         table = cells.pivot(index="algorithm", columns="test_domain", values="cell")

@@ -64,7 +64,7 @@ def predictors(name: str, algorithm) -> dict[str, Callable]:
     return rows
 
 
-def _classes(logits: torch.Tensor) -> torch.Tensor:
+def predicted_classes(logits: torch.Tensor) -> torch.Tensor:
     """Predicted classes as DomainBed's ``misc.accuracy`` reads logits (one column: sign)."""
     return logits.gt(0).long().view(-1) if logits.size(1) == 1 else logits.argmax(1)
 
@@ -109,7 +109,8 @@ def evaluate_run(
         batches = []
         for x, y in loader:
             x = x.to(on)
-            batches.append((y, [_classes(predict(x, d)).cpu() for predict in ways.values()]))
+            classes = [predicted_classes(predict(x, d)).cpu() for predict in ways.values()]
+            batches.append((y, classes))
         y = torch.cat([labels for labels, _ in batches])
         predicted = [torch.cat(classes) for classes in zip(*(c for _, c in batches))]
         for i, prediction in enumerate(ways):  # the first is predict: what train.py logged

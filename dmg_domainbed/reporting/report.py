@@ -15,16 +15,16 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from dmg_domainbed import runs as run_files
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import colours, figure, save
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import path_part
 from dmg_domainbed.reporting import comparisons as paired
-from dmg_domainbed.reporting import ranks, tables
-from dmg_domainbed.reporting.jobs import SweepJobs, sweep_jobs
+from dmg_domainbed.reporting import ranks, soups, tables
+from dmg_domainbed.reporting.jobs import SweepJobs, renamed, sweep_jobs
 from dmg_domainbed.reporting.outputs import check_output_dir, placed, staged
 from dmg_domainbed.reporting.tables import AVERAGE, write_table
-from dmg_domainbed.runs import require_sweep
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 RESULTS = ("results.csv", "averages.csv", "results.md", "selected_hparams.csv")
@@ -107,7 +107,7 @@ def pictures_of(
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
         # Each algorithm as the tables name it, drawn by the class it trained.
         for algorithm in tables.ordered_algorithms(own):
-            if trained[algorithm] not in algorithms.ALGORITHMS:
+            if trained.get(algorithm) not in algorithms.ALGORITHMS:  # a soup draws none
                 continue
             declared = declarations_of(algorithms.get_algorithm_class(trained[algorithm]))
             runs = first_runs(records, dataset, algorithm)
@@ -239,33 +239,51 @@ def _flag_notes(frame: pd.DataFrame) -> list[str]:
 
 
 def write_report(
-    sweep_dir: str | Path, output_dir: str | Path, reference: str | None = None
+    sweep_dir: str | Path,
+    output_dir: str | Path,
+    reference: str | None = None,
+    soups_dir: str | Path | None = None,
 ) -> SweepReport:
     """Everything ``report`` writes for a sweep: ``results.csv``, ``averages.csv``, ``results.md``
     (collect_results' numbers, flagged, and the jobs' states), ``selected_hparams.csv``,
     ``comparisons.csv`` / ``.md`` (paired with ``reference``, default ERM), ``ranks.csv`` / ``.md``
-    / ``.png`` and the pictures. All is computed, then written through
-    :func:`.outputs.staged`, so a :class:`UserError` leaves the output folder as it was and no
-    file of the user's there is overwritten."""
-    sweep = require_sweep(sweep_dir)
+    / ``.png`` and the pictures; with ``soups_dir`` (``soup``'s output), its soups in rows of
+    their own, each also compared with the runs it was made of. All is computed, then written
+    through :func:`.outputs.staged`, so a :class:`UserError` leaves the output folder as it was
+    and no file of the user's there is overwritten."""
+    sweep = run_files.require_sweep(sweep_dir)
+    souped = read_soups(soups_dir, sweep) if soups_dir is not None else []
     output = check_output_dir(Path(output_dir), sweep)
     jobs = sweep_jobs(sweep)
     records = jobs.records()
+    if souped:
+        from domainbed.lib.query import Q
+
+        records = Q([*records, *souped])
     names = tables.ordered_algorithms(records)
     reference = _reference(reference, names, sweep)
     results = tables.flag_results(tables.results_frame(records), jobs)
     averages = tables.flag_averages(tables.averages_frame(records), results)
     notes = [jobs.summary(), *jobs.names_notes(), tables.flags_summary(results, jobs)]
+    notes += [SOUPS_NOTE.format(len(souped), soups_dir)] if souped else []
     status = "\n".join(filter(None, notes))
     diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
     ranked = tables.ranked_runs(records, diverged)
     chosen = tables.selected_frame(ranked)
     comparisons = paired.compare(chosen, reference, names) if reference else pd.DataFrame()
+    made_of = {record[soups.SOUP]["name"]: record[soups.SOUP]["of"] for record in souped}
+    for single in sorted(set(made_of.values()) - {reference}):  # each soup with its runs
+        made = [name for name, of in made_of.items() if of == single]
+        mine = chosen[chosen["algorithm"].isin([single, *made])]
+        comparisons = pd.concat([comparisons, paired.compare(mine, single, [single, *made])])
+    comparisons = comparisons.reset_index(drop=True)
     if len(comparisons):
         comparisons = paired.flag_comparisons(comparisons, chosen)
     found = ranks.rankings(chosen, names)
     diagram = ranks.ranks_figure(found)
-    figures = pictures_of(results, records, comparisons, jobs.trained_algorithms())
+    # The pictures' differences: to the reference alone (a soup's to its runs are in the tables).
+    drawn = comparisons[comparisons["reference"] == reference] if len(comparisons) else comparisons
+    figures = pictures_of(results, records, drawn, jobs.trained_algorithms())
 
     with staged(output) as stage:
         files = [stage / name for name in RESULTS]
@@ -283,6 +301,46 @@ def write_report(
     return SweepReport(
         results, averages, ranked, comparisons, found, reference, written, jobs, status
     )
+
+
+SOUPS_NOTE = (
+    "Soups: {} soups and ensembles of the sweep's runs, read from '{}' (dmg-domainbed soup), "
+    "each in rows of its own, never pooled with single runs; one model per trial, so every "
+    "selection method selects it."
+)
+
+
+def read_soups(soups_dir: str | Path, sweep: Path) -> list[dict]:
+    """The records of the soups :func:`.soups.write_soups` wrote into ``soups_dir`` of the
+    runs of ``sweep``, named as reported; :class:`UserError` for a folder without them, or of
+    soups of another sweep's runs."""
+    path = Path(soups_dir) / soups.RECORDS
+    records = run_files.read_records(path) if path.is_file() else []
+    if not records or any(soups.SOUP not in record for record in records):
+        raise UserError(
+            f"--soups '{soups_dir}' does not hold soups as 'dmg-domainbed soup' writes them "
+            f"(their records in {soups.RECORDS}). Give the --output_dir of dmg-domainbed soup."
+        )
+    for number, record in enumerate(records, start=1):
+        if (wrong := run_files.wrong_field(record, run_files.SWEEP)) is not None:
+            raise UserError(
+                f"'{path}' line {number} is not a soup's record as 'dmg-domainbed soup' writes "
+                f"it: {wrong}. Make the soups again with dmg-domainbed soup."
+            )
+    run_files.check_environments(records, path)
+    for record in records:
+        made_of = [Path(run) for run in record[soups.SOUP]["runs"]]
+        if outside := [run for run in made_of if run.resolve().parent != sweep.resolve()]:
+            raise UserError(
+                f"--soups '{soups_dir}' holds a soup ({record[soups.SOUP]['name']}) of runs of "
+                f"another sweep than '{sweep}', e.g. '{outside[0]}': its rows would be compared "
+                "with runs it was not made of. Give the soups of this sweep (dmg-domainbed soup "
+                f"--input_dir {sweep}), or the sweep those soups were made of."
+            )
+    return [
+        renamed(record, record[soups.SOUP]["name"], Path(record["args"]["output_dir"]))
+        for record in records
+    ]
 
 
 def _reference(reference: str | None, names: list[str], sweep: Path) -> str | None:
