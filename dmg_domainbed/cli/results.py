@@ -225,8 +225,10 @@ def soup_command(args: argparse.Namespace) -> int:
     from dmg_domainbed.reporting.soups import write_soups
     from dmg_domainbed.reporting.tables import markdown_table
 
-    frame, files = write_soups(args.input_dir, args.output_dir, args.modes, args.data_dir)
+    frame, files, warnings = write_soups(args.input_dir, args.output_dir, args.modes, args.data_dir)
     print(markdown_table(frame.round(1).set_index("soup"), "Soup"))
+    for line in warnings:  # a diverged run's weights are in its soups
+        print(line)
     sweep, soups = (shlex.quote(str(args.input_dir)), shlex.quote(str(args.output_dir)))
     print(f"\nReport them with the runs: dmg-domainbed report --input_dir {sweep} --soups {soups}")
     _print_files(files)

@@ -303,11 +303,11 @@ def soups_frame(records: list[dict]) -> pd.DataFrame:
 
 def write_soups(
     sweep_dir: str | Path, output_dir: Path, modes: Sequence[str] = MODES, data_dir=None
-) -> tuple[pd.DataFrame, list[Path]]:
+) -> tuple[pd.DataFrame, list[Path], list[str]]:
     """Every soup of ``modes`` of the sweep's groups (:func:`soup_groups`), written into
     ``output_dir``: ``soups.jsonl`` (a record each), ``<id>.pkl`` for each weight soup, and
     ``soups.csv`` and ``soups.md``: what each soup is made of and its validation and test
-    accuracy (%)."""
+    accuracy (%); and a warning for each diverged run in a soup."""
     sweep = run_files.require_sweep(sweep_dir)
     output = check_output_dir(output_dir, sweep)
     groups = soup_groups(sweep)
@@ -331,4 +331,5 @@ def write_soups(
                 torch.save({**checkpoint, "args": record["args"]}, files[-1])
         markdown = markdown_table(frame.round(1).set_index("soup"), "Soup")
         files += write_table(frame, markdown, stage, SOUPS)
-    return frame, placed(files, output)
+    warnings = run_files.warnings(run for runs in groups.values() for run in runs)
+    return frame, placed(files, output), warnings

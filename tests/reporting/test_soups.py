@@ -320,3 +320,25 @@ def test_report_refuses_soups_of_another_sweep(sweep, souped, demo_sweep, tmp_pa
 def test_an_init_seed_that_is_no_seed_is_refused_when_built(given):
     with pytest.raises(UserError, match=r"'init_seed' = .* must be an integer >= -1"):
         build(0, init_seed=given)
+
+
+def test_a_diverged_run_in_a_soup_is_warned_of(sweep, tmp_path):
+    """A run whose logged loss is not finite still ends with a model; its soups say so."""
+    copied = tmp_path / "sweep"
+    shutil.copytree(sweep, copied)
+    results = copied / "run1" / "results.jsonl"
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    records[-1]["loss"] = float("nan")
+    results.write_text("".join(json.dumps(record) + "\n" for record in records))
+    code, printed, errors = cli(
+        "soup",
+        "--input_dir",
+        str(copied),
+        "--output_dir",
+        str(tmp_path / "soups"),
+        "--modes",
+        "ensemble",
+    )
+    assert code == 0, errors
+    assert "WARNING" in printed and "diverged (loss nan at step 2)" in printed
+    assert str(copied / "run1") in printed
