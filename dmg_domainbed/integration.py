@@ -39,16 +39,17 @@ algorithms.__getattr__                 **does** added (DomainBed defines none): 
                                        **others** Python asks it only for a name the module
                                        lacks; any other name is an ``AttributeError`` as before.
 algorithms.Algorithm.__init__          **does** wrapped: refuses an hparam name that nothing of
-                                       the run reads (:mod:`dmg_domainbed.hparams.names`), runs
-                                       DomainBed's ``__init__``, then applies the ``precision``
-                                       and ``averaging`` hparams (:mod:`dmg_domainbed.precision`,
-                                       :mod:`dmg_domainbed.averaging`).
+                                       the run reads (:mod:`dmg_domainbed.hparams.names`) and,
+                                       in ``train.py``, a ``--test_envs`` out of range
+                                       (:func:`train_dataset`); runs DomainBed's ``__init__``,
+                                       then applies the ``precision`` and ``averaging`` hparams.
                                        **why** every algorithm, DomainBed's and each plugin's,
                                        calls it before building anything; DomainBed's
-                                       ``train.py`` trains a misspelt name's default silently.
+                                       ``train.py`` trains a misspelt name's default silently,
+                                       and on every domain with a test domain out of range.
                                        **others** DomainBed's hparams build as before, in fp32,
-                                       unaveraged; a name DomainBed would ignore is a
-                                       ``UserError``.
+                                       unaveraged; a name DomainBed would ignore, or a
+                                       ``--test_envs`` out of range, is a ``UserError``.
 datasets.DATASETS                      **does** appends each plugin and manifest dataset's name.
                                        **why** DomainBed's ``sweep`` takes its default
                                        ``--datasets`` from this list.
@@ -69,19 +70,6 @@ datasets.get_dataset_class             **does** wrapped, as ``get_algorithm_clas
 datasets.__getattr__                   **does** added, as ``algorithms.__getattr__``.
                                        **why** as for ``algorithms.__getattr__``.
                                        **others** as for ``algorithms.__getattr__``.
-datasets.MultipleDomainDataset.__new__ **does** added (DomainBed's is ``object.__new__``):
-                                       checks ``test_envs`` (:func:`check_test_envs`), writes
-                                       what the dataset records into its hparams
-                                       (:mod:`dmg_domainbed.hparams.recorded`) and notes the
-                                       class built with that hparams dict
-                                       (:func:`dataset_built_with`).
-                                       **why** DomainBed builds every dataset as
-                                       ``cls(root, test_envs, hparams)``, and ``train.py``
-                                       checks no ``test_envs``: one out of range fails far
-                                       later, in the algorithm.
-                                       **others** the same dataset; DomainBed's datasets record
-                                       nothing; a bad ``test_envs`` is a ``UserError`` before
-                                       any data is read.
 datasets.<dataset>.N_WORKERS           **does** caps the data-loader workers
                                        (:func:`cap_loader_workers`); only with
                                        ``DMG_DOMAINBED_LOADER_WORKERS`` set.
@@ -131,7 +119,8 @@ entry-point group               object the entry point names
 =============================== ====================================================
 ``domainbed.algorithms``        an ``Algorithm`` subclass, optional ``HPARAMS``
 ``domainbed.datasets``          a ``MultipleDomainDataset`` subclass, optional ``HPARAMS``
-                                and ``recorded_hparams()``
+                                and ``recorded_hparams()`` (written by its ``__init__``:
+                                :mod:`dmg_domainbed.datasets.when_built`)
 ``domainbed.command_launchers`` a function ``launcher(commands: list[str])``
 =============================== ====================================================
 
@@ -402,15 +391,13 @@ def check_and_apply_when_built(module: ModuleType) -> None:
 
     DomainBed's algorithms and every plugin's call ``Algorithm.__init__`` first, before they
     build anything. Before it, :func:`dmg_domainbed.hparams.names.reject_unknown` refuses a
-    name the run does not read, on the dataset built with this very hparams dict
-    (:func:`dataset_built_with`; DomainBed's ``train.py`` builds the dataset, then the
-    algorithm, with one dict), else on any registered dataset. After it,
-    :func:`dmg_domainbed.precision.apply` runs ``update`` and ``predict`` under bf16 autocast
-    when the hparams say ``"bf16"`` and does nothing otherwise (before it,
-    :func:`dmg_domainbed.averaging.seed_initialisation` seeds the networks the class builds next
-    when the hparams give ``init_seed``); then :func:`dmg_domainbed.averaging.apply` has
-    ``train.py`` evaluate and save the weights' average when the hparams ask for one, and does
-    nothing otherwise.
+    name the run does not read, on the run's dataset in ``train.py`` (:func:`train_dataset`),
+    else on any registered dataset. After it, :func:`dmg_domainbed.precision.apply` runs
+    ``update`` and ``predict`` under bf16 autocast when the hparams say ``"bf16"`` and does
+    nothing otherwise (before it, :func:`dmg_domainbed.averaging.seed_initialisation` seeds the
+    networks the class builds next when the hparams give ``init_seed``); then
+    :func:`dmg_domainbed.averaging.apply` has ``train.py`` evaluate and save the weights'
+    average when the hparams ask for one, and does nothing otherwise.
     """
     from dmg_domainbed import averaging, precision
     from dmg_domainbed.hparams.names import reject_unknown
@@ -421,7 +408,7 @@ def check_and_apply_when_built(module: ModuleType) -> None:
 
     @functools.wraps(domainbed_init)
     def __init__(self, input_shape, num_classes, num_domains, hparams):
-        reject_unknown(type(self), hparams, dataset_built_with(hparams), input_shape)
+        reject_unknown(type(self), hparams, train_dataset(), input_shape)
         domainbed_init(self, input_shape, num_classes, num_domains, hparams)
         averaging.seed_initialisation(self, hparams)
         precision.apply(self, hparams)
@@ -431,73 +418,28 @@ def check_and_apply_when_built(module: ModuleType) -> None:
     module.Algorithm.__init__ = __init__
 
 
+def train_dataset() -> type | None:
+    """The class of ``train.py``'s ``--dataset`` when this process runs DomainBed's
+    ``train.py`` (:func:`dmg_domainbed.datasets.training_split.train_arguments`), its
+    ``--test_envs`` checked (:func:`dmg_domainbed.datasets.when_built.check_test_envs`: the
+    package's datasets check them before reading any data, DomainBed's do not); else ``None``."""
+    from dmg_domainbed.datasets.training_split import train_arguments
+    from dmg_domainbed.datasets.when_built import check_test_envs
+
+    args = train_arguments()
+    if args is None:
+        return None
+    from domainbed import datasets
+
+    dataset_class = vars(datasets).get(getattr(args, "dataset", None))
+    check_test_envs(dataset_class, getattr(args, "test_envs", None))
+    return dataset_class
+
+
 def register_datasets(module: ModuleType) -> None:
     _open_namespace(module, "DATASETS", DATASET_GROUP, "dataset", "get_dataset_class")
     register_manifest_datasets(module)
     cap_loader_workers(module)
-    check_and_record_when_built(module.MultipleDomainDataset)
-
-
-def check_test_envs(dataset_class: type, test_envs) -> None:
-    """Raise :class:`UserError` unless ``test_envs`` are distinct domain numbers of
-    ``dataset_class`` that leave at least one domain to train on.
-
-    DomainBed's ``train.py`` does not check them: an out-of-range test environment trains on
-    every domain while the algorithm is built for one domain fewer, and fails later in the
-    algorithm (an ``IndexError`` in a per-domain layer), far from its cause.
-    """
-    environments = list(getattr(dataset_class, "ENVIRONMENTS", None) or ())
-    if not environments or test_envs is None:
-        return
-    name, count = dataset_class.__name__, len(environments)
-    domains = ", ".join(f"{i}: {env!r}" for i, env in enumerate(environments))
-    given = " ".join(str(env) for env in test_envs)
-    allowed = f"{name} has {count} domains ({domains}): test_envs are numbers 0 to {count - 1}"
-    fix = (
-        f"Give --test_envs between 0 and {count - 1} (--test_envs 0 tests on {environments[0]!r})."
-    )
-    for env in test_envs:
-        if isinstance(env, bool) or not isinstance(env, int) or not 0 <= env < count:
-            raise UserError(f"test environment {env!r} (--test_envs {given}): {allowed}. {fix}")
-    if len(set(test_envs)) != len(test_envs):
-        raise UserError(f"--test_envs {given} names a domain twice: {allowed}, each once. {fix}")
-    if len(test_envs) >= count:
-        raise UserError(f"--test_envs {given} leaves no domain to train on: {allowed}. {fix}")
-
-
-# The hparams dict the last dataset was built with, and its class.
-_last_built: tuple[Any, type] | None = None
-
-
-def dataset_built_with(hparams) -> type | None:
-    """The dataset class last built with this very ``hparams`` object (not an equal copy), or
-    ``None``: the algorithm that ``train.py`` then builds with it runs on that dataset."""
-    if _last_built is not None and _last_built[0] is hparams:
-        return _last_built[1]
-    return None
-
-
-def check_and_record_when_built(base: type) -> None:
-    """Have every dataset of DomainBed's family check its ``test_envs`` (:func:`check_test_envs`)
-    before it reads any data, and write what it records into the run's hparams
-    (:func:`dmg_domainbed.hparams.recorded.record`): DomainBed builds a dataset as
-    ``cls(root, test_envs, hparams)``, so ``__new__`` of their common base sees them first,
-    whatever the algorithm; it also notes which class was built with that hparams dict
-    (:func:`dataset_built_with`). Unpickling (``cls.__new__(cls)``, in data-loader workers)
-    passes nothing and is not checked."""
-    from dmg_domainbed.hparams.recorded import record
-
-    def __new__(cls, *args, **kwargs):
-        global _last_built
-        test_envs = args[1] if len(args) > 1 else kwargs.get("test_envs")
-        hparams = args[2] if len(args) > 2 else kwargs.get("hparams")
-        check_test_envs(cls, test_envs)
-        if hparams is not None:
-            record(cls, hparams)
-            _last_built = (hparams, cls)
-        return object.__new__(cls)
-
-    base.__new__ = staticmethod(__new__)
 
 
 def register_manifest_datasets(module: ModuleType, environ=os.environ) -> list[str]:

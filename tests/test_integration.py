@@ -197,23 +197,17 @@ def test_a_test_env_out_of_range_stops_train_before_any_step_naming_the_domains(
     assert not (out / "results.jsonl").exists()
 
 
-@pytest.mark.parametrize(
-    "test_envs, problem",
-    [
-        ([3], "test environment 3"),
-        ([-1], "test environment -1"),
-        ([0, 0], "names a domain twice"),
-        ([0, 1, 2], "leaves no domain to train on"),
-    ],
-)
-def test_every_dataset_checks_its_test_envs_when_built(test_envs, problem):
-    from domainbed import datasets
-
-    hparams = {"data_augmentation": False}
-    with pytest.raises(UserError, match=problem) as refused:
-        datasets.get_dataset_class("Debug28")("", test_envs, hparams)
-    assert "Debug28 has 3 domains (0: '0', 1: '1', 2: '2')" in str(refused.value)
-    assert len(datasets.get_dataset_class("Debug28")("", [2], hparams)) == 3
+def test_a_test_env_out_of_range_of_domainbed_s_own_dataset_stops_train_before_any_step(
+    tmp_path,
+):
+    out = tmp_path / "run"
+    args = ["--algorithm", "ERM", "--dataset", "Debug28", "--test_envs", "0", "3"]
+    args += ["--hparams", '{"batch_size": 8}']  # a batch its 13 training examples fill
+    with one_loader_worker(), pytest.raises(UserError) as refused:
+        domainbed_script("train", *args, "--output_dir", str(out))
+    error = "test environment 3 (--test_envs 0 3): Debug28 has 3 domains (0: '0', 1: '1', 2: '2')"
+    assert str(refused.value).startswith(error)
+    assert not (out / "results.jsonl").exists()
 
 
 @pytest.fixture

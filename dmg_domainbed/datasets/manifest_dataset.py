@@ -44,6 +44,7 @@ from dmg_domainbed.datasets.manifest import (
     list_files,
 )
 from dmg_domainbed.datasets.training_split import batch_findings, training_holdout_fraction
+from dmg_domainbed.datasets.when_built import check_and_record
 from dmg_domainbed.errors import UserError
 
 # DomainBed's image statistics (ImageNet's), with which its image datasets normalise.
@@ -99,6 +100,7 @@ class ManifestImageFolder(MultipleEnvironmentImageFolder):
         return {DOMAINS_HPARAM: list(cls.MANIFEST.domains), **known_once_built}
 
     def __init__(self, root, test_envs, hparams) -> None:
+        check_and_record(type(self), test_envs, hparams)
         manifest = self.MANIFEST
         domains = list_files(manifest)
         problems = file_problems(manifest, domains)

@@ -15,6 +15,7 @@ from domainbed.datasets import MultipleDomainDataset
 from torch.utils.data import Dataset
 from torchvision.transforms.functional import InterpolationMode, rotate
 
+from dmg_domainbed.datasets.when_built import check_and_record
 from dmg_domainbed.hparams import HParam, HParamSpace
 
 
@@ -101,6 +102,7 @@ class RotatedDigits(MultipleDomainDataset):
 
     def __init__(self, root, test_envs, hparams):
         super().__init__()
+        check_and_record(type(self), test_envs, hparams)
         from sklearn.datasets import load_digits  # imported here: DomainBed imports us early
 
         digits = load_digits()

@@ -80,16 +80,22 @@ def batch_findings(
     return findings
 
 
-def training_holdout_fraction() -> float | None:
-    """The ``--holdout_fraction`` of DomainBed's ``train.py`` when this process runs it, else
-    ``None``. DomainBed builds a dataset with its hparams only; ``train.py`` keeps its parsed
-    arguments in its module's global ``args``, and runs as ``__main__`` (``python -m``, a
-    script path, or ``runpy`` as local_parallel's warm jobs run it)."""
+def train_arguments():
+    """The arguments of DomainBed's ``train.py`` as it parsed them, when this process runs it
+    (else ``None``): ``train.py`` keeps them in its module's global ``args`` and runs as
+    ``__main__`` (``python -m``, a script path, or ``runpy`` as local_parallel's warm jobs and
+    ``smoke`` run it). DomainBed builds a dataset and an algorithm with the hparams only."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None:
         is_train = spec.name == TRAIN_MODULE
     else:
         is_train = Path(getattr(main, "__file__", None) or "").parts[-3:] == TRAIN_SCRIPT
-    fraction = getattr(getattr(main, "args", None), "holdout_fraction", None)
-    return float(fraction) if is_train and isinstance(fraction, int | float) else None
+    return getattr(main, "args", None) if is_train else None
+
+
+def training_holdout_fraction() -> float | None:
+    """The ``--holdout_fraction`` of DomainBed's ``train.py`` when this process runs it, else
+    ``None`` (:func:`train_arguments`)."""
+    fraction = getattr(train_arguments(), "holdout_fraction", None)
+    return float(fraction) if isinstance(fraction, int | float) else None

@@ -5,10 +5,10 @@ DomainBed's ``train.py`` writes the hparams dict into every record of ``results.
 makes it part of the run. A dataset declares what it records with a classmethod
 ``recorded_hparams()`` giving ``{name: value}`` from the class alone (no data read); a value
 only its files tell (a manifest dataset's classes) is declared ``None`` and written by the
-dataset's ``__init__`` as it reads them. :func:`record` writes them when the dataset is built
-(:mod:`dmg_domainbed.integration`), the preflight adds them to the hparams it checks, and the
-names rule (:mod:`.names`) knows them, so the algorithm that is then built with those hparams
-accepts them.
+dataset's ``__init__`` as it reads them. The dataset's ``__init__`` calls :func:`record` first
+(:mod:`dmg_domainbed.datasets.when_built`), the preflight adds them to the hparams it checks,
+and the names rule (:mod:`.names`) knows them, so the algorithm that is then built with those
+hparams accepts them.
 """
 
 from __future__ import annotations

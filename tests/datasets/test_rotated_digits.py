@@ -7,6 +7,8 @@ from domainbed import datasets, hparams_registry, networks
 from sklearn.datasets import load_digits
 from torch.utils.data import default_collate
 
+from dmg_domainbed.errors import UserError
+
 
 def build(test_envs=(0,), hparams=None):
     return datasets.get_dataset_class("RotatedDigits")(None, list(test_envs), hparams or {})
@@ -76,3 +78,18 @@ def test_dataset_hparams_reach_domainbed():
     drawn = hparams_registry.random_hparams("DMG", "RotatedDigits", 5)
     assert drawn == hparams_registry.random_hparams("DMG", "RotatedDigits", 5)
     assert drawn["mlp_width"] != defaults["mlp_width"] or drawn["lr"] != defaults["lr"]
+
+
+@pytest.mark.parametrize(
+    "test_envs, problem",
+    [
+        ([4], "test environment 4"),
+        ([-1], "test environment -1"),
+        ([0, 0], "names a domain twice"),
+        ([0, 1, 2, 3], "leaves no domain to train on"),
+    ],
+)
+def test_it_checks_its_test_envs_when_built(test_envs, problem):
+    with pytest.raises(UserError, match=problem) as refused:
+        build(test_envs)
+    assert "RotatedDigits has 4 domains (0: '0', 1: '30', 2: '60', 3: '90')" in str(refused.value)

@@ -11,6 +11,8 @@ from dmg_domainbed.hparams import HParam, HParamSpace
 from dmg_domainbed.hparams.names import reject_unknown
 from dmg_domainbed.integration import ALGORITHM_GROUP, entry_points
 
+from ..helpers import domainbed_script, one_loader_worker
+
 OURS = sorted(entry_points(ALGORITHM_GROUP))
 
 
@@ -81,18 +83,19 @@ def test_several_unknown_names_are_named_together():
     assert "defines them" in str(caught.value)
 
 
-def test_a_name_is_checked_on_the_dataset_the_algorithm_is_built_for():
-    """train.py builds the dataset, then the algorithm, with one hparams dict: the dataset's
-    names decide. An algorithm built without a dataset accepts a name of any dataset."""
-    hparams = hparams_registry.default_hparams("ERM", "Debug28") | {"mlp_width": 16}
-    dataset = datasets.Debug28("", [0], hparams)
-    erm = algorithms.get_algorithm_class("ERM")
-    with pytest.raises(UserError) as caught:
-        erm(dataset.input_shape, dataset.num_classes, len(dataset) - 1, hparams)
+def test_a_name_is_checked_on_the_dataset_the_algorithm_is_built_for(tmp_path):
+    """In train.py its --dataset's names decide. An algorithm built without train.py accepts a
+    name of any dataset."""
+    hparams = '{"batch_size": 8, "mlp_width": 16}'
+    args = ["--algorithm", "ERM", "--dataset", "Debug28", "--hparams", hparams]
+    with one_loader_worker(), pytest.raises(UserError) as caught:
+        domainbed_script("train", *args, "--output_dir", str(tmp_path))
     assert "ERM does not know hparam 'mlp_width'" in str(caught.value)
     assert "(for ERM on Debug28)" in str(caught.value)
+    assert not (tmp_path / "results.jsonl").exists()
     # RotatedDigits declares DomainBed's MLP widths: without the dataset, a name of some dataset
-    erm(dataset.input_shape, dataset.num_classes, len(dataset) - 1, dict(hparams))
+    built = hparams_registry.default_hparams("ERM", "Debug28") | {"mlp_width": 16}
+    algorithms.get_algorithm_class("ERM")(datasets.Debug28.INPUT_SHAPE, 2, 2, built)
 
 
 def test_what_domainbed_s_featurizer_reads_for_vectors_is_valid_on_vector_inputs():
