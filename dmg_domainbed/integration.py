@@ -78,11 +78,15 @@ datasets.<dataset>.N_WORKERS           **does** caps the data-loader workers
                                        parallel jobs.
                                        **others** DomainBed's numbers when the variable is unset.
 hparams_registry._hparams              **does** wrapped: adds the hparams the run's plugin
-                                       dataset and plugin algorithm declare (``HPARAMS``).
+                                       dataset and plugin algorithm declare (``HPARAMS``); in
+                                       ``train.py``, first refuses a ``--test_envs`` out of
+                                       range (:func:`train_dataset`).
                                        **why** ``default_hparams`` and ``random_hparams`` look
-                                       ``_hparams`` up when called.
+                                       ``_hparams`` up when called; ``train.py`` asks for the
+                                       hparams before it reads any data.
                                        **others** exactly DomainBed's dicts, default and random,
-                                       for its algorithms on its datasets.
+                                       for its algorithms on its datasets; a ``--test_envs``
+                                       out of range is a ``UserError``.
 command_launchers.REGISTRY             **does** adds each plugin launcher whose name is free.
                                        **why** DomainBed's ``sweep --command_launcher`` looks
                                        launchers up in this dict.
@@ -580,7 +584,8 @@ def plugin_hparams(
 
 
 def register_hparams(module: ModuleType) -> None:
-    """Wrap ``_hparams`` so plugin datasets and algorithms add their declared hparams.
+    """Wrap ``_hparams`` so plugin datasets and algorithms add their declared hparams, and so
+    ``train.py``'s ``--test_envs`` are checked (:func:`train_dataset`) before it reads any data.
 
     DomainBed's ``default_hparams`` and ``random_hparams`` look ``_hparams`` up in the module at
     call time, so replacing the module attribute is enough.
@@ -589,6 +594,7 @@ def register_hparams(module: ModuleType) -> None:
 
     @functools.wraps(domainbed_hparams)
     def _hparams(algorithm: str, dataset: str, random_seed: int) -> dict[str, tuple[Any, Any]]:
+        train_dataset()  # train.py asks for hparams before it builds the dataset
         hparams = domainbed_hparams(algorithm, dataset, random_seed)
         hparams.update(plugin_hparams(DATASET_GROUP, dataset, random_seed, dataset, hparams))
         hparams.update(plugin_hparams(ALGORITHM_GROUP, algorithm, random_seed, dataset, hparams))

@@ -197,9 +197,15 @@ def test_a_test_env_out_of_range_stops_train_before_any_step_naming_the_domains(
     assert not (out / "results.jsonl").exists()
 
 
-def test_a_test_env_out_of_range_of_domainbed_s_own_dataset_stops_train_before_any_step(
-    tmp_path,
+def test_a_test_env_out_of_range_of_domainbed_s_own_dataset_stops_train_before_its_data(
+    tmp_path, monkeypatch
 ):
+    from domainbed import datasets
+
+    def built(*args, **kwargs):
+        raise AssertionError("the dataset was built before --test_envs were checked")
+
+    monkeypatch.setattr(datasets.Debug28, "__init__", built)
     out = tmp_path / "run"
     args = ["--algorithm", "ERM", "--dataset", "Debug28", "--test_envs", "0", "3"]
     args += ["--hparams", '{"batch_size": 8}']  # a batch its 13 training examples fill
