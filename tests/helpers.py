@@ -394,12 +394,14 @@ def package_plugins(group: str) -> list[str]:
 
 
 def reload(run: Path):
-    """The algorithm of a run folder's ``model.pkl``, rebuilt as DomainBed's scripts rebuild it
-    (the class by name, ``load_state_dict``), in eval mode, and the checkpoint."""
+    """The algorithm of a run folder's ``model.pkl`` (or of a model file saved as train.py saves
+    one), rebuilt as DomainBed's scripts rebuild it (the class by name, ``load_state_dict``), in
+    eval mode, and the checkpoint."""
     import torch
     from domainbed import algorithms
 
-    checkpoint = torch.load(run / "model.pkl", weights_only=False)
+    model = run / "model.pkl" if run.is_dir() else run
+    checkpoint = torch.load(model, weights_only=False)
     algorithm = algorithms.get_algorithm_class(checkpoint["args"]["algorithm"])(
         checkpoint["model_input_shape"],
         checkpoint["model_num_classes"],

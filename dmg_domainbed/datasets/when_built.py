@@ -5,7 +5,7 @@ out of range trains on every domain while the algorithm is built for one fewer, 
 from its cause. ``RotatedDigits``, the manifest datasets, and another package's dataset that
 declares ``recorded_hparams()`` call :func:`check_and_record` first in their ``__init__``.
 DomainBed's own datasets are left alone: :mod:`dmg_domainbed.integration` checks their
-``test_envs`` in ``train.py``, before the algorithm is built.
+``test_envs`` in ``train.py`` when it asks for the hparams, before it builds the dataset.
 """
 
 from __future__ import annotations

@@ -65,19 +65,6 @@ def soups_of(output: Path) -> dict[str, tuple[dict, Path]]:
     return found
 
 
-def reload_model(path: Path):
-    """A model file saved as train.py saves one, rebuilt as DomainBed's scripts rebuild it."""
-    checkpoint = torch.load(path, weights_only=False)
-    algorithm = algorithms.get_algorithm_class(checkpoint["args"]["algorithm"])(
-        checkpoint["model_input_shape"],
-        checkpoint["model_num_classes"],
-        checkpoint["model_num_domains"],
-        checkpoint["model_hparams"],
-    )
-    algorithm.load_state_dict(checkpoint["model_dict"])
-    return algorithm.eval(), checkpoint
-
-
 def splits_and_labels(run: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """``env<i>_out_acc`` / ``env0_in_acc`` -> (images, labels) of that split, made as
     train.py makes it (DomainBed's own split and seed)."""
@@ -118,7 +105,7 @@ def test_the_ensemble_averages_the_runs_logits_and_the_soups_their_weights(sweep
     assert uniform["soup"]["name"] == "ERM (soup: uniform)"
     assert uniform_model.parent == souped[0] and uniform_model.is_file()
     assert not Path(ensemble["args"]["output_dir"] + ".pkl").exists()  # an ensemble has none
-    model, checkpoint = reload_model(uniform_model)
+    model, checkpoint = reload(uniform_model)
     states = [torch.load(run / "model.pkl", weights_only=False)["model_dict"] for run in runs]
     for key, tensor in checkpoint["model_dict"].items():
         mean = torch.stack([state[key] for state in states]).mean(0)
