@@ -16,7 +16,7 @@ from torch import nn
 from dmg_domainbed import averaging, integration, synthetic
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight.hparams import effective_hparams
-from dmg_domainbed.sweep.checks import check_against_domainbed
+from dmg_domainbed.sweep.checks import check_file
 from dmg_domainbed.sweep.config import load_sweep
 
 from .helpers import domainbed_script, one_loader_worker, package_plugins, reload
@@ -189,10 +189,10 @@ def test_a_sweep_that_would_average_nothing_is_refused_before_it_starts(
         f"[sweep.hparams]\n{hparams}\n"
     )
     if refused is None:
-        check_against_domainbed(load_sweep(path))
+        check_file(load_sweep(path))
         return
     with pytest.raises(UserError, match=re.escape(refused)) as error:
-        check_against_domainbed(load_sweep(path))
+        check_file(load_sweep(path))
     assert str(error.value).startswith(f"{path}: ")  # the file, then where in it
 
 

@@ -17,7 +17,7 @@ from dmg_domainbed.algorithms.importance_mask.grouped import GroupedLinear
 from dmg_domainbed.algorithms.sfmoe.moe import SparseMoE
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight.hparams import effective_hparams
-from dmg_domainbed.sweep.checks import check_against_domainbed
+from dmg_domainbed.sweep.checks import check_file
 from dmg_domainbed.sweep.config import load_sweep
 
 from .helpers import domainbed_script, one_loader_worker
@@ -174,11 +174,11 @@ def test_a_sweep_files_hparams_table_sets_the_precision_of_every_job(tmp_path):
         '[sweep.hparams]\nprecision = "bf16"\n'
     )
     config = load_sweep(path)
-    check_against_domainbed(config)
+    check_file(config)
     assert all(config.hparams_of(name) == BF16 for name in config.algorithms)
     path.write_text(path.read_text().replace('"bf16"', '"bfloat16"'))
     with pytest.raises(UserError, match="it must be one of 'fp32', 'bf16'"):
-        check_against_domainbed(load_sweep(path))
+        check_file(load_sweep(path))
 
 
 def test_fp32_leaves_the_algorithm_and_its_numbers_as_they_are(monkeypatch):

@@ -34,7 +34,8 @@ from tabulate import tabulate
 from dmg_domainbed.errors import SCRIPT_ERROR_PREFIX
 from dmg_domainbed.preflight.environment import job_environment
 from dmg_domainbed.smoke.clock import phases
-from dmg_domainbed.smoke.jobs import SmokeJob, Staged, Staging
+from dmg_domainbed.smoke.jobs import SmokeJob
+from dmg_domainbed.smoke.staging import Staged, Staging
 from dmg_domainbed.sweep import cost
 from dmg_domainbed.sweep.plan import job_costs
 

@@ -96,11 +96,6 @@ def check_machine(sweep: Sweep, env: Mapping[str, str], runs: Iterable[CheckedRu
     return f"{launcher}: {described}" if described else launcher
 
 
-def check_against_domainbed(config: SweepConfig) -> list[str]:
-    """The file's checks alone (names, hparams, networks); the notes on networks."""
-    return list(check_file(config)[1])
-
-
 def check_file(config: SweepConfig) -> tuple[dict[tuple[str, str], CheckedRun], tuple[str, ...]]:
     """The file's checks: the run of each (algorithm, dataset) and the notes."""
     import dmg_domainbed

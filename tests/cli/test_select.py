@@ -16,7 +16,7 @@ from domainbed import algorithms, datasets
 from domainbed.lib import misc
 
 from dmg_domainbed.sweep import plan
-from dmg_domainbed.sweep.checks import check_against_domainbed
+from dmg_domainbed.sweep.checks import check_file
 from dmg_domainbed.sweep.config import load_sweep, resolve
 from tests.helpers import cli, domainbed_script, snapshot
 
@@ -51,7 +51,7 @@ def paper_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("select")
     (root / "paper.toml").write_text(SWEEP_FILE)
     config = load_sweep(root / "paper.toml")
-    check_against_domainbed(config)
+    check_file(config)
     sweep = resolve(config, str(root / "data"), str(root / "sweep"))
     (job,) = [
         j

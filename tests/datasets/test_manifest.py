@@ -21,7 +21,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import requirements
 from dmg_domainbed.preflight.hparams import effective_hparams
 from dmg_domainbed.sweep import config
-from dmg_domainbed.sweep.checks import check_against_domainbed
+from dmg_domainbed.sweep.checks import check_file
 
 from ..helpers import cli, machine_check, snapshot
 from .conftest import DOMAINS, write_domains
@@ -106,7 +106,7 @@ def test_a_sweep_setting_what_the_dataset_records_is_told_to_remove_it(manifest,
         '[sweep.hparams]\nmanifest_domains = ["south", "north", "west"]\n'
     )
     with pytest.raises(UserError) as refused:
-        check_against_domainbed(config.load_sweep(path))
+        check_file(config.load_sweep(path))
     message = str(refused.value)
     assert "[sweep.hparams]: hparam 'manifest_domains'" in message
     assert "is recorded by dataset MyData" in message and "Remove it" in message

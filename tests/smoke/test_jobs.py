@@ -9,7 +9,7 @@ from huggingface_hub import constants
 from dmg_domainbed import synthetic
 from dmg_domainbed.preflight.weights import needed_weights
 from dmg_domainbed.smoke import jobs
-from dmg_domainbed.smoke.jobs import RANDOM_WEIGHTS, SYNTHETIC_DATA, Staging, sample_image_folder
+from dmg_domainbed.smoke.staging import RANDOM_WEIGHTS, SYNTHETIC_DATA, Staging, sample_image_folder
 from dmg_domainbed.weight_files import Caches
 
 

@@ -6,7 +6,7 @@ from domainbed.scripts.sweep import make_args_list
 from dmg_domainbed.datasets.check.data_check import check_dataset
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.of_job import job_hparams
-from dmg_domainbed.sweep.checks import MAX_JOBS, check_against_domainbed
+from dmg_domainbed.sweep.checks import MAX_JOBS, check_file
 from dmg_domainbed.sweep.config import SweepConfig, read_sweep
 from dmg_domainbed.sweep.plan import job_count
 
@@ -47,7 +47,7 @@ def test_a_sweep_of_too_many_jobs_is_refused_with_its_count_and_the_fix():
         match=rf"has {jobs:,} jobs, more than the {MAX_JOBS:,} .*"
         "lower n_hparams or n_trials, or run it in parts with n_hparams_from",
     ):
-        check_against_domainbed(huge)
+        check_file(huge)
 
 
 PLUGIN = '''
