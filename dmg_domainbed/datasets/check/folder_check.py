@@ -39,12 +39,7 @@ def _domains(
     name at a missing domain's place in the sorted order (as some copies name it) is that
     domain to DomainBed, only warned of. Returns such folders with the domain each stands for."""
     listing = f"{root}/ with {len(expected)} domain folders ({', '.join(expected)}) only"
-    same_place = len(folders) == len(expected)
-    renamed = {
-        folder: domain
-        for folder, domain in zip(folders, expected)
-        if same_place and folder not in expected and domain not in folders
-    }
+    renamed = _in_place(folders, expected)
     for index, folder in enumerate(folders):
         if folder in renamed:
             report.add(
@@ -67,6 +62,33 @@ def _domains(
         if domain not in folders and domain not in renamed.values():
             report.add(ERROR, f"no folder of domain {domain!r} in {root}", listing, fix)
     return renamed
+
+
+def _in_place(found: list[str], expected: list[str]) -> dict[str, str]:
+    """Of sorted names as many as the sorted ``expected``, each of another name that sorts where
+    a missing expected one does (DomainBed's folder numbers are positions), with that name."""
+    if len(found) != len(expected):
+        return {}
+    pairs = zip(found, expected)
+    return {name: want for name, want in pairs if name not in expected and want not in found}
+
+
+def _class_names(report: DatasetReport, root: Path, domains: list[DomainFiles], download):
+    """The download's classes, where every domain names some of them otherwise alike, each where
+    it sorts, by those names (warned of: DomainBed numbers them as the download's)."""
+    lists = {tuple(domain.classes) for domain in domains}
+    renamed = _in_place(list(lists.pop()), sorted(download)) if len(lists) == 1 else {}
+    if renamed:
+        report.add(
+            WARNING,
+            f"class folder(s) {shortlist([f'{a!r} for {b!r}' for a, b in renamed.items()])} in "
+            f"every domain of {root}",
+            "the download's names: DomainBed numbers each domain's class folders in sorted "
+            "order and these sort where the download's do, the same labels under other names",
+            "rename them to match the download",
+        )
+    standing = {want: name for name, want in renamed.items()}
+    return [standing.get(name, name) for name in download]
 
 
 def _files(report: DatasetReport, domains: list[DomainFiles]) -> None:
@@ -190,6 +212,8 @@ def check_image_dataset(
     synthetic = (root / SYNTHETIC_MARKER).is_file()
     known = layout.classes is not None and not synthetic
     classes = layout.classes if known else sorted({c for d in ours for c in d.classes})
+    if known:
+        classes = _class_names(report, root, ours, classes)
     for domain in ours:
         where = f"domain folder {domain.folder}"
         for problem in domain_problems(domain, classes, where, WHY_SAME_CLASSES, known):

@@ -161,6 +161,24 @@ def test_a_domain_named_otherwise_at_its_own_place_is_only_warned_of(small_pacs)
     assert not [m for m in messages(report) if "domain" in m and "count" not in m]
 
 
+def test_a_class_renamed_alike_in_every_domain_is_only_warned_of(small_pacs):
+    """Every domain's 'dog' folder named 'dogs': it sorts where 'dog' does in each domain, so
+    DomainBed numbers the classes as it numbers the download's and the run trains the same,
+    under another class name. Renamed in some domains only, the labels differ: an error."""
+    root = small_pacs / "PACS"
+    for domain in PACS.domains:
+        (root / domain / "dog").rename(root / domain / "dogs")
+    report = check_dataset("PACS", small_pacs, quick=True, batch=None)  # batches not looked at
+    message = one(report, f"class folder(s) 'dogs' for 'dog' in every domain of {root}", WARNING)
+    assert "the same labels under other names" in message
+    assert "rename them to match the download" in message
+    assert not [m for m in messages(report) if "class(es)" in m or "class folder" in m]
+    (root / "photo" / "dogs").rename(root / "photo" / "dog")
+    report = check_dataset("PACS", small_pacs, quick=True, batch=None)
+    one(report, f"domain folder {root / 'sketch'}: no images of class(es) 'dog'")
+    assert not report.warnings
+
+
 def test_a_folder_that_is_no_domain_shifts_the_test_envs(small_pacs):
     (small_pacs / "PACS" / "__MACOSX" / "art_painting").mkdir(parents=True)
     report = check_dataset("PACS", small_pacs, quick=True)
