@@ -1,36 +1,10 @@
-"""``check-algorithm``: what DomainBed's own tests and this package's contract tests ask of an
-algorithm, run on any registered one (DomainBed's, this package's or another package's).
-
-DomainBed's ``test_models`` builds each algorithm on its debug datasets with the default
-hparams, runs three updates of 8 images per domain and checks the shape of ``predict``;
-``test_hparams_registry`` checks that random hparams are the same for the same seed. DomainBed's
-``train`` then needs more than its tests check: ``update`` returns a dict of numbers it
-averages and writes to ``results.jsonl``, a checkpoint (``state_dict()``) restores the model,
-and ``.to(device)`` moves everything the model computes with. Each of these is one check of
-:data:`CHECKS`, run in order; a failure says what was expected, what was found and where, and
-a check whose one need did not pass is listed as not run, with the reason:
-
-=================== ===========================================================================
-``import``          the entry point loads (a failure shows the plugin's traceback) and names a
-                    subclass of DomainBed's ``Algorithm``
-``hparams``         DomainBed's registry gives its default hparams on the dataset (a malformed
-                    ``HPARAMS`` is named with its file and line)
-``random hparams``  ``random_hparams(name, dataset, seed)`` is the same twice, on every dataset,
-                    and each declared sampler draws values its declaration allows, for every job
-                    of DomainBed's default sweep
-``hparam names``    no declared name silently replaces one of DomainBed's (an override is an
-                    ``HParam(..., where_defined=True)``)
-``build``           ``cls(input_shape, num_classes, num_domains, hparams)`` on the debug dataset,
-                    built with the same hparams: the hparam names rule of every run applies
-``update``          three updates, each returning ``{name: float}`` of finite numbers
-``predict``         logits of shape ``[images, classes]`` on the images' device, the same twice
-                    in eval mode
-``state dict``      a new instance loaded with ``state_dict()`` predicts the same logits
-``to(device)``      after ``.to("meta")`` no tensor of the model is left on the CPU
-=================== ===========================================================================
-
-``Debug224`` builds DomainBed's ResNet-50 from its pretrained weights; it is checked only when
-asked for (``--dataset Debug224``), where those weights are cached.
+"""``check-algorithm``: what DomainBed's ``test_models`` and ``test_hparams_registry`` ask of an
+algorithm, and what its ``train`` needs beyond them (``update`` returns finite numbers it can
+average, ``state_dict()`` restores the model, ``.to(device)`` moves all of it), run on any
+registered algorithm: DomainBed's, this package's or another package's. The checks are
+:data:`CHECKS`, run in order, each function saying what it asks; a failure says what was
+expected, what was found and where, and a check whose need did not pass is listed as not run,
+with the reason. ``Debug224`` builds DomainBed's pretrained ResNet-50: only when asked for.
 """
 
 from __future__ import annotations
@@ -58,17 +32,14 @@ UPDATES = 3  # as DomainBed's test_models
 SEEDS = (0,)  # as DomainBed's test_hparams_registry
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 OK, FAIL, SKIP = "ok", "FAIL", "skip"
-#: The hparams seeds and trials of DomainBed's default sweep (``n_hparams`` 20, ``n_trials``
-#: 3): a job draws its hparams from ``seed_hash(hparams_seed, trial_seed)``; seed 0 keeps the
-#: defaults.
+#: The hparams seeds (0 keeps the defaults) and trials of DomainBed's default sweep.
 SWEEP_HPARAMS_SEEDS, SWEEP_TRIALS = range(1, 20), range(3)
 
 
 @dataclass(frozen=True)
 class Finding:
-    """The outcome of one check: its name, its status (``ok``, ``FAIL``, or ``skip``: not run,
-    because the check it needs did not pass) and what was seen (on failure: what was expected,
-    what was found and where)."""
+    """One check's name, status (``ok``, ``FAIL``, or ``skip``: its need did not pass) and
+    what was seen."""
 
     check: str
     status: str
@@ -103,10 +74,8 @@ def _trace(error: BaseException) -> str:
 
 
 def algorithm_class(name: str) -> type:
-    """The class DomainBed's ``get_algorithm_class`` gives ``name``; :class:`UserError` for a
-    name nothing registers (with the registered names),
-    :class:`~dmg_domainbed.integration.PluginImportError` for a plugin that does not import
-    (loaded first, so that the registration does not also report it on stderr)."""
+    """DomainBed's class of ``name``; :class:`UserError` for a name nothing registers, the
+    plugin's ``PluginImportError`` (loaded first: the registration does not report it too)."""
     import dmg_domainbed
     from dmg_domainbed import integration
 
@@ -129,9 +98,7 @@ def algorithm_class(name: str) -> type:
 def check_algorithm(
     name: str, dataset: str = "Debug28", images_per_domain: int = BATCH_SIZE
 ) -> list[Finding]:
-    """Every check of :data:`CHECKS` on algorithm ``name``, in order, built on the debug
-    ``dataset``, with minibatches of ``images_per_domain`` images per domain. A check whose need
-    did not pass is listed as not run, with the reason."""
+    """Every check of :data:`CHECKS` on ``name``, in order, on the debug ``dataset``."""
     if dataset not in DEBUG_DATASETS:
         raise UserError(
             f"--dataset {dataset!r}: the check builds on DomainBed's debug datasets, "
@@ -168,9 +135,7 @@ def check_algorithm(
 
 
 def _import(run) -> str:
-    """The entry point loaded (``run.loaded`` is not the
-    :class:`~dmg_domainbed.integration.PluginImportError` it raised) and names a DomainBed
-    ``Algorithm``: ``run.cls``."""
+    """The entry point loads (else its traceback) and names a DomainBed ``Algorithm``."""
     from domainbed.algorithms import Algorithm
 
     from dmg_domainbed import integration
@@ -201,6 +166,7 @@ def _declared(name: str):
 
 
 def _default_hparams(run) -> str:
+    """DomainBed's registry gives the default hparams (a malformed HPARAMS: file and line)."""
     from domainbed import hparams_registry
 
     from dmg_domainbed.hparams.space import MalformedHParams
@@ -216,9 +182,8 @@ def _default_hparams(run) -> str:
 
 
 def _random_hparams(run) -> str:
-    """Random hparams are the same per seed on every dataset (DomainBed's
-    ``test_hparams_registry``), and each declared sampler draws values its declaration allows,
-    for every job of DomainBed's default sweep (:func:`_draws`)."""
+    """Random hparams are the same per seed on every dataset, and each declared sampler draws
+    values its declaration allows (:func:`_draws`)."""
     from domainbed import datasets, hparams_registry
 
     differing = []
@@ -246,13 +211,9 @@ def _random_hparams(run) -> str:
 
 
 def _draws(component) -> int:
-    """How many hparams the plugin ``component`` declares (0 for DomainBed's own algorithms);
-    :class:`Failed` where their samplers draw what their own declaration (or the bounds every
-    run trains within) refuses, for the jobs of DomainBed's default sweep.
-
-    A job of hparams seed ``h`` and trial ``t`` draws each hparam from
-    ``RandomState(seed_hash(seed_hash(h, t), name))``, whatever the dataset.
-    """
+    """How many hparams ``component`` declares; :class:`Failed` where, for a job of DomainBed's
+    default sweep (hparams seed ``h``, trial ``t``: ``RandomState(seed_hash(seed_hash(h, t),
+    name))``), a sampler draws what its declaration or the trainable bounds refuse."""
     from domainbed.lib import misc
 
     from dmg_domainbed.hparams.space import declared_rules
@@ -292,8 +253,8 @@ def _draws(component) -> int:
 
 
 def _shadowing(run) -> str:
-    """Declared hparams whose names DomainBed's registry already gives the algorithm: the
-    plugin's value silently replaces DomainBed's unless the declaration says it is an override."""
+    """No declared name silently replaces one DomainBed's registry gives (unless declared an
+    override)."""
     from domainbed import datasets
 
     from dmg_domainbed import integration
@@ -327,9 +288,8 @@ def _shadowing(run) -> str:
 
 
 def _build(run) -> str:
-    """The algorithm built on the debug dataset with its default hparams (``run.algorithm``;
-    ``run.build(seed)`` builds more), and ``run.images`` images and labels per environment, as
-    DomainBed's test helpers make them, on the CPU (``run.minibatches``)."""
+    """``run.algorithm`` built on the debug dataset with its default hparams (``run.build(seed)``
+    builds more), and ``run.minibatches`` of ``run.images`` per environment, on the CPU."""
     from domainbed import datasets, hparams_registry
 
     hparams = hparams_registry.default_hparams(run.name, run.dataset)
@@ -356,6 +316,7 @@ def _build(run) -> str:
 
 
 def _updates(run) -> str:
+    """Three updates, each returning ``{name: float}`` of finite numbers."""
     where = _where(type(run.algorithm), "update")
     expected = (
         "update(minibatches) must return a dict {name: float}: DomainBed's train averages "
@@ -386,8 +347,7 @@ def _updates(run) -> str:
 
 
 def _predictions(run) -> str:
-    """Shape, device and repeatability of ``predict`` in eval mode: ``run.logits`` of
-    ``run.x``."""
+    """Shape, device and repeatability of ``predict`` in eval mode: ``run.logits``."""
     algorithm, x = run.algorithm, run.minibatches[0][0]
     where = _where(type(algorithm), "predict")
     expected = [len(x), run.classes]
@@ -423,8 +383,7 @@ def _predictions(run) -> str:
 
 
 def _reload(run) -> str:
-    """A new instance loaded with the algorithm's state dict, as a checkpoint restores it,
-    predicts ``run.logits``."""
+    """A new instance loaded with the state dict, as a checkpoint restores it, predicts the same."""
     fresh, buffer = run.build(1), io.BytesIO()
     torch.save(run.algorithm.state_dict(), buffer)
     buffer.seek(0)
@@ -455,33 +414,25 @@ def _reload(run) -> str:
 
 
 def _device_move(run) -> str:
-    """After ``.to("meta")``, every tensor the modules hold is on the meta device: parameters,
-    buffers and any plain tensor attribute (which ``.to`` would leave behind). A move to the meta
-    device needs no GPU and runs the same ``Module._apply`` as a move to one."""
+    """After ``.to("meta")`` (no GPU needed; the same ``Module._apply``), no parameter, buffer or
+    plain tensor attribute is left behind."""
     algorithm = run.build(2)
     try:
         algorithm.to("meta")
     except Exception as error:
         raise Failed(f".to(device) raised:\n{_trace(error)}") from None
-    left = [
-        f"{kind} {name}"
-        for kind, named in (
-            ("parameter", algorithm.named_parameters()),
-            ("buffer", algorithm.named_buffers()),
-        )
-        for name, tensor in named
-        if tensor.device.type != "meta"
-    ]
+
+    def stayed(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.device.type != "meta"
+
+    left = [f"parameter {n}" for n, t in algorithm.named_parameters() if stayed(t)]
+    left += [f"buffer {n}" for n, t in algorithm.named_buffers() if stayed(t)]
     for module_name, module in algorithm.named_modules():
         for attribute, value in vars(module).items():
-            values = value if isinstance(value, (list, tuple)) else [value]
             # Parameters held in a list are the module's own (moved in place on a real device)
-            if attribute not in ("_parameters", "_buffers", "_modules") and any(
-                isinstance(t, torch.Tensor)
-                and not isinstance(t, torch.nn.Parameter)
-                and t.device.type != "meta"
-                for t in values
-            ):
+            values = value if isinstance(value, (list, tuple)) else [value]
+            plain = [t for t in values if not isinstance(t, torch.nn.Parameter)]
+            if attribute not in ("_parameters", "_buffers", "_modules") and any(map(stayed, plain)):
                 left.append(f"{module_name}.{attribute}".lstrip("."))
     if left:
         raise Failed(
@@ -493,9 +444,9 @@ def _device_move(run) -> str:
     return "every parameter, buffer and tensor moves"
 
 
-#: Each check in the order run: its name, its body (it reads and adds to the run's state and
-#: gives what passed, or raises :class:`Failed`), the one check whose result it needs (it is not
-#: run unless that one passed) and why, where "it needs ..." does not say it.
+_COMPARES = "it compares a reloaded instance's predictions with predict's"
+#: Each check in order: name, body (reads and adds to the run's state; returns what passed or
+#: raises :class:`Failed`), the check it needs to have passed, and why where that is not plain.
 CHECKS = (
     ("import", _import, None, None),
     ("hparams", _default_hparams, "import", None),
@@ -504,19 +455,13 @@ CHECKS = (
     ("build", _build, "hparams", None),
     ("update", _updates, "build", None),
     ("predict", _predictions, "build", None),
-    (
-        "state dict",
-        _reload,
-        "predict",
-        "it compares a reloaded instance's predictions with predict's",
-    ),
+    ("state dict", _reload, "predict", _COMPARES),
     ("to(device)", _device_move, "build", None),
 )
 
 
 def render(name: str, dataset: str, findings: list[Finding]) -> str:
-    """The findings as lines ``ok|FAIL|skip  check  detail``, details of failures indented
-    below, then the verdict: the checks that failed and those not run."""
+    """``ok|FAIL|skip  check  detail`` lines (more lines indented), then the verdict."""
     lines = [f"check-algorithm {name} on {dataset}"]
     for finding in findings:
         first, *rest = finding.detail.splitlines() or [""]
