@@ -1,13 +1,8 @@
-"""A DomainBed training run on disk: finding it, checking it, and rebuilding what it trained.
-
-A run is the ``--output_dir`` of one ``domainbed.scripts.train`` process: ``results.jsonl`` (one
-record per checkpoint, with train.py's ``args`` and ``hparams``), ``model.pkl`` and ``done``.
-Records are checked for the fields each reader uses, and a run's dataset must still have the
-environments it recorded; rebuilt, it must still hold the data the run knows of (its classes,
-split sizes and, for a manifest dataset, its images). A run diverged when a loss it logged is not
-finite (its exit status is still 0), so every place that shows its numbers flags it. Reading
-records needs only the standard library; rebuilding the algorithm, dataset and splits uses
-DomainBed's own code, as train.py does.
+"""A DomainBed training run on disk (the ``--output_dir`` of one ``domainbed.scripts.train``:
+``results.jsonl``, ``model.pkl``, ``done``): its records checked for the fields each reader
+uses, its dataset for the environments and data it trained on; its algorithm, dataset and splits
+rebuilt with DomainBed's own code, as train.py builds them. A run diverged when a loss it logged
+is not finite (its exit status is still 0): every place that shows its numbers flags it.
 """
 
 from __future__ import annotations
@@ -66,41 +61,43 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _list_of(test) -> Any:
-    return lambda value: isinstance(value, list) and all(map(test, value))
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _is(*kinds: type) -> Any:
     return lambda value: isinstance(value, kinds)
 
 
-_NUMBER = (lambda v: _is(int, float)(v) and not isinstance(v, bool), "a number (an accuracy)")
-_WHOLE = (_whole, "a whole number")
-_FRACTION = (lambda v: _NUMBER[0](v) and 0 <= v <= 1, "a number from 0 to 1")
+def _list_of(test) -> Any:
+    return lambda value: isinstance(value, list) and all(map(test, value))
+
+
+_NUMBER, _WHOLE = (_number, "a number (an accuracy)"), (_whole, "a whole number")
+_TEXT, _NAMES = (_is(str), "text"), (_list_of(_is(str)), "a list of names (text)")
+_FRACTION = (lambda v: _number(v) and 0 <= v <= 1, "a number from 0 to 1")
+_ENVS = (
+    _list_of(lambda v: _whole(v) and v >= 0),
+    "a list of environment numbers (whole numbers from 0)",
+)
 #: What every field a reader uses must be, wherever a record has it: (test, what is expected).
 FIELD_TYPES = {
     "step": _WHOLE,
     "args": (_is(Mapping), "a JSON object of train.py's arguments"),
     "hparams": (_is(Mapping), "a JSON object of hparams"),
-    "args.algorithm": (_is(str), "text"),
-    "args.dataset": (_is(str), "text"),
-    "args.test_envs": (
-        _list_of(lambda value: _whole(value) and value >= 0),
-        "a list of environment numbers (whole numbers from 0)",
-    ),
-    "args.hparams_seed": _WHOLE,
-    "args.trial_seed": _WHOLE,
-    "args.seed": _WHOLE,
-    "args.holdout_fraction": _FRACTION,
-    "args.uda_holdout_fraction": _FRACTION,
-    "args.output_dir": (_is(str), "text"),
+    "args.algorithm": _TEXT,
+    "args.dataset": _TEXT,
+    "args.test_envs": _ENVS,
+    **dict.fromkeys(("args.hparams_seed", "args.trial_seed", "args.seed"), _WHOLE),
+    **dict.fromkeys(("args.holdout_fraction", "args.uda_holdout_fraction"), _FRACTION),
+    "args.output_dir": _TEXT,
     "args.data_dir": (_is(str, type(None)), "text or null"),
-    "hparams.precision": (_is(str), "text"),
-    f"hparams.{DOMAINS_HPARAM}": (_list_of(_is(str)), "a list of names (text)"),
-    f"hparams.{CLASSES_HPARAM}": (_list_of(_is(str)), "a list of names (text)"),
+    "hparams.precision": _TEXT,
+    f"hparams.{DOMAINS_HPARAM}": _NAMES,
+    f"hparams.{CLASSES_HPARAM}": _NAMES,
     f"hparams.{IMAGES_HPARAM}": (_list_of(_whole), "a list of whole numbers"),
-    f"hparams.{FILES_HPARAM}": (_is(str), "text"),
-    "soup.name": (_is(str), "text"),  # a soup's record (dmg_domainbed.reporting.soups)
+    f"hparams.{FILES_HPARAM}": _TEXT,
+    "soup.name": _TEXT,  # a soup's record (dmg_domainbed.reporting.soups)
 }
 
 
@@ -113,10 +110,7 @@ def _kind(value: Any) -> str:
 def wrong_field(record: Any, needs: tuple = ("", (), False)) -> str | None:
     """What is wrong with ``record`` (a line of ``results.jsonl``) for a reader of ``needs``
     (:data:`RUN`, :data:`SWEEP`, :data:`SPLITS`; by default the types alone): its first field
-    that is not what the readers expect (:data:`FIELD_TYPES`; ``env<i>_in_acc`` /
-    ``env<i>_out_acc``: numbers), said as ``<field> is <found> (<its type>); expected <what>``,
-    else the fields of ``needs`` it lacks (a missing table named once, not with each of its
-    keys); None when nothing is."""
+    not of :data:`FIELD_TYPES`' type (accuracies: numbers), else the fields it lacks; or None."""
     if not isinstance(record, Mapping):
         return f"the line is {_shown(record)} ({_kind(record)}); expected a JSON object"
     accuracies = [(key, _NUMBER) for key in record if _ACCURACY_KEY.fullmatch(key)]
@@ -140,10 +134,8 @@ def _shown(value: Any) -> str:
 
 
 def check_fields(records: Iterable[Any], path: Path, needs: tuple) -> None:
-    """:class:`UserError` naming ``path`` and the line of the first record that is not what
-    DomainBed's train.py writes (:func:`wrong_field`) or lacks fields of ``needs``; or naming
-    the folder whose records are those of more than one run: a step that is not after the one
-    before (train.py appends, so two runs with one ``--output_dir`` share ``results.jsonl``)."""
+    """:class:`UserError` naming the line of the first record :func:`wrong_field` refuses, or a
+    step not after the one before (two runs appended into one ``results.jsonl``)."""
     before = None
     for number, record in enumerate(records, start=1):
         if (wrong := wrong_field(record, needs)) is not None:
@@ -201,8 +193,7 @@ class Run:
 
 
 def read_records(results_path: Path) -> list[dict[str, Any]]:
-    """The records of one ``results.jsonl``; a half-written last line is left out with a warning,
-    a damaged line before it is a :class:`UserError`."""
+    """The records of ``results_path``; a half-written last line left out with a warning."""
     lines = Path(results_path).read_text().splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
@@ -274,9 +265,8 @@ def dataset_class(name: str, where: Path) -> type:
 
 
 def check_environments(records: Iterable[Mapping[str, Any]], path: Path) -> None:
-    """:class:`UserError` unless the dataset of ``records`` is known and has as many environments
-    as train.py logged accuracies for (``env<i>_in_acc``), each test environment among them, and
-    the same domains in the same order where the run recorded them (a manifest dataset does)."""
+    """:class:`UserError` unless the dataset of ``records`` is known, with the environments it
+    logged accuracies for, its test environments and the domains it recorded, in order."""
     for record in records:
         args = record["args"]
         names = list(dataset_class(args["dataset"], path).ENVIRONMENTS)
@@ -361,10 +351,7 @@ def checkpoint_models(run: Run) -> dict[int, Path]:
 
 def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = None, dataset=None):
     """The algorithm saved in the run's ``model.pkl`` (or ``model_file``), in eval mode, rebuilt
-    as DomainBed's scripts reload models (:func:`read_checkpoint`, :func:`build_algorithm`,
-    ``load_state_dict``); with ``dataset`` (the run's, rebuilt), :class:`UserError` unless the
-    model takes its inputs and predicts its number of classes (train.py saves both with the
-    model)."""
+    as DomainBed's scripts reload models; checked to fit ``dataset`` (the run's, rebuilt)."""
     path = model_file if model_file is not None else require_model(run)
     checkpoint = read_checkpoint(run, path, on)
     if dataset is not None:
@@ -375,9 +362,7 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
 
 
 def read_checkpoint(run: Run, path: Path, on: str | None = None) -> dict[str, Any]:
-    """The checkpoint train.py saved at ``path`` for ``run``, read by
-    :func:`~dmg_domainbed.checkpoint_files.load_checkpoint` (which runs no code a file holds);
-    :class:`UserError` for a file that is not one."""
+    """The checkpoint train.py saved at ``path``, read without running code a file holds."""
     try:
         checkpoint = load_checkpoint(path, map_location=on or device())
     except RefusedName as error:
@@ -403,18 +388,15 @@ def read_checkpoint(run: Run, path: Path, on: str | None = None) -> dict[str, An
 
 
 def build_algorithm(run: Run, checkpoint: Mapping[str, Any]):
-    """The run's algorithm built afresh, as train.py built it, from what ``checkpoint`` holds of
-    it (input shape, classes, domains, hparams), before any weights are loaded."""
+    """The run's algorithm built afresh from ``checkpoint``, as train.py built it, unloaded."""
     input_shape, num_classes, num_domains, hparams = (checkpoint[k] for k in CHECKPOINT_KEYS[:4])
     cls = algorithm_class(run)
     return cls(input_shape, num_classes, num_domains, read_hparams(cls, hparams, input_shape))
 
 
 def read_hparams(cls: type, hparams: dict, input_shape) -> dict:
-    """The saved ``hparams`` a run's algorithm is rebuilt with: those of its names that a run of
-    ``cls`` reads. A run trained before the names rule (or by DomainBed without this package)
-    may carry a name nothing read, such as a misspelt one; it trained without it, so it is
-    rebuilt without it rather than refused."""
+    """The saved ``hparams`` that a run of ``cls`` reads: a name nothing read (a run trained
+    before the names rule, a misspelt one) trained without effect, so is left out, not refused."""
     from dmg_domainbed.hparams.names import known_names
 
     known = known_names(cls, input_shape=input_shape)
@@ -435,8 +417,7 @@ def check_model_fits(run: Run, path: Path, checkpoint: Mapping[str, Any], datase
 
 @contextlib.contextmanager
 def seeded_like_train(seed: int) -> Iterator[None]:
-    """Seed Python, NumPy and torch as train.py does before it builds the dataset, and give the
-    caller's random states back afterwards."""
+    """Seed Python, NumPy and torch as train.py does, then give the caller's states back."""
     import numpy as np
     import torch
 
@@ -453,9 +434,8 @@ def seeded_like_train(seed: int) -> Iterator[None]:
 
 
 def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
-    """The run's dataset, built with train.py's arguments, hparams and seed (``data_dir``
-    instead of the recorded one: :class:`UserError` for a manifest dataset, which reads none),
-    and checked against what the run recorded of it (:func:`check_rebuilt`)."""
+    """The run's dataset, built as train.py built it (from ``data_dir`` if given, not for a
+    manifest dataset) and checked against what the run recorded (:func:`check_rebuilt`)."""
     from dmg_domainbed.hparams.recorded import recorded_hparams  # not at import: numpy
 
     check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
@@ -502,11 +482,9 @@ def _changed(run: Run, detail: str) -> UserError:
 
 
 def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None:
-    """:class:`UserError` unless ``dataset``, rebuilt for ``run``, holds the data the run trained
-    on, as far as the run's records tell: for a manifest dataset, which records what it is built
-    from in its hparams (:mod:`dmg_domainbed.hparams.recorded`; the rebuild wrote them into
-    ``rebuilt_hparams`` again), its classes, images per domain and files; for any dataset, the
-    size of its smallest training split (:func:`logged_smallest_split`)."""
+    """:class:`UserError` unless ``dataset``, rebuilt for ``run``, holds the data it trained on:
+    a manifest dataset's recorded classes, images and files (:mod:`.hparams.recorded`), and any
+    dataset's smallest training split (:func:`logged_smallest_split`)."""
     then, today = run.hparams, rebuilt_hparams
     if CLASSES_HPARAM in then and then[CLASSES_HPARAM] != today.get(CLASSES_HPARAM):
         before, now = then[CLASSES_HPARAM], today.get(CLASSES_HPARAM) or []
@@ -549,9 +527,8 @@ def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None
 
 
 def logged_smallest_split(run: Run) -> int | None:
-    """The size of the run's smallest ``in`` split, from what train.py logs: ``epoch = step /
-    steps_per_epoch``, with ``steps_per_epoch = min(len(in_split)) / batch_size`` over every
-    environment; ``None`` until a record after step 0."""
+    """The run's smallest ``in`` split, as train.py logs ``epoch = step * batch_size /
+    min(len(in_split))``; ``None`` until a record after step 0."""
     batch_size = run.hparams.get("batch_size")
     for record in run.records:
         step, epoch = record.get("step"), record.get("epoch")
@@ -562,9 +539,8 @@ def logged_smallest_split(run: Run) -> int | None:
 
 
 def augmented_evaluation(run: Run) -> bool:
-    """Whether train.py classified the training domains' held-out images augmented: DomainBed's
-    image and WILDS datasets augment a training domain's whole dataset, held-out split included,
-    when ``data_augmentation`` is on (its default)."""
+    """Whether train.py classified the training domains' held-out images augmented (DomainBed's
+    image and WILDS datasets augment all of a training domain with ``data_augmentation``)."""
     from domainbed import datasets
 
     names = ("MultipleEnvironmentImageFolder", "WILDSDataset", "SpawriousBenchmark")
@@ -578,9 +554,7 @@ EnvSplit = namedtuple("EnvSplit", "env in_keys out_keys uda_keys")
 
 
 def rebuild_splits(dataset, args: dict[str, Any]) -> list[EnvSplit]:
-    """Every environment's split, given train.py's ``args``: train.py's own calls and seeds
-    (``misc.split_dataset(env, int(len(env) * holdout_fraction), misc.seed_hash(trial_seed, i))``
-    into ``out`` and ``in``; a test environment's ``in`` split again by uda_holdout_fraction)."""
+    """Every environment's split by train.py's own calls and seeds, given its ``args``."""
     from domainbed.lib import misc
 
     splits = []
@@ -608,8 +582,7 @@ def divergence(records: Iterable[Mapping[str, Any]]) -> str | None:
 
 
 def folder_divergence(folder: Path) -> str | None:
-    """:func:`divergence` of the records in ``folder``'s ``results.jsonl`` (none when it is
-    missing; lines that are not JSON objects, like a half-written last one, are passed over)."""
+    """:func:`divergence` of ``folder``'s ``results.jsonl``; lines not JSON objects passed over."""
     try:
         lines = (Path(folder) / RESULTS_FILE).read_text().splitlines()
     except (OSError, UnicodeDecodeError):
