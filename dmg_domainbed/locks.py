@@ -1,13 +1,8 @@
-"""One run at a time per output folder, on local disks and on clusters' shared filesystems.
-
-A command that writes runs holds ``with FolderLock(output_dir): ...`` while it works. The lock
-is :mod:`flufl.lock`'s: NFS-safe (a hard link to a claim file whose name holds the host and pid),
-its expiry the file's modification time, pushed :data:`LIFETIME_S` ahead every :data:`REFRESH_S` s
-by a daemon thread. Added here: a claim names the pid namespace beside the host (two containers
-of one host name are two machines), and a holder here is stale once no process of its pid started
-before the lock's last refresh (where flufl.lock waits out the lifetime, and breaks a live holder
-that was stopped); one elsewhere once its lock expired. Of several takers of a stale lock, the one
-that removes its claim file removes it, and exactly one of them then wins the lock.
+"""One run at a time per output folder: ``with FolderLock(output_dir): ...``, flufl.lock's
+NFS-safe lock refreshed by a daemon thread. Added (docs/contributing.md says why): the claim's
+host names the pid namespace; a holder here is stale once no process of its pid started before
+the last refresh, one elsewhere once its lock expired; of several takers of a stale lock, the one
+that removes its claim file removes the lock.
 """
 
 from __future__ import annotations

@@ -27,13 +27,10 @@ class CommandFailed(RuntimeError):
 
 
 def run_command(command: str, environ: Mapping[str, str] | None = None) -> None:
-    """What each array task runs: one DomainBed command, as DomainBed's ``local`` launcher does
-    (with the variables of ``environ`` set on top of the node's environment), unless its job
-    is done; :class:`CommandFailed` if it fails. DomainBed appends to a job's
-    ``results.jsonl``: what an interrupted attempt left in the folder (but the log links) moves
-    into ``interrupted_attempt_N`` first. The command runs in a process group of its own,
-    ignoring submitit's pre-emption signal (which is for this process); when Slurm stops it,
-    Slurm's next step (requeue or SIGKILL) is waited for."""
+    """One DomainBed command with ``environ`` over the node's environment, unless its job is
+    done, after moving an interrupted attempt's files aside; :class:`CommandFailed` if it fails.
+    It runs in a process group of its own, ignoring submitit's pre-emption signal (which is for
+    this process); when Slurm stops it, Slurm's next step (requeue or SIGKILL) is waited for."""
     folder = Path(output_dir_of(command) or os.devnull)
     if (folder / "done").exists():
         print(f"{folder} is done: not run again", flush=True)

@@ -1,12 +1,8 @@
-"""What the launchers share: the :class:`Launcher` contract, settings read from environment
-variables, job folders, the sweep folder's lock and the report of failed jobs.
-
-DomainBed calls a launcher as ``launcher(commands)`` with nothing else, so its settings travel
-through environment variables, declared as :class:`Option` s in its ``options``;
-``dmg-domainbed sweep`` validates a sweep file's ``[launcher]`` table with the same
-declarations and turns it into variables. Called so, a launcher holds the folder lock of the
-sweep its commands write into (:func:`sweep_folders_locked`), as ``dmg-domainbed sweep`` does.
-Stdlib only at import: launchers run inside DomainBed's sweep script and on cluster nodes.
+"""What the launchers share: the :class:`Launcher` contract (docs/contributing.md), settings
+as environment variables (:class:`Option`: DomainBed calls ``launcher(commands)`` with nothing
+else; a sweep file's ``[launcher]`` table becomes them), job folders, the sweep folder's lock
+and the report of failed jobs. Stdlib only at import: launchers run inside DomainBed's sweep
+script and on cluster nodes.
 """
 
 from __future__ import annotations
@@ -73,52 +69,35 @@ def output_dir_of(command: str) -> str | None:
 
 
 class Launcher:
-    """A DomainBed command launcher and what the sweep runner asks it about its own jobs.
-
-    DomainBed's ``command_launchers.REGISTRY`` holds callables and calls ``launcher(commands)``
-    (shell strings), returning once the launcher is done with them; a registry entry may be an
-    instance of a subclass (this package's launchers) or a plain function, which
-    :func:`as_launcher` gives the defaults below. A subclass overrides what it knows:
-
-    * :meth:`launch`: run the commands with a given environment (the launcher's settings and
-      its jobs' variables), which the sweep runner passes; DomainBed's call passes this
-      process's environment;
-    * ``options``: its settings (the sweep file's ``[launcher]`` table, environment variables);
-    * :meth:`check`: a :class:`~dmg_domainbed.errors.UserError` before any job folder exists;
-    * :meth:`running_jobs`: which incomplete job folders still have a job queued or running.
-    """
+    """A DomainBed command launcher (``launcher(commands)``) and what the sweep runner asks it
+    about its own jobs; a subclass overrides what it knows (docs/contributing.md)."""
 
     name = "launcher"
     options: tuple[Option, ...] = ()
 
     def __call__(self, commands: list[str]) -> None:
-        """DomainBed's call: :meth:`launch` with this process's environment, while holding the
-        folder lock of every sweep folder the commands write into (:func:`sweep_folders_locked`),
-        so that no other command deletes or launches jobs there meanwhile."""
+        """DomainBed's call: :meth:`launch` with this process's environment, holding the lock
+        of each sweep folder the commands write into."""
         with sweep_folders_locked(commands):
             self.launch(commands, os.environ)
 
     def launch(self, commands: list[str], environ: Mapping[str, str]) -> None:
-        """Run ``commands`` with ``environ`` as the environment of the launcher and its jobs;
-        return when the launcher is done with them."""
+        """Run ``commands`` with ``environ`` as the launcher's and its jobs' environment."""
         raise NotImplementedError
 
     def check(self, environ: Mapping[str, str]) -> str | None:
-        """Validate the settings in ``environ`` before any job exists (``UserError`` if they
-        are wrong); one line on how the jobs will run, or None."""
+        """``UserError`` if the settings in ``environ`` are wrong, before any job exists; else
+        one line on how the jobs will run, or None."""
         return None
 
     def running_jobs(self, output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dict:
-        """Folder -> state of each of ``output_dirs`` whose job is still queued or running;
-        empty for a launcher whose jobs end with the command that started them."""
+        """Folder -> state of each of ``output_dirs`` whose job is still queued or running."""
         return {}
 
 
 class FunctionLauncher(Launcher):
-    """A plain ``launcher(commands)`` function (DomainBed's own launchers, another package's):
-    no settings, no check, no job outliving its command. It starts its jobs with this
-    process's environment, so what ``environ`` sets differently is put on each command line
-    (``env NAME=VALUE ... COMMAND``)."""
+    """A plain ``launcher(commands)`` function: what ``environ`` sets otherwise than this
+    process's environment goes on each command line (``env NAME=VALUE ... COMMAND``)."""
 
     def __init__(self, function: Callable[[list[str]], None]) -> None:
         self.function = function
@@ -132,9 +111,8 @@ class FunctionLauncher(Launcher):
 
 def not_launched(error: object, commands: Iterable[str], then: str = "") -> UserError:
     """``error`` (and ``then``) as a :class:`UserError`, once each command's ``--output_dir``
-    that is an empty folder is removed (DomainBed's sweep makes them before it calls the
-    launcher, and takes a folder that exists for a job launched before): so the same sweep
-    command launches those jobs once the cause is fixed."""
+    that is an empty folder is removed: DomainBed's sweep, which made them, takes a folder that
+    exists for a launched job, so the same sweep command launches them once the cause is fixed."""
     removed = 0
     for output_dir in filter(None, map(output_dir_of, commands)):
         with contextlib.suppress(OSError):
@@ -148,10 +126,8 @@ def not_launched(error: object, commands: Iterable[str], then: str = "") -> User
 
 @contextlib.contextmanager
 def sweep_folders_locked(commands: Sequence[str]) -> Iterator[None]:
-    """Inside, this process holds the folder lock (:class:`dmg_domainbed.locks.FolderLock`) of
-    the folder that holds each command's ``--output_dir`` (its sweep's folder). When another
-    live command holds one, a :class:`~dmg_domainbed.errors.UserError` naming it, and the empty
-    job folders made for ``commands`` are removed: nothing is launched."""
+    """Inside, this process holds the :class:`~dmg_domainbed.locks.FolderLock` of the folder
+    holding each command's ``--output_dir``; when another holds one, :func:`not_launched`."""
     from dmg_domainbed.locks import FolderLock  # at call time: it imports psutil, flufl.lock
 
     folders = {Path(d).absolute().parent for d in map(output_dir_of, commands) if d}
@@ -171,8 +147,7 @@ def sweep_folders_locked(commands: Sequence[str]) -> Iterator[None]:
 
 
 def folder_deleted(command: str) -> str | None:
-    """Why a failed job may have failed: its ``--output_dir`` no longer exists (the launchers
-    make it before a job starts), so it was deleted while the job ran. None otherwise."""
+    """Why a failed job may have failed: its ``--output_dir`` was deleted while it ran."""
     output_dir = output_dir_of(command)
     if output_dir is None or os.path.lexists(output_dir):
         return None
@@ -198,9 +173,8 @@ def as_launcher(entry: Callable[[list[str]], None]) -> Launcher:
 
 @dataclass(frozen=True)
 class Failure:
-    """A failed job as a failure report shows it: why it ended (``exit 3``, a Slurm state, an
-    exception), its command, what to lower if it ran out of memory, its log and the end of its
-    output; ``job`` names it where the launcher has a name for it (a Slurm job id)."""
+    """A failed job as a failure report shows it; ``job`` names it where the launcher can (a
+    Slurm job id)."""
 
     reason: str
     command: str
@@ -211,9 +185,8 @@ class Failure:
 
 
 def failure_report(failures: Sequence[Failure], total: int, detailed: int = 10) -> str | None:
-    """The report of ``failures`` among ``total`` jobs, or None if none failed: each of the
-    first ``detailed`` with its command, hint, log and output tail, the rest counted by
-    reason."""
+    """The report of ``failures`` among ``total`` jobs (None if none): the first ``detailed``
+    in full, the rest counted by reason."""
     if not failures:
         return None
     lines = [f"{len(failures)} of {total} job(s) failed:"]

@@ -1,28 +1,17 @@
-"""``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked.
+"""``local_parallel``: DomainBed's jobs N at a time on this machine, several per GPU if asked
+(docs/sweeps.md tells the whole behaviour).
 
-Each job sees one GPU (slots round robin over the GPUs), gets its share of the cores as threads
-and data-loader workers, and leads a process group of its own: Ctrl-C reaches the launcher
-alone, which then stops every group (SIGTERM, SIGKILL after :data:`STOP_GRACE_SECONDS`); what a
-job leaves running in its group is killed when it ends; a job dies with the launcher, however
-that dies. A job whose command names ``--output_dir DIR`` writes what it prints to
-``DIR/launcher.log``. Failures are reported once every job has ended, with what to lower when
-one ran out of memory.
+Each job sees one GPU, gets its share of the cores as threads and data-loader workers, writes
+what it prints to ``DIR/launcher.log`` when its command names ``--output_dir DIR``, and leads a
+process group of its own: Ctrl-C reaches the launcher alone, which stops every group (SIGTERM,
+SIGKILL after :data:`STOP_GRACE_SECONDS`); a job dies with the launcher, however that dies
+(Linux's ``PR_SET_PDEATHSIG`` for new processes, which no library offers). Failures are reported
+once every job has ended, with what to lower when one ran out of memory.
 
-DomainBed's train commands (exactly ``python -m domainbed.scripts.train ARGS``) start warm,
-skipping seconds of imports: as children of multiprocessing's fork server (one per launcher
-process), which has imported the train module and the launcher's ``__main__`` (a program that
-runs the launcher needs the ``if __name__ == "__main__":`` guard) and let the threads those
-imports started end (:mod:`.fork_server`). The child ends its group once the launcher is gone,
-takes the job's environment, applies what a new process reads at import (torch's threads,
-capped at the physical cores as MKL's torch does; the data-loader cap), has multiprocessing's
-default start method a new process has (its data-loader workers start as theirs do) and runs
-DomainBed's unmodified ``train.py`` as ``__main__``; as train.py seeds every generator from
-``--seed``, a warm job writes the results a new process writes (a test compares them), and an
-exception that ends it goes to ``sys.excepthook`` and exit status 1, as in a new process
-(multiprocessing would print its own traceback). Left different: the hash seed and the code (a
-source file edited meanwhile reaches new processes only). Other commands run as new processes
-(plain words directly, anything else by ``sh -c``), tied to the launcher by Linux's
-``PR_SET_PDEATHSIG``, which no library offers.
+DomainBed's train commands start warm: children of multiprocessing's fork server, which has
+imported the train module and the launcher's ``__main__`` (a program that runs the launcher
+needs the ``if __name__ == "__main__":`` guard), then run ``train.py`` as ``__main__`` as a new
+process would (:func:`_run_warm`). Other commands run as new processes.
 """
 
 from __future__ import annotations
@@ -84,12 +73,10 @@ OPTIONS = (
     Option("loader_workers", LOADER_WORKERS_VARIABLE, int, None, _HELP["workers"], minimum=0),
     Option("warm", "DMG_LOCAL_PARALLEL_WARM", bool, True, _HELP["warm"]),
 )
-TRAIN_MODULE = "domainbed.scripts.train"
-LOG_NAME = "launcher.log"
+TRAIN_MODULE, LOG_NAME = "domainbed.scripts.train", "launcher.log"
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1  # how soon the end of a job started as a new process is noticed
-# What torch and CUDA print when a GPU allocation fails; what DomainBed prints when the kernel
-# killed a data-loader worker.
+# What torch and CUDA print when a GPU allocation fails; DomainBed when a loader worker is killed.
 GPU_OUT_OF_MEMORY = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
     r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
@@ -99,11 +86,9 @@ WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: 
 _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 _SERVER = multiprocessing.get_context("forkserver")
 _server_environ: dict[str, str] | None = None  # the fork server's, once it is started
-# What the fork server's imports read once, at import, and keep: huggingface_hub (which timm
-# imports, and DomainBed's networks.py imports timm) its cache and offline mode. A forked job
-# keeps the server's values; torch's threads, the other such setting, a warm job applies itself.
-READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "XDG_CACHE_HOME")  # names and name prefixes
-
+# Variables (and prefixes) the fork server's imports read once and keep, so a forked job keeps
+# the server's values: huggingface_hub's cache and offline mode (timm imports it).
+READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "XDG_CACHE_HOME")
 
 # nvidia-smi -L: a line per GPU, then one per MIG instance of it, e.g.
 # "  MIG 3g.40gb     Device  0: (UUID: MIG-5f1b4a6e-...)" (drivers before 470: MIG-GPU-.../1/0).
@@ -112,8 +97,7 @@ _MIG_LINE = re.compile(r"^\s+MIG\s.*Device\s+\d+:\s+\(UUID:\s*(MIG-[^)\s]+)\)")
 
 
 def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """GPU ids jobs may use: ``CUDA_VISIBLE_DEVICES`` when set, else those nvidia-smi lists
-    (:func:`listed_devices`)."""
+    """GPU ids jobs may use: ``CUDA_VISIBLE_DEVICES`` when set, else :func:`listed_devices`."""
     if "CUDA_VISIBLE_DEVICES" in environ:
         return [g.strip() for g in environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
     try:
@@ -126,26 +110,20 @@ def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
 
 
 def listed_devices(listing: str) -> list[str]:
-    """The CUDA devices in ``nvidia-smi -L``'s ``listing``, as ``CUDA_VISIBLE_DEVICES`` names
-    them: a GPU's index, or, for a GPU split into MIG instances, each instance's UUID (a CUDA
-    process uses one MIG instance, the first it is shown: each instance is a device of its
-    own)."""
-    devices: list[str] = []
-    migs: dict[str, list[str]] = {}
-    gpu = None
+    """The CUDA devices in ``nvidia-smi -L``'s ``listing`` as ``CUDA_VISIBLE_DEVICES`` names
+    them: a GPU's index, or each MIG instance's UUID (a CUDA process uses one instance)."""
+    gpus: list[list[str]] = []  # each GPU's index, then its MIG instances
     for line in listing.splitlines():
         if found := _GPU_LINE.match(line):
-            gpu = found.group(1)
-            devices.append(gpu)
-        elif (found := _MIG_LINE.match(line)) and gpu is not None:
-            migs.setdefault(gpu, []).append(found.group(1))
-    return [instance for device in devices for instance in migs.get(device, [device])]
+            gpus.append([found.group(1)])
+        elif (found := _MIG_LINE.match(line)) and gpus:
+            gpus[-1].append(found.group(1))
+    return [device for gpu, *migs in gpus for device in migs or [gpu]]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How the commands run: N at a time, the GPU of each slot, each job's share of the cores,
-    warm or as new processes."""
+    """How the commands run: N at a time, each slot's GPU, each job's share of the cores."""
 
     jobs: int
     gpus: tuple[str, ...]
@@ -154,7 +132,6 @@ class Plan:
     warm: bool
     jobs_set: bool = False  # jobs given explicitly, rather than from jobs_per_gpu
     gpus_hidden: bool = False  # the jobs run on CPU cores even where GPUs are visible
-    # the environment the jobs start from (the launcher's own by default)
     environ: Mapping[str, str] = field(
         default_factory=lambda: dict(os.environ), repr=False, compare=False
     )
@@ -166,16 +143,8 @@ class Plan:
         jobs = values["jobs"] or len(gpus) * values["jobs_per_gpu"] or usable_cores()
         threads = max(1, usable_cores() // jobs)
         workers = threads if values["loader_workers"] is None else values["loader_workers"]
-        return cls(
-            jobs,
-            gpus,
-            threads,
-            workers,
-            values["warm"],
-            jobs_set=values["jobs"] is not None,
-            gpus_hidden=not values["gpus"],
-            environ=dict(environ),
-        )
+        jobs_set, hidden = values["jobs"] is not None, not values["gpus"]
+        return cls(jobs, gpus, threads, workers, values["warm"], jobs_set, hidden, dict(environ))
 
     @property
     def jobs_per_gpu(self) -> int:
@@ -193,8 +162,7 @@ class Plan:
         return env
 
     def memory_hint(self, code: int, output: str) -> str | None:
-        """What to lower when a job that ended with ``code`` ran out of memory, as the end of
-        its ``output`` or its exit status says; None when nothing says it did."""
+        """What to lower if a job that ended with ``code`` and ``output`` ran out of memory."""
         if GPU_OUT_OF_MEMORY.search(output):
             if self.jobs_per_gpu <= 1:
                 return (
@@ -224,35 +192,27 @@ class Plan:
         )
 
 
-# A word a shell passes on as it is written, but for its quotes: characters ``shlex.quote``
-# leaves bare, single-quoted runs and ``"'"`` (how ``shlex.quote`` writes a single quote).
+# A word a shell passes on as written but for its quotes (as ``shlex.quote`` writes them).
 _LITERAL_WORD = r"""(?:[\w@%+=:,./-]|'[^']*'|"'")+"""
 _PLAIN_COMMAND = re.compile(rf"[ \t]*{_LITERAL_WORD}(?:[ \t]+{_LITERAL_WORD})*[ \t]*", re.ASCII)
 
 
 def plain_words(command: str) -> list[str] | None:
-    """The words a shell would pass to the program ``command`` names, if it reads it as plain
-    words and nothing else (no variable, glob, redirection or second command), else None.
-    Spaces between words may repeat: DomainBed's sweep writes a flag without a value (an empty
-    list in its arguments, as ``--save_model_every_checkpoint``) followed by two spaces."""
+    """The words of ``command`` if a shell reads it as plain words and nothing else, else None.
+    Spaces may repeat: DomainBed's sweep writes two after a flag without a value."""
     return shlex.split(command) if _PLAIN_COMMAND.fullmatch(command) else None
 
 
 def module_arguments(command: str, module: str = TRAIN_MODULE) -> list[str] | None:
-    """The arguments if ``command`` is ``python -m MODULE ARGUMENTS`` in plain words and
-    nothing else, as DomainBed's sweep writes its train commands; else None."""
+    """The arguments if ``command`` is ``python -m MODULE ARGUMENTS`` in plain words, else None."""
     words = plain_words(command) or []
     return words[3:] if words[:3] == ["python", "-m", module] else None
 
 
 def warm_refusal(environ: Mapping[str, str]) -> str | None:
-    """None if jobs may run warm, in this interpreter and environment; else why not.
-
-    The ``python`` on ``environ``'s PATH must be this process's interpreter, the same file in
-    the same folder (a virtual environment's ``python`` links to its base interpreter, but is
-    another environment). And the variables the fork server's imports read at import and keep
-    (:data:`READ_AT_IMPORT`: ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``, ...) must have
-    the server's values: a forked job keeps what the server read."""
+    """None if jobs with ``environ`` may run warm, else why not: the ``python`` on its PATH must
+    be this interpreter in the same folder (a virtual environment's links to another), and
+    :data:`READ_AT_IMPORT` must have the fork server's values."""
     if not sys.platform.startswith("linux"):
         return "warm jobs are forked, which this package supports on Linux only"
     found, here = shutil.which("python", path=environ.get("PATH")), sys.executable
@@ -276,8 +236,8 @@ def warm_refusal(environ: Mapping[str, str]) -> str | None:
 def start_warm(
     module: str, arguments: Sequence[str], environ: Mapping[str, str], log: Path | None
 ) -> multiprocessing.Process:
-    """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server (started now, with
-    this process's environment, if it is not running yet)."""
+    """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server (started if need be,
+    with this process's environment)."""
     global _server_environ
     if _server_environ is None:
         _server_environ = dict(os.environ)
@@ -289,12 +249,8 @@ def start_warm(
 
 
 def check_cuda_untouched(server_initialised_cuda: bool) -> None:
-    """Raise :class:`UserError` if the fork server had initialised CUDA before forking this job
-    (as :mod:`.fork_server` recorded it).
-
-    A warm job takes its GPU by setting ``CUDA_VISIBLE_DEVICES`` after the fork, which CUDA
-    reads once, when it initialises; a CUDA initialised in the server would also be unusable in
-    its forked children."""
+    """:class:`UserError` if the fork server had initialised CUDA (:mod:`.fork_server`): a warm
+    job's ``CUDA_VISIBLE_DEVICES``, set after the fork, would be ignored."""
     if server_initialised_cuda:
         raise UserError(
             "local_parallel's fork server initialised CUDA before forking a warm job: the "
@@ -323,16 +279,14 @@ def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: P
                 os.dup2(output.fileno(), stream)
     os.environ.clear()
     os.environ.update(environ)
-    # multiprocessing set the fork server's method as this child's default; a new interpreter
-    # has none set, so that DomainBed's data-loader workers start by the platform's default
-    # (a fork of the job on Linux before Python 3.14), not through a second fork server that
-    # imports the job's modules again for every worker.
+    # no default start method, as in a new interpreter: DomainBed's loader workers then start by
+    # the platform's default, not through a second fork server importing everything again
     multiprocessing.set_start_method(None, force=True)
     threads = environ.get("OMP_NUM_THREADS", "").strip()
     torch = sys.modules.get("torch")
-    if torch is not None and threads.isdigit() and int(threads) > 0:
+    if torch is not None and threads.isdigit() and int(threads) > 0:  # as a new process sets them
         physical = psutil.cpu_count(logical=False) if torch.backends.mkl.is_available() else None
-        torch.set_num_threads(min(int(threads), physical or int(threads)))
+        torch.set_num_threads(min(int(threads), physical or int(threads)))  # MKL's: the cores
     if "domainbed.datasets" in sys.modules:
         from dmg_domainbed.integration import cap_loader_workers
 
@@ -358,8 +312,7 @@ def read_tail(path: Path | None) -> str:
 
 @dataclass
 class Outcome:
-    """A job; ``returncode`` is None while it runs; a failed one keeps the end of its log and
-    a ``hint`` (what to lower if it ran out of memory)."""
+    """A job; ``returncode`` is None while it runs; a failed one keeps its log's end and a hint."""
 
     index: int
     command: str
@@ -424,8 +377,7 @@ def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | N
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """SIGTERM for this new process when the launcher dies, however it dies; at once if the
-    launcher is already gone."""
+    """SIGTERM for this new process when the launcher dies (at once if it is already gone)."""
     if _prctl is not None:
         _prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
         if os.getppid() != parent_pid:
@@ -448,12 +400,9 @@ def run_commands(
     say: Callable[[str], None] = print,
     warm_module: str = TRAIN_MODULE,
 ) -> list[Outcome]:
-    """Run ``commands`` as ``plan`` says and wait for all of them; their outcomes in order.
-
-    ``python -m WARM_MODULE ...`` commands start warm when the plan says so and this process's
-    interpreter is the ``python`` on the PATH of the plan's environment (else ``say`` hears why
-    not). Any exception here (Ctrl-C included) stops the running jobs before it propagates.
-    """
+    """Run ``commands`` as ``plan`` says, ``python -m WARM_MODULE ...`` warm where it may (else
+    ``say`` hears why not), and wait for all; their outcomes in order. Any exception here
+    (Ctrl-C included) stops the running jobs before it propagates."""
     module = warm_module if plan.warm else None
     if module and (refusal := warm_refusal(plan.environ)):
         say(f"local_parallel: {module} jobs start as new processes: {refusal}")
@@ -518,9 +467,8 @@ class LocalParallel(Launcher):
     options = OPTIONS
 
     def launch(self, commands: list[str], environ: Mapping[str, str]) -> None:
-        """Run ``commands`` (shell strings) N at a time on this machine, as ``environ``'s
-        settings say and with it as the jobs' environment, and wait for all of them; raise
-        :class:`UserError` naming every command that failed, after all finished."""
+        """Run ``commands`` as ``environ`` says, with it as their environment; once all ended,
+        :class:`UserError` naming each that failed."""
         plan = Plan.from_environment(environ)
         print(f"local_parallel: {len(commands)} job(s), {plan.describe()}", flush=True)
         outcomes = run_commands(commands, plan, functools.partial(print, flush=True))
@@ -529,7 +477,6 @@ class LocalParallel(Launcher):
             raise UserError(report)
 
     def check(self, environ: Mapping[str, str]) -> str:
-        """Validate the settings in ``environ`` before any job exists; how jobs will run."""
         return Plan.from_environment(environ).describe()
 
 

@@ -1,13 +1,8 @@
 """What a Slurm partition offers and whether Slurm accepts a job's request, before anything is
-submitted.
-
-Unset resources get defaults that fit the partition's nodes, as ``sinfo`` shows them (a GPU only
-where the partition has GPUs, 8 CPUs or the largest node's, 32 GB or the job's CPU share of the
-node's memory, 1,440 minutes or the partition's limit). Slurm then judges the request with
-``sbatch --test-only``, which refuses more CPUs or memory than any node has (a submission would
-pend forever) and reads Slurm's own ``SBATCH_*`` variables; its words are passed on beside the
-request and what the nodes offer. A time over the partition's limit, which it accepts and leaves
-pending, is compared here.
+submitted: unset resources get defaults that fit the partition's nodes (``sinfo``), then
+``sbatch --test-only`` judges the request, its words passed on beside the request and what the
+nodes offer; a time over the partition's limit, which Slurm accepts and leaves pending, is
+compared here.
 """
 
 from __future__ import annotations
@@ -84,8 +79,8 @@ def choose(partitions: Mapping[str, Partition], name: str | None) -> Partition:
 
 
 def default_request(partition: Partition, given: Mapping[str, Any]) -> dict[str, Any]:
-    """``given`` (``RESOURCES``, ``None`` where unset) with the unset ones chosen to fit
-    ``partition``, sized for its node with the most CPUs among those with the GPUs."""
+    """``given`` (``RESOURCES``, ``None`` where unset) completed to fit ``partition``'s node
+    with the most CPUs among those with the GPUs."""
     gpus = int(any(n.gpus for n in partition.nodes)) if given["gpus"] is None else given["gpus"]
     node = max([n for n in partition.nodes if n.gpus >= gpus] or partition.nodes)
     cpus = given["cpus"] or min(DEFAULTS["cpus"], node.cpus)
@@ -99,8 +94,7 @@ def fit(
     given: Mapping[str, Any], partition_name: str | None, environ: Mapping[str, str]
 ) -> tuple[str, dict[str, Any]]:
     """The partition and each job's resources, ``given`` completed to fit; :class:`UserError`
-    with the time over the partition's limit, or Slurm's refusal beside what the partition's
-    nodes offer, if the jobs cannot run there."""
+    if the jobs cannot run there."""
     result = slurm(SINFO, environ)
     if result.returncode != 0:
         said = " / ".join(result.stderr.strip().splitlines()[-2:])

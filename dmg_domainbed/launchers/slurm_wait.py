@@ -1,13 +1,9 @@
 """Waiting for submitted Slurm jobs until each has a verdict, in bounded time, and the report of
-those that failed.
-
-Job states come from ``squeue`` (every cluster has it; it lists ended jobs for ``MinJobAge``
-seconds, and a job it no longer lists is GONE), not from submitit's watcher, which reads
-``sacct``: without accounting every state reads UNKNOWN and ``job.result()`` waits forever for a
-job that ended without a result. Such a job fails at once when cancelled, else after ``GRACE_S``
-(a shared file system may show a node's file late; submitit waits that long for each job in
-turn); ``SILENT_LIMIT_S`` without an answer ends the wait. A job's result, exception and logs
-come from submitit's Job API; :func:`failures` feeds :func:`.common.failure_report`.
+those that failed. States come from ``squeue`` (a job it no longer lists is GONE), not from
+submitit's watcher, whose ``sacct`` reads UNKNOWN without accounting. A job that ended without
+a result fails at once when cancelled, else after ``GRACE_S`` (a shared file system may show a
+node's file late); ``SILENT_LIMIT_S`` without an answer ends the wait. Results, exceptions and
+logs are submitit's.
 """
 
 from __future__ import annotations
@@ -55,8 +51,7 @@ def failure(error: BaseException | None) -> str | None:
 
 
 def wait_for(jobs: Sequence[Any], say: Callable[[str], None] = print) -> dict[str, str | None]:
-    """Every submitit Slurm job's verdict (``None``: success, else why it failed) by job id,
-    once each has one. Its result, exception and logs come from submitit's Job API."""
+    """Every submitit Slurm job's verdict (``None``: success, else why it failed) by job id."""
     squeue = [*SQUEUE, "--states=all", f"--user={os.getuid()}"]
     waiting = {job.job_id: job for job in jobs}
     verdicts: dict[str, str | None] = {}
@@ -96,9 +91,8 @@ def wait_for(jobs: Sequence[Any], say: Callable[[str], None] = print) -> dict[st
 
 
 def error_tail(lines: list[str]) -> list[str]:
-    """The end of an error stream without the lines of submitit, srun and slurmstepd, and
-    without the traceback of :class:`CommandFailed` (the verdict says it); from the exception
-    on, without frames, when it ends with a traceback."""
+    """The end of an error stream without submitit's, srun's and slurmstepd's lines and
+    :class:`CommandFailed`'s traceback; from the exception on when it ends with a traceback."""
     lines = [line for line in lines if line.strip() and not line.startswith(_SLURM_LOG_NOISE)]
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
     if starts and any(CommandFailed.__name__ in line for line in lines[starts[-1] :]):
@@ -111,9 +105,8 @@ def error_tail(lines: list[str]) -> list[str]:
 def failures(
     jobs: Sequence[Any], commands: Sequence[str], verdicts: Mapping[str, str | None]
 ) -> list[Failure]:
-    """Every failed job: its command, why it ended and the end of its error stream (DomainBed's
-    err.txt, else its Slurm log); the end of the stream only for the first
-    ``DETAILED_FAILURES`` (reading a log costs a file-system round trip)."""
+    """Every failed job, the first ``DETAILED_FAILURES`` with the end of their error stream
+    (DomainBed's err.txt, else the Slurm log; each read costs a file-system round trip)."""
     found = []
     for job, command in zip(jobs, commands):
         if verdicts[job.job_id] is None:

@@ -1,13 +1,8 @@
-"""``submitit``: every DomainBed job one task of a Slurm job array, submitted through submitit.
-
-Settings: ``OPTIONS``; other ``sbatch`` options come from Slurm's own variables
-(``SBATCH_ACCOUNT``, ...). Before anything is submitted the request is fitted to the partition
-and judged by Slurm (:mod:`.slurm_partition`); when nothing could be submitted, the job folders
-DomainBed's sweep made that are still empty are removed, so that the same sweep command launches
-them next time. Each task runs :func:`.array_task.run_command`; links ``submitit.out`` /
-``submitit.err`` in its folder lead to its Slurm logs and tell :func:`running_jobs` which Slurm
-job last ran there. With ``wait``, :mod:`.slurm_wait` waits for the jobs. Stdlib only at
-import: DomainBed's sweep script loads every launcher.
+"""``submitit``: every DomainBed job one task of a Slurm job array, submitted through submitit
+(docs/sweeps.md). The request is fitted to the partition and judged by Slurm first
+(:mod:`.slurm_partition`); each task runs :func:`.array_task.run_command`; links in its folder
+lead to its Slurm logs and tell :func:`running_jobs` its job; :mod:`.slurm_wait` waits. Stdlib
+only at import: DomainBed's sweep script loads every launcher.
 """
 
 from __future__ import annotations
@@ -74,8 +69,7 @@ def settings(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
 
 
 def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The settings with each job's resources decided (on Slurm: to fit the partition, and
-    judged by Slurm); :class:`UserError` if the jobs cannot run."""
+    """The settings with each job's resources decided; :class:`UserError` if they cannot run."""
     values = settings(environ)
     if importlib.util.find_spec("submitit") is None:
         raise UserError("the submitit launcher needs submitit: pip install 'dmg-domainbed[slurm]'")
@@ -107,7 +101,7 @@ def describe(values: Mapping[str, Any]) -> str:
 
 
 def check(environ: Mapping[str, str]) -> str:
-    """Validate the settings against the cluster before any job exists; how the jobs will run."""
+    """The settings judged against the cluster before any job exists; how the jobs will run."""
     return describe(resolve(environ))
 
 
@@ -136,9 +130,8 @@ def _executor(values: Mapping[str, Any], commands: Sequence[str]) -> Any:
 
 
 def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None:
-    """Submit ``commands`` (DomainBed shell commands) as Slurm array tasks through submitit,
-    with the settings in ``environ``; what it sets otherwise than this process's environment
-    (which sbatch hands the tasks) is set for each command on its node."""
+    """Submit ``commands`` as Slurm array tasks with the settings in ``environ``; what it sets
+    otherwise than this process's environment (which sbatch hands the tasks) is set on the node."""
     if not commands:
         print("submitit: nothing to submit", flush=True)
         return
@@ -185,7 +178,7 @@ def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None
 
 
 def running_jobs(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dict[Path, str]:
-    """The job folders whose Slurm job (named by the folder's ``submitit.err`` link to
+    """The job folders whose Slurm job (the folder's ``submitit.err`` link names its log
     ``<id>_<task>_log.err``) still is pending or running, with its state."""
     links = [Path(folder, LINK_NAMES["stderr"]) for folder in output_dirs]
     logs = {link.parent: link.readlink().name for link in links if link.is_symlink()}
