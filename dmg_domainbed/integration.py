@@ -1,138 +1,74 @@
 """The one place that writes into DomainBed: every name it changes, why, and what others see.
 
 DomainBed has no plugin API: its registries are module globals, one hparams function and a
-launcher dict. The table lists every name the package writes to or wraps, in DomainBed's modules
-(``algorithms.X`` is ``domainbed.algorithms.X``) and in the process, as the start-up hook
-(:mod:`dmg_domainbed._startup`) leaves them once DomainBed is imported: **does** says what the
-package does, **why** why it must, **others** what a run that uses nothing of the package sees
-in a process where it is installed (DomainBed's ERM on PACS: exactly DomainBed's hparams, data
-and model). ``<plugin>`` is the name of an entry point of the module's group (below),
-``<manifest>`` the name in a manifest file of ``DMG_DOMAINBED_DATASETS``, ``<dataset>`` a
-class of DomainBed's dataset family (a subclass of ``MultipleDomainDataset``).
-``tests/test_integration.py`` holds the table to the code: it imports DomainBed afresh and
-compares the names that registration changes with the first column.
+launcher dict. The table names everything the start-up hook (:mod:`dmg_domainbed._startup`)
+writes or wraps once DomainBed is imported (``algorithms.X`` is ``domainbed.algorithms.X``):
+what the package **does**, **why**, and what a run that uses nothing of the package sees
+(**others**: DomainBed's ERM on PACS keeps exactly DomainBed's hparams, data and model).
+``<plugin>`` is an entry point's name, ``<manifest>`` a name in a manifest of
+``DMG_DOMAINBED_DATASETS``, ``<dataset>`` a subclass of ``MultipleDomainDataset``.
+``tests/test_integration.py`` compares the first column with what registration changes.
 
 ====================================== =========================================================
 name                                   what the package does, why, and what others see
 ====================================== =========================================================
-algorithms.ALGORITHMS                  **does** appends each plugin algorithm's name.
-                                       **why** DomainBed's ``sweep`` takes its default
-                                       ``--algorithms`` from this list.
-                                       **others** DomainBed's names first, in its order; a
-                                       ``sweep`` without ``--algorithms`` also runs the plugins.
-algorithms.<plugin>                    **does** the plugin's ``Algorithm`` subclass.
-                                       **why** ``get_algorithm_class`` looks names up in the
-                                       module's globals.
-                                       **others** DomainBed's names keep DomainBed's classes (an
-                                       entry point that claims one is refused, on stderr).
-algorithms.get_algorithm_class         **does** wrapped: loads the plugin asked for first, and
-                                       raises :class:`PluginImportError` with its traceback if
-                                       it cannot be imported; then DomainBed's lookup.
-                                       **why** a plugin imported before DomainBed gets its class
-                                       after registration (see :func:`load`); a broken one
-                                       must say why.
-                                       **others** DomainBed's lookup and its errors.
-algorithms.__getattr__                 **does** added (DomainBed defines none): a plugin's name
-                                       missing from the module is loaded as above.
-                                       **why** attribute access, ``from domainbed.algorithms
-                                       import DMG``, to a plugin imported before DomainBed.
-                                       **others** Python asks it only for a name the module
-                                       lacks; any other name is an ``AttributeError`` as before.
-algorithms.Algorithm.__init__          **does** wrapped: refuses an hparam name that nothing of
-                                       the run reads (:mod:`dmg_domainbed.hparams.names`) and,
-                                       in ``train.py``, a ``--test_envs`` out of range
-                                       (:func:`train_dataset`); runs DomainBed's ``__init__``,
-                                       then applies the ``precision`` and ``averaging`` hparams.
-                                       **why** every algorithm, DomainBed's and each plugin's,
-                                       calls it before building anything; DomainBed's
-                                       ``train.py`` trains a misspelt name's default silently,
-                                       and on every domain with a test domain out of range.
-                                       **others** DomainBed's hparams build as before, in fp32,
-                                       unaveraged; a name DomainBed would ignore, or a
-                                       ``--test_envs`` out of range, is a ``UserError``.
-datasets.DATASETS                      **does** appends each plugin and manifest dataset's name.
-                                       **why** DomainBed's ``sweep`` takes its default
-                                       ``--datasets`` from this list.
-                                       **others** DomainBed's names first, in its order; a
-                                       ``sweep`` without ``--datasets`` also runs the plugins'.
-datasets.<plugin>                      **does** the plugin's ``MultipleDomainDataset`` subclass.
-                                       **why** ``train.py`` looks datasets up in the module's
-                                       globals (``vars(datasets)``).
-                                       **others** DomainBed's names keep DomainBed's classes.
-datasets.<manifest>                    **does** the dataset class built from the manifest
-                                       (:func:`register_manifest_datasets`); only with
-                                       ``DMG_DOMAINBED_DATASETS`` set.
-                                       **why** as for ``<plugin>``: a dataset without code.
-                                       **others** a name DomainBed or a plugin has is refused.
-datasets.get_dataset_class             **does** wrapped, as ``get_algorithm_class``.
-                                       **why** as for ``get_algorithm_class``.
-                                       **others** DomainBed's lookup and its errors.
-datasets.__getattr__                   **does** added, as ``algorithms.__getattr__``.
-                                       **why** as for ``algorithms.__getattr__``.
-                                       **others** as for ``algorithms.__getattr__``.
-datasets.<dataset>.N_WORKERS           **does** caps the data-loader workers
-                                       (:func:`cap_loader_workers`); only with
-                                       ``DMG_DOMAINBED_LOADER_WORKERS`` set.
-                                       **why** ``train.py`` starts ``N_WORKERS`` workers for
-                                       each loader, one loader per domain: too many for
-                                       parallel jobs.
-                                       **others** DomainBed's numbers when the variable is unset.
-hparams_registry._hparams              **does** wrapped: adds the hparams the run's plugin
-                                       dataset and plugin algorithm declare (``HPARAMS``); in
-                                       ``train.py``, first refuses a ``--test_envs`` out of
-                                       range (:func:`train_dataset`).
-                                       **why** ``default_hparams`` and ``random_hparams`` look
-                                       ``_hparams`` up when called; ``train.py`` asks for the
-                                       hparams before it reads any data.
-                                       **others** exactly DomainBed's dicts, default and random,
-                                       for its algorithms on its datasets; a ``--test_envs``
-                                       out of range is a ``UserError``.
+algorithms.ALGORITHMS                  **does** appends the plugins' names. **why** ``sweep``'s
+                                       default ``--algorithms``. **others** DomainBed's first.
+algorithms.<plugin>                    **does** the plugin's class. **why** the lookup reads the
+                                       globals. **others** DomainBed's names keep its classes.
+algorithms.get_algorithm_class         **does** wrapped: loads the plugin asked for first
+                                       (:class:`PluginImportError` with its traceback if it
+                                       cannot). **why** a plugin imported before DomainBed.
+                                       **others** DomainBed's lookup and errors.
+algorithms.__getattr__                 **does** added: loads a missing plugin's name. **why**
+                                       ``from domainbed.algorithms import DMG`` in that case.
+                                       **others** asked only for names the module lacks.
+algorithms.Algorithm.__init__          **does** wrapped: refuses an hparam name nothing of the
+                                       run reads (:mod:`~dmg_domainbed.hparams.names`) and
+                                       train.py's ``--test_envs`` out of range, then applies
+                                       ``precision`` and ``averaging``. **why** every algorithm
+                                       calls it first; DomainBed ignores a misspelt name.
+                                       **others** fp32, unaveraged; a bad name is a ``UserError``.
+datasets.DATASETS                      **does** appends the plugins' and manifests' names.
+                                       **why** ``sweep``'s default ``--datasets``.
+                                       **others** DomainBed's first.
+datasets.<plugin>                      as ``algorithms.<plugin>`` (train.py reads
+                                       ``vars(datasets)``).
+datasets.<manifest>                    **does** the manifest's dataset class, only with
+                                       ``DMG_DOMAINBED_DATASETS`` set. **why** a dataset
+                                       without code. **others** a taken name is refused.
+datasets.get_dataset_class             as ``algorithms.get_algorithm_class``.
+datasets.__getattr__                   as ``algorithms.__getattr__``.
+datasets.<dataset>.N_WORKERS           **does** caps the loader workers, only with
+                                       ``DMG_DOMAINBED_LOADER_WORKERS`` set
+                                       (:func:`cap_loader_workers`). **why** parallel jobs.
+                                       **others** DomainBed's numbers.
+hparams_registry._hparams              **does** wrapped: adds the plugin dataset's and
+                                       algorithm's ``HPARAMS``; in train.py first refuses
+                                       ``--test_envs`` out of range. **why** looked up at each
+                                       call; train.py asks before it reads data. **others**
+                                       exactly DomainBed's dicts.
 command_launchers.REGISTRY             **does** adds each plugin launcher whose name is free.
-                                       **why** DomainBed's ``sweep --command_launcher`` looks
-                                       launchers up in this dict.
-                                       **others** ``local``, ``dummy`` and ``multi_gpu`` as
-                                       DomainBed defines them.
-sys.meta_path                          **does** the start-up hook puts an import finder first,
-                                       which registers each of the four modules once DomainBed
-                                       has run it.
-                                       **why** DomainBed's ``sweep`` starts every job as a
-                                       fresh ``python -m domainbed.scripts.train``.
-                                       **others** every other import as before (0.5 ms at
-                                       start-up, ``benchmarks/startup_cost.py``).
-sys.excepthook                         **does** wraps the hook there at the first registration
-                                       (:func:`end_scripts_with_user_message`).
-                                       **why** a ``UserError`` that ends one of DomainBed's
-                                       scripts is printed as its message alone.
-                                       **others** every other exception, and a ``UserError``
-                                       that ends a program of one's own, as before.
+                                       **why** ``--command_launcher``. **others** unchanged.
+sys.meta_path                          **does** the start-up hook's finder, first; it registers
+                                       the four modules. **why** every sweep job is a fresh
+                                       ``train.py``. **others** 0.5 ms at start-up.
+sys.excepthook                         **does** wrapped (:func:`end_scripts_with_user_message`).
+                                       **why** a ``UserError`` ending DomainBed's scripts prints
+                                       its message alone. **others** as before.
 ====================================== =========================================================
 
-With ``DMG_DOMAINBED_DISABLE=1`` the start-up hook is not installed and none of these names is
-written, unless a program calls :func:`dmg_domainbed.register` (the ``dmg-domainbed`` commands
-do), which writes all but ``sys.meta_path``. Which modules are registered is kept here
-(``_registered``), not in DomainBed's modules.
+With ``DMG_DOMAINBED_DISABLE=1`` nothing is written unless a program calls
+:func:`dmg_domainbed.register` (the ``dmg-domainbed`` commands do), which writes all but
+``sys.meta_path``. Which modules are registered is kept here (``_registered``).
 
-Entry-point groups
-------------------
-
-One group per registry, so that any installed package can add components without editing
-DomainBed:
-
-=============================== ====================================================
-entry-point group               object the entry point names
-=============================== ====================================================
-``domainbed.algorithms``        an ``Algorithm`` subclass, optional ``HPARAMS``
-``domainbed.datasets``          a ``MultipleDomainDataset`` subclass, optional ``HPARAMS``
-                                and ``recorded_hparams()`` (written by its ``__init__``:
-                                :mod:`dmg_domainbed.datasets.when_built`)
-``domainbed.command_launchers`` a function ``launcher(commands: list[str])``
-=============================== ====================================================
-
-``HPARAMS`` is an :class:`~dmg_domainbed.hparams.HParamSpace` or a mapping
-``{name: (default, sampler)}``. Dataset hparams apply to every algorithm run on that dataset;
-algorithm hparams come last. This package's algorithms are registered through the same groups.
-A broken entry point is reported once on stderr and skipped; one whose module was still being
-imported when DomainBed was registered is tried again at each lookup (see :func:`load`).
+Entry-point groups, one per registry: ``domainbed.algorithms`` (an ``Algorithm`` subclass,
+optional ``HPARAMS``), ``domainbed.datasets`` (a ``MultipleDomainDataset`` subclass, optional
+``HPARAMS`` and ``recorded_hparams()``: :mod:`dmg_domainbed.datasets.when_built`) and
+``domainbed.command_launchers`` (``launcher(commands: list[str])``). ``HPARAMS`` is an
+:class:`~dmg_domainbed.hparams.HParamSpace` or ``{name: (default, sampler)}``; dataset hparams
+come first, the algorithm's last. A broken entry point is reported once on stderr and skipped;
+one whose module was still being imported is tried again at each lookup (see :func:`load`).
 """
 
 from __future__ import annotations
@@ -352,13 +288,10 @@ def _add_to_namespace(module: ModuleType, names: list[str], group: str, what: st
 
 
 def _open_namespace(module: ModuleType, names: str, group: str, what: str, lookup: str) -> None:
-    """Register ``group`` into ``module``: every plugin into its globals and its list ``names``;
-    DomainBed's ``lookup`` and a module ``__getattr__`` first load the plugin asked for by name,
-    so that a late plugin is filled in and a broken one raises :class:`PluginImportError`.
-
-    Both hooks are needed: DomainBed's lookup reads ``globals()``, which never calls a module's
-    ``__getattr__``, and an attribute access never calls the lookup.
-    """
+    """Register ``group`` into ``module``'s globals and list ``names``; DomainBed's ``lookup``
+    and a module ``__getattr__`` (an attribute access never calls the lookup, which reads
+    ``globals()``) first load the plugin asked for: a late one is filled in, a broken one
+    raises :class:`PluginImportError`."""
 
     def complete() -> None:
         _add_to_namespace(module, getattr(module, names), group, what)
@@ -390,19 +323,9 @@ def register_algorithms(module: ModuleType) -> None:
 
 
 def check_and_apply_when_built(module: ModuleType) -> None:
-    """Check the hparam names of every algorithm built from ``module.Algorithm``, and apply
-    its ``precision`` and ``averaging`` hparams.
-
-    DomainBed's algorithms and every plugin's call ``Algorithm.__init__`` first, before they
-    build anything. Before it, :func:`dmg_domainbed.hparams.names.reject_unknown` refuses a
-    name the run does not read, on the run's dataset in ``train.py`` (:func:`train_dataset`),
-    else on any registered dataset. After it, :func:`dmg_domainbed.precision.apply` runs
-    ``update`` and ``predict`` under bf16 autocast when the hparams say ``"bf16"`` and does
-    nothing otherwise (before it, :func:`dmg_domainbed.averaging.seed_initialisation` seeds the
-    networks the class builds next when the hparams give ``init_seed``); then
-    :func:`dmg_domainbed.averaging.apply` has ``train.py`` evaluate and save the weights'
-    average when the hparams ask for one, and does nothing otherwise.
-    """
+    """Wrap ``module.Algorithm.__init__``, which every algorithm calls before it builds
+    anything: refuse hparam names the run does not read (on ``train.py``'s dataset, else any),
+    then apply ``init_seed``, ``precision`` and ``averaging`` (each does nothing unless asked)."""
     from dmg_domainbed import averaging, precision
     from dmg_domainbed.hparams.names import reject_unknown
 
@@ -423,10 +346,8 @@ def check_and_apply_when_built(module: ModuleType) -> None:
 
 
 def train_dataset() -> type | None:
-    """The class of ``train.py``'s ``--dataset`` when this process runs DomainBed's
-    ``train.py`` (:func:`dmg_domainbed.datasets.training_split.train_arguments`), its
-    ``--test_envs`` checked (:func:`dmg_domainbed.datasets.when_built.check_test_envs`: the
-    package's datasets check them before reading any data, DomainBed's do not); else ``None``."""
+    """The class of ``train.py``'s ``--dataset`` when this process runs ``train.py``, its
+    ``--test_envs`` checked (DomainBed's datasets check none); else ``None``."""
     from dmg_domainbed.datasets.training_split import train_arguments
     from dmg_domainbed.datasets.when_built import check_test_envs
 
@@ -447,12 +368,8 @@ def register_datasets(module: ModuleType) -> None:
 
 
 def register_manifest_datasets(module: ModuleType, environ=os.environ) -> list[str]:
-    """Register the dataset of every manifest ``DMG_DOMAINBED_DATASETS`` names (see
-    :mod:`dmg_domainbed.datasets.manifest`) and return their names.
-
-    A manifest that cannot be used, or whose name DomainBed or a plugin already uses, is
-    reported once on stderr and skipped. With the variable unset, nothing is read.
-    """
+    """Register the dataset of every manifest ``DMG_DOMAINBED_DATASETS`` names and return
+    their names; one that cannot be used, or whose name is taken, is reported and skipped."""
     from dmg_domainbed.datasets.manifest import MANIFESTS_VARIABLE, read_manifests
 
     if not environ.get(MANIFESTS_VARIABLE, "").strip():
@@ -488,78 +405,49 @@ def manifest_refusal(module: ModuleType, manifest) -> str | None:
     return None
 
 
-# Each dataset class's N_WORKERS as its class body defines it, before any cap (None where it
-# inherits the number): what a cap starts from, and what is put back without one.
+# Each dataset class's N_WORKERS as its class body defines it (None where it inherits it).
 _defined_loader_workers: dict[type, int | None] = {}
 
 
 def _subclasses(cls: type) -> list[type]:
-    found = []
-    for subclass in cls.__subclasses__():
-        found += [subclass, *_subclasses(subclass)]
-    return found
-
-
-def _own_workers(cls: type) -> int:
-    """``cls.N_WORKERS`` as the class hierarchy defines it, before any cap."""
-    for klass in cls.__mro__:
-        if klass in _defined_loader_workers:
-            defined = _defined_loader_workers[klass]
-        else:
-            defined = vars(klass).get("N_WORKERS")
-        if defined is not None:
-            return defined
-    return 0
-
-
-def _put_back_workers(cls: type) -> None:
-    """Give ``cls`` the ``N_WORKERS`` its class body defines, or none where it inherits it."""
-    defined = _defined_loader_workers[cls]
-    if defined is not None:
-        cls.N_WORKERS = defined
-    elif "N_WORKERS" in vars(cls):
-        del cls.N_WORKERS
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 
 def loader_workers_budget(environ=os.environ) -> int | None:
     """The value of ``DMG_DOMAINBED_LOADER_WORKERS``: None if unset; a bad value is reported
     once and ignored (launchers reject it before any job starts)."""
     text = environ.get(LOADER_WORKERS_VARIABLE, "").strip()
-    if not text:
-        return None
-    if not text.isdigit():
+    if text and not text.isdigit():
         report_once(
             f"{LOADER_WORKERS_VARIABLE}={text!r} is not a whole number >= 0: ignored, "
             "DomainBed's own data-loader workers are used. Fix or unset the variable."
         )
-        return None
-    return int(text)
+    return int(text) if text.isdigit() else None
 
 
 def cap_loader_workers(module: ModuleType, environ=os.environ) -> None:
-    """Cap the data-loader workers of every dataset class of ``domainbed.datasets``' family.
+    """Cap the data-loader workers of every class of ``domainbed.datasets``' family.
 
-    DomainBed's ``train.py`` gives each of its loaders ``dataset.N_WORKERS`` worker processes
-    (DomainBed's default unless a dataset says otherwise; docs/sweeps.md), with one training
-    loader per source domain, all prefetching at once. ``DMG_DOMAINBED_LOADER_WORKERS=N`` is a
-    budget per job: each loader of a dataset with ``E`` domains gets ``max(1, N // (E - 1))``
-    workers (its ``E - 1`` training loaders together about ``N``, with one test domain), never
-    more than the dataset's own number and never 0 where that is not 0 (0 would move
-    augmentation into the training process and change its random stream). Unset, nothing is
-    written, and a class capped before gets its own number back. Called at registration and
-    again by a forked job with its own environment.
+    ``train.py`` gives each loader (one per source domain, all prefetching at once)
+    ``dataset.N_WORKERS`` workers. ``DMG_DOMAINBED_LOADER_WORKERS=N`` is a budget per job: a
+    dataset of ``E`` domains gets ``max(1, N // (E - 1))`` per loader, never more than its own
+    number and never 0 where that is not 0 (0 would change augmentation's random stream).
+    Every class first gets its own number back, so that unset it is DomainBed's. Called at
+    registration and again by a forked job with its own environment.
     """
     budget = loader_workers_budget(environ)
     classes = _subclasses(module.MultipleDomainDataset)
     for cls in classes:
-        _defined_loader_workers.setdefault(cls, vars(cls).get("N_WORKERS"))
-    for cls in classes:
-        own = _own_workers(cls)
+        defined = _defined_loader_workers.setdefault(cls, vars(cls).get("N_WORKERS"))
+        if defined is not None:
+            cls.N_WORKERS = defined
+        elif "N_WORKERS" in vars(cls):
+            del cls.N_WORKERS
+    own = {cls: getattr(cls, "N_WORKERS", 0) for cls in classes}
+    for cls, workers in own.items():
         domains = len(getattr(cls, "ENVIRONMENTS", None) or ())
-        if budget is None or own == 0 or domains < 2:
-            _put_back_workers(cls)
-        else:
-            cls.N_WORKERS = min(own, max(1, budget // (domains - 1)))
+        if budget is not None and workers and domains >= 2:
+            cls.N_WORKERS = min(workers, max(1, budget // (domains - 1)))
 
 
 def register_launchers(module: ModuleType) -> None:
@@ -584,12 +472,8 @@ def plugin_hparams(
 
 
 def register_hparams(module: ModuleType) -> None:
-    """Wrap ``_hparams`` so plugin datasets and algorithms add their declared hparams, and so
-    ``train.py``'s ``--test_envs`` are checked (:func:`train_dataset`) before it reads any data.
-
-    DomainBed's ``default_hparams`` and ``random_hparams`` look ``_hparams`` up in the module at
-    call time, so replacing the module attribute is enough.
-    """
+    """Wrap ``_hparams`` (looked up at each call) so plugin datasets and algorithms add their
+    declared hparams, and ``train.py``'s ``--test_envs`` are checked before it reads data."""
     domainbed_hparams = module._hparams
 
     @functools.wraps(domainbed_hparams)
@@ -639,11 +523,8 @@ def _through_domainbed_script(trace) -> bool:
 
 def end_scripts_with_user_message() -> None:
     """Have a :class:`UserError` that ends one of DomainBed's scripts print
-    ``dmg-domainbed: error: MESSAGE`` alone on stderr (``train.py`` copies its stderr into
-    ``err.txt``), without a traceback, as the ``dmg-domainbed`` commands do; the process still
-    exits with status 1, as on any uncaught exception. Any other exception, and a
-    :class:`UserError` that ends a program of one's own, goes to the hook that was there
-    before, traceback and all."""
+    ``dmg-domainbed: error: MESSAGE`` alone on stderr (``train.py`` copies it into
+    ``err.txt``), exit status 1; anything else goes to the hook that was there before."""
     previous = sys.excepthook
     if getattr(previous, _MARK, False):
         return
@@ -663,12 +544,8 @@ _registered: weakref.WeakKeyDictionary[ModuleType, Any] = weakref.WeakKeyDiction
 
 
 def register_into(module: ModuleType) -> None:
-    """Register every plugin into one DomainBed module, unless it is registered already.
-
-    ``importlib.reload`` runs DomainBed's code again in the same module object, which puts
-    DomainBed's own lists and lookups back; the start-up hook then registers the module again
-    (after an explicit :func:`dmg_domainbed.register`, calling it again does).
-    """
+    """Register every plugin into one DomainBed module, unless it is registered already (a
+    module ``importlib.reload`` ran again has DomainBed's own lists and lookups back)."""
     registrar, replaced = _REGISTRARS.get(module.__name__, (None, ""))
     if registrar is None or _registered.get(module) is getattr(module, replaced):
         return
