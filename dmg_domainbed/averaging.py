@@ -1,45 +1,22 @@
-"""Weight averaging for DomainBed runs, chosen by the hparam ``averaging``.
+"""Weight averaging for DomainBed runs, chosen by the hparam ``averaging`` (docs/algorithms.md,
+"Weight averaging"): ``"none"`` (the default, which touches nothing), ``"sma"`` or ``"ema"``,
+declared in :mod:`dmg_domainbed.hparams.every_algorithm` outside DomainBed's registry and
+applied to every algorithm DomainBed builds (:mod:`dmg_domainbed.integration`).
 
-``averaging`` is ``"none"`` (the default), ``"sma"`` or ``"ema"``, declared with the two
-hparams it reads in :mod:`dmg_domainbed.hparams.every_algorithm` (here :data:`HPARAMS`), beside
-``precision``, and given, as ``precision`` is, to every algorithm DomainBed builds, its own and
-every plugin's (:func:`dmg_domainbed.integration.check_and_apply_when_built`). They are not in
-DomainBed's registry: a run that gives none of them keeps exactly the hparams, results and
-checkpoints it has without this package, and so does ``"none"``, which touches nothing.
+From step ``s`` = ``averaging_start`` (train.py's steps, from 0), after every ``update``, with
+``w_t`` the weights after step ``t``:
 
-With ``"sma"`` or ``"ema"``, the algorithm keeps, beside the weights it trains, their average
-``w_avg``, updated after every ``update`` from ``w_t``, the weights after step ``t`` (train.py's
-step numbers, from 0), for ``t >= s`` with ``s`` = ``averaging_start``:
+* ``"sma"`` (EoA, Arpit et al. 2022; SWAD's uniform average, Cha et al. 2021, over every step):
+  ``w_avg = 1/(t - s + 1) * sum_{k=s..t} w_k``, kept as ``w_avg += (w_t - w_avg) / n``;
+* ``"ema"``: ``w_avg = decay * w_avg + (1 - decay) * w_t`` (``averaging_decay``), from ``w_s``.
 
-* ``"sma"``: the simple moving average of Arpit et al. (EoA, 2022; SWAD's uniform average, Cha
-  et al. 2021, over every step rather than a chosen window): ``w_avg = 1/(t - s + 1) *
-  sum_{k=s..t} w_k``, kept as ``w_avg += (w_t - w_avg) / n`` with ``n`` the weights averaged;
-* ``"ema"``: the exponential moving average ``w_avg = decay * w_avg + (1 - decay) * w_t`` with
-  ``decay`` = ``averaging_decay``, from ``w_avg = w_s``.
-
-The average is what DomainBed's ``train.py`` evaluates and saves, unmodified: in eval mode
-(``misc.accuracy`` calls ``algorithm.eval()``, then ``predict``), the averaged tensors take the
-trained ones' place, and back in train mode the trained ones return, so ``update`` always trains
-the same weights as without averaging; ``state_dict()`` (``model.pkl``'s ``model_dict``) is the
-average. Before step ``s`` there is no average and the trained weights stand for it.
-``load_state_dict`` drops the average: the loaded weights are evaluated until the next update.
-
-What is averaged: every floating-point entry of the algorithm's ``state_dict`` (parameters and
-persistent buffers, BatchNorm's running statistics among them, as EoA averages them); integer
-and boolean entries (step counters, ImportanceMask's masks) are the trained model's. An update
-that changes the state's names or shapes (ImportanceMask dropping its phase-1 copies) is not
-averaged: the average starts again from the next step's weights. The optimiser's state is never
-averaged. docs/algorithms.md says what this means for each algorithm.
-
-Across runs, weights can be averaged (``dmg-domainbed soup``: DiWA, Rame et al. 2022) only when
-the runs started from the same weights. DomainBed seeds each job of a sweep differently, so
-their randomly initialised parts (a classifier head, DMG's masks) differ. With ``init_seed`` >= 0
-(:func:`seed_initialisation`), the algorithm builds its networks with torch seeded by
-``init_seed``: every run given the same ``init_seed`` and architecture starts from the same
-weights. The job's own random state comes back before anything else draws from it (train.py's
-first call on the built algorithm), so its data order and every later draw stay its own.
-
-This module needs torch and this package's hparam declarations only.
+In eval mode the averaged tensors take the trained ones' place (train.py evaluates them, and
+``state_dict()`` saves them); in train mode the trained ones return, so ``update`` trains the
+same weights as without averaging. Every floating-point ``state_dict`` entry is averaged
+(BatchNorm's statistics too, as EoA does); an update that changes the state's names or shapes
+starts the average again; ``load_state_dict`` drops it. ``init_seed`` >= 0
+(:func:`seed_initialisation`) builds the networks from one seed, so that runs can be averaged
+together (``dmg-domainbed soup``: DiWA, Rame et al. 2022).
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
-"""bf16 mixed precision for DomainBed runs, chosen by the hparam ``precision``.
+"""bf16 mixed precision for DomainBed runs, chosen by the hparam ``precision``: ``"fp32"`` (the
+default) or ``"bf16"``, declared in :mod:`dmg_domainbed.hparams.every_algorithm` outside
+DomainBed's registry, so runs that do not ask keep exactly their hparams, results and
+checkpoints (random search never draws bf16; a record without it is fp32).
 
-``precision`` is ``"fp32"`` (the default) or ``"bf16"``, declared in
-:mod:`dmg_domainbed.hparams.every_algorithm` (here :data:`HPARAMS`): the hparams this package
-gives every algorithm, DomainBed's and each plugin's, on every dataset.
-The names rule (:mod:`dmg_domainbed.hparams.names`) knows them and the preflight checks their
-values by their own rule, as it does any declared hparam; but they are not in DomainBed's
-registry: a run asks for bf16 with ``--hparams '{"precision": "bf16"}'`` (or ``precision =
-"bf16"`` in a sweep file), so runs that do not ask keep exactly the hparams, results and
-checkpoints they have without this package (random search never draws bf16), and a record
-without it is fp32. A bf16 run carries ``"precision": "bf16"`` in the hparams of every record
-of ``results.jsonl`` and of ``model.pkl``.
-
-With ``"bf16"``, every algorithm DomainBed builds (its own and every plugin's; see
-:func:`dmg_domainbed.integration.check_and_apply_when_built`) runs ``update``, ``predict`` and
-``predict_known_domain`` under ``torch.autocast(device_type, dtype=torch.bfloat16)``:
-matrix products and convolutions take bf16 inputs and produce bf16 outputs, the weights, their
-gradients and the optimiser state stay fp32 (mixed precision: bf16 has fp32's exponent range,
-so no loss scaling is needed). Predictions are returned as fp32. With 4-D (image) inputs, the
-network's 4-D weights and the inputs are put in ``channels_last`` layout on the first call:
-convolutions in bf16 run on NHWC kernels (tensor cores on GPUs), which skips a layout
-conversion per convolution.
-
-Where precision matters, code runs in :func:`full_precision` islands, fp32 even inside a bf16
-step: DMG's mask probabilities and soft-IoU overlap, SF-MoE's gate and routing, CorGrad's
-gradient projections and ImportanceMask's importance scores (see docs/performance.md).
-
-This module needs torch and this package's hparam declarations only.
+With ``"bf16"``, every algorithm DomainBed builds (:mod:`dmg_domainbed.integration`) runs
+``update``, ``predict`` and ``predict_known_domain`` under ``torch.autocast(device_type,
+dtype=torch.bfloat16)``: weights, gradients and optimiser state stay fp32, and bf16 has fp32's
+exponent range, so no loss scaling is needed. Predictions are returned as fp32. Image inputs
+and 4-D weights go ``channels_last`` (NHWC kernels for bf16 convolutions). Where precision
+matters, code runs in :func:`full_precision` islands (docs/performance.md).
 """
 
 from __future__ import annotations
