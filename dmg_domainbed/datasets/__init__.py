@@ -1,10 +1,6 @@
 """Datasets: the embedded ones that need no download, manifest datasets, facts about DomainBed's
 datasets, their files listed the way DomainBed reads them, and, in :mod:`.check`, the check of
-those files (``dmg-domainbed data check``, the doctor's and the sweep's data question), which
-sits beside the listings it compares the folders with.
-
-The embedded datasets are shaped like DomainBed's ``MultipleDomainDataset`` and registered into
-``domainbed.datasets`` through the ``domainbed.datasets`` entry-point group.
+those files (``dmg-domainbed data check``).
 """
 
 from __future__ import annotations

@@ -95,25 +95,20 @@ Telephone ToothBrush Toys Trash_Can Webcam
 """
 _TERRA_CLASSES = "bird bobcat cat coyote dog empty opossum rabbit raccoon squirrel"
 
-_DOMAINNET_PUBLISHED = {
-    "clipart": 48_129,
-    "infograph": 51_605,
-    "painting": 72_266,
-    "quickdraw": 172_500,
-    "real": 172_947,
-    "sketch": 69_128,
-}
+_DOMAINNET_PUBLISHED = dict(
+    clipart=48_129,
+    infograph=51_605,
+    painting=72_266,
+    quickdraw=172_500,
+    real=172_947,
+    sketch=69_128,
+)
 # Lines per domain of domainbed/misc/domain_net_duplicates.txt (9,431 at b93c22a): the files
 # DomainBed's download_domain_net deletes after unpacking.
 DOMAINNET_DUPLICATES_FILE = "misc/domain_net_duplicates.txt"
-_DOMAINNET_DUPLICATES = {
-    "clipart": 704,
-    "infograph": 1_596,
-    "painting": 3_493,
-    "quickdraw": 0,
-    "real": 2_380,
-    "sketch": 1_258,
-}
+_DOMAINNET_DUPLICATES = dict(
+    clipart=704, infograph=1_596, painting=3_493, quickdraw=0, real=2_380, sketch=1_258
+)
 _DOMAINNET_AFTER_DOWNLOAD = {
     domain: count - _DOMAINNET_DUPLICATES[domain] for domain, count in _DOMAINNET_PUBLISHED.items()
 }
@@ -172,12 +167,7 @@ IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
                 "per location: the MIRO authors, github.com/khanrc/miro issue 9; 24,788 in "
                 "total: Gulrajani and Lopez-Paz, ICLR 2021",
                 24_788,
-                {
-                    "location_100": 4_879,
-                    "location_38": 9_767,
-                    "location_43": 4_020,
-                    "location_46": 6_122,
-                },
+                dict(location_100=4_879, location_38=9_767, location_43=4_020, location_46=6_122),
             ),
             Release(
                 "TerraIncognita of DomainBed's download.py since 2021 (lila.science files)",
@@ -210,18 +200,7 @@ IMAGE_LAYOUTS: dict[str, ImageDatasetLayout] = {
     ),
     "SVIRO": ImageDatasetLayout(
         folder="sviro",
-        domains=(
-            "aclass",
-            "escape",
-            "hilux",
-            "i3",
-            "lexus",
-            "tesla",
-            "tiguan",
-            "tucson",
-            "x5",
-            "zoe",
-        ),
+        domains=tuple("aclass escape hilux i3 lexus tesla tiguan tucson x5 zoe".split()),
         classes=None,
     ),
 }
@@ -250,17 +229,11 @@ class WildsLayout:
         return f"RELEASE_v{self.version}.txt"
 
 
+_FMOW = "wilds.datasets.fmow_dataset:FMoWDataset"
+_CAMELYON = "wilds.datasets.camelyon17_dataset:Camelyon17Dataset"
 WILDS_LAYOUTS = {
-    "WILDSCamelyon": WildsLayout(
-        "camelyon17",
-        "1.0",
-        "patches",
-        "hospital",
-        "wilds.datasets.camelyon17_dataset:Camelyon17Dataset",
-    ),
-    "WILDSFMoW": WildsLayout(
-        "fmow", "1.1", "images", "region", "wilds.datasets.fmow_dataset:FMoWDataset"
-    ),
+    "WILDSCamelyon": WildsLayout("camelyon17", "1.0", "patches", "hospital", _CAMELYON),
+    "WILDSFMoW": WildsLayout("fmow", "1.1", "images", "region", _FMOW),
 }
 
 MNIST_DATASETS = ("ColoredMNIST", "RotatedMNIST")

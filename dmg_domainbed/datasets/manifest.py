@@ -1,30 +1,18 @@
-"""Dataset manifests: a user's own image dataset, described in a few lines of TOML, registered
-into DomainBed like PACS without writing a dataset class.
-
-A manifest names a dataset, its images and, optionally, how DomainBed trains on it::
+"""Dataset manifests: a user's own image dataset in a few lines of TOML, registered into
+DomainBed like PACS without a dataset class (docs/datasets.md, "Your own dataset")::
 
     name = "MyData"                 # required: DomainBed's --dataset name
     root = "/data/mydata"           # required: absolute, or relative to this file
-    # either one folder per domain in root, each holding one folder per class (PACS's layout),
-    # or a CSV with columns path, label and domain (paths relative to root):
-    csv = "labels.csv"              # absolute, or relative to this file
+    csv = "labels.csv"              # optional: columns path, label, domain (else folders)
     domains = ["photo", "sketch"]   # default: every domain, sorted; the order of --test_envs
     input_size = 224                # 28, 32 or 224 (default): picks DomainBed's featurizer
     steps = 3000                    # DomainBed's N_STEPS for it (default 5001)
     checkpoint_freq = 300           # DomainBed's CHECKPOINT_FREQ (default 100)
 
-Folders whose names start with ``.`` (``.ipynb_checkpoints``) are neither domains nor classes.
-
-Every process finds the manifests through ``DMG_DOMAINBED_DATASETS``: absolute paths of
-manifest files, or of folders whose ``*.toml`` files are manifests, separated by ``:``. An
-environment variable reaches every job of every launcher unchanged (DomainBed's sweep passes
-its environment to each job, sbatch exports it to Slurm jobs) and each process reads it when it
-imports DomainBed's datasets; absolute paths mean the same file from any working folder and any
-node that mounts it.
-
-Reading a manifest opens only the manifest, the root folder's listing and the CSV; the images
-are listed when the dataset is built (:func:`list_files`) and checked by ``dmg-domainbed data
-check``.
+Every process finds them through ``DMG_DOMAINBED_DATASETS`` (absolute paths of files, or of
+folders of ``*.toml``, ``:``-separated), which reaches every job of every launcher. Reading a
+manifest opens only it, the root's listing and the CSV; the images are listed when the dataset
+is built (:func:`list_files`).
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """DomainBed dataset classes built from dataset manifests (:mod:`.manifest`).
 
-A manifest dataset is one of DomainBed's image-folder datasets in everything DomainBed and this
-package ask of a class: a ``MultipleEnvironmentImageFolder`` with ``ENVIRONMENTS``, ``N_STEPS``,
-``CHECKPOINT_FREQ`` and ``INPUT_SHAPE``, built as ``cls(data_dir, test_envs, hparams)``, one
-dataset of ``(image, label)`` pairs per domain, DomainBed's image hparams (it is not one of
-DomainBed's ``SMALL_IMAGES``) and its image augmentation for training domains when
-``data_augmentation`` is on. What differs: the domains are the manifest's, in its order; the
-labels number the classes of all domains together; ``--data_dir`` is not read (the manifest
-names its root); and the images are resized to the manifest's input side instead of 224.
+A manifest dataset is a ``MultipleEnvironmentImageFolder`` in everything DomainBed asks of a
+class (its image hparams and training augmentation included), except that the domains are the
+manifest's, in its order, the labels number the classes of all domains together, ``--data_dir``
+is not read and the images are resized to the manifest's input side.
 
-A manifest's data can change between training and reporting (domains reordered, renamed or
-added; classes renamed or added; images added or removed). So that a run's numbers are never shown
-under another domain's name, nor its model scored on other classes or other splits, the dataset
-records what it was built from in the run's hparams (``recorded_hparams``, see
-:mod:`dmg_domainbed.hparams.recorded`): its domains, and, written as it reads its files, its
-classes, images per domain and a digest of its files (:func:`data_facts`). DomainBed's
-``train.py`` writes that dict into every record of ``results.jsonl`` and into ``model.pkl``;
-every command that reads runs compares the domains with the manifest of today, and every command
-that rebuilds a run's data compares the rest with what it rebuilt (:mod:`dmg_domainbed.runs`).
+So that a run's numbers are never shown under another domain's name, nor its model scored on
+other classes or splits, the dataset records what it was built from in the run's hparams
+(``recorded_hparams``, :func:`data_facts`), which train.py writes into ``results.jsonl`` and
+``model.pkl`` and :mod:`dmg_domainbed.runs` compares with the data of today.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """How DomainBed's ``train.py`` splits a domain, and the rule that its training split must fill
 one batch.
 
-``train.py`` holds out ``int(n * holdout_fraction)`` of a domain's ``n`` examples
-(``misc.split_dataset``) and trains on the other ``n - int(n * holdout_fraction)``, drawn by its
-``InfiniteDataLoader``: a ``RandomSampler`` with replacement that draws as many indices per
-pass as the split holds, cut into batches of ``batch_size`` with ``drop_last=True``. A split
-smaller than one batch yields no batch in a pass, and the loader's infinite sampler starts the
-next pass for ever: the job hangs before its first step, without an error. (With the hparam
-``class_balanced`` a ``WeightedRandomSampler`` draws ``batch_size`` indices per pass instead;
-it is off in DomainBed's defaults and its random search.)
-
-The data check and the sweep's checks apply the rule to the files (:mod:`.check.data_check`); a
-manifest dataset applies it when ``train.py`` builds it (:func:`training_holdout_fraction`).
+``train.py`` trains on ``n - int(n * holdout_fraction)`` of a domain's ``n`` examples
+(``misc.split_dataset``), drawn by an ``InfiniteDataLoader`` with ``drop_last=True``: a split
+smaller than one batch yields no batch, and the job hangs before its first step without an
+error (unless ``class_balanced``, off in DomainBed's defaults and search, draws whole batches).
+The data check and the sweep's checks apply the rule to the files; a manifest dataset applies
+it when ``train.py`` builds it (:func:`training_holdout_fraction`).
 """
 
 from __future__ import annotations

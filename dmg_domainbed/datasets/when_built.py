@@ -1,11 +1,10 @@
 """What the package's datasets do first when built: check ``test_envs``, record their hparams.
 
-DomainBed builds a dataset as ``cls(root, test_envs, hparams)`` and checks no ``test_envs``: one
-out of range trains on every domain while the algorithm is built for one fewer, and fails far
-from its cause. ``RotatedDigits``, the manifest datasets, and another package's dataset that
-declares ``recorded_hparams()`` call :func:`check_and_record` first in their ``__init__``.
-DomainBed's own datasets are left alone: :mod:`dmg_domainbed.integration` checks their
-``test_envs`` in ``train.py`` when it asks for the hparams, before it builds the dataset.
+DomainBed checks no ``test_envs``: one out of range trains on every domain while the algorithm
+is built for one fewer, and fails far from its cause. ``RotatedDigits``, the manifest datasets
+and another package's dataset that declares ``recorded_hparams()`` call
+:func:`check_and_record` first; DomainBed's own datasets are checked by
+:mod:`dmg_domainbed.integration` when ``train.py`` asks for the hparams.
 """
 
 from __future__ import annotations
