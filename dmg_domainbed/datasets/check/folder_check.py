@@ -3,8 +3,7 @@ reads such a folder by names only: :mod:`dmg_domainbed.datasets.image_files`): D
 datasets against :mod:`dmg_domainbed.datasets.layouts` (every folder a domain of the download,
 the download's classes in every domain, the counts of a published release), manifest datasets
 against their manifest (:func:`dmg_domainbed.datasets.manifest.file_problems`). Each finding
-names the problem and the layout expected. The quick check also reads the first bytes of each
-image file (:mod:`.headers`); the full check decodes every image (:mod:`.image_findings`).
+names the problem and the layout expected; :mod:`.images` looks at each image file.
 """
 
 from __future__ import annotations
@@ -14,10 +13,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from dmg_domainbed.datasets.check.decoding import decode_all
 from dmg_domainbed.datasets.check.downloads import download_command
-from dmg_domainbed.datasets.check.headers import add_header_findings
-from dmg_domainbed.datasets.check.image_findings import add_image_findings
+from dmg_domainbed.datasets.check.images import look_at_files
 from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport, DomainCount
 from dmg_domainbed.datasets.image_files import DomainFiles, domain_problems, list_image_folders
 from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
@@ -169,18 +166,13 @@ def _deleted_by_download(report: DatasetReport, root: Path, listed_in: str) -> N
 
 
 def _look_at_files(report: DatasetReport, domains: list[DomainFiles], workers: int) -> None:
-    """Read each image file's header (quick), or decode it."""
     places = {
         path: (domain.name, name)
         for domain in domains
         for name, files in domain.classes.items()
         for path in files
     }
-    if report.quick:
-        add_header_findings(report, list(places))
-        return
-    results = decode_all(list(places), workers, f"{report.dataset}: decoding")
-    add_image_findings(report, results, places)
+    look_at_files(report, list(places), workers, places)
 
 
 def check_image_dataset(

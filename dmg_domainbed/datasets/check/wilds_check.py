@@ -15,9 +15,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from dmg_domainbed.datasets.check.decoding import decode_all
 from dmg_domainbed.datasets.check.downloads import download_command
-from dmg_domainbed.datasets.check.image_findings import add_image_findings
+from dmg_domainbed.datasets.check.images import look_at_files
 from dmg_domainbed.datasets.findings import ERROR, DatasetReport, DomainCount
 from dmg_domainbed.datasets.layouts import WildsLayout
 
@@ -77,5 +76,4 @@ def check_wilds(
             fix,
         )
     if not report.quick:
-        decoded = decode_all(files, workers, f"{report.dataset}: decoding")
-        add_image_findings(report, decoded)
+        look_at_files(report, files, workers)

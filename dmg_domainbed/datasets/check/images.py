@@ -1,0 +1,251 @@
+"""Each image file looked at as DomainBed's loader reads it: the quick check reads its first
+bytes, the full check reads, hashes (BLAKE2b) and decodes every file, in parallel.
+
+DomainBed reads each file whose name ends like an image's with torchvision's ``default_loader``
+(Pillow's ``convert("RGB")``): a file that is no image stops the job at the first batch that
+draws it, possibly hours in. The first bytes tell most such files apart (empty, a macOS
+AppleDouble ``._name``, an HTML page saved under an image's name): the formats torchvision names
+by their signatures, any other through Pillow's ``Image.open``, which reads the header only.
+DomainBed's ``datasets.py`` sets Pillow's ``LOAD_TRUNCATED_IMAGES``: a file is decoded strictly
+(``load()``, every pixel) and, where that fails, again as DomainBed does, which tells a truncated
+image it trains on (its missing part filled in) from one that stops a job. The conversion is
+exact for 8-bit RGB, grayscale, bilevel and palette images; CMYK loses its colour profile, 16-
+and 32-bit values clip at 255, an alpha channel is dropped. A copy in two domains or classes is
+a warning: published releases hold some (DomainBed's download of DomainNet deletes 9,431).
+
+The workers are forked (spawned ones would import the program's main module, so DomainBed and
+torch, again: seconds each); a worker only reads files and decodes with Pillow, imported before
+the fork, and touches no lock another thread may hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import multiprocessing
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from PIL import Image, ImageFile, UnidentifiedImageError
+
+from dmg_domainbed.datasets.findings import ERROR, INFO, REPLACE, WARNING, DatasetReport, Finding
+from dmg_domainbed.shortlist import SHOWN, shortlist
+
+# Files per task sent to a worker: the pool's messages cost little, the progress bar moves.
+CHUNK = 64
+# Fewer files than this are decoded here: starting worker processes would cost more.
+IN_PROCESS_BELOW = 256
+APPLEDOUBLE = b"\x00\x05\x16\x07"
+# The first bytes of the formats torchvision's ImageFolder reads by name (and WebP's RIFF).
+SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM", b"II*\x00", b"MM\x00*")
+SIGNATURES += tuple(b"P%d" % n for n in range(1, 7))  # PBM, PGM, PPM
+
+_STOPS = "DomainBed's loader raises on such a file: the job stops at the first batch that draws it"
+# kind of file -> (what the files are, what DomainBed expects)
+FILE_PROBLEMS = {
+    "AppleDouble": (
+        "are macOS metadata (AppleDouble '._' files a copy from a Mac leaves)",
+        f"image files only: DomainBed reads them as images by their names; {_STOPS}",
+    ),
+    "empty": ("are empty (0 bytes)", f"image files: {_STOPS}"),
+    "not an image": (
+        "are not images: their first bytes are no image format's",
+        f"image files: {_STOPS}",
+    ),
+    "unreadable": ("cannot be read", f"files this user can read: {_STOPS}"),
+    "truncated": (
+        "are truncated",
+        "complete images: DomainBed decodes a truncated one with its missing part filled in "
+        "(it sets Pillow's LOAD_TRUNCATED_IMAGES) and trains on that",
+    ),
+    "undecodable": ("cannot be decoded", f"images that decode: {_STOPS}, possibly hours in"),
+}
+
+_CLIPPED = (
+    ERROR,
+    "DomainBed's loader converts it to 8-bit RGB by clipping at 255: most of it turns white",
+    "rescale it to 8 bits (e.g. magick IN -auto-level -depth 8 OUT), or delete it",
+)
+_ALPHA = (
+    WARNING,
+    "DomainBed's loader drops the alpha channel: transparent parts show the colour they store",
+    "flatten it onto the background it is meant to have, if that matters",
+)
+# mode -> (severity, what DomainBed's loader does to it, fix); RGB, L, P and 1 convert exactly.
+MODE_EFFECTS = {
+    "CMYK": (
+        ERROR,
+        "DomainBed's loader converts CMYK to RGB without its colour profile: the colours change",
+        "convert it to sRGB with its profile (e.g. magick IN -colorspace sRGB OUT), or delete it",
+    ),
+    "I": _CLIPPED,
+    "F": _CLIPPED,
+    **dict.fromkeys(("RGBA", "LA", "PA", "P+transparency"), _ALPHA),
+    **dict.fromkeys(("RGB", "L", "P", "1"), None),
+}
+OTHER_MODE = (WARNING, "DomainBed's loader converts it to RGB with Pillow", "check it looks right")
+MODE_NAMES = {"I": "I (16- or 32-bit integers)", "F": "F (32-bit floats)"}
+
+
+def header_problem(path: str) -> tuple[str, str] | None:
+    """(kind of problem, why) of the file at ``path`` from its first bytes; ``None``: it starts
+    like an image."""
+    try:  # os-level calls: no buffered file object for 12 bytes
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            head = os.read(descriptor, 12)
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        return "unreadable", error.strerror or str(error)
+    if not head:
+        return "empty", ""
+    if head.startswith(APPLEDOUBLE) or os.path.basename(path).startswith("._"):
+        return "AppleDouble", ""
+    if head.startswith(SIGNATURES) or (head.startswith(b"RIFF") and head[8:12] == b"WEBP"):
+        return None
+    try:
+        with Image.open(path):
+            return None
+    except Exception:  # Pillow raises many kinds for a file it cannot identify
+        return "not an image", ""
+
+
+def _add_files(report: DatasetReport, files: Mapping[str, list[str]]) -> None:
+    """One finding per kind of problem of :data:`FILE_PROBLEMS`, a few files named."""
+    for kind, paths in files.items():
+        report.files(ERROR, paths, *FILE_PROBLEMS[kind], REPLACE)
+
+
+def _header_findings(report: DatasetReport, paths: Sequence[str]) -> None:
+    """The quick check's findings on ``paths``: their first bytes."""
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for path in paths:
+        if found := header_problem(path):
+            kind, why = found
+            by_kind[kind].append(f"{path} ({why})" if why else path)
+    _add_files(report, dict(sorted(by_kind.items())))
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """What reading one file found: ``error`` when strict decoding failed (``tolerated``:
+    DomainBed's decoding succeeds), else its ``mode`` (``I`` for any integer mode,
+    ``P+transparency`` for a palette with a transparent colour); ``digest`` of its bytes."""
+
+    path: str
+    digest: str = ""
+    mode: str = ""
+    error: str | None = None
+    tolerated: bool = False
+
+
+def _load(data: bytes, truncated: bool) -> Image.Image:
+    """``data`` decoded with Pillow's ``LOAD_TRUNCATED_IMAGES`` set to ``truncated``."""
+    before, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, truncated
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+        return image
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = before
+
+
+def decode(path: str) -> Decoded:
+    """Read, hash and strictly decode one file."""
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read()
+    except OSError as error:
+        return Decoded(path, error=f"cannot be read: {error.strerror or error}")
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    try:
+        image = _load(data, truncated=False)
+    except Exception as error:  # Pillow raises many kinds for a broken file
+        problem = f"{type(error).__name__}: {error}"
+        if isinstance(error, UnidentifiedImageError):
+            problem = "not an image file Pillow can identify"
+        try:
+            _load(data, truncated=True)
+        except Exception:
+            return Decoded(path, digest, error=problem)
+        return Decoded(path, digest, error=problem, tolerated=True)
+    mode = "I" if image.mode.startswith("I;16") else image.mode
+    if mode == "P" and "transparency" in image.info:
+        mode = "P+transparency"
+    return Decoded(path, digest, mode)
+
+
+def _decode_all(paths: Sequence[str], workers: int, description: str) -> list[Decoded]:
+    """Decode ``paths`` with ``workers`` forked processes (here when 1, or for a few files),
+    with a progress bar on a terminal; results in the order of ``paths``."""
+    from tqdm import tqdm
+
+    with contextlib.ExitStack() as stack:
+        decoded = map(decode, paths)
+        if workers > 1 and len(paths) >= IN_PROCESS_BELOW:
+            fork = "fork" in multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if fork else None)
+            pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=context))
+            decoded = pool.map(decode, paths, chunksize=CHUNK)
+        return list(tqdm(decoded, total=len(paths), desc=description, unit="img", disable=None))
+
+
+def _duplicates(results: Sequence[Decoded], places: Mapping[str, tuple[str, str]]) -> list[Finding]:
+    groups: dict[str, list[str]] = defaultdict(list)
+    for result in results:
+        if result.digest:
+            groups[result.digest].append(result.path)
+    findings = []
+    for paths in groups.values():
+        where = {places[path] for path in paths}
+        if len(where) < 2:
+            continue
+        across = "domains" if len({domain for domain, _ in where}) > 1 else "classes"
+        copies = f"{len(paths):,} files of " if len(paths) > SHOWN else ""
+        findings.append(
+            Finding(
+                WARNING,
+                f"{copies}same content in several {across}: {shortlist(paths)}",
+                "each image in one domain and one class: a copy in a test domain is also "
+                "trained on, a copy in two classes has two labels",
+                "keep the one where the image belongs (a path reached through a link to shared "
+                "storage is the shared file itself: take the link out instead)",
+            )
+        )
+    return findings
+
+
+def look_at_files(
+    report: DatasetReport,
+    paths: Sequence[str],
+    workers: int,
+    places: Mapping[str, tuple[str, str]] | None = None,
+) -> None:
+    """The findings on each file's first bytes (quick), else on each file decoded with
+    ``workers`` processes; ``places`` maps each path to its (domain, class) for finding copies
+    across them (left out: not looked for)."""
+    if report.quick:
+        return _header_findings(report, paths)
+    results = _decode_all(paths, workers, f"{report.dataset}: decoding")
+    report.decoded = len(results)
+    failed, by_mode = defaultdict(list), defaultdict(list)
+    for result in results:
+        if result.error is not None:
+            kind = "truncated" if result.tolerated else "undecodable"
+            failed[kind].append(f"{result.path} ({result.error})")
+        elif MODE_EFFECTS.get(result.mode, OTHER_MODE) is not None:
+            by_mode[result.mode].append(result.path)
+    _add_files(report, {kind: failed[kind] for kind in ("truncated", "undecodable")})
+    for mode, files in sorted(by_mode.items()):
+        severity, effect, fix = MODE_EFFECTS.get(mode) or OTHER_MODE
+        expected = f"8-bit RGB or grayscale images; {effect}"
+        report.files(severity, files, f"in mode {MODE_NAMES.get(mode, mode)}", expected, fix)
+    if places is not None:
+        report.listed(WARNING, _duplicates(results, places), "groups of files of the same content")
+    bad = sum(len(paths) for paths in failed.values())
+    report.add(INFO, f"{len(results) - bad:,} of {len(results):,} images decoded")
