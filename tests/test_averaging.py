@@ -15,7 +15,7 @@ from torch import nn
 
 from dmg_domainbed import averaging, integration, synthetic
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.preflight.hparams import checked_run
 from dmg_domainbed.sweep.checks import check_file
 from dmg_domainbed.sweep.config import load_sweep
 
@@ -166,7 +166,7 @@ def test_a_bad_averaging_is_refused_when_built_and_before_a_sweep(hparams, refus
     with pytest.raises(UserError, match=refused.replace("(", r"\(")):
         build("ERM", **hparams)
     with pytest.raises(UserError, match=refused.replace("(", r"\(")):
-        effective_hparams("DMG", EMBEDDED, hparams)
+        checked_run("DMG", EMBEDDED, hparams)
 
 
 @pytest.mark.parametrize(

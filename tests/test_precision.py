@@ -16,7 +16,7 @@ from dmg_domainbed.algorithms.dmg import masks
 from dmg_domainbed.algorithms.importance_mask.grouped import GroupedLinear
 from dmg_domainbed.algorithms.sfmoe.moe import SparseMoE
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.preflight.hparams import checked_run
 from dmg_domainbed.sweep.checks import check_file
 from dmg_domainbed.sweep.config import load_sweep
 
@@ -161,10 +161,10 @@ def test_a_precision_that_does_not_exist_is_refused_with_the_choices(name):
 
 def test_precision_is_a_known_hparam_of_every_algorithm_and_checked_before_a_sweep():
     assert "precision" not in hparams_registry.default_hparams("DMG", EMBEDDED)
-    assert effective_hparams("DMG", EMBEDDED, BF16)["precision"] == "bf16"
-    assert effective_hparams("ERM", "PACS", BF16)["precision"] == "bf16"
+    assert checked_run("DMG", EMBEDDED, BF16).hparams["precision"] == "bf16"
+    assert checked_run("ERM", "PACS", BF16).hparams["precision"] == "bf16"
     with pytest.raises(UserError, match="it must be one of 'fp32', 'bf16'"):
-        effective_hparams("DMG", EMBEDDED, {"precision": "half"})
+        checked_run("DMG", EMBEDDED, {"precision": "half"})
 
 
 def test_a_sweep_files_hparams_table_sets_the_precision_of_every_job(tmp_path):

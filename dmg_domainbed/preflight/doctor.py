@@ -27,7 +27,7 @@ from dmg_domainbed.datasets import input_shape
 from dmg_domainbed.datasets.check.downloads import domainbed_checkout
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import data, environment, requirements
-from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.preflight.hparams import checked_run
 
 OK, FAIL, WARN, INFO = "ok", "FAIL", "warn", "info"
 # Hparams looked up when no dataset is named: any of DomainBed's 224x224 image datasets.
@@ -123,7 +123,7 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
         if not files and not problems:
             detail = f"none: {dataset} inputs {input_shape(target)} use no pretrained featurizer"
             return Check(OK, "pretrained weights", (detail,))
-        effective = effective_hparams(algorithm, target, hparams)
+        effective = checked_run(algorithm, target, hparams).hparams
         backbone = ", ".join(f"{k}={effective[k]}" for k in BACKBONE_HPARAMS if k in effective)
         lines = [f"{scope} ({backbone}) loads:"]
         for f in files:
@@ -230,7 +230,7 @@ def diagnose(
     ]:
         if given is not None and given not in valid:
             raise UserError(f"unknown {kind} {given!r}; choose one of: {', '.join(valid)}")
-    effective_hparams(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)  # raises first
+    checked_run(algorithm, dataset or IMAGE_DATASET_FOR_WEIGHTS, hparams)  # raises first
     checks += [
         _plugin_check(algorithm, dataset or DEMO_DATASET),
         Check(INFO, "torch", environment.torch_summary()),

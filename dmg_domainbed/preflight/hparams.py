@@ -62,10 +62,3 @@ def checked_run(
     averaging.check(hparams, algorithm)  # the hparams it reads given with its mode
     check_trainable(hparams, algorithm)
     return CheckedRun(algorithm, dataset, shape, hparams)
-
-
-def effective_hparams(
-    algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The hparams of :func:`checked_run`."""
-    return checked_run(algorithm, dataset, overrides).hparams

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dmg_domainbed.preflight import data, weights
-from dmg_domainbed.preflight.hparams import CheckedRun, checked_run, effective_hparams
+from dmg_domainbed.preflight.hparams import CheckedRun, checked_run
 from dmg_domainbed.weight_files import Caches, WeightFile, WeightsCheck
 
 
@@ -39,7 +39,7 @@ def own_weights(
     algorithm: str, dataset: str, overrides: Mapping[str, Any] | None = None
 ) -> WeightsCheck | None:
     """The ``check_weights`` of weights the algorithm loads itself; ``None``: none."""
-    return algorithm_weights(algorithm, effective_hparams(algorithm, dataset, overrides))
+    return algorithm_weights(algorithm, checked_run(algorithm, dataset, overrides).hparams)
 
 
 def algorithm_weights(algorithm: str, hparams: Mapping[str, Any]) -> WeightsCheck | None:

@@ -83,7 +83,7 @@ def from_command_line(
 ) -> list[SmokeJob]:
     """The smoke jobs of the command line's algorithms and datasets: default hparams updated
     with ``hparams``, test domain 0, as ``train.py`` runs without more arguments."""
-    from dmg_domainbed.preflight.hparams import effective_hparams
+    from dmg_domainbed.preflight.hparams import checked_run
 
     register()
     from domainbed import algorithms as registered_algorithms
@@ -93,7 +93,7 @@ def from_command_line(
     check_names("--datasets", "dataset", datasets, registered_datasets.DATASETS)
     for algorithm, dataset in itertools.product(algorithms, datasets):
         try:
-            effective_hparams(algorithm, dataset, hparams)
+            checked_run(algorithm, dataset, hparams)
         except UserError as error:
             raise UserError(f"--hparams: {error}") from None
     one_job = {"n_hparams": 1, "n_trials": 1, "single_test_envs": True, "hparams": dict(hparams)}

@@ -1,4 +1,4 @@
-"""Sweep files (``sweeps/*.toml``, docs/sweeps.md): :func:`read_sweep` reads one in one pass,
+"""Sweep files (``sweeps/*.toml``, docs/sweeps.md): :func:`load_sweep` reads one in one pass,
 its ``[launcher]`` first (:mod:`.launcher_settings`), then ``[sweep]`` against its rules
 (:data:`SWEEP_KEYS`, DomainBed's defaults; ``n_hparams`` and ``n_trials`` bounded, as DomainBed
 makes every job in memory first), then the command line's folders and launcher over the file's.
@@ -141,7 +141,7 @@ def parse_sweep(document: Mapping[str, Any], path: Path, registered: bool = True
 
 
 def load_sweep(path: str | Path, registered: bool = True) -> SweepConfig:
-    """Read and check a sweep file (:func:`parse_sweep`; :func:`read_sweep` resolves it)."""
+    """Read and check a sweep file (:func:`parse_sweep`); :func:`resolve` adds the folders."""
     path = Path(path)
     try:
         with open(path, "rb") as stream:
@@ -185,14 +185,3 @@ def resolve(
             )
     folders = {key: os.path.abspath(os.path.expanduser(value)) for key, value in dirs.items()}
     return Sweep(config, **folders, launcher=launcher or config.launcher)
-
-
-def read_sweep(
-    path: str | Path,
-    data_dir: str | None = None,
-    output_dir: str | None = None,
-    launcher: str | None = None,
-) -> Sweep:
-    """A sweep file read once (:func:`load_sweep`) and resolved (:func:`resolve`)."""
-    config = load_sweep(path)
-    return resolve(config, data_dir, output_dir, launcher)

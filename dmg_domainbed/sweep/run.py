@@ -17,7 +17,7 @@ from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.sweep import cost
 from dmg_domainbed.sweep.checks import Checked, check_sweep
 from dmg_domainbed.sweep.command_line import check_commands
-from dmg_domainbed.sweep.config import Sweep, read_sweep
+from dmg_domainbed.sweep.config import Sweep, load_sweep, resolve
 from dmg_domainbed.sweep.launch import execute
 from dmg_domainbed.sweep.launcher_settings import launcher_environment
 from dmg_domainbed.sweep.plan import Plan, job_costs, plan_sweep
@@ -82,7 +82,9 @@ def sweep_cost(sweep: Sweep, plan: Plan, own: cost.CostTable | None, file) -> st
 def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int:
     """Read, check, plan and (unless a dry run) launch; returns the exit status.
     :class:`UserError` before any job folder exists when the sweep cannot run."""
-    sweep = read_sweep(request.file, request.data_dir, request.output_dir, request.launcher)
+    sweep = resolve(
+        load_sweep(request.file), request.data_dir, request.output_dir, request.launcher
+    )
     own = None if request.cost_from is None else smoke_table(request.cost_from)
     if sweep.launcher is None and not request.dry_run:
         raise UserError(

@@ -9,7 +9,7 @@ from domainbed.lib import misc
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.integration import ALGORITHM_GROUP, plugins
-from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.preflight.hparams import checked_run
 
 from ..helpers import domainbed_script
 from .conftest import build
@@ -43,7 +43,7 @@ DIVERGING = r"DMG hparam 'lr' = 1e\+30 is not valid: it must be a number between
 )
 def test_the_sweep_preflight_and_train_py_refuse_values_that_cannot_train(hparams, message):
     with pytest.raises(UserError, match=message):
-        effective_hparams("DMG", "RotatedDigits", hparams)
+        checked_run("DMG", "RotatedDigits", hparams)
     # train.py builds the algorithm from its hparams before the first step
     with pytest.raises(UserError, match=message):
         build("DMG", **hparams)

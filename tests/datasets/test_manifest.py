@@ -19,7 +19,7 @@ from dmg_domainbed.datasets.manifest import (
 )
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.preflight import requirements
-from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.preflight.hparams import checked_run
 from dmg_domainbed.sweep import config
 from dmg_domainbed.sweep.checks import check_file
 
@@ -92,10 +92,10 @@ def test_the_preflight_checks_the_hparams_the_algorithm_is_built_with(manifest, 
     datasets.get_dataset_class("MyData")(None, [0], built_with)
     # What only the files tell (classes, counts, their digest) is known once they are read.
     from_files = {"manifest_classes": None, "manifest_images": None, "manifest_files": None}
-    assert effective_hparams("DMG", "MyData", overrides) == built_with | from_files
+    assert checked_run("DMG", "MyData", overrides).hparams == built_with | from_files
     # A run cannot set what the dataset records: the dataset would replace it.
     with pytest.raises(UserError, match="'manifest_domains' is recorded by dataset MyData"):
-        effective_hparams("DMG", "MyData", {"manifest_domains": ["south", "north", "west"]})
+        checked_run("DMG", "MyData", {"manifest_domains": ["south", "north", "west"]})
 
 
 def test_a_sweep_setting_what_the_dataset_records_is_told_to_remove_it(manifest, registered):
@@ -400,10 +400,12 @@ def test_a_sweep_into_a_dataset_s_folder_or_the_file_system_s_root_is_refused(
         Path("/"): "the sweep's output_dir '/' is the root of the file system",
     }
     for output, message in refusals.items():
-        sweep = config.read_sweep(sweep_file, str(data), str(output))
+        sweep = config.resolve(config.load_sweep(sweep_file), str(data), str(output))
         with pytest.raises(UserError, match=re.escape(message)):
             machine_check(sweep)
-    assert machine_check(config.read_sweep(sweep_file, str(data), str(data / "sweep")))
+    assert machine_check(
+        config.resolve(config.load_sweep(sweep_file), str(data), str(data / "sweep"))
+    )
     before = snapshot(images)
     code, _, err = cli(
         "sweep",

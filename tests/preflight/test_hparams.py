@@ -3,13 +3,13 @@
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.preflight.hparams import effective_hparams
+from dmg_domainbed.preflight.hparams import checked_run
 
 
 def test_overrides_update_the_defaults():
-    hparams = effective_hparams("DMG", "PACS", {"resnet18": True, "lambda_overlap": 0.5})
+    hparams = checked_run("DMG", "PACS", {"resnet18": True, "lambda_overlap": 0.5}).hparams
     assert hparams["resnet18"] is True and hparams["lambda_overlap"] == 0.5
-    assert hparams["mask_lr"] == effective_hparams("DMG", "PACS")["mask_lr"]
+    assert hparams["mask_lr"] == checked_run("DMG", "PACS").hparams["mask_lr"]
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_overrides_update_the_defaults():
 )
 def test_unknown_names_and_wrong_types_are_rejected(algorithm, overrides, message):
     with pytest.raises(UserError, match=message):
-        effective_hparams(algorithm, "PACS", overrides)
+        checked_run(algorithm, "PACS", overrides)
 
 
 @pytest.mark.parametrize(
@@ -51,4 +51,4 @@ def test_unknown_names_and_wrong_types_are_rejected(algorithm, overrides, messag
 )
 def test_values_no_run_can_train_with_are_refused(overrides, message):
     with pytest.raises(UserError, match=message):
-        effective_hparams("ERM", "PACS", overrides)
+        checked_run("ERM", "PACS", overrides)

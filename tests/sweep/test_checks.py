@@ -7,7 +7,7 @@ from dmg_domainbed.datasets.check.data_check import check_dataset
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.of_job import job_hparams
 from dmg_domainbed.sweep.checks import MAX_JOBS, check_file
-from dmg_domainbed.sweep.config import SweepConfig, read_sweep
+from dmg_domainbed.sweep.config import SweepConfig, load_sweep, resolve
 from dmg_domainbed.sweep.plan import job_count
 
 from ..datasets.conftest import write_domains
@@ -136,7 +136,7 @@ def test_a_dataset_s_files_are_checked_once_for_every_algorithm_of_the_sweep(tmp
         return check_dataset(dataset, *args, **kwargs)
 
     monkeypatch.setattr(data, "check_dataset", counted)
-    sweep = read_sweep(sweep_file, str(tmp_path), str(tmp_path / "sweep"))
+    sweep = resolve(load_sweep(sweep_file), str(tmp_path), str(tmp_path / "sweep"))
     assert machine_check(sweep).startswith("local")
     largest = max(
         job_hparams(a, "Mine", seed, 0)["batch_size"]

@@ -215,9 +215,9 @@ def test_reading_a_sweep_file_looks_nothing_up_in_domainbed(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text(BASE + "n_hparams = 2\n[sweep.algorithm_hparams.DMG]\nlambda_overlap = 0.2\n")
     with fresh_domainbed():
-        from dmg_domainbed.sweep.config import read_sweep
+        from dmg_domainbed.sweep.config import load_sweep, resolve
 
-        sweep = read_sweep(path, str(tmp_path), str(tmp_path / "out"))
+        sweep = resolve(load_sweep(path), str(tmp_path), str(tmp_path / "out"))
         imported = {name for name in sys.modules if name.startswith("domainbed")}
     assert sweep.config.hparams_of("DMG") == {"lambda_overlap": 0.2}
     assert "domainbed.algorithms" not in imported and "domainbed.datasets" not in imported
