@@ -1,21 +1,12 @@
 """Start-up hook: register the plugins whenever DomainBed's library modules are imported.
 
 ``dmg_domainbed.pth`` (and ``dmg_domainbed.start`` for Python 3.15+, PEP 829) call
-:func:`install` at the start of every Python process of the environment. It only puts a
-meta-path finder in front of the import system; when one of the watched DomainBed modules
-finishes executing, the finder hands it to :mod:`dmg_domainbed.integration`, which works in any
-import order.
-
-Because it runs in every process, this module imports nothing that a bare ``python -c pass``
-has not already loaded: ``sys`` and ``os`` only. In particular no ``importlib.abc`` (on Python
-3.11 it pulls in ``importlib.resources`` and some 60 modules with it) and no
-``from __future__ import annotations`` (which imports the ``__future__`` module): the finder and
-the loader are plain classes with the methods the import system calls.
-``benchmarks/startup_cost.py`` measures what is left.
-
-Any failure here is reported on stderr and never breaks the interpreter.
-``DMG_DOMAINBED_DISABLE`` set to anything but empty, ``0``, ``false``, ``no`` or ``off`` switches
-the hook off; it is checked before anything else.
+:func:`install` in every Python process of the environment: it puts a meta-path finder first,
+which hands each watched DomainBed module to :mod:`dmg_domainbed.integration` once it has run.
+So it imports nothing a bare ``python -c pass`` has not loaded (``sys`` and ``os``: no
+``importlib.abc``, no ``from __future__``; ``benchmarks/startup_cost.py`` measures the rest),
+reports any failure on stderr without breaking the interpreter, and does nothing when
+``DMG_DOMAINBED_DISABLE`` is set to anything but empty, ``0``, ``false``, ``no`` or ``off``.
 """
 
 import os

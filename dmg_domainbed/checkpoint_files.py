@@ -1,24 +1,14 @@
 """Reading a checkpoint file (train.py's ``model.pkl``, ``model_step<N>.pkl``) without running
 code it may hold.
 
-A ``torch.save`` file is a pickle, and unpickling calls whatever functions the file names: a
-run folder downloaded from someone else can hold a file made to run code when read. This
-module unpickles with a :class:`pickle.Unpickler` whose ``find_class`` (the one way a pickle
-reaches a function or a class) gives only what a checkpoint of train.py holds, and refuses any
-other name with :class:`RefusedName` before anything is called. A TorchScript archive, which
-``torch.load`` would hand to ``torch.jit.load`` to run its code, is refused as well. The
-functions it gives are fresh wrappers each time, so that a file cannot change a function of
-torch's (its defaults, say) for the rest of the process.
-
-What train.py saves is a dict of plain values (``args``, the input shape, the numbers of
-classes and domains), the hparams dict and the model's ``state_dict``. Unpickled, those name
-``collections.OrderedDict``, torch's dense tensor rebuilding functions (their storages are
-found by torch itself, by their type's name) and, for hparams DomainBed samples with NumPy
-(``resnet_dropout`` of every run with ``hparams_seed`` > 0), NumPy's scalar and dtype with
-``_codecs.encode`` of the scalar's bytes. torch's own ``weights_only=True`` refuses those
-NumPy scalars without an allow-list that torch 2.1 does not have; this module's list is the
-same on every supported torch and NumPy (a NumPy 2 file names ``numpy._core``, a NumPy 1 file
-``numpy.core``: each is found in the NumPy installed).
+A ``torch.save`` file is a pickle, and unpickling calls whatever the file names: a run folder
+from someone else can run code when read. The unpickler here gives ``find_class`` only what a
+checkpoint of train.py holds (``OrderedDict``, torch's tensor rebuilders and dtypes, and for
+hparams DomainBed samples with NumPy, NumPy's scalar and dtype with a Latin-1
+``_codecs.encode``), as fresh wrappers a file cannot alter, and refuses anything else, and any
+TorchScript archive, with :class:`RefusedName` before anything is called. torch's own
+``weights_only=True`` refuses those NumPy scalars on torch 2.1; this list is the same on every
+supported torch and NumPy (``numpy._core`` or ``numpy.core``).
 """
 
 from __future__ import annotations

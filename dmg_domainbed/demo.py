@@ -1,11 +1,9 @@
 """The demo: a real DomainBed sweep on the embedded RotatedDigits, and its report.
 
-The demo is a sweep like any other, written in code instead of a file: it goes through the
-package's sweep runner (:func:`dmg_domainbed.sweep.run.check`; then, with the folder locked,
-DomainBed's job list, :func:`dmg_domainbed.sweep.plan.plan_sweep`, and
-:func:`dmg_domainbed.sweep.launch.execute`: ``Job.launch`` with the ``local_parallel`` launcher,
-progress, resume), then collect_results' own tables, the sweep report, in-domain Table 3 and
-the pictures of what each run learned.
+A sweep like any other, written in code instead of a file, through the package's sweep runner
+(checked, planned and launched with ``local_parallel`` under the folder's lock), then
+collect_results' own tables, the sweep report, in-domain Table 3 and the pictures of what each
+run learned.
 """
 
 from __future__ import annotations

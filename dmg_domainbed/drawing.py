@@ -1,10 +1,6 @@
-"""Drawing without a display: blank figures, a stable palette, PNG files; and the plain data an
-algorithm's pictures of a finished run are drawn from.
-
-Figures are ``matplotlib.figure.Figure`` objects written with the Agg canvas, never through
-pyplot, so drawing needs no display and changes no global state. The algorithms draw what they
-learned through this module and the reports draw their tables' pictures through it; it imports
-nothing else of the package, so both sides can use it without importing each other.
+"""Drawing without a display (``Figure`` objects on the Agg canvas, never pyplot): blank
+figures, a stable palette, PNG files; and the plain data an algorithm's pictures of a finished
+run are drawn from. It imports nothing of the package, so the algorithms and the reports share it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Synthetic stand-ins for DomainBed's image datasets and for the pretrained weights its
-featurizers load, so that DomainBed's real image path runs offline (in the tests,
-``dmg-domainbed smoke --synthetic`` and the benchmarks, with caches of their own).
-
-:func:`write_image_dataset` writes a folder laid out exactly like DomainBed's download of PACS,
-VLCS, OfficeHome, TerraIncognita or DomainNet; :func:`write_random_weights` writes a random
-initialisation of a backbone into the very cache file that torchvision or timm reads. Nothing
-here is data: every dataset folder holds ``SYNTHETIC.txt``, file names start with
-``synthetic_``, and no existing file or folder is ever overwritten.
+featurizers load, so that DomainBed's real image path runs offline: a folder laid out exactly
+like DomainBed's download (:func:`write_image_dataset`), and random weights in the very cache
+file torchvision or timm reads (:func:`write_random_weights`). Every dataset folder holds
+``SYNTHETIC.txt``, file names start with ``synthetic_``, and nothing existing is overwritten.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Where pretrained weight files live: the caches torch.hub, torchvision and timm read, one file a
-run needs, and an algorithm's account of the weights it loads.
-
-Descriptions only: nothing here looks into a file or downloads one. The checks
-(:mod:`dmg_domainbed.preflight.weights`), the algorithms that load their own weights and
-:mod:`dmg_domainbed.synthetic` (which writes random weights where a loader reads them) share
-these types; the module imports nothing of the package.
+run needs, and an algorithm's account of the weights it loads. Descriptions only (nothing is
+opened or downloaded), shared by the checks, the algorithms and :mod:`dmg_domainbed.synthetic`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The hparams this package gives every algorithm, DomainBed's and each plugin's, on every dataset.
 
-They are known to the names rule (:mod:`.names`) and checked by their own rule, as any declared
-hparam, but kept out of DomainBed's registry: a run that gives none has exactly DomainBed's
-hparams, results and checkpoints. :mod:`dmg_domainbed.precision` applies ``precision``,
-:mod:`dmg_domainbed.averaging` ``averaging``, the two it reads, and ``init_seed``. ``protocol``
-changes nothing in training: a sweep file's ``protocol = "search_once"``
-(:mod:`dmg_domainbed.sweep.config`) gives it to every job, so that each record says the
-protocol its job belongs to and the reports never pool its runs with those of DomainBed's
-protocol.
-"""
+Known to the names rule and checked by their own rules, but kept out of DomainBed's registry: a
+run that gives none has exactly DomainBed's hparams, results and checkpoints.
+:mod:`dmg_domainbed.precision` applies ``precision``, :mod:`dmg_domainbed.averaging` the
+averaging ones and ``init_seed``. ``protocol`` changes nothing in training: a sweep file's
+``protocol = "search_once"`` gives it to every job, so that the reports never pool its runs with
+those of DomainBed's protocol."""
 
 from dmg_domainbed.hparams.space import HParam, HParamSpace
 

@@ -1,28 +1,16 @@
 """The one rule for hparam names: a name that nothing of the run reads is refused.
 
-DomainBed's ``train.py`` updates the registry's hparams with whatever ``--hparams`` holds, so a
-misspelt name (``lrr``, ``lamda_overlap``) trains the whole run with the default and no word of
-warning. A name is valid for an algorithm on a dataset when
-
-* DomainBed's registry gives it to that algorithm on that dataset: DomainBed's own names, the
-  dataset's and the algorithm's declared ``HPARAMS`` that apply there (the algorithm's are also
-  taken from the class, for a class built under no registered name);
-* the dataset records it in the run's hparams (:mod:`.recorded`);
-* DomainBed's featurizer reads it for the inputs: ``networks.MLP``, its featurizer for vector
-  inputs, reads :data:`VECTOR_INPUT_HPARAMS`, which the registry gives only to DANN, CDANN and
-  ADRMX (a dataset of vectors declares them, or a run gives them);
-* the package gives it to every algorithm (:data:`EVERY_ALGORITHM`), outside DomainBed's
-  registry.
-
-DomainBed's algorithms read their hparams by subscript, every name the registry gives them
-(none reads one with ``.get``), so a valid run of theirs gives no other name. Without a dataset
-(an algorithm built directly, as DomainBed's ``test_models`` does), a name valid on any
-registered dataset is valid.
-
-:mod:`dmg_domainbed.integration` applies :func:`reject_unknown` to every algorithm DomainBed
-builds, before anything of it is built; the preflight (``doctor``, ``sweep``, ``smoke``) and
-``check-algorithm`` call the same function.
-"""
+DomainBed's ``train.py`` takes whatever ``--hparams`` holds, so a misspelt name (``lrr``,
+``lamda_overlap``) trains the whole run with the default, silently. A name is valid for an
+algorithm on a dataset when DomainBed's registry gives it there (DomainBed's own, the dataset's
+and the algorithm's declared ``HPARAMS``; the algorithm's also from its class), the dataset
+records it (:mod:`.recorded`), DomainBed's MLP featurizer reads it for vector inputs
+(:data:`VECTOR_INPUT_HPARAMS`, which the registry gives only to DANN, CDANN and ADRMX), or the
+package gives it to every algorithm. DomainBed's algorithms read every name the registry gives
+them by subscript, so a valid run of theirs gives no other. Without a dataset, a name valid on
+any registered dataset is valid. :mod:`dmg_domainbed.integration` applies
+:func:`reject_unknown` to every algorithm DomainBed builds; the preflight and
+``check-algorithm`` call it too."""
 
 from __future__ import annotations
 

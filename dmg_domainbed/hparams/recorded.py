@@ -1,15 +1,11 @@
 """Hparams a dataset records: what a run was built on, written into the run's hparams.
 
-DomainBed's ``train.py`` writes the hparams dict into every record of ``results.jsonl`` and into
-``model.pkl``, so a dataset that records a fact there (a manifest dataset its domains, in order)
-makes it part of the run. A dataset declares what it records with a classmethod
-``recorded_hparams()`` giving ``{name: value}`` from the class alone (no data read); a value
-only its files tell (a manifest dataset's classes) is declared ``None`` and written by the
-dataset's ``__init__`` as it reads them. The dataset's ``__init__`` calls :func:`record` first
-(:mod:`dmg_domainbed.datasets.when_built`), the preflight adds them to the hparams it checks,
-and the names rule (:mod:`.names`) knows them, so the algorithm that is then built with those
-hparams accepts them.
-"""
+train.py writes the hparams into every record of ``results.jsonl`` and into ``model.pkl``, so a
+fact a dataset records there (a manifest dataset's domains) is part of the run. A dataset
+declares them with a classmethod ``recorded_hparams()`` (from the class alone; ``None`` for a
+value only its files tell, which its ``__init__`` writes as it reads them), calls
+:func:`record` first when built (:mod:`dmg_domainbed.datasets.when_built`), and the names rule
+knows them."""
 
 from __future__ import annotations
 

@@ -164,15 +164,10 @@ def resolve_space(
     dataset: str | None = None,
     defined: Container[str] = (),
 ) -> dict[str, tuple[Any, Any]]:
-    """(default, random value) per name declared for ``dataset``, each sampler seeded exactly
-    as DomainBed seeds its own.
-
-    DomainBed draws every hparam from ``RandomState(seed_hash(random_seed, name))``; doing the
-    same keeps a name's random value independent of which other hparams exist. ``defined``: the
-    names DomainBed and the dataset already define (see :attr:`HParam.where_defined`).
-    Third-party plugins may declare a plain mapping ``{name: (default, sampler)}`` instead of a
-    space; a malformed declaration raises :class:`MalformedHParams`.
-    """
+    """(default, random value) per name declared for ``dataset``, each drawn from
+    ``RandomState(seed_hash(random_seed, name))`` as DomainBed draws its own (independent of
+    which other hparams exist). ``defined``: the names DomainBed and the dataset already define
+    (:attr:`HParam.where_defined`)."""
     entries = declared(space)
     if isinstance(space, Mapping):
         items = entries

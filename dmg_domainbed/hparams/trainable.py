@@ -1,13 +1,10 @@
 """The values of hparams that a run can train with.
 
-DomainBed checks no hparam value: ``lr = 1e30`` trains to NaN losses and a run that reports
-"done", and a loss weight of ``1e308`` overflows at the first step. The bounds here, far wider
-than any search range DomainBed or this package draws from and far below where float32
-overflows, refuse such values before any job starts: :data:`TRAINABLE` bounds DomainBed's
-shared hparams, checked in the sweep preflight and when a plugin algorithm is built
-(``train.py`` builds it before its first step); the plugin algorithms' own float hparams take
-their ``maximum`` from the constants below, so that one kind of hparam has one range.
-"""
+DomainBed checks no value: ``lr = 1e30`` trains to NaN losses in a run that reports "done". The
+bounds here, far wider than any search range and far below float32's overflow, refuse such
+values before any job starts: :data:`TRAINABLE` bounds DomainBed's shared hparams (the sweep
+preflight, and a plugin algorithm when built); the plugins' own float hparams take their
+``maximum`` from the constants below, so that one kind of hparam has one range."""
 
 from __future__ import annotations
 

@@ -138,18 +138,9 @@ def masks_figure(layers: list[LayerMasks], domains: list[str], title: str) -> Fi
         fig.colorbar(image, ax=heat, fraction=0.03, pad=0.01)
         matrix = fig.add_subplot(grid[row, 1])
         matrix.imshow(lm.hard_iou, cmap="magma", vmin=0, vmax=1)
-        for i in range(len(domains)):
-            for j in range(len(domains)):
-                value = lm.hard_iou[i, j]
-                matrix.text(
-                    j,
-                    i,
-                    f"{value:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="black" if value > 0.6 else "white",
-                )
+        for (i, j), value in np.ndenumerate(lm.hard_iou):
+            colour = "black" if value > 0.6 else "white"
+            matrix.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8, color=colour)
         matrix.set_xticks(range(len(domains)), domains, fontsize=7, rotation=45)
         matrix.set_yticks(range(len(domains)), domains, fontsize=7)
         matrix.set_title("hard IoU (m > 0.5)", fontsize=9)

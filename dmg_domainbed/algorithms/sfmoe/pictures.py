@@ -160,14 +160,8 @@ def load_figure(frame: pd.DataFrame, num_experts: int, title: str) -> Figure:
     for ax, block in zip(axes, blocks):
         rows = frame[frame["block"] == block]
         positions = np.arange(len(rows))
-        for e in range(num_experts):
-            name = f"expert {e}"
-            ax.bar(
-                positions + (e - (num_experts - 1) / 2) * width,
-                rows[name],
-                width,
-                color=palette[name],
-            )
+        for e, (name, colour) in enumerate(palette.items()):
+            ax.bar(positions + (e - (num_experts - 1) / 2) * width, rows[name], width, color=colour)
         ax.axhline(1 / num_experts, color="grey", ls="--", lw=0.8)
         ax.set_xticks(
             positions, [f"{d}\n({r})" for d, r in zip(rows["domain"], rows["role"])], fontsize=8
@@ -187,26 +181,15 @@ def draw(algorithm, run: FinishedRun, output_dir: Path, stem: str) -> Drawn:
     for sample in run.samples:
         domain = f"{sample.environment} ({sample.role})"
         seen[domain] = look(algorithm, sample.images)
+        where = {"domain": sample.environment, "role": sample.role}
         for block, load in zip(algorithm.blocks, seen[domain].load):
-            rows.append(
-                {
-                    "domain": sample.environment,
-                    "role": sample.role,
-                    "block": block,
-                    "images": len(sample.images),
-                    **load,
-                }
-            )
+            rows.append({**where, "block": block, "images": len(sample.images), **load})
     title = f"SFMOE on {run.title}"
     output_dir.mkdir(parents=True, exist_ok=True)
     heads = algorithm.network.blocks[-1].attn.num_heads
     num_experts = algorithm.moe_layers[0].num_experts if algorithm.blocks else 0
-    files = [
-        save(
-            routing_figure(seen, algorithm.blocks, num_experts, heads, title),
-            output_dir / f"{stem}.png",
-        )
-    ]
+    routing = routing_figure(seen, algorithm.blocks, num_experts, heads, title)
+    files = [save(routing, output_dir / f"{stem}.png")]
     summary = pd.DataFrame(rows)
     if algorithm.blocks:
         files.append(
