@@ -1,16 +1,11 @@
-"""Paired comparisons of every algorithm with a reference, with 95% confidence intervals.
+"""Paired comparisons of every algorithm with a reference, with 95% Student-t intervals.
 
-What is paired is what DomainBed pairs: runs of the same dataset, test domains and trial seed
-train on the same data splits (train.py seeds the split of environment ``i`` with
-``misc.seed_hash(trial_seed, i)``, whatever the algorithm), so split-to-split variation cancels
-in the difference of the test accuracies (%) a selection method selects
-(:func:`.tables.selected_frame`): per test domain, over the trial seeds both have; over the
-dataset, of the per-trial means over test domains (as collect_results' "Averages" table treats
-a trial), over the trials that have every test domain for both. Intervals are Student's t
-(``scipy.stats.t``); the probability of beating the reference on a new trial is that of the t
-posterior predictive distribution (Gelman et al., *Bayesian Data Analysis*, Sec. 3.2); "better"
-and "worse" are said only where the interval excludes zero. docs/reports.md gives the formulas,
-their assumptions and why a bootstrap would not do.
+Runs of one dataset, test domain and trial seed train on the same splits (train.py seeds them
+from the trial seed), so the difference of the accuracies a selection method selects is paired
+on them: per test domain, and over the dataset of the per-trial means over test domains (trials
+with every domain for both). The probability of beating the reference on a new trial is the t
+posterior predictive's (Gelman et al., *Bayesian Data Analysis*, Sec. 3.2). docs/reports.md gives
+the formulas and their assumptions.
 """
 
 from __future__ import annotations
@@ -34,9 +29,8 @@ COLUMNS = f"{COLUMNS} reference_accuracy difference ci_low ci_high p_beats verdi
 
 
 def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """From the number of pairs, mean difference and its sample standard deviation (arrays): the
-    95% Student-t interval and the predictive probability of beating the reference on a new
-    trial; NaN where ``n < 2``."""
+    """The 95% interval and the probability of beating the reference on a new trial, from the
+    number of pairs, mean difference and its sample standard deviation; NaN where ``n < 2``."""
     from scipy import stats
 
     n, mean, spread = (np.asarray(a, dtype=float) for a in (n, mean, spread))
@@ -58,9 +52,8 @@ def verdicts(n, low, high) -> np.ndarray:
 def compare(
     selected: pd.DataFrame, reference: str, algorithms: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """Every algorithm against ``reference``, per selection method and dataset: one row per test
-    domain and one (``Avg``) over the dataset, from :func:`.tables.selected_frame`'s rows;
-    ``algorithms`` gives the row order. Datasets without runs of ``reference`` are left out."""
+    """Every algorithm (in the order of ``algorithms``) against ``reference``, per selection
+    method and dataset, per test domain and over the dataset (``Avg``)."""
     names = list(algorithms) if algorithms is not None else list(selected["algorithm"].unique())
     cell = ["selection_method", "dataset", "test_env"]
     wide = selected.pivot(index=[*cell, "trial_seed"], columns="algorithm", values="accuracy")
@@ -108,8 +101,7 @@ def compare(
 
 
 def flag_comparisons(comparisons: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
-    """``comparisons`` with ``diverged_runs``: how many of the selected runs each compares
-    diverged."""
+    """``comparisons`` with ``diverged_runs``: how many of the runs each compares diverged."""
     broken = selected[selected["diverged"] != ""]
     counts = [
         broken.loc[
@@ -147,8 +139,7 @@ def interval_text(row: pd.Series) -> str:
 
 
 def markdown(comparisons: pd.DataFrame) -> str:
-    """One table per selection method and dataset: algorithms down, test domains across, each
-    cell the paired difference with its interval; P(new trial) and the verdict last."""
+    """One table per selection method and dataset: algorithms down, test domains across."""
     parts = [
         "# Paired comparisons\n",
         "Test-accuracy difference (percentage points) of each algorithm minus the reference, "

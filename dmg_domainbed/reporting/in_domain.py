@@ -1,16 +1,9 @@
-"""In-domain evaluation of a finished run (paper Sec. 4, Table 3).
-
-Each source domain's held-out part (train.py's ``env<i>_out`` split, rebuilt) is classified by
-``predict`` (DomainBed's out-of-domain prediction, logged by train.py as ``env<i>_out_acc``) and
-by each known-domain prediction an algorithm declares in ``KNOWN_DOMAIN_PREDICTIONS``
-(``predict_known_domain(x, domain, mode)``, e.g. DMG's soft or hard masks ``m_d > 0.5``). Source
-domain ``d`` is the ``d``-th training environment, test environments skipped, as in ``update``.
-
-``select`` selects checkpoints as the DMG authors do: every model train.py saved with
-``--save_model_every_checkpoint`` is evaluated with every prediction, and DomainBed's own
-``IIDAccuracySelectionMethod`` selects (per trial and test domain) on records whose source
-domains' ``env<i>_out_acc`` is that prediction's accuracy; for ``predict`` the records are
-train.py's own, so its rows are ``collect_results``'.
+"""In-domain evaluation of finished runs (paper Sec. 4, Table 3): each source domain's held-out
+split (train.py's ``env<i>_out``, rebuilt) classified by ``predict`` and by each known-domain
+prediction the algorithm declares (``KNOWN_DOMAIN_PREDICTIONS``); source domain ``d`` is the
+``d``-th training environment, as in ``update``. ``select`` evaluates every checkpoint model so,
+and DomainBed's ``IIDAccuracySelectionMethod`` selects on records whose source ``env<i>_out_acc``
+is a prediction's accuracy (for ``predict``, train.py's own records: collect_results' rows).
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from dmg_domainbed import runs as run_files
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import tables
-from dmg_domainbed.reporting.jobs import names_notes, reported_names, require_utf8_name
+from dmg_domainbed.reporting.jobs import names_notes, renamed, reported_names, require_utf8_name
 from dmg_domainbed.reporting.outputs import placed, staged
 from dmg_domainbed.reporting.tables import (
     markdown_text,
@@ -44,19 +37,17 @@ SELECTED += " source validation accuracy"
 
 
 def run_names(runs: Iterable[Run]) -> dict[Path, str]:
-    """Run folder -> the name its rows go under (:func:`.jobs.reported_names`: with its
-    precision unless fp32, and the fixed hparams in which runs of its algorithm differ)."""
-    return reported_names(last_records(runs))
+    """Run folder -> the name its rows go under (:func:`.jobs.reported_names`)."""
+    return reported_names({run.path: run.records[-1] for run in runs})
 
 
-def last_records(runs: Iterable[Run]) -> dict[Path, dict]:
-    """Run folder -> the run's last record, which names it."""
-    return {run.path: run.records[-1] for run in runs}
+def run_notes(runs: list[Run]) -> list[str]:
+    """The runs' warnings, and what their names mean."""
+    return warnings(runs) + names_notes({run.path: run.records[-1] for run in runs})
 
 
 def predictors(name: str, algorithm) -> dict[str, Callable]:
-    """Row label -> function ``(x, d)`` giving logits, ``predict`` first; ``name``: the run's
-    (:func:`run_names`)."""
+    """Row label -> function ``(x, d)`` giving logits, ``predict`` first."""
     rows: dict[str, Callable] = {f"{name} ({PREDICT})": lambda x, d: algorithm.predict(x)}
     known = getattr(algorithm, "predict_known_domain", None)
     for mode, label in declarations_of(type(algorithm)).KNOWN_DOMAIN_PREDICTIONS.items():
@@ -80,12 +71,9 @@ def evaluate_run(
 ) -> pd.DataFrame:
     """Accuracy (%) of every prediction of ``run`` on each source domain's held-out split, the
     % of examples whose class differs from ``predict``'s (``changed``), and train.py's logged
-    ``env<i>_out_acc`` (``predict`` only, where it did not classify them augmented). ``step``:
-    the model saved at that checkpoint and its record, instead of ``model.pkl`` and the last
-    (the rows say which, in a column ``step``).
-    ``dataset``: the run's dataset as ``run_files.load_dataset(run, data_dir, augment=False)``
-    builds it, when already built (one per run for all its checkpoints). ``name``: the run's
-    rows' (:func:`run_names` of the runs shown beside it; default: of the run alone)."""
+    ``env<i>_out_acc`` (``predict``'s, where it did not classify them augmented). ``step``: that
+    checkpoint's model and record, not ``model.pkl`` and the last; ``dataset``: the run's,
+    already built unaugmented; ``name``: the rows' (default: :func:`run_names` of the run)."""
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
@@ -126,10 +114,7 @@ def evaluate_run(
 
 
 def check_comparable(runs: list[Run]) -> None:
-    """Runs side by side in one table must share train.py's splits and source domains, and be
-    one run per name (a table's rows are named by :func:`run_names`: algorithm, precision and
-    the fixed hparams in which they differ), each in a folder of a UTF-8 name (the table's
-    files name it: :func:`.jobs.require_utf8_name`)."""
+    """Runs in one table share train.py's splits, are one per name and in UTF-8 folders."""
     keys = ("dataset", "test_envs", "trial_seed", "holdout_fraction")
     first, seen, names = runs[0], {}, run_names(runs)
     for run in runs:
@@ -164,9 +149,8 @@ def table3(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def table3_title(runs: Sequence[Run], home: Path) -> str:
-    """Markdown heading of a Table 3 of ``runs`` (sharing their test domains), naming the
-    trial, hparams and checkpoint step of each run it shows, and its folder relative to
-    ``home``, the folder the Markdown file is written into."""
+    """Markdown heading of a Table 3 of ``runs``, naming each run's seeds, step, hparams and
+    folder relative to ``home`` (where the Markdown file is written)."""
     environments, names = runs[0].environments(), run_names(runs)
     held_out = markdown_text(", ".join(environments[e] for e in runs[0].test_envs))
     shown = "\n".join(
@@ -228,8 +212,7 @@ def write_in_domain(
     with staged(output_dir) as stage:
         files = write_table(frame, sections_markdown(sections, "Prediction"), stage, IN_DOMAIN)
     files = placed(files, output_dir)
-    notes = warnings(run for group in groups for run in group)
-    notes += names_notes(last_records(run for group in groups for run in group))
+    notes = run_notes([run for group in groups for run in group])
     if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
         notes.append(
             "The held-out images are classified without augmentation. train.py classified "
@@ -241,32 +224,26 @@ def write_in_domain(
 
 
 def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
-    """DomainBed records (a ``Q``) to select from, one set per prediction: ``args.algorithm``
-    the prediction's name, the source domains' ``env<i>_out_acc`` its accuracy at that step
-    (``predict``: train.py's records; another: the steps whose model was saved)."""
+    """DomainBed records (a ``Q``) to select from, named by prediction, the source domains'
+    ``env<i>_out_acc`` its accuracy (``predict``: train.py's records)."""
     from domainbed.lib.query import Q
 
     records, names = [], run_names(runs)
     for run in runs:
-        records += [renamed(r, f"{names[run.path]} ({PREDICT})") for r in run.records]
+        own = f"{names[run.path]} ({PREDICT})"
+        records += [renamed(r, own, Path(run.path)) for r in run.records]
         evaluated = evaluations[evaluations["run"] == str(run.path)]
         for (prediction, step), rows in evaluated.groupby(["prediction", "step"], sort=False):
             if prediction.endswith(f"({PREDICT})"):
                 continue
             record = next(r for r in run.records if r["step"] == step)
             accuracies = {f"env{e}_out_acc": a / 100 for e, a in zip(rows["env"], rows["accuracy"])}
-            records.append(renamed({**record, **accuracies}, prediction))
+            records.append(renamed({**record, **accuracies}, prediction, Path(run.path)))
     return Q(records)
 
 
-def renamed(record: dict, prediction: str) -> dict:
-    return {**record, "args": {**record["args"], "algorithm": prediction}}
-
-
 def selection_frame(records) -> pd.DataFrame:
-    """Per dataset, prediction and test domain: test-domain accuracy (%) of the checkpoint and
-    hparams the prediction's validation accuracy selects, mean and standard error over trials,
-    and the average over test domains (as :func:`.tables.results_frame`)."""
+    """Per dataset, prediction and test domain, the cell of what the prediction selects."""
     from domainbed import datasets
     from domainbed.model_selection import IIDAccuracySelectionMethod
 
@@ -286,8 +263,8 @@ def selection_frame(records) -> pd.DataFrame:
 def write_selection(
     sweep_dir: str | Path, output_dir: Path, data_dir: str | None = None
 ) -> Written:
-    """``checkpoints.csv`` (each checkpoint model's accuracies on the source validation splits)
-    and ``selection.csv`` / ``.md`` (the test-domain accuracy each prediction selects)."""
+    """``checkpoints.csv`` (every checkpoint's source validation accuracies) and
+    ``selection.csv`` / ``.md`` (the test-domain accuracy each prediction selects)."""
     sweep = run_files.require_sweep(sweep_dir)
     folders = [require_utf8_name(folder) for folder in run_files.run_folders(sweep)]
     runs = [run_files.read_run(folder) for folder in folders]
@@ -329,8 +306,7 @@ def write_selection(
         f"note: {run.describe()} saved no checkpoint models; its known-domain rows leave it out"
         for run in without
     ]
-    notes += warnings(runs)
-    notes += names_notes(last_records(runs))
+    notes += run_notes(runs)
     if len(evaluations):
         found = logged_notes(evaluations, "at each checkpoint") or [
             "None could be compared with train.py's log (it evaluated augmented images)."

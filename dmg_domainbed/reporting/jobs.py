@@ -1,15 +1,11 @@
-"""The jobs of a sweep folder as they stand: done, running or failed, and which diverged.
+"""The jobs of a sweep folder as they stand, and the names their runs are reported under.
 
-DomainBed's sweep makes one folder per job; train.py writes ``out.txt`` and ``err.txt`` first,
-a record in ``results.jsonl`` at every checkpoint and ``done`` last. A job folder (a sub-folder
-holding one of these files, or still empty) is done when it has ``done``; running when the
-sweep's folder lock is held by a live command or a registered launcher's ``running_jobs`` says
-its job is queued or runs; failed otherwise; and diverged, whatever its state, when a loss it
-logged is not finite. Records are read in ``os.listdir`` order, as ``collect_results`` reads
-them, checked, and each run named by :func:`reported_names` (``ERM (bf16)``, ``DMG (lr=0.05)``,
-``DMG (search_once)``): the one rule by which every report (``report``, ``select``, ``evaluate``)
-keeps apart runs of two precisions, of two sweep protocols or of two sets of fixed hparams
-(train.py's ``--hparams``), which DomainBed's grouping would pool.
+A job folder (a sub-folder holding a file train.py writes, or still empty) is done when it has
+``done``; running when a live command holds the sweep's folder lock or a registered launcher's
+``running_jobs`` says so; failed otherwise; diverged, whatever its state, when a logged loss is
+not finite. Records are read in ``os.listdir`` order, as ``collect_results`` reads them, and
+each run named by :func:`reported_names`, the one rule by which every report keeps apart runs
+that DomainBed's grouping would pool.
 """
 
 from __future__ import annotations
@@ -65,8 +61,7 @@ class Job:
 
 
 def read_jobs(sweep_dir: str | Path) -> list[Job]:
-    """Every job folder of the sweep with its records (checked, then named as the reports name
-    them: :func:`renamed`), in ``os.listdir`` order."""
+    """Every job folder of the sweep with its records, checked and :func:`renamed`."""
     found: list[tuple[Path, list[dict[str, Any]], bool]] = []
     for name in os.listdir(sweep_dir):
         folder = Path(sweep_dir) / name
@@ -94,9 +89,7 @@ def read_jobs(sweep_dir: str | Path) -> list[Job]:
 
 
 def require_utf8_name(folder: Path) -> Path:
-    """``folder``, unless its path is not valid UTF-8 (a name of other bytes, which the file
-    system takes and Python holds as escapes): the reports write every run's folder into
-    UTF-8 files (CSV, Markdown), so a :class:`UserError` names its bytes, before any work."""
+    """``folder``, unless its path is not valid UTF-8, which the reports' files could not name."""
     try:
         str(folder).encode("utf-8")
     except UnicodeEncodeError:
@@ -124,10 +117,8 @@ def protocol(record: Mapping[str, Any]) -> str:
 
 
 def fixed_hparams(record: Mapping[str, Any], where: Path) -> dict[str, str]:
-    """The hparams a run was given on train.py's command line (``--hparams``, recorded as
-    ``args.hparams``), each value as JSON text, less ``precision`` and ``protocol`` (named by
-    :func:`precision` and :func:`protocol`).
-    Hparams the random search drew (``hparams_seed``) are not among them."""
+    """The hparams given on train.py's command line (``args.hparams``) as JSON text, less
+    ``precision`` and ``protocol``; not those the random search drew."""
     given = record["args"].get("hparams")
     try:
         found = json.loads(given) if given else {}
@@ -147,9 +138,8 @@ def fixed_hparams(record: Mapping[str, Any], where: Path) -> dict[str, str]:
 
 
 def differing_hparams(last: Mapping[Path, Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Algorithm -> the fixed hparams (:func:`fixed_hparams`) in which runs of it on one dataset
-    differ (one given a value the other was not given counts), for the algorithms that have
-    any; ``last`` is each run folder's last record."""
+    """Algorithm -> the fixed hparams in which runs of it on one dataset differ (``last``:
+    each run folder's last record)."""
     fixed: dict[tuple[str, str], list[dict[str, str]]] = {}
     for folder, record in last.items():
         pair = (record["args"]["algorithm"], record["args"]["dataset"])
@@ -163,14 +153,9 @@ def differing_hparams(last: Mapping[Path, Mapping[str, Any]]) -> dict[str, list[
 
 
 def reported_names(last: Mapping[Path, Mapping[str, Any]]) -> dict[Path, str]:
-    """Run folder -> the name its numbers are reported under, from each run folder's last
-    record (``last``): its algorithm, followed in brackets by its precision unless fp32, its
-    protocol unless DomainBed's and the fixed hparams it was given among those in which runs of
-    its algorithm differ (:func:`differing_hparams`), e.g. ``ERM (bf16)``, ``DMG (lr=0.05)``,
-    ``DMG (search_once)``, ``DMG (bf16, lr=0.05)``. Every table of runs (``report``, ``select``,
-    ``evaluate``) names its rows by it, and ``report`` its pictures and TensorBoard runs, so that
-    DomainBed's grouping never pools runs of two precisions, of two protocols or of two sets of
-    fixed hparams. A run given none of those hparams keeps its algorithm's plain name."""
+    """Run folder -> the name its numbers are reported under: its algorithm, then in brackets
+    its precision unless fp32, its protocol unless DomainBed's and its values of the fixed
+    hparams in which runs of its algorithm differ (``DMG (bf16, lr=0.05)``)."""
     differing, names = differing_hparams(last), {}
     for folder, record in last.items():
         algorithm, fixed = record["args"]["algorithm"], fixed_hparams(record, folder)
@@ -182,16 +167,13 @@ def reported_names(last: Mapping[Path, Mapping[str, Any]]) -> dict[Path, str]:
 
 
 def renamed(record: dict[str, Any], name: str, folder: Path) -> dict[str, Any]:
-    """``record`` as the reports read it: its algorithm ``name`` (:func:`reported_names`) and
-    its ``output_dir`` the folder it was read from (absolute), where the run may have moved
-    since it trained."""
+    """``record`` named ``name``, its ``output_dir`` the (absolute) folder it was read from."""
     where = str(folder.absolute())
     return {**record, "args": {**record["args"], "algorithm": name, "output_dir": where}}
 
 
 def names_notes(last: Mapping[Path, Mapping[str, Any]]) -> list[str]:
-    """What the names of the runs (``last``: each run folder's last record) mean, when any is
-    not its algorithm's plain name: the precisions, the fixed hparams in which runs differ."""
+    """What the runs' names mean, where any is not its algorithm's plain name."""
     notes = []
     found = sorted({precision(record) for record in last.values()})
     if found not in ([], [precisions.FP32]):
@@ -236,7 +218,6 @@ class SweepJobs:
         return [job for job in self.jobs if job.diverged]
 
     def records(self):
-        """Every record, as DomainBed's ``reporting.load_records`` gives them (a ``Q``)."""
         from domainbed.lib.query import Q
 
         return Q([record for job in self.jobs for record in job.records])
@@ -285,7 +266,6 @@ class SweepJobs:
         return "\n".join(lines)
 
     def names_notes(self) -> list[str]:
-        """:func:`names_notes` of the runs (their records as trained, not as renamed)."""
         return names_notes({job.folder: job.trained for job in self.jobs if job.trained})
 
     def trained_algorithms(self) -> dict[str, str]:

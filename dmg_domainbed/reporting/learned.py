@@ -1,8 +1,5 @@
-"""Pictures of what a finished run learned, drawn by the run's own algorithm.
-
-The algorithm draws from its trained state and from plain data about the run built here
-(:class:`~dmg_domainbed.drawing.FinishedRun`): title, source domains and, with ``SAMPLE_IMAGES``,
-the first held-out images of every environment, unaugmented. Algorithms never read run folders.
+"""Pictures of what a finished run learned, drawn by its algorithm from its trained state and
+plain data built here (:class:`~dmg_domainbed.drawing.FinishedRun`): it never reads run folders.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from dmg_domainbed.runs import Run
 
 
 def require_drawing(run: Run, command: str) -> None:
-    """:class:`UserError` unless ``run``'s algorithm draws what it learned; the error names the
-    algorithms that do and up to four runs of theirs next to ``run``."""
+    """:class:`UserError` unless ``run``'s algorithm draws what it learned, naming those that do."""
     from domainbed import algorithms
 
     if declarations_of(runs.algorithm_class(run)).LEARNED_PICTURES:
@@ -43,8 +39,8 @@ def require_drawing(run: Run, command: str) -> None:
 
 
 def finished_run(run: Run, images_per_environment: int = 0) -> FinishedRun:
-    """The plain data an algorithm draws ``run`` from; with ``images_per_environment`` > 0, that
-    many held-out images of every environment (source and test), in split order."""
+    """The plain data an algorithm draws ``run`` from, with that many held-out images of every
+    environment."""
     samples = []
     if images_per_environment:
         import torch
@@ -59,9 +55,7 @@ def finished_run(run: Run, images_per_environment: int = 0) -> FinishedRun:
 
 
 def draw_learned(run: Run, output_dir: Path, stem: str) -> Drawn:
-    """Load the run's algorithm (on CPU) and let it draw what it learned into ``output_dir``,
-    files named ``<stem>*`` (through :func:`.outputs.staged`: none of the user's is
-    overwritten)."""
+    """The run's algorithm (on CPU) draws what it learned into ``output_dir`` as ``<stem>*``."""
     algorithm = runs.load_algorithm(run, "cpu")
     drawn_from = finished_run(run, declarations_of(type(algorithm)).SAMPLE_IMAGES)
     with staged(output_dir) as stage:

@@ -1,13 +1,7 @@
-"""Output folders of the commands that read runs (``report``, ``evaluate``, ``select``,
-``masks``, the demo's report): checked before any work, and written so that nothing a user put
-there is overwritten.
-
-Such a folder is new, empty, or holds only the package's outputs: the files its :data:`RECORD`
-names, which lists every file the package moved there. Anything else (a user's ``results.md``
-or notes, a link, a folder) stops the command, naming it, before any work and again before
-anything is moved. A command writes its files through :func:`staged`: into a hidden staging
-folder inside the output folder, then, once every file is written, moved into place
-(``os.replace``).
+"""Output folders of the commands that read runs: new, empty, or holding only the files the
+package moved there (listed in :data:`RECORD`); anything else stops the command before any
+work and again before anything is moved. Files are written into a hidden staging folder
+(:func:`staged`), then moved into place.
 """
 
 from __future__ import annotations
@@ -29,9 +23,8 @@ NAMED = 5  # files named in a refusal; more are counted
 
 
 def check_output_dir(output_dir: Path, *inputs: Path, only_outputs: bool = True) -> Path:
-    """``output_dir``, unless it lies inside a folder the command reads, cannot be created,
-    holds a file this user may not overwrite, or (``only_outputs``) holds anything but the
-    package's outputs (:func:`refuse_others`)."""
+    """``output_dir``, unless it lies inside an input, cannot be created, holds a file this user
+    may not overwrite, or (``only_outputs``) anything but the package's outputs."""
     check_creatable(output_dir, "--output_dir")
     check_outside(output_dir, inputs, "output folder", "input", "an --output_dir")
     if output_dir.is_dir():
@@ -47,8 +40,7 @@ def check_output_dir(output_dir: Path, *inputs: Path, only_outputs: bool = True)
 
 
 def recorded(folder: Path) -> set[str]:
-    """The names of the files the package wrote into ``folder`` (none without a readable
-    record; an earlier version's record maps them to their SHA-256)."""
+    """The names of the files the package wrote into ``folder`` (its readable record's)."""
     try:
         return set(json.loads((folder / RECORD).read_text())["files"])
     except (OSError, ValueError, TypeError, KeyError):
@@ -75,11 +67,9 @@ def refuse_others(folder: Path) -> None:
 
 @contextlib.contextmanager
 def staged(folder: Path) -> Iterator[Path]:
-    """A new, empty staging folder to write ``folder``'s files into. When the block ends
-    without an error, its files replace those of the same names in ``folder`` (which must
-    still hold only the package's outputs: else :class:`UserError` and nothing moved) and are
-    recorded; the staging folder is removed in any case, and on an error so are the folders
-    made for it."""
+    """A staging folder for ``folder``'s files, moved into it and recorded when the block ends
+    without an error (if it still holds only the package's outputs); the folders made for it
+    are removed on an error."""
     made = [path for path in (folder, *folder.absolute().parents) if not path.exists()]
     folder.mkdir(parents=True, exist_ok=True)
     try:

@@ -1,12 +1,7 @@
-"""Algorithms ranked across tasks, with a Friedman test and a critical-difference diagram.
-
-A task is one dataset and test domain; an algorithm's score on it is collect_results' cell (the
-mean over trial seeds of the test accuracy a selection method selects). The algorithms are ranked
-on each task (1 = best, ties share the average rank) and the ranks averaged over the tasks where
-every algorithm has a score (Demsar, *Statistical comparisons of classifiers over multiple data
-sets*, JMLR 2006). The Friedman test (scipy) and the diagram that joins what Nemenyi's post-hoc
-test cannot tell apart (scikit-posthocs) are left out below :data:`MIN_TASKS` tasks, where the
-test's chi-square p-value is unreliable; docs/reports.md says more.
+"""Algorithms ranked across tasks (a dataset and test domain, scored by collect_results' cell),
+averaged over the tasks where every algorithm has a score (Demsar, JMLR 2006), with the
+Friedman test (scipy) and Nemenyi's critical-difference diagram (scikit-posthocs) from
+:data:`MIN_TASKS` tasks on; docs/reports.md says more.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ ALPHA = 0.05
 
 @dataclass(frozen=True)
 class Ranking:
-    """The ranks of one selection method. ``statistic``, ``p_value``, ``nemenyi`` and
-    ``critical_difference`` are None when the test is left out (``note`` says why)."""
+    """The ranks of one selection method; the tests' fields None where left out (``note``)."""
 
     selection_method: str
     scores: pd.DataFrame
@@ -50,9 +44,7 @@ class Ranking:
 def task_scores(
     selected: pd.DataFrame, method: str, algorithms: Sequence[str] | None = None
 ) -> tuple[pd.DataFrame, int]:
-    """Tasks (``dataset``, ``test_domain``) down, algorithms across (in the order of
-    ``algorithms``), mean selected accuracy over trial seeds; with the number of tasks left out
-    for a missing algorithm."""
+    """Tasks down, algorithms across, the mean selected accuracy; the tasks left out."""
     rows = selected[selected["selection_method"] == method]
     tasks = ["dataset", "test_domain"]
     scores = rows.pivot_table(index=tasks, columns="algorithm", values="accuracy", sort=False)
@@ -63,8 +55,7 @@ def task_scores(
 
 
 def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
-    """Average ranks of the algorithms (columns of ``scores``) over its tasks (rows), and the
-    Friedman and Nemenyi tests when there are enough tasks and algorithms."""
+    """Average ranks of ``scores``' columns over its rows, and the tests where they apply."""
     from scipy import stats
 
     ranks = pd.DataFrame(stats.rankdata(-scores.to_numpy(), axis=1), columns=scores.columns)
@@ -102,8 +93,7 @@ def rankings(selected: pd.DataFrame, algorithms: Sequence[str] | None = None) ->
 
 
 def ranks_frame(found: list[Ranking]) -> pd.DataFrame:
-    """One row per selection method and algorithm: average rank, tasks, and the method's
-    Friedman statistic and p-value (empty when left out)."""
+    """One row per selection method and algorithm: rank, tasks, Friedman statistic and p."""
     columns = "selection_method algorithm average_rank n_tasks friedman_statistic friedman_p"
     rows = [
         [r.selection_method, name, rank, len(r.scores), r.statistic, r.p_value]

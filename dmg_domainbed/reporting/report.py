@@ -71,9 +71,8 @@ class SweepReport:
 
 
 def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
-    """The runs of ``algorithm`` on ``dataset``: for each set of test environments, the records
-    (by step) of the run with the lowest (hparams_seed, trial_seed), i.e. default hparams when
-    the sweep has them."""
+    """For each set of test environments, the records (by step) of the run of ``algorithm`` on
+    ``dataset`` with the lowest (hparams_seed, trial_seed)."""
     own = [
         r for r in records if (r["args"]["dataset"], r["args"]["algorithm"]) == (dataset, algorithm)
     ]
@@ -90,10 +89,8 @@ def pictures_of(
     results: pd.DataFrame, records, comparisons: pd.DataFrame, trained: dict[str, str]
 ) -> dict[str, Figure]:
     """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
-    ``<algorithm>_diagnostics_<dataset>.png`` for each algorithm as the tables name it
-    (:func:`.jobs.reported_names`; ``trained``: the algorithm each name trained) whose
-    registered class draws its diagnostics; algorithms named by :func:`picture_parts`, datasets
-    escaped (:func:`~dmg_domainbed.folders.path_part`)."""
+    ``<algorithm>_diagnostics_<dataset>.png`` for each name whose trained class (``trained``)
+    draws its diagnostics."""
     from domainbed import algorithms, datasets
 
     drawn, parts = {}, picture_parts(trained)
@@ -117,11 +114,8 @@ def pictures_of(
 
 
 def picture_parts(names: Iterable[str]) -> dict[str, str]:
-    """Each name of ``names`` (as the tables name algorithms) as part of a picture's file name,
-    without spaces, brackets or other signs a shell would need quoted: lower case, each run of
-    other characters than letters, digits, ``.`` and ``_`` one ``-``, none at either end
-    (``DMG (bf16, lr=0.05)``: ``dmg-bf16-lr-0.05``). A name whose part another name shares, or
-    that leaves none, gets ``-`` and a hash of the name after it."""
+    """Each name as part of a file name without signs a shell would quote (``DMG (bf16,
+    lr=0.05)``: ``dmg-bf16-lr-0.05``); a part shared or empty gets a hash of the name."""
     plain = {name: re.sub(r"[^0-9a-z._]+", "-", name.lower()).strip("-.") for name in names}
     shared = Counter(plain.values())
     return {
@@ -135,13 +129,9 @@ def picture_parts(names: Iterable[str]) -> dict[str, str]:
 def accuracy_figure(
     results: pd.DataFrame, dataset: str, comparisons: pd.DataFrame | None = None
 ) -> Figure:
-    """One row of panels per model-selection method that has results. Left: bars of the mean
-    test accuracy per test domain (and average) for each algorithm, the standard error over
-    trial seeds as error bars. Right, with ``comparisons``: each algorithm's paired difference
-    to the reference, in points, with its 95% interval. A cell of one trial gets no error bar,
-    and a panel whose cells all have one trial says "one trial: no interval". Values are
-    written upright beyond the end of each error bar, so neighbours never overlap. A note names
-    the bars flagged partial or diverged."""
+    """One row of panels per selection method with results: the mean test accuracy per test
+    domain and algorithm (standard error bars) and, with ``comparisons``, each paired difference
+    to the reference (95% interval bars); a note names the bars flagged partial or diverged."""
     frame = results[results["dataset"] == dataset]
     every, empty = list(frame["selection_method"].unique()), tables.without_results(frame)
     methods = [method for method in every if method not in empty] or every
@@ -199,9 +189,8 @@ def _spread(n_trials: pd.Series, error_bars: str) -> str:
 
 
 def _bars(axis, rows, algorithms, domains, palette, value: str, sign: str) -> None:
-    """Bars of ``value`` per test domain and algorithm, error bars from ``low`` to ``high``
-    where those are known, each value written upright beyond the end of its error bar (its
-    bar where it has none: matplotlib's ``bar_label``), ``sign`` its format's sign option."""
+    """Bars of ``value`` per test domain and algorithm, error bars from ``low`` to ``high`` where
+    known, each value written upright beyond its error bar (``sign``: its format's sign)."""
     width = 0.8 / len(algorithms)
     for algorithm in [name for name in algorithms if name in set(rows["algorithm"])]:
         own = rows[rows["algorithm"] == algorithm].set_index("test_domain").reindex(domains)
@@ -244,13 +233,9 @@ def write_report(
     reference: str | None = None,
     soups_dir: str | Path | None = None,
 ) -> SweepReport:
-    """Everything ``report`` writes for a sweep: ``results.csv``, ``averages.csv``, ``results.md``
-    (collect_results' numbers, flagged, and the jobs' states), ``selected_hparams.csv``,
-    ``comparisons.csv`` / ``.md`` (paired with ``reference``, default ERM), ``ranks.csv`` / ``.md``
-    / ``.png`` and the pictures; with ``soups_dir`` (``soup``'s output), its soups in rows of
-    their own, each also compared with the runs it was made of. All is computed, then written
-    through :func:`.outputs.staged`, so a :class:`UserError` leaves the output folder as it was
-    and no file of the user's there is overwritten."""
+    """Everything ``report`` writes for a sweep (docs/reports.md); with ``soups_dir``, its soups
+    in rows of their own, each also compared with its runs. All is computed, then written
+    through :func:`.outputs.staged`."""
     sweep = run_files.require_sweep(sweep_dir)
     souped = read_soups(soups_dir, sweep) if soups_dir is not None else []
     output = check_output_dir(Path(output_dir), sweep)
@@ -311,9 +296,7 @@ SOUPS_NOTE = (
 
 
 def read_soups(soups_dir: str | Path, sweep: Path) -> list[dict]:
-    """The records of the soups :func:`.soups.write_soups` wrote into ``soups_dir`` of the
-    runs of ``sweep``, named as reported; :class:`UserError` for a folder without them, or of
-    soups of another sweep's runs."""
+    """The records of ``sweep``'s soups in ``soups_dir`` (:func:`.soups.write_soups`), renamed."""
     path = Path(soups_dir) / soups.RECORDS
     records = run_files.read_records(path) if path.is_file() else []
     if not records or any(soups.SOUP not in record for record in records):

@@ -1,33 +1,17 @@
-"""Soups of a sweep's runs (``dmg-domainbed soup``): one model from all the runs of each
-(algorithm as reported, dataset, test domains, trial), whatever their hparams seeds.
+"""Soups of a sweep's runs (``dmg-domainbed soup``): one model from all the finished runs of each
+(algorithm as reported, dataset, test domains, trial); docs/algorithms.md says more.
 
-With ``f(x; w)`` a run's logits and ``w_1..w_M`` the weights of the ``M`` runs:
+With ``f(x; w_m)`` the logits of run ``m`` of ``M``: ``ensemble`` (EoA, Arpit et al., NeurIPS
+2022) is ``1/M sum_m f(x; w_m)``; ``uniform`` (Wortsman et al., *Model soups*, ICML 2022, Eq. 1;
+DiWA, Rame et al., NeurIPS 2022, Eq. 1) is ``f(x; 1/M sum_m w_m)``; ``greedy`` (Wortsman et al.,
+Recipe 1) adds the runs best first, each kept where the soup's validation accuracy (DomainBed's
+training-domain validation: no test domain takes part) does not fall. Weights are averaged only
+for runs of one recorded ``init_seed`` whose networks, built again from it, are equal; every
+floating-point entry of the ``state_dict`` is averaged, the others must be equal.
 
-* ``ensemble``, the ensemble of EoA (Arpit et al., *Ensemble of Averages*, NeurIPS 2022):
-  ``f_ens(x) = 1/M sum_m f(x; w_m)``, the mean of the runs' logits; any runs can be ensembled.
-* ``uniform``, the uniform soup (Wortsman et al., *Model soups*, ICML 2022, Eq. 1) and DiWA's
-  uniform average (Rame et al., *Diverse Weight Averaging*, NeurIPS 2022, Eq. 1):
-  ``f(x; 1/M sum_m w_m)``, one model with the mean of the runs' weights.
-* ``greedy``, the greedy soup (Wortsman et al., Recipe 1; DiWA's restricted average): the runs
-  sorted by validation accuracy, best first; each joins the soup when the soup with it is at
-  least as accurate on validation as the soup without it.
-
-Validation is DomainBed's training-domain validation only: the mean over the source domains of
-the accuracy on train.py's held-out split (``env<i>_out``), rebuilt as train.py made it; no
-test domain takes part in any choice. A weight average is a model only where the runs started
-from the same weights (DiWA's shared initialisation): every run must record the same
-``init_seed`` (:func:`dmg_domainbed.averaging.seed_initialisation`), and their networks, built
-again from it, must be equal; otherwise :class:`UserError` names the runs before anything is
-written. What is averaged is every floating-point entry of the saved ``state_dict``
-(BatchNorm's statistics among them, as :mod:`dmg_domainbed.averaging` does); other entries
-must be equal in every run.
-
-Each soup is a record in ``soups.jsonl``, as train.py writes them into ``results.jsonl``: its
-accuracies the soup's (``env<i>_out_acc`` of every domain, ``env<i>_in_acc`` of the test
-domains), its ``args`` and ``hparams`` those of its best run (``args.output_dir`` its id), and
-``soup`` what it is made of; ``report --soups`` reads them as rows of their own, named
-``<algorithm> (soup: greedy)``, never pooled with a single model's. A weight soup's weights are
-saved as train.py saves a model (``<id>.pkl``, with its best run's hparams).
+Each soup is a record in ``soups.jsonl`` as train.py writes them (``args`` and ``hparams`` of
+its best run, ``args.output_dir`` its id, ``soup`` what it is made of), which ``report --soups``
+reads as rows of their own; a weight soup's model is saved as train.py saves one (``<id>.pkl``).
 """
 
 from __future__ import annotations
@@ -35,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -131,16 +114,6 @@ def check_shared_seed(groups: dict[Group, list[Run]]) -> None:
             raise _refused(group, runs, f"record different {INIT_SEED}s ({found})")
 
 
-@dataclass
-class Ingredient:
-    """One run in a soup: its checkpoint (``model.pkl``) and its logits on every split."""
-
-    run: Run
-    checkpoint: dict
-    logits: dict[str, torch.Tensor]
-    weights = property(lambda self: self.checkpoint["model_dict"])
-
-
 def evaluated_splits(run: Run, dataset) -> dict[str, tuple[int, list[int]]]:
     """Record key -> (environment, indices) of what a soup's record holds: every domain's
     held-out split (``env<i>_out_acc``), the test domains' training split (``env<i>_in_acc``)."""
@@ -178,74 +151,74 @@ def validation(accuracy: dict[str, float], run: Run) -> float:
     return sum(accuracy[f"env{env}_out_acc"] for env in run.source_envs()) / len(run.source_envs())
 
 
-def mean_weights(ingredients: Sequence[Ingredient]) -> dict[str, torch.Tensor]:
-    """The mean of the ingredients' floating-point weights; their other entries, equal in all."""
-    first = ingredients[0].weights
+def mean_weights(states: Sequence[dict]) -> dict[str, torch.Tensor]:
+    """The mean of the saved states' floating-point entries; their other entries, equal in all."""
     return {
-        key: torch.stack([i.weights[key].double() for i in ingredients]).mean(0).to(value.dtype)
+        key: torch.stack([state[key].double() for state in states]).mean(0).to(value.dtype)
         if value.is_floating_point()
         else value
-        for key, value in first.items()
+        for key, value in states[0].items()
     }
 
 
-def _check_same_structure(group: Group, ingredients: Sequence[Ingredient], built, first) -> None:
-    """:class:`UserError` unless every ingredient's saved state has the names, shapes and
-    non-floating-point values of the first's, and ``built`` (its network built afresh from
-    its ``init_seed``) equals ``first`` (the first run's, built the same way)."""
-    last, base = ingredients[-1], ingredients[0]
-    shape = {k: (tuple(v.shape), v.dtype) for k, v in base.weights.items()}
-    pair = [base.run, last.run]
-    if {k: (tuple(v.shape), v.dtype) for k, v in last.weights.items()} != shape:
+def _check_same_structure(group: Group, pair: list[Run], states: list[dict], built, first) -> None:
+    """:class:`UserError` unless the saved ``states`` of the ``pair`` of runs have the same names,
+    shapes and non-floating-point values, and ``built`` (the second's network built afresh from
+    its ``init_seed``) equals ``first`` (the first's, built the same way)."""
+    base, last = states
+    if {k: (v.shape, v.dtype) for k, v in last.items()} != {
+        k: (v.shape, v.dtype) for k, v in base.items()
+    }:
         raise _same_network(group, pair, "save networks of different architectures")
-    for key, value in base.weights.items():
-        if not value.is_floating_point() and not torch.equal(value, last.weights[key]):
+    for key, value in base.items():
+        if not value.is_floating_point() and not torch.equal(value, last[key]):
             raise _same_network(group, pair, f"differ in '{key}', which is no weight")
     if any(not torch.equal(a, b) for a, b in zip(built, first, strict=True)):
         raise _same_network(group, pair, f"start from different weights for one {INIT_SEED}")
 
 
-def _initial(algorithm) -> list[torch.Tensor]:
-    return [t.detach().clone() for t in type(algorithm).state_dict(algorithm).values()]
-
-
 def soups_of_group(group: Group, runs: list[Run], modes, data_dir, on: str) -> list[tuple]:
-    """``(record, checkpoint)`` of each soup of ``modes`` of one group's runs (see the module's
-    description); the checkpoint, as train.py saves one, holds a weight soup's weights (with
-    its best run's hparams), and is None for the ensemble."""
+    """``(record, checkpoint)`` of each soup of ``modes`` of one group's runs; the checkpoint,
+    as train.py saves one, holds a weight soup's weights (its best run's hparams), and is None
+    for the ensemble."""
     dataset = run_files.load_dataset(runs[0], data_dir, augment=False)
     splits = evaluated_splits(runs[0], dataset)
-    ingredients, first_initial, algorithm, labels = [], None, None, {}
+    weighted = bool(set(modes) & set(WEIGHT_MODES))
+    checkpoints, logits, first_built = [], [], None
     for run in runs:
         path = run_files.require_model(run)
-        checkpoint = run_files.read_checkpoint(run, path, "cpu")
-        run_files.check_model_fits(run, path, checkpoint, dataset)
-        algorithm = run_files.build_algorithm(run, checkpoint)
-        initial = _initial(algorithm)
-        first_initial = first_initial or initial
-        algorithm.load_state_dict(checkpoint["model_dict"])
+        checkpoints.append(run_files.read_checkpoint(run, path, "cpu"))
+        run_files.check_model_fits(run, path, checkpoints[-1], dataset)
+        algorithm = run_files.build_algorithm(run, checkpoints[-1])
+        built = [t.detach().clone() for t in type(algorithm).state_dict(algorithm).values()]
+        first_built = first_built or built
+        algorithm.load_state_dict(checkpoints[-1]["model_dict"])
         algorithm.to(on).eval()
-        logits, labels = logits_of(algorithm, dataset, splits, on)
-        ingredients.append(Ingredient(run, checkpoint, logits))
-        if set(modes) & set(WEIGHT_MODES):
-            _check_same_structure(group, ingredients, initial, first_initial)
-    alone = [accuracies(i.logits, labels) for i in ingredients]
+        found, labels = logits_of(algorithm, dataset, splits, on)
+        logits.append(found)
+        if weighted:
+            states = [checkpoints[0]["model_dict"], checkpoints[-1]["model_dict"]]
+            _check_same_structure(group, [runs[0], run], states, built, first_built)
+    alone = [accuracies(found, labels) for found in logits]
     order = sorted(range(len(runs)), key=lambda i: -validation(alone[i], runs[i]))
-    best, best_checkpoint = runs[order[0]], ingredients[order[0]].checkpoint
-    if set(modes) & set(WEIGHT_MODES):  # soups are evaluated, and saved, with its hparams
+    best, best_checkpoint = runs[order[0]], checkpoints[order[0]]
+    if weighted:  # soups are evaluated, and saved, with its hparams
         algorithm = run_files.build_algorithm(best, best_checkpoint)
 
+    def weights(members: list[int]) -> dict:
+        return mean_weights([checkpoints[i]["model_dict"] for i in members])
+
     def souped(members: list[int]) -> dict[str, float]:
-        algorithm.load_state_dict(mean_weights([ingredients[i] for i in members]))
+        algorithm.load_state_dict(weights(members))
         algorithm.to(on).eval()
         return accuracies(logits_of(algorithm, dataset, splits, on)[0], labels)
 
-    made = {}
+    every, made = list(range(len(runs))), {}
     if ENSEMBLE in modes:
-        mean = {k: torch.stack([i.logits[k] for i in ingredients]).mean(0) for k in splits}
-        made[ENSEMBLE] = (list(range(len(runs))), accuracies(mean, labels))
+        mean = {k: torch.stack([found[k] for found in logits]).mean(0) for k in splits}
+        made[ENSEMBLE] = (every, accuracies(mean, labels))
     if UNIFORM in modes:
-        made[UNIFORM] = (list(range(len(runs))), souped(list(range(len(runs)))))
+        made[UNIFORM] = (every, souped(every))
     if GREEDY in modes:
         members, accuracy = [order[0]], alone[order[0]]
         for candidate in order[1:]:
@@ -253,30 +226,23 @@ def soups_of_group(group: Group, runs: list[Run], modes, data_dir, on: str) -> l
             if validation(tried, best) >= validation(accuracy, best):
                 members, accuracy = [*members, candidate], tried
         made[GREEDY] = (members, accuracy)
-
-    def record(mode: str, members: list[int], accuracy: dict) -> dict:
-        return {
-            "args": dict(best.args),
-            "hparams": dict(best.hparams),
-            "step": best.records[-1]["step"],
-            **accuracy,
-            SOUP: {
-                "name": soup_name(group[0], mode),
-                "of": group[0],
-                "mode": mode,
-                "validation_acc": validation(accuracy, best),
-                "runs": [str(runs[i].path.resolve()) for i in members],
-            },
-        }
-
-    def checkpoint(mode: str, members: list[int]) -> dict | None:
-        if mode == ENSEMBLE:
-            return None
-        weights = mean_weights([ingredients[i] for i in members])
-        return {**best_checkpoint, "model_dict": weights}
-
     return [
-        (record(mode, members, accuracy), checkpoint(mode, members))
+        (
+            {
+                "args": dict(best.args),
+                "hparams": dict(best.hparams),
+                "step": best.records[-1]["step"],
+                **accuracy,
+                SOUP: {
+                    "name": soup_name(group[0], mode),
+                    "of": group[0],
+                    "mode": mode,
+                    "validation_acc": validation(accuracy, best),
+                    "runs": [str(runs[i].path.resolve()) for i in members],
+                },
+            },
+            None if mode == ENSEMBLE else {**best_checkpoint, "model_dict": weights(members)},
+        )
         for mode, (members, accuracy) in made.items()
     ]
 

@@ -1,18 +1,9 @@
-"""Results tables of a sweep, computed with DomainBed's own selection and grouping code, their
-flags, their Markdown and their files; and the run and checkpoint each selection method selects.
-
-The numbers are those of ``python -m domainbed.scripts.collect_results``: records grouped by
-``reporting.get_grouped_records``, each group's accuracy ``selection_method.sweep_acc``, a cell
-the mean over trial seeds with its standard error (``std / sqrt(n)``), in percent; laid out as a
-long DataFrame, one row per cell. Flags stand next to a number: ``partial`` (fewer trials than the
-dataset's fullest cell of that selection method, or records of a job not done; cells of an
-algorithm or test domain the sweep never ran are not counted as lacking) and ``diverged_runs``;
-an average carries the flags of the cells it averages.
-
-A selection method ranks a group's hparams settings (``SelectionMethod.hparams_accs``); the first
-one's ``test_acc`` is ``sweep_acc``. Its ``run_acc`` does not say at which checkpoint, so
-:func:`with_steps` adds the step and changes nothing else: the accuracies, their order and the
-tie-breaking are DomainBed's own (``selected_hparams.csv``; comparisons and ranks use them).
+"""A sweep's results tables by DomainBed's own grouping and selection code (the numbers of
+``collect_results``, one row per cell, in percent), their flags, Markdown and files, and the run
+and checkpoint each selection method selects (:func:`with_steps` adds the step DomainBed's
+methods do not return). Flags: ``partial`` (fewer trials than the dataset's fullest cell of that
+selection method, or a job not done; an algorithm or test domain the sweep never ran is not
+lacking) and ``diverged_runs``; an average carries the flags of the cells it averages.
 """
 
 from __future__ import annotations
@@ -41,15 +32,12 @@ def selection_methods() -> list[type]:
 
 
 def load_sweep_records(sweep_dir: str | Path):
-    """Every record of the sweep as a ``Q``, as DomainBed's ``reporting.load_records`` reads them,
-    but checked first and without a half-written last line (:func:`.jobs.read_jobs`)."""
+    """The sweep's records as a ``Q``, checked (:func:`.jobs.read_jobs`)."""
     return SweepJobs(tuple(read_jobs(sweep_dir))).records()
 
 
 def cell_text(mean: float | None, error: float | None, n_trials: int | None = None) -> str:
-    """A cell as collect_results prints it, ``mean +/- error`` with one decimal; but a cell of
-    one trial as its mean alone, where collect_results prints ``+/- 0.0``: one trial has no
-    interval, and 0.0 would read as certainty."""
+    """A cell as collect_results prints it, but one trial as its mean alone (no ``+/- 0.0``)."""
     if mean is None:
         return MISSING
     return f"{mean:.1f}" if n_trials == 1 else f"{mean:.1f} +/- {error:.1f}"
@@ -95,10 +83,8 @@ def selected_accuracies(records, methods: Sequence[type] | None = None) -> pd.Da
 
 
 def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
-    """collect_results' cell for every key of ``grid``: mean and standard error (percent) of
-    ``sweep_acc`` over trials by its own ``format_mean`` (no error for one trial), ``n_trials``,
-    ``text``; after the cells that share all keys but the last, their average (``Avg``; ``X``
-    when a cell has no result)."""
+    """collect_results' cell (its ``format_mean``) for every key of ``grid``; after the cells
+    that share all keys but the last, their average (``Avg``)."""
     from domainbed.scripts.collect_results import format_mean
 
     lists = dict(accuracies.groupby(keys)["sweep_acc"].agg(list)) if len(accuracies) else {}
@@ -122,8 +108,7 @@ def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) ->
 
 
 def results_frame(records) -> pd.DataFrame:
-    """Per-dataset tables of every selection method, one row per (algorithm, test domain or
-    ``Avg``): ``accuracy``, ``stderr`` (percent), ``n_trials``, ``text`` (as collect_results)."""
+    """collect_results' per-dataset tables, one row per (algorithm, test domain or ``Avg``)."""
     from domainbed import datasets
 
     names = {d: datasets.get_dataset_class(d).ENVIRONMENTS for d in ordered_datasets(records)}
@@ -148,8 +133,7 @@ def with_domains(frame: pd.DataFrame, names: dict[str, list[str]]) -> pd.DataFra
 
 
 def averages_frame(records) -> pd.DataFrame:
-    """collect_results' "Averages": per algorithm and dataset, each trial's mean over test domains,
-    then mean and standard error over trials; ``Avg`` over datasets."""
+    """collect_results' "Averages": each trial's mean over test domains, then over trials."""
     keys = ["selection_method", "algorithm", "dataset"]
     accuracies = selected_accuracies(records)
     trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
@@ -193,9 +177,8 @@ def with_steps() -> list[type]:
 
 
 def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Every hparams setting each method ranks in every group, best first (``rank`` 0 is the
-    selected one, its ``accuracy`` collect_results' number): :data:`COLUMNS`, ``rank`` and
-    ``hparams``; ``diverged`` is the run's first non-finite loss (from ``diverged``) or empty."""
+    """Every hparams setting each method ranks in every group, best first (``rank`` 0 selected);
+    ``diverged``: run folder -> its first non-finite loss."""
     from domainbed import datasets
     from domainbed.lib import reporting
     from domainbed.model_selection import get_test_records
@@ -225,8 +208,7 @@ def selected_frame(ranked: pd.DataFrame) -> pd.DataFrame:
 
 
 def selected_hparams(selected: pd.DataFrame) -> pd.DataFrame:
-    """:func:`selected_frame` with one object column per hparam (values as logged; empty where
-    an algorithm has none); one named like a column of :data:`COLUMNS` gets `` (hparam)``."""
+    """:func:`selected_frame` with one column per hparam (`` (hparam)`` after a clashing name)."""
     hparams = pd.DataFrame(selected["hparams"].tolist(), index=selected.index, dtype=object)
     hparams = hparams.rename(columns=lambda name: f"{name} (hparam)" if name in COLUMNS else name)
     return pd.concat([selected[COLUMNS], hparams], axis=1)
@@ -261,8 +243,7 @@ def flag_averages(averages: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame
 
 
 def _carry_flags(frame: pd.DataFrame, cells: pd.DataFrame, rows) -> pd.DataFrame:
-    """``frame`` whose ``rows`` carry the flags of ``cells`` of their (selection method, dataset,
-    algorithm): partial if any is, the diverged runs summed."""
+    """``frame`` whose ``rows`` carry the flags of their (method, dataset, algorithm) cells."""
     keys = ["selection_method", "dataset", "algorithm"]
     flags = cells.groupby(keys).agg(
         partial=("partial", "any"), diverged_runs=("diverged_runs", "sum")
@@ -296,9 +277,7 @@ def flags_summary(results: pd.DataFrame, jobs: SweepJobs) -> str:
 def wide_table(
     frame: pd.DataFrame, columns: str = "test_domain", index: str = "algorithm"
 ) -> pd.DataFrame:
-    """One selection method's (and dataset's) rows as collect_results lays them out: algorithms
-    (``index``) down, test domains (or datasets) across, text with its flags (``27.4 +/- 3.1
-    (partial)``, ``41.3 (one trial)``)."""
+    """Rows as collect_results lays them out, the text with its flags (``41.3 (one trial)``)."""
     marks = {"one trial": frame["n_trials"].eq(1).fillna(False)}
     if "partial" in frame:
         marks |= {"partial": frame["partial"], "diverged": frame["diverged_runs"] > 0}
@@ -354,30 +333,24 @@ def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-# What Markdown reads as other than text: a backslash, table borders, code, emphasis (``_``
-# outside a word), the end of a link's text before its target, HTML and entities; each is shown
-# as it is when a backslash precedes it. Brackets alone (``[-5.0, +6.5]``) stay as they are.
+# What Markdown reads as other than text (``_`` outside a word, ``]`` before a link's target).
 MARKDOWN_SIGNS = re.compile(r"[\\`*~<|&]|\](?=[(\[])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 
 
 def markdown_text(value: object) -> str:
-    """``value`` (a name from a run's record, a domain's, a cell's text) as Markdown that shows
-    it as it is, on one line: its Markdown signs escaped with a backslash, a line break or
-    another character that prints nothing written as its escape (``\\n``, ``\\x00``)."""
+    """``value`` shown as it is on one line: Markdown signs escaped, unprintables as ``\\n``."""
     text = MARKDOWN_SIGNS.sub(lambda sign: "\\" + sign.group(), str(value))
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
-    """``table`` as a pipe table, its index first; missing cells empty; every cell, header and
-    row name as :func:`markdown_text`, so that no value adds a row, a column or formatting."""
+    """``table`` as a pipe table, index first, missing cells empty, as :func:`markdown_text`."""
     label = index_label if index_label is not None else (table.index.name or "")
     cells = table.astype(object).where(table.notna(), "").map(markdown_text)
-    cells = cells.rename(index=markdown_text, columns=markdown_text)
-    return (
-        cells.rename_axis(markdown_text(label)).to_markdown(tablefmt="pipe", disable_numparse=True)
-        + "\n"
+    cells = cells.rename(index=markdown_text, columns=markdown_text).rename_axis(
+        markdown_text(label)
     )
+    return cells.to_markdown(tablefmt="pipe", disable_numparse=True) + "\n"
 
 
 def sections_markdown(sections: list[tuple[str, pd.DataFrame]], index_label: str = "") -> str:
@@ -385,15 +358,10 @@ def sections_markdown(sections: list[tuple[str, pd.DataFrame]], index_label: str
     return "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
 
 
-def table_files(stem: str) -> tuple[str, str]:
-    """The names of the files :func:`write_table` writes."""
-    return f"{stem}.csv", f"{stem}.md"
-
-
 def write_table(long: pd.DataFrame, markdown: str, output_dir: Path, stem: str) -> list[Path]:
     """``<stem>.csv`` from ``long`` and ``<stem>.md`` holding ``markdown``."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = (output_dir / name for name in table_files(stem))
+    csv_path, md_path = output_dir / f"{stem}.csv", output_dir / f"{stem}.md"
     long.to_csv(csv_path, index=False)
     md_path.write_text(markdown)
     return [csv_path, md_path]

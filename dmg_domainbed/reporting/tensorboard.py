@@ -1,14 +1,7 @@
-"""A sweep as TensorBoard logs: every run's scalars per step, its hparams and the test
-accuracy each selection method takes from it (TensorBoard's HParams dashboard).
-
-Each run folder is one TensorBoard run, ``<algorithm>/<dataset>/test_env<e>/hparams<h>_trial<t>_
-<folder>`` (the algorithm as the tables name it, :func:`.jobs.reported_names`; each part
-escaped: a record never names a folder outside the log folder), with every
-number train.py logged at its step; its hparams (and algorithm, dataset, test_envs, seeds) go
-through the HParams plugin, whose dashboard finds their domains and the metrics (every scalar
-logged) from the runs themselves. Metrics per selection method: ``selected_test_acc/<method>`` (the
-test accuracy, a fraction, at the checkpoint it picks, at that step) and ``selected/<method>``
-(1 for the run it selects for its cell and trial, else 0).
+"""A sweep as TensorBoard logs: one run per run folder with every number train.py logged, its
+hparams through the HParams plugin, and per selection method ``selected_test_acc/<method>``
+(the test accuracy at the checkpoint it picks) and ``selected/<method>`` (1 for the run it
+selects); docs/reports.md says more.
 """
 
 from __future__ import annotations
@@ -34,8 +27,7 @@ RUN_KEYS = ("algorithm", "dataset", "test_envs", "hparams_seed", "trial_seed")
 
 
 def check_log_dir(log_dir: Path, sweep: Path) -> Path:
-    """``log_dir``, if TensorBoard is installed and the folder is new or empty and outside the
-    sweep; else a :class:`UserError` saying how to fix it."""
+    """``log_dir``, if TensorBoard is installed and it is new or empty and outside the sweep."""
     if importlib.util.find_spec("tensorboard") is None:
         raise UserError(
             f"{OPTION} writes TensorBoard logs, but TensorBoard is not installed. Install it "
@@ -52,9 +44,7 @@ def check_log_dir(log_dir: Path, sweep: Path) -> Path:
 
 
 def run_name(args: dict, folder: Path) -> str:
-    """The TensorBoard run of a run folder (unique: ends with the folder's name), a folder of
-    the log folder: each part a :func:`~dmg_domainbed.folders.path_part` of the record's
-    fields, so that no record names a folder outside it."""
+    """The TensorBoard run of a run folder, each part escaped (:func:`.folders.path_part`)."""
     envs = "_".join(str(e) for e in args["test_envs"])
     seeds = f"hparams{args['hparams_seed']}_trial{args['trial_seed']}_{folder.name}"
     parts = (args["algorithm"], args["dataset"], f"test_env{envs}", seeds)
@@ -62,8 +52,8 @@ def run_name(args: dict, folder: Path) -> str:
 
 
 def export(jobs: SweepJobs, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
-    """Write the sweep's runs (``jobs``, each with a record; ``ranked``:
-    :func:`.tables.ranked_runs`) into ``log_dir``; the TensorBoard run names."""
+    """Write the runs of ``jobs`` (``ranked``: :func:`.tables.ranked_runs`) into ``log_dir``;
+    the TensorBoard run names."""
     from tensorboard.plugins.hparams import summary_v2 as hp
     from torch.utils.tensorboard import SummaryWriter
 
