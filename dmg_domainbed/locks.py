@@ -7,6 +7,7 @@ that removes its claim file removes the lock.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -47,8 +48,7 @@ def _minutes(seconds: float) -> str:
 
 
 class Holder(NamedTuple):
-    """A lock as found: its claim (the lock file's content: path, host, pid), when it expires, and
-    whether its host is this one."""
+    """A lock as found: its claim (the lock file's content: path, host, pid), when it expires."""
 
     claim: str
     host: str
@@ -163,11 +163,9 @@ class FolderLock:
     def _take_over(self, stale: Holder) -> None:
         """Remove the stale lock: the one taker that removes its claim file removes the lock file,
         which is then still the one judged; the others find the claim gone."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             (self.folder / Path(stale.claim).name).unlink()
             self.path.unlink()
-        except FileNotFoundError:
-            pass
 
     def _refresh(self) -> None:
         while not self._stop.wait(self.refresh_s):

@@ -159,11 +159,9 @@ def folder_deleted(command: str) -> str | None:
     )
 
 
-def environment_changes(
-    environ: Mapping[str, str], base: Mapping[str, str] = os.environ
-) -> dict[str, str]:
-    """The variables ``environ`` sets that ``base`` lacks or sets otherwise."""
-    return {name: value for name, value in environ.items() if base.get(name) != value}
+def environment_changes(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables ``environ`` sets that this process's environment lacks or sets otherwise."""
+    return {name: value for name, value in environ.items() if os.environ.get(name) != value}
 
 
 def as_launcher(entry: Callable[[list[str]], None]) -> Launcher:
