@@ -1,22 +1,13 @@
 """DomainBed's ``train.py``, unmodified, run as ``__main__`` with a clock on its phases.
 
 ``python -m dmg_domainbed.smoke.clock TIMES_FILE TRAIN_ARGS...`` runs ``domainbed.scripts.train``
-with ``TRAIN_ARGS`` as its own command line would, and writes to ``TIMES_FILE`` (JSON) when each
-phase began and ended, in ``time.time()`` seconds:
-
-- ``steps``: when each training step asked its first source domain for a batch (``train.py``
-  starts its step clock just before it: the data loading is part of the step, as in its
-  ``step_time``);
-- ``evaluations``: ``[start, end, images]`` of each of ``misc.accuracy``'s calls (one per split
-  of every domain at each checkpoint);
-- ``clock``, ``hparams``, ``network``: when this module began (the interpreter and its start-up
-  hooks done), when ``train.py`` asked DomainBed's registry for its hparams (its imports done)
-  and for its algorithm's class (its dataset, splits and loaders made).
-
-Nothing ``train.py`` computes changes: the clock wraps the first training loader's iterator and
-``misc.accuracy``, and reads the time. :func:`phases` turns the marks into the seconds
-:mod:`dmg_domainbed.smoke.run` reports: start-up, every step, and each checkpoint's evaluation;
-:func:`breakdown` a job's whole wall time, its start-up in parts.
+with ``TRAIN_ARGS`` and writes to ``TIMES_FILE`` (JSON) the ``time.time()`` of: each training
+step's first request for a batch (``steps``: train.py's step clock starts just before it, so
+loading is part of the step, as in its ``step_time``); each ``misc.accuracy`` call's ``[start,
+end, images]`` (``evaluations``: every split at each checkpoint); this module's start
+(``clock``: the interpreter started), train.py's first hparams lookup (``hparams``: its imports
+done) and algorithm lookup (``network``: its data and loaders made). Nothing train.py computes
+changes: the clock wraps the first training loader's iterator and ``misc.accuracy``.
 """
 
 from __future__ import annotations
@@ -36,10 +27,9 @@ import domainbed.scripts.train  # noqa: F401
 
 @dataclass(frozen=True)
 class Phases:
-    """Seconds of one job: ``start`` (process start to the first step), ``steps`` (each step,
-    evaluations left out), ``evaluations`` (each checkpoint's, summed over its splits) and the
-    ``images`` each evaluated, ``end`` (the last evaluation to the process's exit: the model
-    saved, the interpreter ending)."""
+    """Seconds of one job: process start to the first step, each step (evaluations left out),
+    each checkpoint's evaluation (its splits summed) with its images, the last evaluation's end
+    to the process's exit."""
 
     start: float
     steps: tuple[float, ...]
@@ -69,22 +59,13 @@ def phases(started: float, ended: float, marks: dict) -> Phases:
     for begin, end in zip(steps, ends, strict=True):
         evaluating = sum(e - s for s, e, _ in evaluations if begin <= s < end)
         durations.append(end - begin - evaluating)
-    checkpoints: list[list[float]] = []  # [seconds, images] of the calls after each step
-    last_step = None
+    checkpoints: dict = {}  # the step each checkpoint follows: (seconds, images) of its calls
     for start, end, images in evaluations:
         step = max((s for s in steps if s <= start), default=None)
-        if step != last_step or not checkpoints:
-            checkpoints.append([0.0, 0])
-            last_step = step
-        checkpoints[-1][0] += end - start
-        checkpoints[-1][1] += images
-    return Phases(
-        start=steps[0] - started,
-        steps=tuple(durations),
-        evaluations=tuple(seconds for seconds, _ in checkpoints),
-        images=tuple(int(images) for _, images in checkpoints),
-        end=ended - evaluations[-1][1],
-    )
+        seconds, count = checkpoints.get(step, (0.0, 0))
+        checkpoints[step] = (seconds + end - start, count + int(images))
+    seconds, images = zip(*checkpoints.values())
+    return Phases(steps[0] - started, tuple(durations), seconds, images, ended - evaluations[-1][1])
 
 
 # A job's wall time in the order it is spent; the first four are its start-up.

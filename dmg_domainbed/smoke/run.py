@@ -1,16 +1,13 @@
 """Run every smoke job as a sweep runs it, one at a time, measure it, and report.
 
-Each job is DomainBed's own command for it (its sweep ``Job``'s arguments to ``train.py``), in a
-fresh process with the ``python`` the sweep's jobs use, writing only inside the check's temporary
-folder, for :data:`WARMUP_STEPS` steps and then the steps asked for, with a checkpoint at the
-first and the last step only, as a sweep's job between its checkpoints. ``train.py`` runs
-unmodified under :mod:`.clock`, which times its phases apart: the start-up (process start to
-the first step) and the end (last evaluation to exit), each step, and each checkpoint's
-evaluation. Seconds per step are the median of the steps after the warm-up (the first steps pay
-for lazy initialisation, the first batches' loading and the first evaluation); evaluation is per
-image, from the last checkpoint's, so that a sample of the data measures what the whole dataset
-costs. Peak memory on a GPU is ``torch.cuda.max_memory_allocated`` (train.py's ``mem_gb``); on a
-CPU the peak resident memory of the job's largest process, from the operating system.
+Each job is DomainBed's own command for it (its sweep ``Job``'s ``train.py`` arguments) in a
+fresh process with the sweep's ``python``, writing only in the check's temporary folder:
+:data:`WARMUP_STEPS` steps, then those asked for, a checkpoint at the first and the last step,
+timed by :mod:`.clock`.
+Seconds per step are the median after the warm-up (which pays for lazy initialisation and the
+first batches); evaluation is per image, from the last checkpoint, so a sample of the data
+measures the whole dataset's cost. Peak memory is train.py's ``mem_gb`` on a GPU, else the peak
+resident memory of the job's largest process.
 """
 
 from __future__ import annotations
@@ -79,12 +76,10 @@ def smoke_check(
     synthetic_data_dir: Path | None = None,
     results_file: Path | None = None,
 ) -> bool:
-    """Run ``jobs`` for :data:`WARMUP_STEPS` and ``steps`` timed steps each, print each outcome
-    and the report; whether every job ran. Everything is written inside a new temporary folder,
-    removed at the end; with ``synthetic``, missing datasets and weights get stand-ins, the
-    datasets in ``synthetic_data_dir`` when given (kept), else in the temporary folder. With
-    ``results_file``, the measures are written there too (:func:`_results`), for ``sweep
-    --dry-run --cost-from``."""
+    """Run ``jobs`` for :data:`WARMUP_STEPS` and ``steps`` timed steps each in a temporary
+    folder, print each outcome and the report; whether every job ran. With ``synthetic``,
+    missing datasets (in ``synthetic_data_dir``, kept, if given) and weights get stand-ins; with
+    ``results_file``, the measures are written there too, for ``sweep --dry-run --cost-from``."""
     print(
         f"Smoke check: {len(jobs)} job(s), {WARMUP_STEPS} warm-up and {steps} timed steps each, "
         "through DomainBed's train in fresh processes"
@@ -154,14 +149,10 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
     from domainbed.scripts.sweep import Job
 
     total = WARMUP_STEPS + steps  # a checkpoint at the first and the last step only
-    train_args = {
-        **staged.job.train_args,
-        "steps": total,
-        "checkpoint_freq": total,
-        "data_dir": staged.data_dir,
-    }
-    if staged.data_dir is None:
-        del train_args["data_dir"]
+    train_args = {**staged.job.train_args, "steps": total, "checkpoint_freq": total}
+    train_args.pop("data_dir", None)
+    if staged.data_dir is not None:
+        train_args["data_dir"] = staged.data_dir
     job = Job(train_args, str(runs))
     output = Path(job.output_dir)
     output.mkdir(parents=True)
@@ -267,12 +258,7 @@ def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str,
             "status": _status(staged, outcome),
             "s/step": _number(outcome.seconds_per_step, 4),
             "start s": _number(outcome.start_seconds, 1),
-            "eval ms/image": _number(
-                None
-                if outcome.eval_seconds_per_image is None
-                else 1000 * outcome.eval_seconds_per_image,
-                3,
-            ),
+            "eval ms/image": _number(outcome.eval_seconds_per_image, 3, scale=1000),
             "peak GB": _number(outcome.peak_memory_gb, 2),
             "jobs": len(staged.job.sweep_args),
             "est. hours": _number(row_hours, 2),
@@ -321,5 +307,5 @@ def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str,
     return "\n".join([*lines, "", verdict])
 
 
-def _number(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def _number(value: float | None, digits: int, scale: float = 1) -> str:
+    return "-" if value is None else f"{scale * value:.{digits}f}"
