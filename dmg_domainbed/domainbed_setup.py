@@ -1,12 +1,7 @@
-"""``dmg-domainbed install-domainbed``: DomainBed at the tested commit, importable in this Python.
-
-DomainBed is not on the package registry, so this package cannot depend on it. This module does
-what a user would do by hand: ``git clone --no-checkout`` (GitHub, or a local checkout, bare
-repository or URL) into a temporary folder beside the target, check out the tested commit, check
-that it holds DomainBed, and only then rename it into place, so a failure leaves nothing
-half-made; then write :data:`PTH_NAME`, one line naming the checkout, into ``purelib``. What it
-needs is checked before anything changes; a second run changes nothing; a checkout or ``.pth``
-of another kind is changed only with ``force``. Stdlib and ``git`` only: it runs before DomainBed.
+"""``dmg-domainbed install-domainbed``: DomainBed (not on the package registry) at the tested
+commit, importable in this Python, as a user would do it by hand: cloned into a temporary folder
+beside the target, checked out and checked, and only then renamed into place (a failure leaves
+nothing half-made); then :data:`PTH_NAME` names it in ``purelib``. Stdlib and ``git`` only.
 """
 
 from __future__ import annotations
@@ -32,20 +27,9 @@ PTH_NAME = "domainbed_checkout.pth"
 MARKER = Path("domainbed") / "algorithms.py"
 
 
-def default_folder() -> Path:
-    """Where the checkout goes unless ``--dir`` says otherwise: beside this environment's own
-    files, ``<sys.prefix>/src/DomainBed`` (where pip puts editable VCS checkouts), so removing
-    the environment removes it too."""
-    return Path(sys.prefix) / "src" / "DomainBed"
-
-
-def site_packages() -> Path:
-    """This interpreter's ``purelib``: the site-packages folder whose ``.pth`` files it reads."""
-    return Path(sysconfig.get_paths()["purelib"])
-
-
 def pth_file(purelib: Path | None = None) -> Path:
-    return (purelib or site_packages()) / PTH_NAME
+    """:data:`PTH_NAME` in ``purelib``, by default this interpreter's site-packages."""
+    return Path(purelib or sysconfig.get_paths()["purelib"]) / PTH_NAME
 
 
 def installed_folder(purelib: Path | None = None) -> Path | None:
@@ -65,8 +49,7 @@ def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 
 def checkout_commit(folder: Path) -> str | None:
-    """The commit checked out at the top of ``folder``, or ``None`` if it is not a git checkout's
-    top folder."""
+    """The commit checked out at the top of ``folder``, or ``None`` (not a checkout's top)."""
     top = _git("rev-parse", "--show-toplevel", cwd=folder)
     if top.returncode != 0 or Path(top.stdout.strip()).resolve() != folder.resolve():
         return None
@@ -79,8 +62,7 @@ def _is_local(source: str) -> bool:
 
 
 def _check_source(source: str) -> str:
-    """``source`` made absolute where it is a local path; :class:`UserError` for a folder that
-    does not exist or is not a git repository."""
+    """``source``, absolute where local; :class:`UserError` for a missing or non-git folder."""
     if not _is_local(source):
         return source
     source = os.path.abspath(source)
@@ -103,14 +85,14 @@ def install_domainbed(
     commit: str = TESTED_DOMAINBED_COMMIT,
     say: Callable[[str], None] = print,
 ) -> Path:
-    """Check out DomainBed at ``commit`` from ``source`` into ``folder`` and make it importable
-    through :data:`PTH_NAME` in ``purelib``; returns the folder. Raises :class:`UserError`,
-    before changing anything, where something is in the way: a source that is not a git
-    repository, a folder or ``.pth`` that cannot be written, a checkout or ``.pth`` of another
-    kind."""
+    """Check out DomainBed at ``commit`` from ``source`` into ``folder``, importable through
+    :data:`PTH_NAME` in ``purelib``; returns the folder. What is in the way (a source that is
+    not a git repository, a folder or ``.pth`` not writable, or of another kind without
+    ``force``) is a :class:`UserError` before anything changes; a second run changes nothing."""
     if shutil.which("git") is None:
         raise UserError("`git` is not on PATH: install git (e.g. `apt install git`) and run again")
-    folder = Path(os.path.abspath(folder or default_folder()))
+    # By default beside the environment's own files, where pip puts editable VCS checkouts.
+    folder = Path(os.path.abspath(folder or Path(sys.prefix) / "src" / "DomainBed"))
     pth = pth_file(purelib)
     source = _check_source(source)
     named = installed_folder(purelib)

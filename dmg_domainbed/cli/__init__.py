@@ -1,8 +1,7 @@
 """``dmg-domainbed`` command line: subcommands thin over library code, grouped in modules by
-when they are used (sweeps, checks before them, their results). A module's
-``add_parsers(subparsers)`` registers its parsers, each setting ``func`` to the subcommand's
-``(args) -> int``. A :class:`~dmg_domainbed.errors.UserError` is printed as one message, exit
-status 2; every other exception keeps its traceback.
+when they are used. A module's ``add_parsers(subparsers)`` registers them (:func:`command`). A
+:class:`~dmg_domainbed.errors.UserError` is printed as one message, exit status 2; every other
+exception keeps its traceback.
 """
 
 from __future__ import annotations
@@ -20,13 +19,12 @@ MODULES = ("setup", "sweeps", "checks", "results")
 
 
 class PrintVersion(argparse.Action):
-    """``--version``: the package's version and the DomainBed commit it is tested against, on one
-    line (argparse's own version action would wrap it)."""
+    """``--version`` and the tested DomainBed commit on one line (argparse's action wraps it)."""
 
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser, *_):
         print(f"dmg-domainbed {__version__} (tested with DomainBed {TESTED_DOMAINBED_COMMIT})")
         parser.exit()
 
@@ -59,6 +57,14 @@ def main(argv: list[str] | None = None) -> int:
         # The reader (e.g. `| head`) stopped early: not an error of ours.
         sys.stdout = None
         return 0
+
+
+def command(subparsers, name: str, func, help: str, description: str | None = None):
+    """The parser of subcommand ``name``, which runs ``func(args) -> int``; its ``--help``
+    describes it with ``description``, else ``func``'s docstring."""
+    parser = subparsers.add_parser(name, help=help, description=description or func.__doc__)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def add_output_dir(parser: argparse.ArgumentParser, default: str, what: str) -> None:

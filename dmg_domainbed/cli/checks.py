@@ -10,44 +10,27 @@ import argparse
 import json
 import math
 import os
+from functools import partial
 from pathlib import Path
 
-from dmg_domainbed.cli import whole_number
+from dmg_domainbed.cli import command, whole_number
 from dmg_domainbed.errors import UserError
 
 
 def add_parsers(subparsers) -> None:
-    doctor = subparsers.add_parser(
-        "doctor",
-        help="check what would run here: the demo, or a run on --dataset",
-        description=(
-            "Report DomainBed's location and commit, whether a fresh `python` process registers "
-            "the plugins, torch/CUDA/GPUs (a torch and torchvision that do not match come with "
-            "the pip command that installs a matching pair), whether the pretrained weights the "
-            "run loads are cached (nothing is downloaded) and which datasets are under "
-            "--data_dir. Without --dataset it judges the demo (the embedded RotatedDigits) and "
-            "lists the weights an image sweep will need; with --dataset, a run on it. Exit "
-            "status 0 only when that would start."
-        ),
+    add = partial(command, subparsers)
+    doctor = add(
+        "doctor", doctor_command, "check what would run here: the demo, or a run on --dataset"
     )
     doctor.add_argument("--algorithm", default="DMG", help="algorithm of the run (default: DMG)")
     doctor.add_argument("--dataset", help="dataset of the run; checks its data and weights")
     doctor.add_argument("--data_dir", help="DomainBed's --data_dir")
     doctor.add_argument("--hparams", help="DomainBed's --hparams JSON, e.g. '{\"resnet18\": true}'")
-    doctor.set_defaults(func=doctor_command)
 
-    smoke = subparsers.add_parser(
+    smoke = add(
         "smoke",
-        help="run each algorithm x dataset of a sweep a few steps before launching it",
-        description=(
-            "For every algorithm and dataset of a sweep file (its job with the largest batch) "
-            "or of the command line, run DomainBed's own train for a few steps in a fresh "
-            "process on this machine's device, on a small sample of the real data with the "
-            "real pretrained weights, and print a table: ok or the error, seconds per step, "
-            "peak memory, and the sweep's estimated cost. Run it on a node like the sweep's. "
-            "Writes only into a temporary folder (and --synthetic_dir). Exit status 0 when "
-            "every job ran."
-        ),
+        smoke_command,
+        "run each algorithm x dataset of a sweep a few steps before launching it",
     )
     smoke.add_argument("file", nargs="?", help="a sweep file, e.g. sweeps/pacs_resnet50.toml")
     for names in ("algorithms", "datasets"):
@@ -86,23 +69,11 @@ def add_parsers(subparsers) -> None:
     smoke.add_argument(
         "--timeout", type=float, default=1800, help="seconds a job may take (default: %(default)s)"
     )
-    smoke.set_defaults(func=smoke_command)
 
-    check_algorithm = subparsers.add_parser(
+    check_algorithm = add(
         "check-algorithm",
-        help="check registered algorithms against what DomainBed's train and tests ask",
-        description=(
-            "For each algorithm (DomainBed's, this package's or another installed package's): "
-            "its entry point imports and names an Algorithm subclass, its hparams come from "
-            "DomainBed's registry, random hparams are the same per seed on every dataset and "
-            "keep their declared rules, and no declared name replaces one of DomainBed's; built "
-            "on DomainBed's debug dataset, update returns a dict of finite floats, predict gives "
-            "[images, classes] logits on the images' device, the same twice in eval mode, a new "
-            "instance loaded with its state dict predicts the same, and .to(device) moves every "
-            "tensor. Each failure says what was expected, what was found and where; a check "
-            "that needs a failed one is listed as not run, with the reason. On the CPU, in "
-            "seconds. Exit status 1 when a check fails."
-        ),
+        check_algorithm_command,
+        "check registered algorithms against what DomainBed's train and tests ask",
     )
     check_algorithm.add_argument("names", nargs="+", metavar="NAME", help="algorithm names")
     check_algorithm.add_argument(
@@ -119,22 +90,11 @@ def add_parsers(subparsers) -> None:
         help="images per domain in each minibatch (default: %(default)s, as DomainBed's "
         "test_models; fewer for a large network on a laptop CPU)",
     )
-    check_algorithm.set_defaults(func=check_algorithm_command)
 
     data = subparsers.add_parser("data", help="check datasets before a sweep trains on them")
     actions = data.add_subparsers(dest="action", required=True, metavar="ACTION")
-    check = actions.add_parser(
-        "check",
-        help="check datasets on disk against what DomainBed reads",
-        description=(
-            "For each dataset (default: every DomainBed dataset found under --data_dir and every "
-            "registered manifest dataset): its domain and class folders against the names "
-            "DomainBed reads, its image count per domain against the published releases, and, "
-            "unless --quick, every image decoded (files that do not decode, modes DomainBed's "
-            "loader changes, files of the same content in several domains or classes). Each "
-            "finding says what was found, what DomainBed expects and the fix. Nothing is "
-            "written. Exit status 1 when something would stop a job or change what it trains on."
-        ),
+    check = command(
+        actions, "check", data_check_command, "check datasets on disk against what DomainBed reads"
     )
     check.add_argument("--data_dir", help="DomainBed's --data_dir")
     check.add_argument("--datasets", nargs="+", metavar="DATASET", help="datasets to check")
@@ -153,7 +113,6 @@ def add_parsers(subparsers) -> None:
         metavar="FILE",
         help="also check the datasets of these manifest files (see DMG_DOMAINBED_DATASETS)",
     )
-    check.set_defaults(func=data_check_command)
 
 
 def _parse_hparams(text: str | None) -> dict:
@@ -172,6 +131,15 @@ def _parse_hparams(text: str | None) -> dict:
 
 
 def check_algorithm_command(args: argparse.Namespace) -> int:
+    """For each algorithm (DomainBed's, this package's or another installed package's): its
+    entry point imports and names an Algorithm subclass, its hparams come from DomainBed's
+    registry, random hparams are the same per seed on every dataset and keep their declared
+    rules, and no declared name replaces one of DomainBed's; built on DomainBed's debug
+    dataset, update returns a dict of finite floats, predict gives [images, classes] logits on
+    the images' device, the same twice in eval mode, a new instance loaded with its state dict
+    predicts the same, and .to(device) moves every tensor. Each failure says what was expected,
+    what was found and where; a check that needs a failed one is listed as not run, with the
+    reason. On the CPU, in seconds. Exit status 1 when a check fails."""
     from dmg_domainbed.algorithm_check import check_algorithm, render
 
     failed = False
@@ -183,6 +151,12 @@ def check_algorithm_command(args: argparse.Namespace) -> int:
 
 
 def doctor_command(args: argparse.Namespace) -> int:
+    """Report DomainBed's location and commit, whether a fresh `python` process registers the
+    plugins, torch/CUDA/GPUs (a torch and torchvision that do not match come with the pip
+    command that installs a matching pair), whether the pretrained weights the run loads are
+    cached (nothing is downloaded) and which datasets are under --data_dir. Without --dataset
+    it judges the demo (the embedded RotatedDigits) and lists the weights an image sweep will
+    need; with --dataset, a run on it. Exit status 0 only when that would start."""
     from dmg_domainbed.preflight import doctor
 
     hparams = _parse_hparams(args.hparams)
@@ -192,6 +166,12 @@ def doctor_command(args: argparse.Namespace) -> int:
 
 
 def smoke_command(args: argparse.Namespace) -> int:
+    """For every algorithm and dataset of a sweep file (its job with the largest batch) or of
+    the command line, run DomainBed's own train for a few steps in a fresh process on this
+    machine's device, on a small sample of the real data with the real pretrained weights, and
+    print a table: ok or the error, seconds per step, peak memory, and the sweep's estimated
+    cost. Run it on a node like the sweep's. Writes only into a temporary folder (and
+    --synthetic_dir). Exit status 0 when every job ran."""
     from dmg_domainbed.smoke import jobs
     from dmg_domainbed.smoke.run import smoke_check
     from dmg_domainbed.sweep.config import load_sweep
@@ -228,18 +208,19 @@ def smoke_command(args: argparse.Namespace) -> int:
         )
     synthetic = args.synthetic or args.synthetic_dir is not None
     ok = smoke_check(
-        smoke_jobs,
-        data_dir,
-        args.steps,
-        args.timeout,
-        synthetic,
-        args.synthetic_dir,
-        args.json,
+        smoke_jobs, data_dir, args.steps, args.timeout, synthetic, args.synthetic_dir, args.json
     )
     return 0 if ok else 1
 
 
 def data_check_command(args: argparse.Namespace) -> int:
+    """For each dataset (default: every DomainBed dataset found under --data_dir and every
+    registered manifest dataset): its domain and class folders against the names DomainBed
+    reads, its image count per domain against the published releases, and, unless --quick,
+    every image decoded (files that do not decode, modes DomainBed's loader changes, files of
+    the same content in several domains or classes). Each finding says what was found, what
+    DomainBed expects and the fix. Nothing is written. Exit status 1 when something would stop
+    a job or change what it trains on."""
     from domainbed import datasets
 
     from dmg_domainbed import integration

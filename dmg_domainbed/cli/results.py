@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+from functools import partial
 from pathlib import Path
 
-from dmg_domainbed.cli import add_output_dir
+from dmg_domainbed.cli import add_output_dir, command
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.runs import read_run, require_model, require_sweep
 
@@ -24,21 +25,11 @@ RUNS_DATA_DIR = (
 
 
 def add_parsers(subparsers) -> None:
-    report = subparsers.add_parser(
+    add = partial(command, subparsers)
+    report = add(
         "report",
-        help="tables (CSV, Markdown), comparisons and pictures of a DomainBed sweep",
-        description=(
-            "Reads a DomainBed sweep folder and writes the numbers of collect_results for "
-            "every model-selection method (results.csv, averages.csv, results.md), the run, "
-            "hparams and step each method selected (selected_hparams.csv), every algorithm "
-            "paired with a reference on the same data splits, with 95% confidence intervals "
-            "(comparisons.csv, comparisons.md), average ranks across tasks with a Friedman "
-            "test and a critical-difference diagram when there are enough tasks (ranks.csv, "
-            "ranks.md, ranks.png), test accuracy per test domain by algorithm "
-            "(accuracy_<dataset>.png) and, for algorithms that log diagnostics (DMG's masks), "
-            "their curves over training (<algorithm>_diagnostics_<dataset>.png). The sweep "
-            "folder is only read."
-        ),
+        report_command,
+        "tables (CSV, Markdown), comparisons and pictures of a DomainBed sweep",
     )
     report.add_argument(
         "--input_dir", required=True, help="the --output_dir of domainbed.scripts.sweep"
@@ -68,21 +59,9 @@ def add_parsers(subparsers) -> None:
             "own (e.g. 'ERM (soup: greedy)') and compared with the runs it was made of"
         ),
     )
-    report.set_defaults(func=report_command)
 
-    soup = subparsers.add_parser(
-        "soup",
-        help="weight soups (uniform, greedy) and logit ensembles of a sweep's runs",
-        description=(
-            "For each algorithm, dataset, test domain and trial of a DomainBed sweep, makes one "
-            "model of all its finished runs (every hparams seed): 'ensemble' averages their "
-            "logits (EoA); 'uniform' averages their weights (model soups, DiWA); 'greedy' adds "
-            "runs, best first, while the average's training-domain validation accuracy does "
-            "not fall (greedy soup). Weights are averaged only for runs trained with one "
-            "shared init_seed hparam; other runs are refused, named. Writes soups.jsonl (a "
-            "record per soup, read by report --soups), <id>.pkl (a weight soup's model, saved "
-            "as train.py saves one), soups.csv and soups.md. The sweep is only read."
-        ),
+    soup = add(
+        "soup", soup_command, "weight soups (uniform, greedy) and logit ensembles of a sweep's runs"
     )
     soup.add_argument("--input_dir", required=True, help="the sweep folder (DomainBed's)")
     add_output_dir(soup, "dmg_soup", "where the soups go")
@@ -94,18 +73,11 @@ def add_parsers(subparsers) -> None:
         help="which soups to make (default: all)",
     )
     soup.add_argument("--data_dir", help=RUNS_DATA_DIR)
-    soup.set_defaults(func=soup_command)
 
-    evaluate = subparsers.add_parser(
+    evaluate = add(
         "evaluate",
-        help="in-domain accuracy of finished runs, predict vs known-domain (paper Table 3)",
-        description=(
-            "Rebuilds the held-out split of every source domain exactly as train.py made it "
-            "and classifies it with predict (DMG: averaged masks; MultiHead: averaged heads) "
-            "and, where the algorithm has one, known-domain prediction (DMG soft and hard "
-            "masks, MultiHead's own head). Several runs of one sweep with the same test "
-            "domains make one table. Writes in_domain.csv and in_domain.md."
-        ),
+        evaluate_command,
+        "in-domain accuracy of finished runs, predict vs known-domain (paper Table 3)",
     )
     evaluate.add_argument(
         "--run_dir",
@@ -123,39 +95,20 @@ def add_parsers(subparsers) -> None:
         ),
     )
     evaluate.add_argument("--data_dir", help=RUNS_DATA_DIR)
-    evaluate.set_defaults(func=evaluate_command)
 
-    select = subparsers.add_parser(
+    select = add(
         "select",
-        help="select checkpoints by known-domain source validation accuracy (the paper's way)",
-        description=(
-            "Evaluates every model a sweep's runs saved at their checkpoints (train.py's "
-            "--save_model_every_checkpoint) on the source domains' validation splits, rebuilt "
-            "exactly as train.py made them, with every prediction the algorithm has (DMG: "
-            "predict, known-domain soft and hard masks; MultiHead: predict, own head), and "
-            "reports the test-domain accuracy that each prediction's validation accuracy "
-            "selects with DomainBed's training-domain validation method (best checkpoint, "
-            "then best hparams; mean over trials). Selecting by predict gives collect_results' "
-            "numbers; DMG selected by its hard masks is the paper's protocol. Writes "
-            "checkpoints.csv, selection.csv and selection.md."
-        ),
+        select_command,
+        "select checkpoints by known-domain source validation accuracy (the paper's way)",
     )
     select.add_argument("--input_dir", required=True, help="the sweep folder (DomainBed's)")
     add_output_dir(select, "dmg_select", "where the tables go")
     select.add_argument("--data_dir", help=RUNS_DATA_DIR)
-    select.set_defaults(func=select_command)
 
-    masks = subparsers.add_parser(
+    masks = add(
         "masks",
-        help="pictures of what a finished run learned (DMG's masks, ImportanceMask's weights)",
-        description=(
-            "Loads a finished run and asks its algorithm to draw what it learned into "
-            "OUTPUT_DIR: for DMG, masks.png (per layer: the mask probability sigmoid(logit) of "
-            "every unit for every source domain, and the hard IoU matrix between domains), "
-            "masks_probabilities.csv and masks_iou.csv (soft and hard IoU); for ImportanceMask, "
-            "masks.png (per tracked parameter, the importance of every weight and the "
-            "important-weight mask) and masks_importance.csv."
-        ),
+        masks_command,
+        "pictures of what a finished run learned (DMG's masks, ImportanceMask's weights)",
     )
     masks.add_argument(
         "--run_dir", required=True, metavar="RUN", help="folder of a finished run (holds model.pkl)"
@@ -165,7 +118,6 @@ def add_parsers(subparsers) -> None:
         type=Path,
         help="where the pictures and tables go (default: RUN/dmg_masks, beside the run's files)",
     )
-    masks.set_defaults(func=masks_command)
 
 
 def _print_written(written) -> None:
@@ -204,6 +156,15 @@ def _beside(runs, name: str, given: Path | None) -> Path:
 
 
 def report_command(args: argparse.Namespace) -> int:
+    """Reads a DomainBed sweep folder and writes the numbers of collect_results for every
+    model-selection method (results.csv, averages.csv, results.md), the run, hparams and step
+    each method selected (selected_hparams.csv), every algorithm paired with a reference on the
+    same data splits, with 95% confidence intervals (comparisons.csv, comparisons.md), average
+    ranks across tasks with a Friedman test and a critical-difference diagram when there are
+    enough tasks (ranks.csv, ranks.md, ranks.png), test accuracy per test domain by algorithm
+    (accuracy_<dataset>.png) and, for algorithms that log diagnostics (DMG's masks), their
+    curves over training (<algorithm>_diagnostics_<dataset>.png). The sweep folder is only
+    read."""
     sweep = require_sweep(args.input_dir)
     from dmg_domainbed.reporting import tensorboard
     from dmg_domainbed.reporting.report import write_report
@@ -222,6 +183,13 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def soup_command(args: argparse.Namespace) -> int:
+    """For each algorithm, dataset, test domain and trial of a DomainBed sweep, makes one model
+    of all its finished runs (every hparams seed): 'ensemble' averages their logits (EoA);
+    'uniform' averages their weights (model soups, DiWA); 'greedy' adds runs, best first, while
+    the average's training-domain validation accuracy does not fall (greedy soup). Weights are
+    averaged only for runs trained with one shared init_seed hparam; other runs are refused,
+    named. Writes soups.jsonl (a record per soup, read by report --soups), <id>.pkl (a weight
+    soup's model, saved as train.py saves one), soups.csv and soups.md. The sweep is only read."""
     from dmg_domainbed.reporting.soups import write_soups
     from dmg_domainbed.reporting.tables import markdown_table
 
@@ -236,6 +204,11 @@ def soup_command(args: argparse.Namespace) -> int:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
+    """Rebuilds the held-out split of every source domain exactly as train.py made it and
+    classifies it with predict (DMG: averaged masks; MultiHead: averaged heads) and, where the
+    algorithm has one, known-domain prediction (DMG soft and hard masks, MultiHead's own head).
+    Several runs of one sweep with the same test domains make one table. Writes in_domain.csv
+    and in_domain.md."""
     from dmg_domainbed.reporting.in_domain import check_comparable, write_in_domain
 
     runs = [read_run(path) for path in args.run_dir]
@@ -248,6 +221,14 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 
 def select_command(args: argparse.Namespace) -> int:
+    """Evaluates every model a sweep's runs saved at their checkpoints (train.py's
+    --save_model_every_checkpoint) on the source domains' validation splits, rebuilt exactly as
+    train.py made them, with every prediction the algorithm has (DMG: predict, known-domain
+    soft and hard masks; MultiHead: predict, own head), and reports the test-domain accuracy
+    that each prediction's validation accuracy selects with DomainBed's training-domain
+    validation method (best checkpoint, then best hparams; mean over trials). Selecting by
+    predict gives collect_results' numbers; DMG selected by its hard masks is the paper's
+    protocol. Writes checkpoints.csv, selection.csv and selection.md."""
     from dmg_domainbed.reporting.in_domain import write_selection
     from dmg_domainbed.reporting.outputs import check_output_dir
 
@@ -258,6 +239,11 @@ def select_command(args: argparse.Namespace) -> int:
 
 
 def masks_command(args: argparse.Namespace) -> int:
+    """Loads a finished run and asks its algorithm to draw what it learned into OUTPUT_DIR: for
+    DMG, masks.png (per layer: the mask probability sigmoid(logit) of every unit for every
+    source domain, and the hard IoU matrix between domains), masks_probabilities.csv and
+    masks_iou.csv (soft and hard IoU); for ImportanceMask, masks.png (per tracked parameter,
+    the importance of every weight and the important-weight mask) and masks_importance.csv."""
     from dmg_domainbed.reporting.learned import draw_learned, require_drawing
     from dmg_domainbed.runs import warnings
 

@@ -6,15 +6,18 @@ import argparse
 from pathlib import Path
 
 from dmg_domainbed import TESTED_DOMAINBED_COMMIT
+from dmg_domainbed.cli import command
 
 
 def add_parsers(subparsers) -> None:
     from dmg_domainbed import domainbed_setup
 
-    install = subparsers.add_parser(
+    install = command(
+        subparsers,
         "install-domainbed",
-        help="fetch DomainBed at the tested commit and make it importable in this Python",
-        description=(
+        install_domainbed_command,
+        "fetch DomainBed at the tested commit and make it importable in this Python",
+        (
             f"Clone DomainBed with git, check out the tested commit {TESTED_DOMAINBED_COMMIT[:12]} "
             f"into --dir and write {domainbed_setup.PTH_NAME} into this Python's site-packages "
             "so that `import domainbed` finds it. What it needs (a git repository to clone, "
@@ -45,7 +48,6 @@ def add_parsers(subparsers) -> None:
         help="check out the tested commit in an existing checkout at another commit, or point "
         "the .pth file at --dir when it names another folder",
     )
-    install.set_defaults(func=install_domainbed_command)
 
 
 def install_domainbed_command(args: argparse.Namespace) -> int:

@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
+from functools import partial
 
-from dmg_domainbed.cli import add_output_dir, whole_number
+from dmg_domainbed.cli import add_output_dir, command, whole_number
 from dmg_domainbed.demo import ALGORITHMS
 
 
 def add_parsers(subparsers) -> None:
-    demo = subparsers.add_parser(
+    add = partial(command, subparsers)
+    demo = add(
         "demo",
-        help="run a real DomainBed sweep on the embedded RotatedDigits dataset and report it",
-        description=(
-            "Runs DomainBed's own sweep (train.py per job) of the given algorithms on "
-            "RotatedDigits, one job per test domain, then prints collect_results' table and "
-            "writes a report (CSV, Markdown, PNG) to OUTPUT_DIR/report. Running it again "
-            "resumes: finished jobs (DomainBed's 'done' files) are kept, unfinished ones redone."
-        ),
+        demo_command,
+        "run a real DomainBed sweep on the embedded RotatedDigits dataset and report it",
     )
     add_output_dir(demo, "dmg_demo", "folder of the sweep, its log and the report")
     demo.add_argument(
@@ -55,16 +53,9 @@ def add_parsers(subparsers) -> None:
         "its defaults, then N-1 random draws from the search space, among which model "
         "selection chooses (default: %(default)s)",
     )
-    demo.set_defaults(func=demo_command)
 
-    sweep = subparsers.add_parser(
-        "sweep",
-        help="run a sweep file (sweeps/*.toml) with DomainBed's sweep code",
-        description=(
-            "Check a sweep file, show its jobs, and launch them with DomainBed's own sweep code "
-            "(its job list, Job.launch and the command launcher: job folders, hashes and "
-            "`done` files stay DomainBed's; finished jobs are skipped)."
-        ),
+    sweep = add(
+        "sweep", sweep_command, "run a sweep file (sweeps/*.toml) with DomainBed's sweep code"
     )
     sweep.add_argument("file", help="a sweep file, e.g. sweeps/demo.toml")
     sweep.add_argument("--launcher", help="DomainBed command launcher (wins over the file's)")
@@ -92,7 +83,6 @@ def add_parsers(subparsers) -> None:
         help="first delete the folders of incomplete jobs (DomainBed's delete_incomplete) so "
         "they are launched again; only when none of them is still running",
     )
-    sweep.set_defaults(func=sweep_command)
 
 
 def demo_config_of(args: argparse.Namespace):
@@ -117,6 +107,10 @@ def demo_config_of(args: argparse.Namespace):
 
 
 def demo_command(args: argparse.Namespace) -> int:
+    """Runs DomainBed's own sweep (train.py per job) of the given algorithms on RotatedDigits, one
+    job per test domain, then prints collect_results' table and writes a report (CSV, Markdown,
+    PNG) to OUTPUT_DIR/report. Running it again resumes: finished jobs (DomainBed's 'done' files)
+    are kept, unfinished ones redone."""
     from dmg_domainbed.demo import SWEEP, run_demo
 
     config = demo_config_of(args)
@@ -132,19 +126,10 @@ def demo_command(args: argparse.Namespace) -> int:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    """Hand the parsed sweep to the library, which reads, checks, plans and launches it."""
+    """Check a sweep file, show its jobs, and launch them with DomainBed's own sweep code (its job
+    list, Job.launch and the command launcher: job folders, hashes and `done` files stay
+    DomainBed's; finished jobs are skipped)."""
     from dmg_domainbed.sweep.run import SweepRequest, run_sweep
 
-    return run_sweep(
-        SweepRequest(
-            args.file,
-            args.data_dir,
-            args.output_dir,
-            args.launcher,
-            args.dry_run,
-            args.delete_incomplete,
-            args.cost_from,
-            args.commands,
-        ),
-        echo=print,
-    )
+    request = {field.name: getattr(args, field.name) for field in fields(SweepRequest)}
+    return run_sweep(SweepRequest(**request), echo=print)
