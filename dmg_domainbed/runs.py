@@ -192,14 +192,17 @@ class Run:
         return f"{self.algorithm} on {self.dataset}, test envs {self.test_envs} ({self.path})"
 
 
-def read_records(results_path: Path) -> list[dict[str, Any]]:
-    """The records of ``results_path``; a half-written last line left out with a warning."""
+def read_records(results_path: Path, lenient: bool = False) -> list[dict[str, Any]]:
+    """The records of ``results_path``; a half-written last line left out with a warning
+    (``lenient``: every line that is not a JSON object passed over, silently)."""
     lines = Path(results_path).read_text().splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as error:
+            if lenient:
+                continue
             if number < len(lines):
                 raise UserError(
                     f"'{results_path}' is damaged at line {number} of {len(lines)} ({error}); "
@@ -213,7 +216,7 @@ def read_records(results_path: Path) -> list[dict[str, Any]]:
                 file=sys.stderr,
                 flush=True,
             )
-    return records
+    return [r for r in records if isinstance(r, dict)] if lenient else records
 
 
 def run_folders(sweep_dir: Path) -> list[Path]:
@@ -582,16 +585,11 @@ def divergence(records: Iterable[Mapping[str, Any]]) -> str | None:
 
 
 def folder_divergence(folder: Path) -> str | None:
-    """:func:`divergence` of ``folder``'s ``results.jsonl``; lines not JSON objects passed over."""
+    """:func:`divergence` of ``folder``'s ``results.jsonl`` read leniently (none without one)."""
     try:
-        lines = (Path(folder) / RESULTS_FILE).read_text().splitlines()
+        return divergence(read_records(Path(folder) / RESULTS_FILE, lenient=True))
     except (OSError, UnicodeDecodeError):
         return None
-    records = []
-    for line in lines:
-        with contextlib.suppress(json.JSONDecodeError):
-            records.append(json.loads(line))
-    return divergence(r for r in records if isinstance(r, dict))
 
 
 def warnings(runs: Iterable[Any]) -> list[str]:
