@@ -20,10 +20,10 @@ from dmg_domainbed.cores import usable_cores
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.folders import path_part
 from dmg_domainbed.locks import FolderLock
+from dmg_domainbed.sweep.checks import check_sweep
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
 from dmg_domainbed.sweep.launch import execute, is_done
 from dmg_domainbed.sweep.plan import describe_job, plan_sweep
-from dmg_domainbed.sweep.run import check
 
 DATASET = "RotatedDigits"
 ALGORITHMS = ("ERM", "Aggregate", "MultiHead", "DMG")
@@ -150,7 +150,7 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     check_output_dir(output_dir, only_outputs=False)  # its log: writable
     check_output_dir(report_dir)  # its report: no file of the user's in the way
     sweep = demo_sweep(config, sweep_dir)
-    checked = check(sweep, os.environ)
+    checked = check_sweep(sweep, os.environ)
     if checked.problem is not None:
         raise checked.problem
     with FolderLock(sweep_dir):  # the job states read, and the jobs launched, under the lock

@@ -23,6 +23,7 @@ from dmg_domainbed.preflight.networks import check_network
 from dmg_domainbed.preflight.requirements import data_problems, weight_problems
 from dmg_domainbed.shortlist import shortlist
 from dmg_domainbed.sweep.config import Sweep, SweepConfig
+from dmg_domainbed.sweep.launcher_settings import launcher_environment
 from dmg_domainbed.sweep.plan import draws, job_count
 
 #: The most jobs a sweep plans at once: DomainBed makes each in memory before it launches one.
@@ -40,9 +41,17 @@ class Checked:
     problem: UserError | None = None
 
 
-def check_sweep(sweep: Sweep, env: Mapping[str, str]) -> Checked:
-    """The whole pass; the machine only when the sweep names a launcher."""
+def check_sweep(sweep: Sweep, environ: Mapping[str, str]) -> Checked:
+    """The whole pass, in the launcher's environment (the file's settings over ``environ``);
+    the machine only when the sweep names a launcher."""
+    env, launcher_notes = environ, []
+    if sweep.launcher is not None:
+        config = sweep.config
+        env, launcher_notes = launcher_environment(
+            config.path, sweep.launcher, environ, config.launcher, config.launcher_options
+        )
     runs, notes = check_file(sweep.config)
+    notes += tuple(launcher_notes)
     if sweep.launcher is None:
         return Checked(notes, env)
     try:

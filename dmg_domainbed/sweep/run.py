@@ -1,5 +1,5 @@
 """``dmg-domainbed sweep`` as one call (:func:`run_sweep`): the file read and resolved
-(:mod:`.config`), the launcher's environment made and the sweep checked (:func:`check`), the
+(:mod:`.config`), checked in its launcher's environment (:func:`.checks.check_sweep`), the
 output folder locked unless nothing will launch, the jobs planned under that lock (:mod:`.plan`),
 shown, and launched (:mod:`.launch`). The demo goes through the same check, lock, plan and
 launch."""
@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.locks import FolderLock
 from dmg_domainbed.sweep import cost
-from dmg_domainbed.sweep.checks import Checked, check_sweep
+from dmg_domainbed.sweep.checks import check_sweep
 from dmg_domainbed.sweep.command_line import check_commands
 from dmg_domainbed.sweep.config import Sweep, load_sweep, resolve
 from dmg_domainbed.sweep.launch import execute
-from dmg_domainbed.sweep.launcher_settings import launcher_environment
 from dmg_domainbed.sweep.plan import Plan, job_costs, plan_sweep
 
 
@@ -35,18 +34,6 @@ class SweepRequest:
     delete_incomplete: bool = False
     cost_from: str | None = None  # a smoke results file (smoke --json) the cost prefers
     commands: bool = False  # a dry run lists the jobs' command lines
-
-
-def check(sweep: Sweep, environ: Mapping[str, str]) -> Checked:
-    """The launcher's environment (the file's settings over ``environ``) and the checks."""
-    env, notes = environ, []
-    if sweep.launcher is not None:
-        config = sweep.config
-        env, notes = launcher_environment(
-            config.path, sweep.launcher, environ, config.launcher, config.launcher_options
-        )
-    checked = check_sweep(sweep, env)
-    return replace(checked, notes=checked.notes + tuple(notes))
 
 
 def smoke_table(path: str) -> cost.CostTable:
@@ -91,7 +78,7 @@ def run_sweep(request: SweepRequest, echo: Callable[[str], None] = print) -> int
             f'{sweep.config.path} names no launcher: add [launcher] name = "..." to it or pass '
             "--launcher NAME (e.g. local_parallel, submitit, local)"
         )
-    checked = check(sweep, os.environ)
+    checked = check_sweep(sweep, os.environ)
     launching = not request.dry_run and checked.problem is None
     # Locked before the plan reads the job states: no other command changes them until the
     # launch ends. A dry run, or a sweep that cannot run here, creates nothing.
