@@ -88,14 +88,9 @@ def check_run_length(hparams: Mapping[str, Any], steps: int, owner: str) -> None
 
 
 def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
-    """Make ``algorithm`` evaluate and save the average ``hparams`` ask for (:func:`check`);
-    for ``"none"``, do nothing.
-
-    Called when the algorithm is built, before its subclass builds its networks: ``update``,
-    ``train``, ``state_dict`` and ``load_state_dict`` are replaced on the instance (after
-    :func:`dmg_domainbed.precision.apply`, whose ``update`` runs inside this one's), and the
-    average is taken from the first update on.
-    """
+    """Make ``algorithm`` evaluate and save the average ``hparams`` ask for (:func:`check`;
+    ``"none"``: nothing): :data:`WRAPPERS` replace its methods on the instance, around
+    :func:`dmg_domainbed.precision.apply`'s."""
     mode = check(hparams, type(algorithm).__name__)
     if mode == NO_AVERAGING:
         return

@@ -108,13 +108,9 @@ def _distribution(entry_point: metadata.EntryPoint) -> str | None:
 
 @functools.cache
 def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
-    """The installed entry points of ``group`` by name.
-
-    A name claimed by this package and by another keeps this package's, wherever the other
-    stands on ``sys.path``: a third-party ``DMG`` must not run under this package's name (as
-    DomainBed's own names are kept by :func:`_add_to_namespace`). A name two other packages
-    claim keeps the first on ``sys.path``. Each refused entry point is reported once.
-    """
+    """The installed entry points of ``group`` by name: a name this package claims stays its
+    own wherever another stands on ``sys.path``; one two others claim keeps the first. Each
+    refused entry point is reported once."""
     found: dict[str, metadata.EntryPoint] = {}
     for entry_point in metadata.entry_points(group=group):
         kept = found.setdefault(entry_point.name, entry_point)
@@ -162,24 +158,16 @@ class PluginImportError(ImportError):
 
 
 def load(group: str, name: str, report: bool = True) -> Any | None:
-    """Load one entry point; a failure is reported once and gives ``None``. With ``report``
-    false the caller shows the failure itself: this entry point's failures are not reported
-    in this process from then on.
+    """Load one entry point; a failure is reported once (unless ``report`` is false: the
+    caller shows it, from then on) and gives ``None``.
 
-    A plugin module that imports DomainBed, imported before DomainBed, has DomainBed registered
-    half-way through its own import, so its entry point cannot load yet. What is in
-    ``sys.modules`` before the load tells such a failure, with no look at the call stack:
-
-    * its entry point is being loaded already (importing it imported DomainBed): ``None``;
-    * an ``ImportError`` or ``AttributeError`` that says a name is missing from a module that
-      was imported (perhaps half-way) before this load, the entry point's own module or the
-      ``M`` of a ``from M import X`` of the plugin: "not yet". Its name is listed in DomainBed's
-      module, nothing is reported, each lookup tries again, and :func:`require` raises the
-      error if it still fails;
-    * any other ``ImportError`` or ``AttributeError`` while the plugin's top-level package was
-      imported before: reported, and tried again at each lookup (a module of that package may
-      be half-way through its import);
-    * any other failure: reported, and final.
+    A plugin that imports DomainBed, imported first, has DomainBed registered half-way through
+    its own import. What was in ``sys.modules`` before the load tells such a failure: an entry
+    point being loaded already gives ``None``; an ``ImportError`` or ``AttributeError`` naming
+    what is missing from a module imported before (the entry point's, or ``M`` of a ``from M
+    import X``) is "not yet": listed, not reported, tried at each lookup (:func:`require`
+    raises it if it persists); any other such error while the plugin's top-level package was
+    imported before is reported and tried again; any other failure is reported and final.
     """
     key = (group, name)
     if not report:

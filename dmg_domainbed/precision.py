@@ -46,13 +46,9 @@ def full_precision() -> Iterator[None]:
 
 
 def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
-    """Make ``algorithm`` run in the precision ``hparams`` ask for (:class:`UserError` for a
-    value :data:`HPARAMS` refuses); for fp32, do nothing.
-
-    Called when the algorithm is built, before its subclass builds its networks: the methods
-    are replaced on the instance, and the layout is set on the first call, once the networks
-    exist and sit on their device.
-    """
+    """Make ``algorithm`` run in the precision ``hparams`` ask for (fp32: nothing): the
+    methods are replaced on the instance; the layout is set at the first call, once the
+    networks exist and sit on their device."""
     declared = HPARAMS[HPARAM]
     value = hparams.get(HPARAM, declared.default)
     declared.check(value, type(algorithm).__name__)  # the preflight checks it the same way

@@ -1,14 +1,9 @@
-"""What a setting's value may be, checked one way wherever a user gives one.
-
-Hparams (``--hparams``, a sweep file's hparam tables), a sweep file's ``[sweep]`` keys and a
-launcher's settings (its ``[launcher]`` table or environment variables) each carry a
-:class:`Rule`. A value that breaks it gets one message, whatever it was given through::
+"""What a setting's value may be (hparams, sweep keys, launcher settings), checked one way::
 
     <where it was given> = <value> is not valid: it must be <what is allowed>. <how to fix it>
 
-Numbers are never booleans, an integer is a valid float, and floats must be finite.
-
-Stdlib only: launchers and the start-up hook import it.
+Numbers are never booleans, an integer is a valid float, and floats must be finite. Stdlib
+only: launchers and the start-up hook import it.
 """
 
 from __future__ import annotations

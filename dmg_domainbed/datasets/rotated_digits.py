@@ -1,10 +1,6 @@
-"""RotatedDigits: scikit-learn's bundled 8x8 digits, one rotation angle per domain.
-
-Built in the style of DomainBed's RotatedMNIST, but from data that ships inside scikit-learn
-(``sklearn.datasets.load_digits``: 1,797 images, 10 classes), so it needs no download and no
-``--data_dir``. Each domain is a disjoint subset of the images rotated by its angle; inputs
-are flattened to 64 features so that DomainBed picks its MLP featurizer: a full comparison of
-algorithms runs on a laptop CPU (``dmg-domainbed demo``).
+"""RotatedDigits: scikit-learn's bundled 8x8 digits (``load_digits``: 1,797 images, 10 classes),
+one rotation angle per domain, in the style of DomainBed's RotatedMNIST without a download;
+flattened to 64 features, DomainBed's MLP featurizer, so the demo runs on a laptop CPU.
 """
 
 from __future__ import annotations
@@ -20,12 +16,8 @@ from dmg_domainbed.hparams import HParam, HParamSpace
 
 
 class DomainExamples(Dataset):
-    """One domain's examples, ``tensors = (inputs, labels)``, indexed as ready-made pairs.
-
-    DomainBed's loaders fetch one example at a time through its split wrapper; looking up a
-    stored (input row, label) pair replaces a ``TensorDataset``'s two tensor indexings per
-    example. The batches are the same.
-    """
+    """One domain's examples, ``tensors = (inputs, labels)``, stored as ready-made pairs (one
+    lookup per example instead of a ``TensorDataset``'s two indexings; the same batches)."""
 
     def __init__(self, inputs: torch.Tensor, labels: torch.Tensor):
         self.tensors = (inputs, labels)

@@ -1,20 +1,12 @@
-"""What a trained SF-MoE routes where: expert maps, class-token attention and expert load.
+"""What a trained SF-MoE routes where, on the held-out sample (train.py's ``env<i>_out``, the first
+``SFMOE.SAMPLE_IMAGES``, without augmentation) of every environment, as ``predict`` runs:
 
-For a finished run, on the sample of held-out images (train.py's ``env<i>_out``, the first
-``SFMOE.SAMPLE_IMAGES``) of every environment, source and test, in evaluation mode as
-``predict`` runs:
-
-* ``<stem>.png``: per image (the first ``IMAGES_PER_DOMAIN`` of each environment), the image,
-  then for each MoE block the 14x14 map of every patch's top-1 expert (colour), its renormalised
-  gate value ``g1`` (opacity) and an ``x`` where that assignment was over capacity (dropped),
-  then the last block's attention from the class token to the 14x14 patches, one map per head
-  (what the authors' ``vis_attention.py`` drew);
-* ``<stem>_expert_load.png`` and ``.csv``: per MoE block and environment, the share of tokens
-  (all 198, class and distillation tokens included) whose top-1 expert is each expert, the share
-  of top-1 assignments dropped and the share of tokens whose second expert was used, over the
-  environment's sample.
-
-Images are shown without DomainBed's training augmentation.
+* ``<stem>.png``: per image (``IMAGES_PER_DOMAIN`` of each environment), each MoE block's
+  14x14 map of every patch's top-1 expert (colour), its gate value ``g1`` (opacity) and an
+  ``x`` where it was over capacity, then the last block's class-token attention per head;
+* ``<stem>_expert_load.png`` and ``.csv``: per MoE block and environment, each expert's share
+  of top-1 assignments (all 198 tokens), the share dropped and the share sent to a second
+  expert.
 """
 
 from __future__ import annotations
