@@ -314,7 +314,6 @@ def read_tail(path: Path | None) -> str:
 class Outcome:
     """A job; ``returncode`` is None while it runs; a failed one keeps its log's end and a hint."""
 
-    index: int
     command: str
     log: Path | None
     slot: int
@@ -351,7 +350,7 @@ class Outcome:
         return True
 
 
-def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | None) -> Outcome:
+def _start(command: str, slot: int, plan: Plan, warm_module: str | None) -> Outcome:
     output_dir = output_dir_of(command)
     log = Path(output_dir) / LOG_NAME if output_dir else None
     if log:
@@ -359,7 +358,7 @@ def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | N
     env = plan.job_environment(slot)
     arguments = module_arguments(command, warm_module) if warm_module else None
     if arguments is not None:
-        return Outcome(index, command, log, slot, start_warm(warm_module, arguments, env, log))
+        return Outcome(command, log, slot, start_warm(warm_module, arguments, env, log))
     words = plain_words(command)
     plain = words and shutil.which(words[0], path=env.get("PATH"))
     with open(log, "a") if log else contextlib.nullcontext() as stream:
@@ -373,7 +372,7 @@ def _start(index: int, command: str, slot: int, plan: Plan, warm_module: str | N
             start_new_session=True,
             preexec_fn=functools.partial(_die_with_parent, os.getpid()),
         )
-    return Outcome(index, command, log, slot, process)
+    return Outcome(command, log, slot, process)
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -414,20 +413,19 @@ def run_commands(
             f"only `python -m {module} ARGUMENTS` in plain words (quoted as shlex.quote "
             f"quotes, no other shell syntax) starts warm; the first: {cold[0]}"
         )
-    pending, free_slots = deque(enumerate(commands)), deque(range(plan.jobs))
+    pending, free_slots = deque(commands), deque(range(plan.jobs))
+    started: list[Outcome] = []  # in the commands' order
     running: list[Outcome] = []
-    finished: list[Outcome] = []
     try:
         while pending or running:
             while pending and free_slots:
-                index, command = pending.popleft()
-                running.append(_start(index, command, free_slots.popleft(), plan, module))
+                started.append(_start(pending.popleft(), free_slots.popleft(), plan, module))
+                running.append(started[-1])
             _wait(running)
             for job in [job for job in running if job.ended(plan)]:
                 running.remove(job)
                 free_slots.append(job.slot)
-                finished.append(job)
-                say(_progress_line(job, len(finished), len(commands)))
+                say(_progress_line(job, len(started) - len(running), len(commands)))
     except BaseException:
         for job in running:
             _signal_group(job.process.pid, signal.SIGTERM)
@@ -438,7 +436,7 @@ def run_commands(
             _signal_group(job.process.pid, signal.SIGKILL)
             (job.process.join if job.warm else job.process.wait)()
         raise
-    return sorted(finished, key=lambda job: job.index)
+    return started
 
 
 def _progress_line(job: Outcome, finished: int, total: int) -> str:
