@@ -1,11 +1,8 @@
-"""Imported by the fork server of warm jobs (:mod:`.local_parallel`) after the modules it
-preloads, and nowhere else: waits until the threads those imports started have ended (wilds
-checks for a newer version in one), so that no job is forked while another thread may hold a
-lock, e.g. an import's, that the job would then wait for forever. Daemon threads (tqdm's
-monitor) sleep and are left alone.
-
-It also records whether those imports initialised CUDA (``cuda_initialised``): a forked job
-reads it, as ``torch.cuda.is_initialized()`` reads False in a child forked after CUDA started."""
+"""Preloaded last by the fork server of warm jobs (:mod:`.local_parallel`), imported nowhere
+else: waits until the threads the other preloads started have ended (wilds checks for a newer
+version in one), so that no job is forked while another thread holds a lock, e.g. an import's
+(daemon threads, tqdm's monitor, sleep and are left alone); records whether those imports
+initialised CUDA (``cuda_initialised``), which a forked child cannot tell itself."""
 
 import sys
 import threading
