@@ -1,16 +1,12 @@
 """``dmg-domainbed doctor``: what would run here, and if not, why?
 
-Each check gives a status: ``ok``, ``FAIL`` (the run would not start), ``warn`` (it would, but
-something deserves a look) or ``info``. With ``--dataset``, the verdict is for a run on that
-dataset: what every run needs, its data under ``--data_dir`` and the pretrained weights its
-model loads (a missing file fails it). Without one, the verdict is for what runs now: the demo
-(:mod:`dmg_domainbed.demo`, on the embedded RotatedDigits: no files to fetch); the pretrained
-weights of a run on a 224x224 image dataset are listed as what an image sweep will need (a
-missing file is a ``warn``, named in the verdict).
-
-A torch and a torchvision that do not go together (different builds or releases) fail, with
-the pip command that installs a matching pair: the import of DomainBed that follows would
-otherwise end in an error about a torchvision operator, naming neither.
+Each check is ``ok``, ``FAIL`` (the run would not start), ``warn`` (it would; something deserves
+a look) or ``info``. With ``--dataset`` the verdict is for a run on it: what every run needs, its
+data under ``--data_dir`` and the pretrained weights its model loads. Without, it is for the demo
+(on the embedded RotatedDigits: no files), and the weights of a run on 224x224 images are listed
+as what an image sweep will need (a missing file is a ``warn``). A torch and a torchvision that
+do not go together fail, with the pip command that installs a matching pair: DomainBed's import
+would otherwise end in an error about a torchvision operator, naming neither.
 """
 
 from __future__ import annotations
@@ -109,13 +105,12 @@ def _weights_check(algorithm: str, dataset: str | None, hparams: Mapping[str, An
     missing one fails a run on ``dataset``; without one it is what an image sweep needs first."""
     target = dataset or IMAGE_DATASET_FOR_WEIGHTS
     scope = f"{algorithm} on {dataset}" if dataset else f"{algorithm} on 224x224 image datasets"
-    own = requirements.own_weights(algorithm, target, hparams)
-    if own is not None:
+    if (own := requirements.own_weights(algorithm, target, hparams)) is not None:
         lines = [f"{scope} loads its own weights; looked in, in order:"]
-        for f in own.locations:
-            lines.append(
-                f"{'found ' if f.present else 'absent'}  {f.what}: {f.filename} in {f.folder}"
-            )
+        lines += [
+            f"{'found ' if f.present else 'absent'}  {f.what}: {f.filename} in {f.folder}"
+            for f in own.locations
+        ]
         lines += own.details
         ready, broken = own.ready, any(f.present for f in own.locations)
     else:

@@ -71,12 +71,12 @@ def probe_fresh_process() -> ProbeResult:
     env = job_environment()
     python = shutil.which("python", path=env["PATH"])
     if python is None:
-        return ProbeResult(python=None, error="no `python` on PATH")
+        return ProbeResult(None, error="no `python` on PATH")
     command = [python, "-c", _PROBE]
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return ProbeResult(python=python, error=f"{type(error).__name__}: {error}")
+        return ProbeResult(python, error=f"{type(error).__name__}: {error}")
     warnings = [line for line in done.stderr.splitlines() if line.startswith("dmg-domainbed:")]
     for line in done.stdout.splitlines():
         if line.startswith(_PROBE_MARK):
@@ -87,8 +87,7 @@ def probe_fresh_process() -> ProbeResult:
 
 
 def torch_summary() -> list[str]:
-    """torch and torchvision versions, CUDA build, the GPUs torch sees (DomainBed, which imports
-    both, is importable)."""
+    """torch's and torchvision's versions, CUDA build, the GPUs torch sees."""
     import torch
     import torchvision
 
@@ -202,11 +201,8 @@ def torch_pair_problem(
 
 def _torchvision_for(torch: Build) -> str | None:
     """The torchvision release built for ``torch`` (torch 2.x), or ``None`` where unknown."""
-    release = _release(torch.version)
-    if len(release) < 2 or release[0] != 2:
-        return None
-    patch = release[2] if len(release) > 2 else 0
-    return f"0.{release[1] + TORCHVISION_MINOR_OFFSET}.{patch}"
+    major, minor, patch = (*_release(torch.version), 0, 0)[:3]
+    return f"0.{minor + TORCHVISION_MINOR_OFFSET}.{patch}" if major == 2 else None
 
 
 def _release(version: str) -> tuple[int, ...]:

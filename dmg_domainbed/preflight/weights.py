@@ -1,13 +1,11 @@
 """The pretrained weights DomainBed downloads when it builds a model, and whether they are cached.
 
 DomainBed (``networks.py``, commit b93c22a) builds every 224x224 featurizer from pretrained
-weights, downloading them at construction; on a node without internet the job dies there. For
-a ResNet it first builds torchvision's ``resnet18``/``resnet50(pretrained=True)`` (the
-``IMAGENET1K_V1`` weights) and then, if ``resnet50_augmix`` is on (DomainBed's default), replaces
-it by timm's ``resnet50.ram_in1k``: with the default hparams *both* are downloaded. With ``vit``
-and ``dinov2`` it loads DINOv2 ViT-B/14 through ``torch.hub``. Smaller inputs (MNIST's CNN,
-the Wide ResNet, the MLP) use no pretrained weights. Each missing file comes with the command
-that puts it where the loader looks.
+weights, downloaded at construction: a job on a node without internet dies there. A ResNet is
+torchvision's ``resnet18``/``resnet50`` (``IMAGENET1K_V1``), replaced, with ``resnet50_augmix``
+(DomainBed's default), by timm's ``resnet50.ram_in1k``, after *both* are loaded; ``vit`` with
+``dinov2`` loads DINOv2 ViT-B/14 through ``torch.hub``. Smaller inputs load none. Each missing
+file comes with the command that puts it where the loader looks.
 """
 
 from __future__ import annotations
@@ -27,65 +25,62 @@ DINOV2_CHECKPOINT = "dinov2_vitb14_pretrain.pth"
 
 def _torchvision_file(name: str, weights: str, caches: Caches) -> WeightFile:
     """The file torchvision's ``name`` builder loads for ``weights`` (``pretrained=True`` is
-    torchvision's legacy name for ``IMAGENET1K_V1``), in torch hub's checkpoint folder."""
+    ``IMAGENET1K_V1``), in torch hub's checkpoint folder."""
     from torchvision import models
 
     url = models.get_model_weights(name)[weights].url
-    folder = caches.torch_hub / "checkpoints"
-    filename = os.path.basename(urlparse(url).path)
-    load = f"torch.hub.load_state_dict_from_url('{url}')"
-    return WeightFile(
-        what=f"torchvision {name} ImageNet weights ({weights})",
-        folder=folder,
-        filename=filename,
-        present=(folder / filename).is_file(),
-        fetch=f'TORCH_HOME={caches.torch_hub.parent} python -c "import torch; {load}"',
-        model=f"torchvision:{name}",
-    )
+    folder, filename = caches.torch_hub / "checkpoints", os.path.basename(urlparse(url).path)
+    load = f"import torch; torch.hub.load_state_dict_from_url('{url}')"
+    fetch = f'TORCH_HOME={caches.torch_hub.parent} python -c "{load}"'
+    what = f"torchvision {name} ImageNet weights ({weights})"
+    present = (folder / filename).is_file()
+    return WeightFile(what, folder, filename, present, fetch, model=f"torchvision:{name}")
 
 
 def _timm_file(name: str, caches: Caches) -> WeightFile:
-    """timm (which requires huggingface_hub and safetensors) loads ``model.safetensors`` from
-    the model's Hugging Face hub snapshot."""
+    """timm (with huggingface_hub and safetensors) loads the model's Hugging Face hub snapshot."""
     from huggingface_hub import try_to_load_from_cache
     from timm.models import get_pretrained_cfg
 
-    repo = get_pretrained_cfg(name).hf_hub_id
-    filename = "model.safetensors"
-    cached = try_to_load_from_cache(repo, filename, cache_dir=caches.hf_hub)
+    repo, filename = get_pretrained_cfg(name).hf_hub_id, "model.safetensors"
+    present = isinstance(try_to_load_from_cache(repo, filename, cache_dir=caches.hf_hub), str)
     create = f"import timm; timm.create_model('{name}', pretrained=True)"
     return WeightFile(
-        what=f"timm {name} weights (Hugging Face hub {repo})",
-        folder=caches.hf_hub / f"models--{repo.replace('/', '--')}",
-        filename=f"snapshots/<revision>/{filename}",
-        present=isinstance(cached, str),
-        fetch=f'HF_HUB_CACHE={caches.hf_hub} python -c "{create}"; set HF_HUB_OFFLINE=1 '
-        "on nodes without internet",
+        f"timm {name} weights (Hugging Face hub {repo})",
+        caches.hf_hub / f"models--{repo.replace('/', '--')}",
+        f"snapshots/<revision>/{filename}",
+        present,
+        f'HF_HUB_CACHE={caches.hf_hub} python -c "{create}"; set HF_HUB_OFFLINE=1 on nodes '
+        "without internet",
         model=f"timm:{name}",
         layout=HF_SNAPSHOT,
     )
 
 
 def _dinov2(caches: Caches) -> list[WeightFile]:
-    hub, load = caches.torch_hub, f"torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')"
-    fetch = f'TORCH_HOME={hub.parent} python -c "import torch; {load}"'
+    hub, checkpoints = caches.torch_hub, caches.torch_hub / "checkpoints"
+    load = f"import torch; torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')"
+    fetch = f'TORCH_HOME={hub.parent} python -c "{load}"'
+    code = (hub / DINOV2_REPO_FOLDER).is_dir()
+    weights = (checkpoints / DINOV2_CHECKPOINT).is_file()
+    model = f"torch.hub:{DINOV2_REPO}"
     return [
         WeightFile(
             f"torch.hub code of {DINOV2_REPO}",
             hub,
             DINOV2_REPO_FOLDER,
-            (hub / DINOV2_REPO_FOLDER).is_dir(),
+            code,
             fetch,
-            model=f"torch.hub:{DINOV2_REPO}",
+            model=model,
             layout=TORCH_HUB_REPO,
         ),
         WeightFile(
             f"DINOV2 {DINOV2_MODEL} weights",
-            hub / "checkpoints",
+            checkpoints,
             DINOV2_CHECKPOINT,
-            (hub / "checkpoints" / DINOV2_CHECKPOINT).is_file(),
+            weights,
             fetch,
-            model=f"torch.hub:{DINOV2_REPO}:{DINOV2_MODEL}",
+            model=f"{model}:{DINOV2_MODEL}",
         ),
     ]
 

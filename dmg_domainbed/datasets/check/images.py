@@ -115,22 +115,6 @@ def header_problem(path: str) -> tuple[str, str] | None:
         return "not an image", ""
 
 
-def _add_files(report: DatasetReport, files: Mapping[str, list[str]]) -> None:
-    """One finding per kind of problem of :data:`FILE_PROBLEMS`, a few files named."""
-    for kind, paths in files.items():
-        report.files(ERROR, paths, *FILE_PROBLEMS[kind], REPLACE)
-
-
-def _header_findings(report: DatasetReport, paths: Sequence[str]) -> None:
-    """The quick check's findings on ``paths``: their first bytes."""
-    by_kind: dict[str, list[str]] = defaultdict(list)
-    for path in paths:
-        if found := header_problem(path):
-            kind, why = found
-            by_kind[kind].append(f"{path} ({why})" if why else path)
-    _add_files(report, dict(sorted(by_kind.items())))
-
-
 @dataclass(frozen=True)
 class Decoded:
     """What reading one file found: ``error`` when strict decoding failed (``tolerated``:
@@ -230,7 +214,14 @@ def look_at_files(
     ``workers`` processes; ``places`` maps each path to its (domain, class) for finding copies
     across them (left out: not looked for)."""
     if report.quick:
-        return _header_findings(report, paths)
+        by_kind: dict[str, list[str]] = defaultdict(list)
+        for path in paths:
+            if found := header_problem(path):
+                kind, why = found
+                by_kind[kind].append(f"{path} ({why})" if why else path)
+        for kind, files in sorted(by_kind.items()):
+            report.files(ERROR, files, *FILE_PROBLEMS[kind], REPLACE)
+        return
     results = _decode_all(paths, workers, f"{report.dataset}: decoding")
     report.decoded = len(results)
     failed, by_mode = defaultdict(list), defaultdict(list)
@@ -240,7 +231,8 @@ def look_at_files(
             failed[kind].append(f"{result.path} ({result.error})")
         elif MODE_EFFECTS.get(result.mode, OTHER_MODE) is not None:
             by_mode[result.mode].append(result.path)
-    _add_files(report, {kind: failed[kind] for kind in ("truncated", "undecodable")})
+    for kind in ("truncated", "undecodable"):
+        report.files(ERROR, failed[kind], *FILE_PROBLEMS[kind], REPLACE)
     for mode, files in sorted(by_mode.items()):
         severity, effect, fix = MODE_EFFECTS.get(mode) or OTHER_MODE
         expected = f"8-bit RGB or grayscale images; {effect}"
