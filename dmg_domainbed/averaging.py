@@ -169,12 +169,10 @@ class Average:
             return
         if step < self.start:
             return
-        trained = list(state.values())
+        self.trained = trained = list(state.values())
         if self.count == 0:
-            self.trained = trained
             self.averaged = [t.detach().clone() for t in trained]
         else:
-            self.trained = trained
             self.averaged = [
                 a.to(t.device, t.dtype) for a, t in zip(self.averaged, trained, strict=True)
             ]

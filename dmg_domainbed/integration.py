@@ -191,22 +191,18 @@ def load(group: str, name: str, report: bool = True) -> Any | None:
     return obj
 
 
-def _missing_from_imported(entry_point, error: Exception, imported_before: set[str]) -> bool:
-    """Whether ``error`` says a name is missing from a module imported before the load: the
-    entry point's attribute from its module, or ``X`` of a ``from M import X`` from ``M``
-    (``ImportError.name``; a ``ModuleNotFoundError`` names the module that is missing)."""
-    if isinstance(error, AttributeError):
-        return entry_point.module in imported_before
-    return isinstance(error, ImportError) and error.name in imported_before
-
-
 def _failed(key: tuple[str, str], entry_point, error: Exception, imported_before) -> None:
     """Record a failed load: "not yet", reported and tried again, or final (see :func:`load`)."""
     _failures[key] = error
     retry = isinstance(error, (ImportError, AttributeError)) and (
         entry_point.module.partition(".")[0] in imported_before
     )
-    if retry and _missing_from_imported(entry_point, error, imported_before):
+    # The module a name is missing from: the entry point's for its attribute, ``M`` of a
+    # ``from M import X`` (a ModuleNotFoundError names the module that is missing).
+    missing_from = (
+        entry_point.module if isinstance(error, AttributeError) else getattr(error, "name", None)
+    )
+    if retry and missing_from in imported_before:
         _not_yet.add(key)
         return None
     _not_yet.discard(key)

@@ -1,17 +1,12 @@
-"""The image files a dataset of domain folders of class folders reads, listed the way DomainBed
-reads them.
+"""The image files of domain folders of class folders, listed the way DomainBed reads them.
 
-DomainBed's ``MultipleEnvironmentImageFolder`` takes every sub-folder of its root as a domain,
-sorted, and reads each with torchvision's ``ImageFolder``: every sub-folder of a domain is a
-class, sorted and numbered within that domain, and a class holds the files anywhere below its
-folder (links followed, sorted) whose names end in one of torchvision's ``IMG_EXTENSIONS``.
-:func:`list_image_folders` lists a root the same way and also keeps what ``ImageFolder`` passes
-over without a word: files of other extensions, images lying in a domain folder outside any
-class folder, folders that cannot be read, and links back to a folder they lie in. Such a link
-makes a loop that ``os.walk`` (and so ``ImageFolder``) follows until the system's limit of 40
-links in a path: the folder's images are read once per level, 41 times. Listing only: no file
-is opened. :func:`domain_problems` tells what of a listed domain would stop a job or relabel
-it, for the data check and a manifest dataset alike.
+DomainBed reads every sub-folder of its root (sorted) as a domain with torchvision's
+``ImageFolder``: each sub-folder a class, sorted, holding the files anywhere below it (links
+followed) that end in one of ``IMG_EXTENSIONS``. :func:`list_image_folders` lists a root the
+same way, without opening a file, and also keeps what ``ImageFolder`` passes over without a
+word: other files, images outside any class folder, unreadable folders, and links back to a
+folder they lie in (``os.walk`` follows such a loop to the system's limit of 40 links: its
+images are read 41 times). :func:`domain_problems` tells what would stop a job or relabel it.
 """
 
 from __future__ import annotations
