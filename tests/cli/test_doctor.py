@@ -263,7 +263,9 @@ def test_the_checkout_install_domainbed_made_is_named(registered, capsys, tmp_pa
     from dmg_domainbed import domainbed_setup
     from dmg_domainbed.datasets.check.downloads import domainbed_checkout
 
-    registered.setattr(domainbed_setup, "site_packages", lambda: tmp_path)
+    registered.setattr(
+        domainbed_setup, "pth_file", lambda _=None: tmp_path / domainbed_setup.PTH_NAME
+    )
     (tmp_path / domainbed_setup.PTH_NAME).write_text(f"{domainbed_checkout()}\n")
     code, out, _ = doctor(capsys, "--dataset", "RotatedDigits")
     assert code == 0
