@@ -135,18 +135,19 @@ def check_algorithm(
 
 
 def _import(run) -> str:
-    """The entry point loads (else its traceback) and names a DomainBed ``Algorithm``."""
+    """The entry point loads (else its traceback) and names a DomainBed ``Algorithm``:
+    ``run.cls``, and ``run.declared`` where a plugin declares it (``None`` for DomainBed's)."""
     from domainbed.algorithms import Algorithm
 
     from dmg_domainbed import integration
 
-    cls = run.loaded
+    cls, plugins = run.loaded, integration.entry_points(integration.ALGORITHM_GROUP)
     if isinstance(cls, integration.PluginImportError):
         raise Failed(str(cls))
     if isinstance(cls, type) and issubclass(cls, Algorithm):
-        run.cls = cls
+        run.cls, run.declared = cls, cls if run.name in plugins else None
         return f"{cls.__module__}.{cls.__qualname__}"
-    entry_point = integration.entry_points(integration.ALGORITHM_GROUP)[run.name]
+    entry_point = plugins[run.name]
     kind = "a class" if isinstance(cls, type) else with_article(type(cls).__name__)
     raise Failed(
         f"'{run.name} = {entry_point.value}' names {kind}, not a subclass of DomainBed's "
@@ -154,15 +155,6 @@ def _import(run) -> str:
         f"{run.name}(input_shape, num_classes, num_domains, hparams) and calls its update and "
         "predict. Point the entry point at the algorithm's class."
     )
-
-
-def _declared(name: str):
-    """The class a plugin's entry point names (``None`` for DomainBed's own algorithms)."""
-    from dmg_domainbed import integration
-
-    if name not in integration.entry_points(integration.ALGORITHM_GROUP):
-        return None
-    return integration.require(integration.ALGORITHM_GROUP, name)
 
 
 def _default_hparams(run) -> str:
@@ -174,7 +166,7 @@ def _default_hparams(run) -> str:
     try:
         hparams_registry.default_hparams(run.name, run.dataset)
     except MalformedHParams as error:
-        raise Failed(f"{_where(_declared(run.name), 'HPARAMS')}: {error}") from None
+        raise Failed(f"{_where(run.declared, 'HPARAMS')}: {error}") from None
     except Exception as error:
         call = f"hparams_registry.default_hparams({run.name!r}, {run.dataset!r})"
         raise Failed(f"{call} raised:\n{_trace(error)}") from None
@@ -204,7 +196,7 @@ def _random_hparams(run) -> str:
             + "\nA sampler must draw only from the numpy RandomState it is given."
         )
     same = f"same per seed on {len(datasets.DATASETS)} datasets"
-    if drawn := _draws(_declared(run.name)):
+    if drawn := _draws(run.declared):
         jobs = len(SWEEP_HPARAMS_SEEDS) * len(SWEEP_TRIALS)
         same += f"; the {drawn} declared keep their rules in the {jobs} jobs of a default sweep"
     return same
@@ -259,7 +251,7 @@ def _shadowing(run) -> str:
 
     from dmg_domainbed import integration
 
-    name, component = run.name, _declared(run.name)
+    name, component = run.name, run.declared
     if component is None:
         return "DomainBed's own algorithm: DomainBed's names"
     space = getattr(component, "HPARAMS", None)
