@@ -21,6 +21,7 @@ together (``dmg-domainbed soup``: DiWA, Rame et al. 2022).
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from collections.abc import Callable, Mapping
@@ -97,11 +98,11 @@ def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
     start = hparams.get(AVERAGING_START, HPARAMS[AVERAGING_START].default)
     decay = hparams.get(AVERAGING_DECAY, HPARAMS[AVERAGING_DECAY].default)
     vars(algorithm)[STATE] = Average(mode, start, decay)
-    for name, wrap in WRAPPERS.items():
+    for name, wrapper in WRAPPERS.items():
         # The function the instance runs now (precision's wrapper or the class's), called with
         # the algorithm it is given: bound methods, so that copy.deepcopy binds the copy's.
         previous = getattr(algorithm, name).__func__
-        vars(algorithm)[name] = types.MethodType(wrap(previous), algorithm)
+        vars(algorithm)[name] = types.MethodType(functools.partial(wrapper, previous), algorithm)
 
 
 def seed_initialisation(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
@@ -213,50 +214,38 @@ def structure(state: Mapping[str, torch.Tensor]) -> tuple:
     return tuple((name, tuple(tensor.shape)) for name, tensor in state.items())
 
 
-def _update(previous: Callable) -> Callable:
-    def update(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        average = average_of(algorithm)
-        average.show(False)  # the trained weights are the ones trained
-        average.observe(algorithm)
-        result = previous(algorithm, *args, **kwargs)
-        average.add(algorithm)
-        average.show(not algorithm.training)
-        return result
-
-    return update
+# What apply puts on an averaged algorithm, each called with the method it replaces.
+def _update(previous: Callable, algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    average = average_of(algorithm)
+    average.show(False)  # the trained weights are the ones trained
+    average.observe(algorithm)
+    result = previous(algorithm, *args, **kwargs)
+    average.add(algorithm)
+    average.show(not algorithm.training)
+    return result
 
 
-def _train(previous: Callable) -> Callable:
-    def train(algorithm: nn.Module, mode: bool = True) -> nn.Module:
-        result = previous(algorithm, mode)
-        average_of(algorithm).show(not mode)
-        return result
-
-    return train
+def _train(previous: Callable, algorithm: nn.Module, mode: bool = True) -> nn.Module:
+    result = previous(algorithm, mode)
+    average_of(algorithm).show(not mode)
+    return result
 
 
-def _state_dict(previous: Callable) -> Callable:
-    def state_dict(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        average = average_of(algorithm)
-        showing = average.showing
-        average.show(True)
-        try:
-            return previous(algorithm, *args, **kwargs)
-        finally:
-            average.show(showing)
-
-    return state_dict
-
-
-def _load_state_dict(previous: Callable) -> Callable:
-    def load_state_dict(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        average_of(algorithm).drop()
+def _state_dict(previous: Callable, algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    average = average_of(algorithm)
+    showing = average.showing
+    average.show(True)
+    try:
         return previous(algorithm, *args, **kwargs)
+    finally:
+        average.show(showing)
 
-    return load_state_dict
+
+def _load_state_dict(previous: Callable, algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    average_of(algorithm).drop()
+    return previous(algorithm, *args, **kwargs)
 
 
-#: What :func:`apply` replaces on an averaged algorithm, and with what.
 WRAPPERS = {
     "update": _update,
     "train": _train,

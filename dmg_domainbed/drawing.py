@@ -48,13 +48,9 @@ class Sample:
 
 @dataclass(frozen=True)
 class FinishedRun:
-    """What an algorithm draws a finished run from, besides its own trained state.
-
-    ``folder`` names the run in messages; ``title`` says which run it is (dataset, test domain,
-    hparams and trial seeds, step); ``source_domains`` labels source domain ``d`` (the ``d``-th
-    training environment, as ``update`` numbers them); ``samples`` holds held-out images of
-    every environment, for an algorithm that asks for them (``SAMPLE_IMAGES``).
-    """
+    """What an algorithm draws a finished run from, besides its trained state: ``folder`` (for
+    messages), ``title`` (dataset, test domain, seeds, step), ``source_domains`` (the name of
+    ``update``'s domain ``d``) and, where it asks (``SAMPLE_IMAGES``), held-out ``samples``."""
 
     folder: str
     title: str

@@ -121,11 +121,9 @@ def _hf_revision(file: WeightFile, seed: int) -> str:
 
 
 def write_random_weights(files: Sequence[WeightFile], seed: int = 0) -> list[Path]:
-    """Write a random initialisation of the architecture of each missing file of ``files``
-    (from :func:`~dmg_domainbed.preflight.weights.needed_weights`) where its loader reads it;
-    return the paths written. torch.hub files are ``torch.save``'d state dicts (torchvision
-    checks their hash only when it downloads); Hugging Face hub files are snapshots that
-    ``refs/main`` points at, as ``huggingface_hub`` reads them with ``HF_HUB_OFFLINE=1``."""
+    """Write a random initialisation of each missing file of ``files`` where its loader reads
+    it (torch.hub: a ``torch.save``'d state dict, whose hash torchvision checks only when it
+    downloads; Hugging Face: a snapshot ``refs/main`` points at); return the paths written."""
     written = []
     for file in files:
         if file.present:
@@ -141,9 +139,8 @@ def write_random_weights(files: Sequence[WeightFile], seed: int = 0) -> list[Pat
 
 
 def _save_random_weights(path: Path, model: str, seed: int) -> None:
-    """Save a fresh initialisation of ``model`` (``torchvision:NAME`` or ``timm:NAME``) as
-    ``path`` if it does not exist, through a temporary file renamed at the end (a failure leaves
-    no half-written file where a loader would read it)."""
+    """Save a fresh initialisation of ``model`` (``torchvision:NAME`` or ``timm:NAME``) as a new
+    ``path``, through a temporary file renamed at the end (no half-written file on a failure)."""
     import torch
 
     if path.exists():

@@ -77,12 +77,9 @@ class WeightFile:
 
 @dataclass(frozen=True)
 class WeightsCheck:
-    """An algorithm's own account of the pretrained weights it loads, for algorithms that do
-    not use DomainBed's featurizer: they offer ``check_weights(hparams) -> WeightsCheck``.
-
-    ``locations``: where the loader looks, in its order (found or not); ``ready``: whether the
-    run would load them; ``details``: what was found (does it load, does it fit) and how to
-    get the weights."""
+    """What ``check_weights(hparams)`` of an algorithm that loads its own weights returns: where
+    its loader looks, in order (``locations``), whether the run would load them (``ready``),
+    what was found and how to get them (``details``)."""
 
     locations: tuple[WeightFile, ...]
     ready: bool

@@ -1,9 +1,6 @@
-"""What a data check finds: each finding says what was found, what DomainBed expects and how to
-fix it; a dataset's report gathers its findings and its image count per domain.
-
-An ``ERROR`` is something that would stop a job or make DomainBed train or test on other data
-than the download's (another domain order, other labels, other images); a warning deserves a
-look but changes neither; info only describes.
+"""What a data check finds (what was found, what DomainBed expects, how to fix it) and a
+dataset's report of them. An ``ERROR`` would stop a job or make DomainBed train or test on other
+data than the download's; a warning deserves a look but changes neither; info only describes.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""What DomainBed's datasets look like on disk once downloaded, and how many images they hold.
-
-Folder, domain and class names are those DomainBed's ``datasets.py`` (commit b93c22a) opens and
-its ``scripts/download.py`` leaves (how DomainBed reads them: :mod:`.image_files`). Each image
-count names where it was published: a copy whose counts match none of a dataset's releases is
-not the data the published results were trained on.
-
-Facts only: :mod:`dmg_domainbed.preflight` checks folders against them and
-:mod:`dmg_domainbed.synthetic` writes random folders in their layout.
+"""What DomainBed's datasets look like on disk once downloaded, and how many images they hold:
+the names DomainBed's ``datasets.py`` (commit b93c22a) opens and its ``scripts/download.py``
+leaves, and each count with where it was published (a copy whose counts match none of a
+dataset's releases is not the data the published results were trained on). Facts only.
 """
 
 from __future__ import annotations
@@ -20,11 +15,8 @@ SYNTHETIC_MARKER = "SYNTHETIC.txt"
 
 @dataclass(frozen=True)
 class Release:
-    """The image counts of one published release of a dataset.
-
-    ``per_domain`` maps each domain folder to its count; ``None`` where only the total was
-    published.
-    """
+    """The image counts of one published release of a dataset (``per_domain``: ``None`` where
+    only the total was published)."""
 
     name: str
     source: str

@@ -134,11 +134,9 @@ def data_facts(
 
 
 def refuse_short_domains(manifest: Manifest, domains, test_envs, hparams) -> None:
-    """:class:`UserError` when DomainBed's ``train.py`` builds the dataset and a training domain
-    cannot fill one batch: its loader would wait for ever (the rule of the data check,
-    :mod:`dmg_domainbed.datasets.training_split`). Only ``train.py`` draws training batches, and
-    only there is ``holdout_fraction`` known; a class-balanced sampler draws a whole batch
-    from any domain."""
+    """:class:`UserError` when ``train.py`` builds the dataset (only it draws training batches
+    and knows ``holdout_fraction``) and a training domain cannot fill one batch: its loader
+    would wait for ever (:mod:`dmg_domainbed.datasets.training_split`)."""
     holdout_fraction = training_holdout_fraction()
     if holdout_fraction is None or hparams.get("class_balanced"):
         return
@@ -150,12 +148,8 @@ def refuse_short_domains(manifest: Manifest, domains, test_envs, hparams) -> Non
 
 
 def dataset_class(manifest: Manifest) -> type[ManifestImageFolder]:
-    """The DomainBed dataset class of ``manifest``, named as the manifest names it.
-
-    Its ``__module__`` is ``domainbed.datasets``, where registration puts it: pickled by
-    reference like DomainBed's own classes, it is found again in any process that registers
-    the same manifests.
-    """
+    """The DomainBed dataset class of ``manifest``, named as it, in ``domainbed.datasets``:
+    pickled by reference, it is found again in any process that registers the manifest."""
     attributes = {
         "MANIFEST": manifest,
         "ENVIRONMENTS": list(manifest.domains),
