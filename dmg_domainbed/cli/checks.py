@@ -1,8 +1,4 @@
-"""Before a sweep, will its jobs run? ``doctor`` (would a run start on this machine), ``smoke``
-(each algorithm and dataset a few steps through DomainBed's train), ``check-algorithm`` (does
-an algorithm meet DomainBed's contract) and ``data check`` (is each dataset on disk what
-DomainBed will read).
-"""
+"""Before a sweep, will its jobs run: ``doctor``, ``smoke``, ``check-algorithm``, ``data check``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""After a sweep: ``report`` (its results, comparisons and ranks), ``evaluate`` (in-domain
-accuracy, paper Table 3), ``select`` (checkpoints selected as the DMG authors select them) and
-``masks`` (what a run learned, drawn by its algorithm) and ``soup`` (weight soups and ensembles
-of its runs). The sweep and its runs are only read.
-"""
+"""After a sweep, its runs only read: ``report``, ``soup``, ``evaluate``, ``select``, ``masks``."""
 
 from __future__ import annotations
 
@@ -123,8 +119,7 @@ def add_parsers(subparsers) -> None:
 def _print_written(written) -> None:
     """The tables an evaluation of runs wrote, its notes and its files."""
     for title, table in written.sections:
-        print(title + "\n")
-        print(table.to_string())
+        print(f"{title}\n\n{table.to_string()}")
     for note in written.notes:
         print(f"\n{note}")
     _print_files(written.files)

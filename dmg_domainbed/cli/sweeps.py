@@ -1,6 +1,4 @@
-"""DomainBed sweeps, run by DomainBed's own sweep code: ``demo`` (a real sweep on the embedded
-RotatedDigits, and its report) and ``sweep`` (a sweep file's jobs).
-"""
+"""Sweeps run by DomainBed's own sweep code: ``demo`` and ``sweep`` (a sweep file's jobs)."""
 
 from __future__ import annotations
 
