@@ -61,7 +61,10 @@ def _domainbed_check() -> Check:
         if made is not None and made.resolve() == checkout
         else []
     )
-    commit = environment.git_commit(checkout)
+    try:
+        commit = domainbed_setup.checkout_commit(checkout)
+    except OSError:  # no git
+        commit = None
     if commit is None:
         detail = f"{checkout}; commit unknown (git cannot tell); tested against {tested[:7]}"
         return Check(OK, "DomainBed", (detail, *origin))

@@ -1,5 +1,5 @@
-"""Facts about the machine: where DomainBed is and at which commit, whether a fresh ``python``
-process registers the plugins, what torch sees, and whether torch and torchvision match."""
+"""Facts about the machine: whether a fresh ``python`` process registers the plugins, what torch
+sees, and whether torch and torchvision match."""
 
 from __future__ import annotations
 
@@ -30,16 +30,6 @@ else:
                  datasets=list(datasets.DATASETS), launchers=sorted(command_launchers.REGISTRY))
 print({_PROBE_MARK!r} + json.dumps(facts))
 """
-
-
-def git_commit(checkout: Path) -> str | None:
-    """The commit checked out in ``checkout`` (``None`` where git cannot tell)."""
-    command = ["git", "-C", str(checkout), "rev-parse", "--verify", "HEAD"]
-    try:
-        answer = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return answer.stdout.strip() if answer.returncode == 0 else None
 
 
 def job_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,8 +1,8 @@
-"""The DomainBed checkout's commit, as the doctor reports it."""
+"""The DomainBed checkout's commit, as the doctor reports it (domainbed_setup.checkout_commit)."""
 
 import subprocess
 
-from dmg_domainbed.preflight.environment import git_commit
+from dmg_domainbed.domainbed_setup import checkout_commit
 
 
 def git(folder, *args):
@@ -27,10 +27,10 @@ def test_the_commit_checked_out_on_a_branch_or_detached(tmp_path):
             message,
         )
     head, first = git(tmp_path, "rev-parse", "HEAD"), git(tmp_path, "rev-parse", "HEAD~1")
-    assert git_commit(tmp_path) == head
+    assert checkout_commit(tmp_path) == head
     git(tmp_path, "checkout", "-q", first)
-    assert git_commit(tmp_path) == first
+    assert checkout_commit(tmp_path) == first
 
 
 def test_no_git_folder_gives_none(tmp_path):
-    assert git_commit(tmp_path) is None
+    assert checkout_commit(tmp_path) is None

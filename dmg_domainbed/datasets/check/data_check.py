@@ -1,11 +1,9 @@
 """Is a dataset on disk what DomainBed will read, before any job starts?
 
-One entry point, :func:`check_dataset`, for ``dmg-domainbed data check``, the doctor and the
-sweep preflight: DomainBed's image datasets (:mod:`.folder_check`), its MNIST and WILDS datasets
-(:mod:`.mnist_check`, :mod:`.wilds_check`) and manifest datasets. ``quick`` looks at names,
-counts and file headers only; the full check also decodes every image, in parallel over
-``workers`` processes. Both refuse a dataset whose domains cannot fill the runs' :class:`Batch`
-(the rule of :mod:`dmg_domainbed.datasets.training_split`). Nothing is written or downloaded.
+:func:`check_dataset` serves ``data check``, the doctor and the sweep preflight alike: DomainBed's
+image (:mod:`.folder_check`), MNIST and WILDS datasets, and manifest datasets. ``quick`` looks at
+names, counts and file headers; the full check also decodes every image. Both refuse domains that
+cannot fill the runs' :class:`Batch`. Nothing is written or downloaded.
 """
 
 from __future__ import annotations
@@ -74,12 +72,6 @@ def registered_manifests() -> dict[str, Manifest]:
     return {name: cls.MANIFEST for name, cls in classes.items() if hasattr(cls, "MANIFEST")}
 
 
-def _environments(dataset: str) -> list[str]:
-    from domainbed import datasets
-
-    return list(datasets.get_dataset_class(dataset).ENVIRONMENTS)
-
-
 def check_dataset(
     dataset: str,
     data_dir: str | Path | None,
@@ -91,13 +83,17 @@ def check_dataset(
     """The findings on ``dataset`` (a DomainBed dataset with files, or one of ``manifests``,
     default: the registered ones) under ``data_dir``, for runs with ``batch`` (default:
     DomainBed's default batch; ``None``: batches not looked at)."""
+    from domainbed import datasets
+
     manifests = registered_manifests() if manifests is None else manifests
     manifest = manifests.get(dataset)
     if manifest is None and dataset not in FILE_DATASETS:
         raise ValueError(f"no check of the files of {dataset}")
-    domains = manifest.domains if manifest is not None else _environments(dataset)
     report = DatasetReport(dataset, str(data_dir), quick)
-    shape = manifest.input_shape if manifest is not None else input_shape(dataset)
+    if manifest is None:
+        domains, shape = datasets.get_dataset_class(dataset).ENVIRONMENTS, input_shape(dataset)
+    else:
+        domains, shape = manifest.domains, manifest.input_shape
     report.featurizer = featurizer_of(shape)
     if manifest is not None:
         check_manifest_dataset(report, manifest, workers)

@@ -166,12 +166,7 @@ def _deleted_by_download(report: DatasetReport, root: Path, listed_in: str) -> N
 
 
 def _look_at_files(report: DatasetReport, domains: list[DomainFiles], workers: int) -> None:
-    places = {
-        path: (domain.name, name)
-        for domain in domains
-        for name, files in domain.classes.items()
-        for path in files
-    }
+    places = {p: (d.name, c) for d in domains for c, files in d.classes.items() for p in files}
     look_at_files(report, list(places), workers, places)
 
 
@@ -203,9 +198,8 @@ def check_image_dataset(
     ours = [d for d in ours if d.name in expected]
     synthetic = (root / SYNTHETIC_MARKER).is_file()
     known = layout.classes is not None and not synthetic
-    classes = layout.classes if known else sorted({c for d in ours for c in d.classes})
-    if known:
-        classes = _class_names(report, root, ours, classes)
+    found = sorted({c for d in ours for c in d.classes})
+    classes = _class_names(report, root, ours, layout.classes) if known else found
     for domain in ours:
         where = f"domain folder {domain.folder}"
         for problem in domain_problems(domain, classes, where, WHY_SAME_CLASSES, known):
