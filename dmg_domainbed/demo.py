@@ -1,9 +1,10 @@
 """The demo: a real DomainBed sweep on the embedded RotatedDigits, and its report.
 
 A sweep like any other, written in code instead of a file, through the package's sweep runner
-(checked, planned and launched with ``local_parallel`` under the folder's lock), then
-collect_results' own tables, the sweep report, in-domain Table 3 and the pictures of what each
-run learned.
+(checked, planned and launched with ``local_parallel`` under the folder's lock), and ERM again
+with its weights averaged (:func:`averaged_config`) in a sweep of its own; then collect_results'
+own tables, the report of both sweeps, in-domain Table 3 and the pictures of what each run
+learned.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import io
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from dmg_domainbed import runs
@@ -35,6 +37,8 @@ LAUNCHER = "local_parallel"
 #: same): DMG's masks need a larger rate than its default 1e-3 to move apart in 600 steps.
 DEMO_HPARAMS = {"DMG": {"mask_lr": 1e-2}}
 SWEEP, REPORT, LOG = "sweep", "report", "sweep.log"  # inside the demo's output folder
+#: The averaged row's algorithm, and its sweep's folder beside :data:`SWEEP`.
+AVERAGED, AVERAGED_SWEEP = "ERM", "sweep_sma"
 
 
 def demo_config(
@@ -64,10 +68,28 @@ def demo_config(
     )
 
 
-def demo_sweep(config: SweepConfig, sweep_dir: Path) -> Sweep:
-    """The demo's sweep of ``config`` (:func:`demo_config`) into ``sweep_dir``; its jobs, as
-    DomainBed's sweep makes them: ``plan_sweep(demo_sweep(...)).jobs``."""
-    return Sweep(config, DATA_DIR, str(sweep_dir.resolve()), LAUNCHER)
+def averaged_config(config: SweepConfig) -> SweepConfig | None:
+    """:data:`AVERAGED`'s jobs of ``config`` again, each evaluating and saving the simple moving
+    average of its weights (``averaging = "sma"``, EoA's) from step ``steps // 6`` (EoA's 100,
+    of the demo's 600); ``None`` without that algorithm or a step to average. A sweep of its
+    own: collect_results would pool its runs with the plain ones, which the report keeps apart
+    by their fixed hparams."""
+    if AVERAGED not in config.algorithms or config.steps < 2:
+        return None
+    averaged = {"averaging": "sma", "averaging_start": config.steps // 6}
+    return replace(config, algorithms=(AVERAGED,), algorithm_hparams={}, hparams=averaged)
+
+
+def demo_sweeps(config: SweepConfig, output_dir: Path) -> list[Sweep]:
+    """The demo's sweeps of ``config`` (:func:`demo_config`) in ``output_dir``: its own, then
+    the averaged one (:func:`averaged_config`); their jobs as DomainBed's sweep makes them:
+    ``plan_sweep(sweep).jobs``."""
+    configs = {SWEEP: config, AVERAGED_SWEEP: averaged_config(config)}
+    return [
+        Sweep(config, DATA_DIR, str((output_dir / folder).resolve()), LAUNCHER)
+        for folder, config in configs.items()
+        if config is not None
+    ]
 
 
 def check_no_conflicting_runs(sweep_dir: Path, jobs: list) -> None:
@@ -111,16 +133,19 @@ def collect_results_text(sweep_dir: Path) -> str:
     return printed.getvalue()
 
 
-def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) -> list[Path]:
-    """The sweep report (its summary echoed), then the pictures of what each run learned
+def write_report_files(
+    sweep_dirs: list[Path], report_dir: Path, finished: list, echo
+) -> list[Path]:
+    """The report of the sweeps (its summary echoed), then the pictures of what each run learned
     (``masks_<algorithm>_test_env<i>.*``) and the in-domain Table 3 per test domain, of the
-    runs of the first trial with DomainBed's default hparams (one data split per test domain)."""
+    ``finished`` runs of the first trial with DomainBed's default hparams (one data split per
+    test domain)."""
     from dmg_domainbed.algorithms.base import declarations_of
     from dmg_domainbed.reporting import in_domain
     from dmg_domainbed.reporting.learned import draw_learned
     from dmg_domainbed.reporting.report import write_report
 
-    written = write_report(sweep_dir, report_dir)
+    written = write_report(sweep_dirs, report_dir)
     echo(written.summary())
     files = list(written.files)
     by_test_env: dict[int, list] = {}
@@ -140,19 +165,10 @@ def write_report_files(sweep_dir: Path, report_dir: Path, finished: list, echo) 
     return files
 
 
-def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
-    """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
-    code (0 when every job finished)."""
-    from dmg_domainbed.reporting.outputs import check_output_dir
-
-    start = time.monotonic()
-    sweep_dir, report_dir, log_path = output_dir / SWEEP, output_dir / REPORT, output_dir / LOG
-    check_output_dir(output_dir, only_outputs=False)  # its log: writable
-    check_output_dir(report_dir)  # its report: no file of the user's in the way
-    sweep = demo_sweep(config, sweep_dir)
-    checked = check_sweep(sweep, os.environ)
-    if checked.problem is not None:
-        raise checked.problem
+def launch_sweep(sweep: Sweep, launcher: str, env, log_path: Path, echo) -> tuple[int, list]:
+    """The jobs of one of the demo's sweeps launched under its folder's lock; the launch's exit
+    code and the jobs."""
+    config, sweep_dir = sweep.config, Path(sweep.output_dir)
     with FolderLock(sweep_dir):  # the job states read, and the jobs launched, under the lock
         plan = plan_sweep(sweep)
         jobs = plan.jobs
@@ -162,7 +178,7 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
             f"DomainBed sweep of {', '.join(config.algorithms)} on {DATASET}, every test "
             f"domain, {config.n_hparams} hparam setting(s) x {config.n_trials} trial(s): "
             f"{len(jobs)} jobs, {done} already done, {len(jobs) - done} to run "
-            f"(launcher {checked.launcher}; log: {log_path})"
+            f"(launcher {launcher}; in {sweep_dir}; log: {log_path})"
         )
         for group, _ in plan.jobs_by_group:
             if group.hparams:
@@ -170,15 +186,38 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
                     f"{', '.join(group.algorithms)}: hparams sized for {config.steps} steps, "
                     f"--hparams '{group.hparams_json}'"
                 )
-        code = execute(plan, LAUNCHER, checked.env, delete_incomplete=True, echo=echo, log=log_path)
+        code = execute(plan, LAUNCHER, env, delete_incomplete=True, echo=echo, log=log_path)
+    return code, jobs
+
+
+def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
+    """The whole demo of ``config`` (:func:`demo_config`) in ``output_dir``; returns the exit
+    code (0 when every job finished)."""
+    from dmg_domainbed.reporting.outputs import check_output_dir
+
+    start = time.monotonic()
+    report_dir, log_path = output_dir / REPORT, output_dir / LOG
+    check_output_dir(output_dir, only_outputs=False)  # its log: writable
+    check_output_dir(report_dir)  # its report: no file of the user's in the way
+    sweeps = demo_sweeps(config, output_dir)
+    checks = [check_sweep(sweep, os.environ) for sweep in sweeps]
+    if problem := next((c.problem for c in checks if c.problem is not None), None):
+        raise problem
+    codes, jobs = [], []
+    for sweep, checked in zip(sweeps, checks):
+        code, its_jobs = launch_sweep(sweep, checked.launcher, checked.env, log_path, echo)
+        codes.append(code)
+        jobs += its_jobs
     failed = [job for job in jobs if not is_done(job)]
     for job in failed:
         echo(f"FAILED: {describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")
-    if code != 0 and not failed:
-        echo(f"The sweep exited with code {code}; see {log_path}")
-    echo(collect_results_text(sweep_dir))
-    files = write_report_files(sweep_dir, report_dir, [j for j in jobs if is_done(j)], echo)
+    if any(codes) and not failed:
+        echo(f"The sweep exited with code {max(codes)}; see {log_path}")
+    echo(collect_results_text(Path(sweeps[0].output_dir)))
+    folders = [Path(sweep.output_dir) for sweep in sweeps]
+    plain = [job for job in jobs if is_done(job) and Path(job.output_dir).parent == folders[0]]
+    files = write_report_files(folders, report_dir, plain, echo)
     shown = [p.name for p in files if p.suffix in (".md", ".png")]
     echo(f"Report in {report_dir} (CSV tables next to each): " + ", ".join(shown))
     echo(f"Wall time: {time.monotonic() - start:.0f} s")
-    return 1 if failed or code != 0 else 0
+    return 1 if failed or any(codes) else 0

@@ -60,12 +60,13 @@ def demo_plan(output_dir: Path) -> tuple[argparse.Namespace, Any, list]:
     its arguments as the command line parses them, its sweep and DomainBed's jobs of it."""
     from dmg_domainbed.cli import build_parser
     from dmg_domainbed.cli.sweeps import demo_config_of
-    from dmg_domainbed.demo import SWEEP, demo_sweep
+    from dmg_domainbed.demo import demo_sweeps
     from dmg_domainbed.sweep.plan import plan_sweep
 
     args = build_parser().parse_args(["demo", "--output_dir", str(output_dir)])
     config = demo_config_of(args)
-    return args, config, plan_sweep(demo_sweep(config, output_dir / SWEEP)).jobs
+    sweeps = demo_sweeps(config, output_dir)
+    return args, config, [job for sweep in sweeps for job in plan_sweep(sweep).jobs]
 
 
 class LoadAverage:

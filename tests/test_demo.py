@@ -62,6 +62,30 @@ def test_demo_runs_every_test_domain_and_reports(demo_run):
     assert "Wall time:" in printed
 
 
+def test_erm_with_its_weights_averaged_is_reported_beside_erm(demo_run):
+    """The demo's second sweep, ERM with averaging = "sma", trains and saves the average through
+    train.py; the report names it by those hparams, pairs it with ERM, and collect_results'
+    own tables (of the first sweep) never see it."""
+    import pandas as pd
+
+    output, printed = demo_run
+    start = int(DEMO_STEPS) // 6
+    averaged = runs_of(output / "sweep_sma")
+    assert sorted(averaged) == [("ERM", env) for env in range(4)]
+    for run in averaged.values():
+        last = json.loads((run / "results.jsonl").read_text().splitlines()[-1])
+        assert (last["hparams"]["averaging"], last["hparams"]["averaging_start"]) == ("sma", start)
+        assert (run / "done").exists() and (run / "model.pkl").exists()
+    name = f'ERM (averaging="sma", averaging_start={start})'
+    results = pd.read_csv(output / "report" / "results.csv")
+    assert {"ERM", name} <= set(results["algorithm"])
+    comparisons = pd.read_csv(output / "report" / "comparisons.csv")
+    assert (comparisons.loc[comparisons["algorithm"] == name, "reference"] == "ERM").all()
+    assert f"  {name} vs ERM: " in printed
+    collect_results = printed[: printed.index("Report in ")]
+    assert "averaging" not in collect_results.partition("Total records:")[2].split("Jobs:")[0]
+
+
 def test_importance_mask_jobs_get_the_schedule_scaled_to_the_demo_steps(demo_run):
     output, printed = demo_run
     scaled = ImportanceMask.run_length_hparams(int(DEMO_STEPS))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dmg_domainbed.demo import ALGORITHMS
+from dmg_domainbed.demo import ALGORITHMS, AVERAGED
 from dmg_domainbed.launchers.local_parallel import module_arguments
 from tests.helpers import domainbed_script, load_script
 
@@ -50,9 +50,16 @@ def test_the_demo_plans_the_jobs_it_recorded(figures, recorded, tmp_path):
     )
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def averaged(job) -> bool:
+    """Whether a job is one of the demo's averaged sweep (its weights' moving average)."""
+    return "averaging" in (job.train_args.get("hparams") or "")
+
+
+@pytest.mark.parametrize(
+    "algorithm, its_average", [*((a, False) for a in ALGORITHMS), (AVERAGED, True)]
+)
 def test_a_job_of_each_algorithm_ends_as_recorded(
-    figures, recorded, algorithm, tmp_path, monkeypatch
+    figures, recorded, algorithm, its_average, tmp_path, monkeypatch
 ):
     import torch
 
@@ -68,6 +75,7 @@ def test_a_job_of_each_algorithm_ends_as_recorded(
         for job in jobs
         if (job.train_args["algorithm"], job.train_args["trial_seed"]) == (algorithm, TRIAL_SEED)
         and job.train_args["test_envs"] == [TEST_ENV]
+        and averaged(job) == its_average
     )
     expected = next(
         job_["final"] for job_ in recorded["jobs"] if job_["args"] == figures.job_arguments(job)

@@ -28,7 +28,13 @@ def add_parsers(subparsers) -> None:
         "tables (CSV, Markdown), comparisons and pictures of a DomainBed sweep",
     )
     report.add_argument(
-        "--input_dir", required=True, help="the --output_dir of domainbed.scripts.sweep"
+        "--input_dir",
+        required=True,
+        nargs="+",
+        help=(
+            "the --output_dir of domainbed.scripts.sweep; several: their runs reported "
+            "together, those of one algorithm that differ in fixed hparams in rows of their own"
+        ),
     )
     add_output_dir(report, "dmg_report", "where the report goes")
     report.add_argument(
@@ -160,13 +166,13 @@ def report_command(args: argparse.Namespace) -> int:
     (accuracy_<dataset>.png) and, for algorithms that log diagnostics (DMG's masks), their
     curves over training (<algorithm>_diagnostics_<dataset>.png). The sweep folder is only
     read."""
-    sweep = require_sweep(args.input_dir)
+    sweeps = [require_sweep(folder) for folder in args.input_dir]
     from dmg_domainbed.reporting import tensorboard
     from dmg_domainbed.reporting.report import write_report
     from dmg_domainbed.reporting.tables import results_markdown
 
-    log_dir = tensorboard.check_log_dir(args.tensorboard, sweep) if args.tensorboard else None
-    written = write_report(sweep, args.output_dir, args.reference, args.soups)
+    log_dir = tensorboard.check_log_dir(args.tensorboard, *sweeps) if args.tensorboard else None
+    written = write_report(sweeps, args.output_dir, args.reference, args.soups)
     print(results_markdown(written.results, written.averages))
     print(written.summary())
     _print_files(written.files)

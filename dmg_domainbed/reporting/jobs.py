@@ -60,22 +60,32 @@ class Job:
         return f"{a['algorithm']} on {a['dataset']}, test env {envs}, {seeds} ({self.folder.name})"
 
 
-def read_jobs(sweep_dir: str | Path) -> list[Job]:
-    """Every job folder of the sweep with its records, checked and :func:`renamed`."""
+def read_jobs(*sweep_dirs: str | Path) -> list[Job]:
+    """Every job folder of the sweeps with its records, checked and :func:`renamed` (the runs
+    of several sweeps by one rule); :class:`UserError` for a job found in two of them."""
     found: list[tuple[Path, list[dict[str, Any]], bool]] = []
-    for name in os.listdir(sweep_dir):
-        folder = Path(sweep_dir) / name
-        results = folder / RESULTS_FILE
-        if results.is_file():
-            require_utf8_name(folder)
-            records = runs.read_records(results)
-            runs.check_fields(records, results, runs.SWEEP)
-            runs.check_environments(records, results)
-            found.append((folder, records, False))
-        elif not name.startswith(".") and folder.is_dir():
-            empty = not any(folder.iterdir())
-            if empty or any((folder / file).exists() for file in JOB_FILES):
-                found.append((require_utf8_name(folder), [], empty))
+    for sweep_dir in sweep_dirs:
+        for name in os.listdir(sweep_dir):
+            folder = Path(sweep_dir) / name
+            results = folder / RESULTS_FILE
+            if results.is_file():
+                require_utf8_name(folder)
+                records = runs.read_records(results)
+                runs.check_fields(records, results, runs.SWEEP)
+                runs.check_environments(records, results)
+                found.append((folder, records, False))
+            elif not name.startswith(".") and folder.is_dir():
+                empty = not any(folder.iterdir())
+                if empty or any((folder / file).exists() for file in JOB_FILES):
+                    found.append((require_utf8_name(folder), [], empty))
+    by_name: dict[str, list[Path]] = {}
+    for folder, _, _ in found:
+        by_name.setdefault(folder.name, []).append(folder)
+    if twice := [folders for folders in by_name.values() if len(folders) > 1]:
+        raise UserError(
+            f"'{twice[0][0]}' and '{twice[0][1]}' are one job (DomainBed names a job's folder "
+            "by its train.py arguments): its runs would be counted twice. Give each sweep once."
+        )
     names = reported_names({folder: records[-1] for folder, records, _ in found if records})
     return [
         Job(
@@ -281,8 +291,8 @@ def _named(jobs: list[Job], describe=Job.name) -> str:
     return shortlist([describe(job) for job in jobs], NAMED, "; ", "; and ")
 
 
-def sweep_jobs(sweep_dir: str | Path) -> SweepJobs:
-    """The sweep's jobs with their states (see the module's description)."""
+def sweep_jobs(*sweep_dirs: str | Path) -> SweepJobs:
+    """The sweeps' jobs with their states (see the module's description)."""
     from dmg_domainbed.locks import FolderLock
 
     jobs = [
@@ -291,14 +301,15 @@ def sweep_jobs(sweep_dir: str | Path) -> SweepJobs:
             state=DONE if (job.folder / DONE_FILE).exists() else FAILED,
             diverged=runs.divergence(job.records),
         )
-        for job in read_jobs(sweep_dir)
+        for job in read_jobs(*sweep_dirs)
     ]
     unfinished = [job.folder for job in jobs if job.state != DONE]
     why, running, notes = "", set(), ()
     if unfinished:
-        holder = FolderLock(sweep_dir).holder()
-        if holder is not None and not holder.stale():
-            why, running = f"the sweep's folder is locked by {holder.describe()}", set(unfinished)
+        holders = [FolderLock(sweep_dir).holder() for sweep_dir in sweep_dirs]
+        live = [holder for holder in holders if holder is not None and not holder.stale()]
+        if live:
+            why, running = f"the sweep's folder is locked by {live[0].describe()}", set(unfinished)
         else:
             why, running, notes = _launchers_running(unfinished)
     jobs = [replace(job, state=RUNNING) if job.folder in running else job for job in jobs]

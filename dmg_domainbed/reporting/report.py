@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,25 +228,26 @@ def _flag_notes(frame: pd.DataFrame) -> list[str]:
 
 
 def write_report(
-    sweep_dir: str | Path,
+    sweep_dir: str | Path | Sequence[str | Path],
     output_dir: str | Path,
     reference: str | None = None,
     soups_dir: str | Path | None = None,
 ) -> SweepReport:
-    """Everything ``report`` writes for a sweep (docs/reports.md); with ``soups_dir``, its soups
-    in rows of their own, each also compared with its runs. All is computed, then written
-    through :func:`.outputs.staged`."""
-    sweep = run_files.require_sweep(sweep_dir)
-    souped = read_soups(soups_dir, sweep) if soups_dir is not None else []
-    output = check_output_dir(Path(output_dir), sweep)
-    jobs = sweep_jobs(sweep)
+    """Everything ``report`` writes for a sweep, or several reported together (docs/reports.md);
+    with ``soups_dir``, their soups in rows of their own, each also compared with its runs. All
+    is computed, then written through :func:`.outputs.staged`."""
+    given = [sweep_dir] if isinstance(sweep_dir, str | Path) else sweep_dir
+    sweeps = [run_files.require_sweep(folder) for folder in given]
+    souped = read_soups(soups_dir, sweeps) if soups_dir is not None else []
+    output = check_output_dir(Path(output_dir), *sweeps)
+    jobs = sweep_jobs(*sweeps)
     records = jobs.records()
     if souped:
         from domainbed.lib.query import Q
 
         records = Q([*records, *souped])
     names = tables.ordered_algorithms(records)
-    reference = _reference(reference, names, sweep)
+    reference = _reference(reference, names, sweeps)
     results = tables.flag_results(tables.results_frame(records), jobs)
     averages = tables.flag_averages(tables.averages_frame(records), results)
     notes = [jobs.summary(), *jobs.names_notes(), tables.flags_summary(results, jobs)]
@@ -295,8 +296,8 @@ SOUPS_NOTE = (
 )
 
 
-def read_soups(soups_dir: str | Path, sweep: Path) -> list[dict]:
-    """The records of ``sweep``'s soups in ``soups_dir`` (:func:`.soups.write_soups`), renamed."""
+def read_soups(soups_dir: str | Path, sweeps: Sequence[Path]) -> list[dict]:
+    """The records of ``sweeps``' soups in ``soups_dir`` (:func:`.soups.write_soups`), renamed."""
     path = Path(soups_dir) / soups.RECORDS
     records = run_files.read_records(path) if path.is_file() else []
     if not records or any(soups.SOUP not in record for record in records):
@@ -311,14 +312,16 @@ def read_soups(soups_dir: str | Path, sweep: Path) -> list[dict]:
                 f"it: {wrong}. Make the soups again with dmg-domainbed soup."
             )
     run_files.check_environments(records, path)
+    folders = {sweep.resolve() for sweep in sweeps}
     for record in records:
         made_of = [Path(run) for run in record[soups.SOUP]["runs"]]
-        if outside := [run for run in made_of if run.resolve().parent != sweep.resolve()]:
+        if outside := [run for run in made_of if run.resolve().parent not in folders]:
             raise UserError(
                 f"--soups '{soups_dir}' holds a soup ({record[soups.SOUP]['name']}) of runs of "
-                f"another sweep than '{sweep}', e.g. '{outside[0]}': its rows would be compared "
-                "with runs it was not made of. Give the soups of this sweep (dmg-domainbed soup "
-                f"--input_dir {sweep}), or the sweep those soups were made of."
+                f"another sweep than {_named(sweeps, '')}, e.g. '{outside[0]}': its rows would "
+                "be compared with runs it was not made of. Give the soups of this sweep "
+                f"(dmg-domainbed soup --input_dir {sweeps[0]}), or the sweep those soups were "
+                "made of."
             )
     return [
         renamed(record, record[soups.SOUP]["name"], Path(record["args"]["output_dir"]))
@@ -326,12 +329,18 @@ def read_soups(soups_dir: str | Path, sweep: Path) -> list[dict]:
     ]
 
 
-def _reference(reference: str | None, names: list[str], sweep: Path) -> str | None:
+def _reference(reference: str | None, names: list[str], sweeps: Sequence[Path]) -> str | None:
     if reference is None:
         return paired.DEFAULT_REFERENCE if paired.DEFAULT_REFERENCE in names else None
     if reference not in names:
         raise UserError(
-            f"--reference '{reference}' is not an algorithm of the sweep '{sweep}', which has "
+            f"--reference '{reference}' is not an algorithm of {_named(sweeps)}, which has "
             f"{', '.join(names)}. Give one of those."
         )
     return reference
+
+
+def _named(sweeps: Sequence[Path], kind: str = "the sweep") -> str:
+    """``the sweep 'a'``, or ``the sweeps 'a', 'b'`` (``kind`` ``''``: ``'a', 'b'``)."""
+    kind += "s " if kind and len(sweeps) > 1 else " " if kind else ""
+    return kind + ", ".join(f"'{sweep}'" for sweep in sweeps)

@@ -26,15 +26,15 @@ METHOD_TAGS = {
 RUN_KEYS = ("algorithm", "dataset", "test_envs", "hparams_seed", "trial_seed")
 
 
-def check_log_dir(log_dir: Path, sweep: Path) -> Path:
-    """``log_dir``, if TensorBoard is installed and it is new or empty and outside the sweep."""
+def check_log_dir(log_dir: Path, *sweeps: Path) -> Path:
+    """``log_dir``, if TensorBoard is installed and it is new or empty and outside the sweeps."""
     if importlib.util.find_spec("tensorboard") is None:
         raise UserError(
             f"{OPTION} writes TensorBoard logs, but TensorBoard is not installed. Install it "
             "with: pip install 'dmg-domainbed[tensorboard]'"
         )
     check_creatable(log_dir, OPTION)
-    check_outside(log_dir, [sweep], f"{OPTION} folder", "sweep", f"a {OPTION} folder")
+    check_outside(log_dir, sweeps, f"{OPTION} folder", "sweep", f"a {OPTION} folder")
     if log_dir.is_dir() and any(log_dir.iterdir()):
         raise UserError(
             f"{OPTION} folder '{log_dir}' is not empty; writing into it would mix two "

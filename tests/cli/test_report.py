@@ -222,6 +222,14 @@ def test_an_unknown_reference_is_refused_before_anything_is_written(demo_sweep, 
     assert not output.exists()
 
 
+def test_one_sweep_given_twice_is_refused_before_anything_is_written(demo_sweep, tmp_path):
+    output = tmp_path / "o"
+    sweep = str(demo_sweep)
+    code, _, message = cli("report", "--input_dir", sweep, sweep, "--output_dir", str(output))
+    assert code == 2 and "are one job" in message and "Give each sweep once" in message
+    assert not output.exists()
+
+
 def test_tensorboard_into_a_folder_with_files_is_refused(demo_sweep, tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
