@@ -123,11 +123,10 @@ class MalformedHParams(TypeError):
 Declaration = HParamSpace | Mapping[str, tuple[Any, Sampler]] | Iterable[HParam]
 
 
-def declared(space: Declaration) -> list[HParam] | list[tuple[str, Any, Sampler]]:
-    """The entries of ``space``: its :class:`HParam` objects, or ``(name, default, sampler)``
-    of a plain mapping; :class:`MalformedHParams` saying what is wrong and how it is written."""
+def declared(space: Declaration) -> list[HParam]:
+    """The :class:`HParam` objects of ``space`` (a plain mapping's entries as hparams of the
+    default's type, declared everywhere); :class:`MalformedHParams` saying what is wrong."""
     if isinstance(space, Mapping):
-        entries = []
         for name, entry in space.items():
             if not (isinstance(entry, tuple | list) and len(entry) == 2 and callable(entry[1])):
                 raise MalformedHParams(
@@ -136,8 +135,7 @@ def declared(space: Declaration) -> list[HParam] | list[tuple[str, Any, Sampler]
                     "random-search value from the numpy RandomState it is given; or declare an "
                     "HParamSpace of dmg_domainbed.hparams.HParam"
                 )
-            entries.append((name, *entry))
-        return entries
+        return [HParam(name, default, sample) for name, (default, sample) in space.items()]
     entries = list(space) if isinstance(space, Iterable) else [space]
     wrong = [entry for entry in entries if not isinstance(entry, HParam)]
     if wrong:
@@ -149,12 +147,8 @@ def declared(space: Declaration) -> list[HParam] | list[tuple[str, Any, Sampler]
 
 
 def declared_rules(space: Declaration) -> list[tuple[str, Sampler, Rule]]:
-    """(name, sampler, what a valid value is) of every declared hparam: an :class:`HParam`'s
-    own rule, or for a plain mapping values of the default's type."""
-    return [
-        (h.name, h.sample, h.rule) if isinstance(h, HParam) else (h[0], h[2], rule_like(h[1]))
-        for h in declared(space)
-    ]
+    """(name, sampler, what a valid value is) of every declared hparam."""
+    return [(h.name, h.sample, h.rule) for h in declared(space)]
 
 
 def resolve_space(
@@ -168,18 +162,13 @@ def resolve_space(
     ``RandomState(seed_hash(random_seed, name))`` as DomainBed draws its own (independent of
     which other hparams exist). ``defined``: the names DomainBed and the dataset already define
     (:attr:`HParam.where_defined`)."""
-    entries = declared(space)
-    if isinstance(space, Mapping):
-        items = entries
-    else:
-        items = [
-            (h.name, h.default_on(dataset), h.sample)
-            for h in entries
-            if h.applies(dataset, defined)
-        ]
     return {
-        name: (default, _plain(sample(np.random.RandomState(seed_hash(random_seed, name)))))
-        for name, default, sample in items
+        h.name: (
+            h.default_on(dataset),
+            _plain(h.sample(np.random.RandomState(seed_hash(random_seed, h.name)))),
+        )
+        for h in declared(space)
+        if h.applies(dataset, defined)
     }
 
 
