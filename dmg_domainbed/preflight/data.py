@@ -1,9 +1,7 @@
-"""Will a dataset's data be what DomainBed reads under ``--data_dir``? The quick data check
-(:mod:`dmg_domainbed.datasets.check.data_check`: names, counts and file headers, no decoding)
-summed up as one state for ``doctor``, the sweep preflight and ``smoke``: ``present``,
-``missing``, or ``not usable`` when something would stop a job or make it train on other data
-than the download's, a domain that cannot fill the run's batch (the job would hang) included.
-``dmg-domainbed data check`` gives the whole report and decodes every image.
+"""The quick data check (:mod:`dmg_domainbed.datasets.check.data_check`: names, counts, file
+headers) summed up as one state for ``doctor``, the sweep preflight and ``smoke``: ``present``,
+``missing``, or ``not usable`` where a job would stop, hang (a domain that cannot fill the batch)
+or train on other data than the download's. ``dmg-domainbed data check`` gives the whole report.
 """
 
 from __future__ import annotations
@@ -38,11 +36,7 @@ class DataStatus:
 
 
 def dataset_status(
-    dataset: str,
-    module: str,
-    n_envs: int,
-    data_dir: str | None,
-    batch: Batch | None = None,
+    dataset: str, module: str, n_envs: int, data_dir: str | None, batch: Batch | None = None
 ) -> DataStatus:
     """Whether DomainBed will find ``dataset`` (defined in ``module``, with ``n_envs`` domains)
     under ``data_dir`` as its download leaves it, and, given the runs' ``batch``, each domain's
@@ -56,13 +50,7 @@ def dataset_status(
         known = len(IMAGE_LAYOUTS[dataset].domains) if dataset in IMAGE_LAYOUTS else n_envs
         if known != n_envs:
             return DataStatus(NOT_CHECKED, f"{module}.{dataset} has {n_envs} domains, not {known}")
-    report = check_dataset(
-        dataset,
-        data_dir,
-        quick=True,
-        manifests=manifests,
-        batch=batch,
-    )
+    report = check_dataset(dataset, data_dir, quick=True, manifests=manifests, batch=batch)
     problems = tuple(str(finding) for finding in report.errors)
     if not report.present:
         return DataStatus(MISSING, problems[0], problems)

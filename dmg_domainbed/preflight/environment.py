@@ -173,18 +173,12 @@ def torch_pair_problem(
         return None
     pair = f"torch=={torch.version} torchvision" + (f"=={expected}" if expected else "")
     index = f"{PYTORCH_INDEX}/{torch.label}" if torch.label else "https://pypi.org/simple"
-    command = (
-        f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {pair} "
-        f"--index-url {index}"
-    )
-    fixes = [f"install a matching pair from one index: {command}"]
-    if torch.label:
-        # PyTorch's own index out of reach: the main index's builds of the pair (CUDA builds on
-        # Linux, which run on a CPU too, at a few GB more).
-        main = f"{shlex.quote(sys.executable)} -m pip install --force-reinstall {pair}"
+    pip = f"{shlex.quote(sys.executable)} -m pip install --force-reinstall"
+    fixes = [f"install a matching pair from one index: {pip} --no-deps {pair} --index-url {index}"]
+    if torch.label:  # PyTorch's index out of reach: the main index's builds (CUDA, a few GB more)
         fixes.append(
             f"where {index} cannot be reached, the same pair from the main index (CUDA builds, "
-            f"which run on a CPU too): {main} --index-url https://pypi.org/simple"
+            f"which run on a CPU too): {pip} {pair} --index-url https://pypi.org/simple"
         )
     return [*problems, *fixes]
 

@@ -1,9 +1,7 @@
 """Build an algorithm's network before a sweep launches, to catch hparams only the network can
-check (e.g. a DMG ``mask_layers`` name that does not exist) before any job folder exists.
-
-The build is cheap: no pretrained weights are loaded (torchvision's and timm's builders are told
-``pretrained=False`` for the duration of the build), no data is read, and the parameters live on
-PyTorch's ``meta`` device, which has shapes but no storage.
+check (a DMG ``mask_layers`` name that does not exist) before any job folder exists. The build
+loads no weights (torchvision's and timm's builders told ``pretrained=False``), reads no data,
+and puts the parameters on PyTorch's ``meta`` device (shapes, no storage).
 """
 
 from __future__ import annotations

@@ -56,12 +56,9 @@ def _add_batch_findings(report: DatasetReport, domains: list[str], batch: Batch)
         examples = [(name, sum(n for _, n in examples) // len(domains)) for name in domains]
     if not any(training_examples(n, batch.holdout_fraction) for _, n in examples):
         return  # no images: other findings say so
-    size = batch.size
-    if size is None:
-        size = hparams_registry.default_hparams("ERM", report.dataset)["batch_size"]
-    report.findings += batch_findings(
-        report.dataset, examples, size, batch.holdout_fraction, batch.source
-    )
+    size = batch.size or hparams_registry.default_hparams("ERM", report.dataset)["batch_size"]
+    fraction = batch.holdout_fraction
+    report.findings += batch_findings(report.dataset, examples, size, fraction, batch.source)
 
 
 def registered_manifests() -> dict[str, Manifest]:
@@ -122,23 +119,14 @@ def dataset_folders(data_dir: str | Path) -> dict[str, Path]:
 
 
 def check_sweep_output_dir(output_dir: Path, data_dir: str, option: str) -> None:
-    """:class:`UserError` if ``output_dir`` (``option``), a folder that jobs write into, cannot
-    be made, or is, or lies inside, the folder of a dataset: a manifest's root (any registered
-    one), or the folder under ``data_dir`` of one of DomainBed's datasets with files. DomainBed
-    takes every folder in a folder of domains (and in a domain) for a domain (a class), so the
-    job folders would become part of the data."""
+    """:class:`UserError` if ``output_dir`` (``option``), which jobs write into, cannot be made
+    or lies in a dataset's folder (a registered manifest's root, or one of DomainBed's under
+    ``data_dir``), where DomainBed would read the job folders as domains or classes."""
     manifests = {name: manifest.root for name, manifest in registered_manifests().items()}
-    datasets = dataset_folders(data_dir) | manifests
     check_creatable(output_dir, option)
-    for dataset, folder in datasets.items():
-        check_outside(
-            output_dir,
-            [folder],
-            option,
-            f"{dataset} dataset",
-            "an output_dir",
-            why=": job folders written in it would be read as the dataset's domains or classes",
-        )
+    why = ": job folders written in it would be read as the dataset's domains or classes"
+    for dataset, folder in (dataset_folders(data_dir) | manifests).items():
+        check_outside(output_dir, [folder], option, f"{dataset} dataset", "an output_dir", why)
 
 
 def found_under(data_dir: str | Path) -> list[str]:

@@ -1,21 +1,15 @@
-"""Each image file looked at as DomainBed's loader reads it: the quick check reads its first
-bytes, the full check reads, hashes (BLAKE2b) and decodes every file, in parallel.
+"""Each image file looked at as DomainBed's loader reads it (torchvision's ``default_loader``:
+Pillow's ``convert("RGB")``, with ``LOAD_TRUNCATED_IMAGES`` set by DomainBed's ``datasets.py``).
 
-DomainBed reads each file whose name ends like an image's with torchvision's ``default_loader``
-(Pillow's ``convert("RGB")``): a file that is no image stops the job at the first batch that
-draws it, possibly hours in. The first bytes tell most such files apart (empty, a macOS
-AppleDouble ``._name``, an HTML page saved under an image's name): the formats torchvision names
-by their signatures, any other through Pillow's ``Image.open``, which reads the header only.
-DomainBed's ``datasets.py`` sets Pillow's ``LOAD_TRUNCATED_IMAGES``: a file is decoded strictly
-(``load()``, every pixel) and, where that fails, again as DomainBed does, which tells a truncated
-image it trains on (its missing part filled in) from one that stops a job. The conversion is
-exact for 8-bit RGB, grayscale, bilevel and palette images; CMYK loses its colour profile, 16-
-and 32-bit values clip at 255, an alpha channel is dropped. A copy in two domains or classes is
-a warning: published releases hold some (DomainBed's download of DomainNet deletes 9,431).
-
-The workers are forked (spawned ones would import the program's main module, so DomainBed and
-torch, again: seconds each); a worker only reads files and decodes with Pillow, imported before
-the fork, and touches no lock another thread may hold.
+The quick check reads each file's first bytes: the formats torchvision names by signature, others
+through Pillow's ``Image.open`` (the header only); an empty file, a macOS ``._name`` or an HTML
+page under an image's name stops a job at the first batch that draws it. The full check reads,
+hashes (BLAKE2b: copies in two domains or classes, a warning, as published releases hold some)
+and decodes every file strictly, then as DomainBed does where that fails, which tells a truncated
+image it trains on from one that stops a job; it names the modes the conversion changes (CMYK's
+colour profile, 16- and 32-bit values clipped at 255, alpha dropped). Its workers are forked,
+not spawned (which would import DomainBed and torch again, seconds each), and touch only files
+and Pillow, imported before the fork.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Check of the MNIST files DomainBed's ColoredMNIST and RotatedMNIST read.
-
-DomainBed builds both from torchvision's ``MNIST(data_dir)``, which reads the four unpacked
-files in ``<data_dir>/MNIST/raw`` (and downloads them when they are missing, which a job
-without internet cannot). Each is an IDX file: a big-endian header (magic number 2051 for
-images, 2049 for labels, the number of items, and for images 28 x 28) followed by one byte per
-pixel or label; the header says how long the file must be, so reading the headers and the
-labels checks the files whole. The image bytes need no decoding.
+"""The MNIST files of DomainBed's ColoredMNIST and RotatedMNIST: torchvision's ``MNIST(data_dir)``
+reads four unpacked IDX files in ``<data_dir>/MNIST/raw`` (and downloads missing ones, which a job
+without internet cannot). An IDX header (big-endian: magic number 2051 for images, 2049 for
+labels, the item count and, for images, 28 x 28) fixes the file's length, so the headers and the
+labels check the files whole; the image bytes need no decoding.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Check of the WILDS datasets DomainBed reads (WILDSCamelyon, WILDSFMoW).
-
-DomainBed builds them with the WILDS package, from ``<data_dir>/<name>_v<version>/``: the
-package needs the release marker there, and its metadata table defines the images, their
-labels and the metadata field whose values are DomainBed's domains. The check reads that table
-through the WILDS class itself (as DomainBed does), counts each domain's images and compares
-the number of domains with DomainBed's, and the image files on disk with the table's rows. The
-full check decodes every image file of the release.
+"""The WILDS datasets DomainBed reads (WILDSCamelyon, WILDSFMoW), read as DomainBed reads them:
+through the WILDS class, from ``<data_dir>/<name>_v<version>/`` with its release marker. The
+metadata table's domain field gives each domain's count, compared with DomainBed's domains, and
+its rows are compared with the image files on disk; the full check decodes every image file.
 """
 
 from __future__ import annotations
