@@ -175,12 +175,10 @@ def _input_check(algorithm: str, dataset: str | None) -> list[Check]:
 
     from dmg_domainbed.algorithms.base import declarations_of
 
-    shape = input_shape(dataset) if dataset else None
-    if shape is None:
+    if not dataset or (shape := input_shape(dataset)) is None:
         return []
-    check = declarations_of(algorithms.get_algorithm_class(algorithm)).check_input_shape
     try:
-        check(shape)
+        declarations_of(algorithms.get_algorithm_class(algorithm)).check_input_shape(shape)
     except UserError as error:
         return [Check(FAIL, "input", (str(error),))]
     return [Check(OK, "input", (f"{algorithm} takes {dataset}'s inputs {shape}",))]

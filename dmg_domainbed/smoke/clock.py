@@ -137,8 +137,7 @@ def main(argv: Sequence[str]) -> None:
     misc.accuracy = timed_accuracy
     for name in ("default_hparams", "random_hparams"):
         setattr(hparams_registry, name, _marked(getattr(hparams_registry, name), marks, "hparams"))
-    lookup = algorithms.get_algorithm_class
-    algorithms.get_algorithm_class = _marked(lookup, marks, "network")
+    algorithms.get_algorithm_class = _marked(algorithms.get_algorithm_class, marks, "network")
     sys.argv = ["domainbed.scripts.train", *train_args]
     sys.modules.pop("domainbed.scripts.train", None)  # imported above: run afresh as __main__
     try:

@@ -175,9 +175,8 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
     log_text = log_path.read_text(errors="replace")
     tail = "\n".join(log_text.splitlines()[-LOG_TAIL_LINES:])
     if code is None:
-        return Outcome(
-            TIMED_OUT, f"no result within {timeout:.0f} s", log_tail=tail, wall_seconds=wall
-        )
+        detail = f"no result within {timeout:.0f} s"
+        return Outcome(TIMED_OUT, detail, log_tail=tail, wall_seconds=wall)
     if code != 0 or not (output / "done").exists():
         return Outcome(FAILED, _error_line(log_text), log_tail=tail, wall_seconds=wall)
     # train.py writes a record at its last step before it writes "done".
@@ -187,16 +186,8 @@ def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float)
     else:  # ru_maxrss: kilobytes on Linux, bytes on macOS
         peak = rusage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 2**30
     timed = phases(started, ended, json.loads(times_path.read_text()))
-    return Outcome(
-        OK,
-        "",
-        timed.step_median(WARMUP_STEPS),
-        peak,
-        tail,
-        wall,
-        start_seconds=timed.start + timed.end,
-        eval_seconds_per_image=timed.eval_seconds_per_image(),
-    )
+    median, evaluation = timed.step_median(WARMUP_STEPS), timed.eval_seconds_per_image()
+    return Outcome(OK, "", median, peak, tail, wall, timed.start + timed.end, evaluation)
 
 
 def _wait(process: subprocess.Popen, timeout: float):
