@@ -108,8 +108,8 @@ def _files(report: DatasetReport, domains: list[DomainFiles]) -> None:
             )
 
 
-def _per_domain(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{domain} {n:,}" for domain, n in counts.items())
+def _per_domain(counts: Mapping[str, int] | None) -> str:
+    return f" ({', '.join(f'{domain} {n:,}' for domain, n in counts.items())})" if counts else ""
 
 
 def _counts(report: DatasetReport, layout: ImageDatasetLayout, counts: dict[str, int], fix: str):
@@ -126,21 +126,16 @@ def _counts(report: DatasetReport, layout: ImageDatasetLayout, counts: dict[str,
     elif match:
         report.add(INFO, f"image counts match {match.name} ({match.source})")
     else:
-        published = "; or ".join(
-            f"{r.total:,} in {r.name}"
-            + (f" ({_per_domain(r.per_domain)})" if r.per_domain else "")
-            + f" [{r.source}]"
-            for r in releases
-        )
-        why = (
-            "images are missing (an interrupted download or unpacking?)"
-            if total < max(r.total for r in releases)
-            else "the folder holds images the release does not (another copy, or added files)"
-        )
+        each = [
+            f"{r.total:,} in {r.name}{_per_domain(r.per_domain)} [{r.source}]" for r in releases
+        ]
+        why = "the folder holds images the release does not (another copy, or added files)"
+        if total < max(r.total for r in releases):
+            why = "images are missing (an interrupted download or unpacking?)"
         report.add(
             ERROR,
-            f"{total:,} images ({_per_domain(found)}): the counts of no published release",
-            published,
+            f"{total:,} images{_per_domain(found)}: the counts of no published release",
+            "; or ".join(each),
             f"{why}: {fix}",
         )
 

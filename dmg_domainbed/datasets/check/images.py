@@ -88,12 +88,9 @@ MODE_NAMES = {"I": "I (16- or 32-bit integers)", "F": "F (32-bit floats)"}
 def header_problem(path: str) -> tuple[str, str] | None:
     """(kind of problem, why) of the file at ``path`` from its first bytes; ``None``: it starts
     like an image."""
-    try:  # os-level calls: no buffered file object for 12 bytes
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            head = os.read(descriptor, 12)
-        finally:
-            os.close(descriptor)
+    try:
+        with open(path, "rb", buffering=0) as stream:  # unbuffered: 12 bytes, no more
+            head = stream.read(12)
     except OSError as error:
         return "unreadable", error.strerror or str(error)
     if not head:

@@ -17,14 +17,6 @@ from dmg_domainbed.datasets.findings import ERROR, DatasetReport, DomainCount
 from dmg_domainbed.datasets.layouts import WildsLayout
 
 
-def _files(folder: Path) -> list[str]:
-    return [
-        os.path.join(parent, name)
-        for parent, _, names in sorted(os.walk(folder))
-        for name in sorted(names)
-    ]
-
-
 def check_wilds(
     report: DatasetReport, layout: WildsLayout, domains: int, data_dir: Path, workers: int
 ) -> None:
@@ -62,7 +54,8 @@ def check_wilds(
             f"{domains}, DomainBed's domains of {report.dataset}",
             fix,
         )
-    files = _files(release / layout.images)
+    walk = sorted(os.walk(release / layout.images))
+    files = [os.path.join(folder, name) for folder, _, names in walk for name in sorted(names)]
     rows = len(dataset.metadata_array)
     if len(files) < rows:
         report.add(
