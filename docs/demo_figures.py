@@ -410,9 +410,9 @@ def run_text(results: dict) -> str:
     """The README's demo: the stamp and the hparams, collect_results' table, the paired
     differences and the in-domain accuracies."""
     header = (
-        f"{stamp_text(results)} {hparams_text()} collect_results' test accuracy (%), mean "
-        f"+/- standard error over {results['demo']['trials']} trials of "
-        f"{results['demo']['steps']} steps, "
+        f"{stamp_text(results)} {hparams_text()} Test accuracy (%) as collect_results gives "
+        "it (the averaged row: its own sweep's), mean +/- standard error over "
+        f"{results['demo']['trials']} trials of {results['demo']['steps']} steps, "
         f"{SELECTION.removesuffix(' set')}:"
     )
     after = f"{OTHER_CPUS} {comparisons_text(results)}"
