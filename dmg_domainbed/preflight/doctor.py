@@ -150,8 +150,7 @@ CANNOT_WRITE = "cannot write"
 
 
 def unwritable_caches(folders: Sequence[Path]) -> list[str]:
-    """Where a missing file would be written and cannot be (the nearest folder that exists is
-    not writable: a read-only HOME holds the default caches), and how to write elsewhere."""
+    """Where a missing file cannot be written (a read-only HOME), and how to write elsewhere."""
     lines = []
     for folder in dict.fromkeys(folders):
         existing = next(p for p in (folder, *folder.parents) if p.exists())

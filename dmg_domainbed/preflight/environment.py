@@ -33,9 +33,8 @@ print({_PROBE_MARK!r} + json.dumps(facts))
 
 
 def job_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of the jobs this process starts: ``environ`` (default: this process's)
-    with this interpreter's folder first on PATH, since DomainBed starts every job as
-    ``python -m domainbed.scripts.train`` with the ``python`` found there."""
+    """``environ`` (default: this process's) with this interpreter's folder first on PATH, where
+    DomainBed finds the ``python`` it starts every job with."""
     env = dict(os.environ if environ is None else environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return env
@@ -56,8 +55,7 @@ class ProbeResult:
 
 
 def probe_fresh_process() -> ProbeResult:
-    """Start the ``python`` the jobs will run (:func:`job_environment`), import DomainBed there
-    and list what is registered."""
+    """What the ``python`` the jobs will run finds registered when it imports DomainBed."""
     env = job_environment()
     python = shutil.which("python", path=env["PATH"])
     if python is None:
@@ -103,10 +101,9 @@ TORCHVISION_MINOR_OFFSET = 15
 
 @dataclass(frozen=True)
 class Build:
-    """An installed torch or torchvision, read from its files without importing it (an import
-    is what fails when the two do not match): its version, the build label after ``+``
-    (``cpu``, ``cu124``, ``rocm6.1``; empty where the wheel has none) and, for torchvision, the
-    torch version its metadata pins (``None`` where it pins none)."""
+    """An installed torch or torchvision, read from its files (importing is what fails when the
+    two do not match): its version, build label (after ``+``: ``cpu``, ``cu124``; may be empty)
+    and, for torchvision, the torch version its metadata pins."""
 
     name: str
     version: str
@@ -115,8 +112,7 @@ class Build:
 
 
 def installed_build(name: str) -> Build | None:
-    """The installed ``name`` (``torch`` or ``torchvision``) as :class:`Build`; ``None`` where
-    it is not installed."""
+    """The installed ``name`` (``torch`` or ``torchvision``); ``None``: not installed."""
     try:
         dist = metadata.distribution(name)
     except metadata.PackageNotFoundError:

@@ -35,10 +35,9 @@ def without_pretrained_weights() -> Iterator[None]:
 
 
 def check_network(run: CheckedRun) -> str | None:
-    """Build the algorithm of ``run`` for its dataset with its hparams as train.py would (no
-    weights, no data). A :class:`UserError` of the algorithm (an hparam value the network
-    refutes) is raised; any other failure of the cheap build is returned as a note (the check
-    could not be made)."""
+    """Build ``run``'s algorithm as train.py would, without weights or data: its
+    :class:`UserError` (an hparam the network refutes) is raised, any other failure returned
+    as a note (the check could not be made)."""
     import torch
     from domainbed import algorithms, datasets
 

@@ -58,30 +58,15 @@ def _timm_file(name: str, caches: Caches) -> WeightFile:
 
 
 def _dinov2(caches: Caches) -> list[WeightFile]:
-    hub, checkpoints = caches.torch_hub, caches.torch_hub / "checkpoints"
-    load = f"import torch; torch.hub.load('{DINOV2_REPO}', '{DINOV2_MODEL}')"
+    hub, checkpoints, model = caches.torch_hub, caches.torch_hub / "checkpoints", DINOV2_MODEL
+    load = f"import torch; torch.hub.load('{DINOV2_REPO}', '{model}')"
     fetch = f'TORCH_HOME={hub.parent} python -c "{load}"'
-    code = (hub / DINOV2_REPO_FOLDER).is_dir()
-    weights = (checkpoints / DINOV2_CHECKPOINT).is_file()
-    model = f"torch.hub:{DINOV2_REPO}"
+    code, repo = f"torch.hub code of {DINOV2_REPO}", f"torch.hub:{DINOV2_REPO}"
+    present = (hub / DINOV2_REPO_FOLDER).is_dir(), (checkpoints / DINOV2_CHECKPOINT).is_file()
+    weights = f"DINOV2 {model} weights"
     return [
-        WeightFile(
-            f"torch.hub code of {DINOV2_REPO}",
-            hub,
-            DINOV2_REPO_FOLDER,
-            code,
-            fetch,
-            model=model,
-            layout=TORCH_HUB_REPO,
-        ),
-        WeightFile(
-            f"DINOV2 {DINOV2_MODEL} weights",
-            checkpoints,
-            DINOV2_CHECKPOINT,
-            weights,
-            fetch,
-            model=f"{model}:{DINOV2_MODEL}",
-        ),
+        WeightFile(code, hub, DINOV2_REPO_FOLDER, present[0], fetch, repo, TORCH_HUB_REPO),
+        WeightFile(weights, checkpoints, DINOV2_CHECKPOINT, present[1], fetch, f"{repo}:{model}"),
     ]
 
 
@@ -90,9 +75,8 @@ def needed_weights(
     input_shape: Sequence[int] | None,
     caches: Caches | None = None,
 ) -> tuple[list[WeightFile], list[str]]:
-    """The weight files a run with ``hparams`` on inputs of ``input_shape`` loads (looked up in
-    ``caches``, by default this process's), and problems that would stop the model from being
-    built at all; both empty for inputs other than 224x224."""
+    """The weight files a run with ``hparams`` on ``input_shape`` loads, looked up in ``caches``
+    (default: this process's), and what stops its model from being built (none but 224x224)."""
     if input_shape is None or tuple(input_shape[1:3]) != (224, 224):
         return [], []
     caches = caches or Caches.current()

@@ -59,12 +59,11 @@ class Outcome:
     def summary(self) -> str:
         if self.status != OK:
             return f"{self.status}: {self.detail}"
-        measured = (
-            f"{self.seconds_per_step:.4f} s/step, start and end {self.start_seconds:.1f} s, "
+        return (
+            f"ok, {self.seconds_per_step:.4f} s/step, start and end {self.start_seconds:.1f} s, "
             f"evaluation {1000 * self.eval_seconds_per_image:.3f} ms/image, "
-            f"{self.peak_memory_gb:.2f} GB peak"
+            f"{self.peak_memory_gb:.2f} GB peak ({self.wall_seconds:.0f} s)"
         )
-        return f"ok, {measured} ({self.wall_seconds:.0f} s)"
 
 
 def smoke_check(
@@ -144,8 +143,7 @@ def _machine(device: str) -> tuple[str, str]:
 
 
 def run_job(staged: Staged, steps: int, runs: Path, device: str, timeout: float) -> Outcome:
-    """Run one staged job for :data:`WARMUP_STEPS` and ``steps`` more steps under ``runs`` and
-    measure it."""
+    """Run and measure one staged job for :data:`WARMUP_STEPS` and ``steps`` steps."""
     from domainbed.scripts.sweep import Job
 
     total = WARMUP_STEPS + steps  # a checkpoint at the first and the last step only
@@ -209,8 +207,7 @@ def _wait(process: subprocess.Popen, timeout: float):
 
 
 def _error_line(log: str) -> str:
-    """What a failed train.py ended with: the package's message, or the exception (the last
-    line of its traceback)."""
+    """What a failed train.py ended with: the package's message, or its exception's line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     for line in reversed(lines):
         head = line.split(":", 1)[0]
@@ -229,8 +226,7 @@ def _status(staged: Staged, outcome: Outcome) -> str:
 
 
 def _hours(results: list[tuple[Staged, Outcome]], device: str, steps: int) -> list:
-    """The hours of the jobs each row stands for, from this check's measures
-    (:func:`dmg_domainbed.sweep.cost.estimate`; ``None`` for a row whose job did not run)."""
+    """The hours of the jobs each row stands for, from this check's measures (``None``: not run)."""
     jobs = job_costs([args for staged, _ in results for args in staged.job.sweep_args])
     table = cost.table_from_smoke(_results(results, device, steps), "this check")
     lines = {(line.dataset, line.algorithm): line for line in cost.estimate(jobs, [table])}
@@ -258,8 +254,7 @@ def report(results: list[tuple[Staged, Outcome]], notes: list[str], device: str,
     ]
     unknown = hours.count(None)
     total = f"{sum(h or 0 for h in hours):.2f}" + (f" + {unknown} unknown" if unknown else "")
-    jobs = sum(row["jobs"] for row in rows)
-    rows.append({"algorithm": "total", "jobs": jobs, "est. hours": total})
+    rows.append({"algorithm": "total", "jobs": sum(r["jobs"] for r in rows), "est. hours": total})
     memory, machine = _machine(device)
     lines = [
         "",

@@ -32,9 +32,8 @@ WHY_SAME_CLASSES = (
 def _domains(
     report: DatasetReport, root: Path, expected: list[str], folders: list[str], fix: str
 ) -> dict[str, str]:
-    """Errors for folders that are no domain and domains without a folder; a folder of another
-    name at a missing domain's place in the sorted order (as some copies name it) is that
-    domain to DomainBed, only warned of. Returns such folders with the domain each stands for."""
+    """Errors for folders that are no domain and domains without a folder; a folder standing
+    where a missing domain sorts is that domain to DomainBed, warned of and returned with it."""
     listing = f"{root}/ with {len(expected)} domain folders ({', '.join(expected)}) only"
     renamed = _in_place(folders, expected)
     for index, folder in enumerate(folders):

@@ -1,15 +1,13 @@
-"""Each image file looked at as DomainBed's loader reads it (torchvision's ``default_loader``:
-Pillow's ``convert("RGB")``, with ``LOAD_TRUNCATED_IMAGES`` set by DomainBed's ``datasets.py``).
+"""Each image file looked at as DomainBed's loader reads it: torchvision's ``default_loader``
+(Pillow's ``convert("RGB")``), with ``LOAD_TRUNCATED_IMAGES`` set by DomainBed's ``datasets.py``.
 
-The quick check reads each file's first bytes: the formats torchvision names by signature, others
-through Pillow's ``Image.open`` (the header only); an empty file, a macOS ``._name`` or an HTML
-page under an image's name stops a job at the first batch that draws it. The full check reads,
-hashes (BLAKE2b: copies in two domains or classes, a warning, as published releases hold some)
-and decodes every file strictly, then as DomainBed does where that fails, which tells a truncated
-image it trains on from one that stops a job; it names the modes the conversion changes (CMYK's
-colour profile, 16- and 32-bit values clipped at 255, alpha dropped). Its workers are forked,
-not spawned (which would import DomainBed and torch again, seconds each), and touch only files
-and Pillow, imported before the fork.
+Quick: each file's first bytes (known signatures, else Pillow's header-only ``Image.open``) find
+what stops a job at the first batch that draws it: an empty file, a macOS ``._name``, a web page
+under an image's name. Full: every file read, hashed (copies across domains or classes are a
+warning: published releases hold some) and decoded strictly, then as DomainBed does, which tells
+a truncated image it trains on from one that stops a job; modes the conversion changes named.
+Workers are forked, not spawned (which would import DomainBed and torch again, seconds each),
+and touch only files and Pillow, imported before the fork.
 """
 
 from __future__ import annotations
@@ -39,17 +37,15 @@ SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM", b"II*\x00", b"MM\x00
 SIGNATURES += tuple(b"P%d" % n for n in range(1, 7))  # PBM, PGM, PPM
 
 _STOPS = "DomainBed's loader raises on such a file: the job stops at the first batch that draws it"
+_IMAGE_FILES = f"image files: {_STOPS}"
 # kind of file -> (what the files are, what DomainBed expects)
 FILE_PROBLEMS = {
     "AppleDouble": (
         "are macOS metadata (AppleDouble '._' files a copy from a Mac leaves)",
         f"image files only: DomainBed reads them as images by their names; {_STOPS}",
     ),
-    "empty": ("are empty (0 bytes)", f"image files: {_STOPS}"),
-    "not an image": (
-        "are not images: their first bytes are no image format's",
-        f"image files: {_STOPS}",
-    ),
+    "empty": ("are empty (0 bytes)", _IMAGE_FILES),
+    "not an image": ("are not images: their first bytes are no image format's", _IMAGE_FILES),
     "unreadable": ("cannot be read", f"files this user can read: {_STOPS}"),
     "truncated": (
         "are truncated",
@@ -83,6 +79,7 @@ MODE_EFFECTS = {
 }
 OTHER_MODE = (WARNING, "DomainBed's loader converts it to RGB with Pillow", "check it looks right")
 MODE_NAMES = {"I": "I (16- or 32-bit integers)", "F": "F (32-bit floats)"}
+Places = Mapping[str, tuple[str, str]]  # each file's (domain, class)
 
 
 def header_problem(path: str) -> tuple[str, str] | None:
@@ -170,7 +167,7 @@ def _decode_all(paths: Sequence[str], workers: int, description: str) -> list[De
         return list(tqdm(decoded, total=len(paths), desc=description, unit="img", disable=None))
 
 
-def _duplicates(results: Sequence[Decoded], places: Mapping[str, tuple[str, str]]) -> list[Finding]:
+def _duplicates(results: Sequence[Decoded], places: Places) -> list[Finding]:
     groups: dict[str, list[str]] = defaultdict(list)
     for result in results:
         if result.digest:
@@ -196,10 +193,7 @@ def _duplicates(results: Sequence[Decoded], places: Mapping[str, tuple[str, str]
 
 
 def look_at_files(
-    report: DatasetReport,
-    paths: Sequence[str],
-    workers: int,
-    places: Mapping[str, tuple[str, str]] | None = None,
+    report: DatasetReport, paths: Sequence[str], workers: int, places: Places | None = None
 ) -> None:
     """The findings on each file's first bytes (quick), else on each file decoded with
     ``workers`` processes; ``places`` maps each path to its (domain, class) for finding copies
