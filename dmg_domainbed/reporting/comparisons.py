@@ -11,7 +11,6 @@ the formulas and their assumptions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,8 +28,7 @@ COLUMNS = f"{COLUMNS} reference_accuracy difference ci_low ci_high p_beats verdi
 
 
 def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The 95% interval and the probability of beating the reference on a new trial, from the
-    number of pairs, mean difference and its sample standard deviation; NaN where ``n < 2``."""
+    """The 95% t interval and P(beats the reference on a new trial); NaN where ``n < 2``."""
     from scipy import stats
 
     n, mean, spread = (np.asarray(a, dtype=float) for a in (n, mean, spread))
@@ -44,20 +42,13 @@ def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean - half, mean + half, p_beats
 
 
-def verdicts(n, low, high) -> np.ndarray:
-    """``better`` / ``worse`` where the interval excludes zero, else ``unclear``/``one trial``."""
-    return np.select([n < 2, low > 0, high < 0], [ONE_TRIAL, BETTER, WORSE], UNCLEAR)
-
-
-def compare(
-    selected: pd.DataFrame, reference: str, algorithms: Sequence[str] | None = None
-) -> pd.DataFrame:
-    """Every algorithm (in the order of ``algorithms``) against ``reference``, per selection
-    method and dataset, per test domain and over the dataset (``Avg``)."""
+def compare(selected: pd.DataFrame, reference: str, algorithms=None) -> pd.DataFrame:
+    """Every algorithm against ``reference`` per method, dataset and test domain, and ``Avg``."""
     names = list(algorithms) if algorithms is not None else list(selected["algorithm"].unique())
     cell = ["selection_method", "dataset", "test_env"]
     wide = selected.pivot(index=[*cell, "trial_seed"], columns="algorithm", values="accuracy")
-    if reference not in wide.columns:
+    others = [name for name in names if name != reference and name in wide.columns]
+    if reference not in wide.columns or not others:
         return pd.DataFrame(columns=COLUMNS)
     wide = wide[wide[reference].notna()]
     # The test domains each (method, dataset) has: a trial counts over the dataset only
@@ -65,9 +56,7 @@ def compare(
     n_domains = wide.reset_index().groupby(cell[:2])["test_env"].nunique()
     domains = selected.drop_duplicates(cell).set_index(cell)["test_domain"]
     frames = []
-    for algorithm in names:
-        if algorithm == reference or algorithm not in wide.columns:
-            continue
+    for algorithm in others:
         pairs = wide[[algorithm, reference]].dropna()
         pairs.columns = ["accuracy", "reference_accuracy"]
         pairs = pairs.assign(difference=pairs["accuracy"] - pairs["reference_accuracy"])
@@ -81,19 +70,18 @@ def compare(
         overall["test_env"] = overall["test_domain"] = AVERAGE
         overall = overall.set_index("test_env", append=True)
         frames.append(pd.concat([per_domain, overall]).assign(algorithm=algorithm))
-    if not frames:
-        return pd.DataFrame(columns=COLUMNS)
     rows = pd.concat(frames).reset_index()
     low, high, p_beats = intervals(rows["n_trials"], rows["difference"], rows["spread"])
     rows = rows.assign(reference=reference, ci_low=low, ci_high=high, p_beats=p_beats)
-    rows["verdict"] = verdicts(rows["n_trials"].to_numpy(), low, high)
-    # Methods and datasets as they came; algorithms in the given order; domains, then Avg.
+    # better / worse only where the interval excludes zero
+    conditions = [rows["n_trials"].to_numpy() < 2, low > 0, high < 0]
+    rows["verdict"] = np.select(conditions, [ONE_TRIAL, BETTER, WORSE], UNCLEAR)
+    # Methods and datasets as they came; algorithms in the given order; domains, then Avg (NaN).
     order = {c: list(selected[c].unique()) for c in ("selection_method", "dataset")}
     order["algorithm"] = names
-    rows["is_average"] = rows["test_env"].eq(AVERAGE)
     rows["env_order"] = pd.to_numeric(rows["test_env"], errors="coerce")
     rows = rows.sort_values(
-        ["selection_method", "dataset", "algorithm", "is_average", "env_order"],
+        ["selection_method", "dataset", "algorithm", "env_order"],
         key=lambda c: c.map(order[c.name].index) if c.name in order else c,
         ignore_index=True,
     )
@@ -185,8 +173,8 @@ def _sentence(row: pd.Series) -> str:
     difference = f"{row['difference']:+.1f} points"
     if n < 2:
         return f"{difference} ({NO_INTERVAL}; run 2 or more trials)"
-    verdict = {UNCLEAR: "no clear difference (the interval includes 0)"}.get(row["verdict"])
-    verdict = verdict or row["verdict"]
+    verdict = row["verdict"]
+    verdict = {UNCLEAR: "no clear difference (the interval includes 0)"}.get(verdict, verdict)
     return (
         f"{difference}, 95% CI [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}] over {n} "
         f"trials, beats {row['reference']} on a new trial with probability "

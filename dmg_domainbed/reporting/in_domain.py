@@ -23,11 +23,7 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import tables
 from dmg_domainbed.reporting.jobs import names_notes, renamed, reported_names, require_utf8_name
 from dmg_domainbed.reporting.outputs import placed, staged
-from dmg_domainbed.reporting.tables import (
-    markdown_text,
-    sections_markdown,
-    write_table,
-)
+from dmg_domainbed.reporting.tables import markdown_text, sections_markdown, write_table
 from dmg_domainbed.runs import Run, warnings
 
 PREDICT = "predict"
@@ -62,18 +58,11 @@ def predicted_classes(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate_run(
-    run: Run,
-    data_dir: str | None = None,
-    device: str | None = None,
-    step: int | None = None,
-    dataset=None,
-    name: str | None = None,
+    run: Run, data_dir=None, device=None, step: int | None = None, dataset=None, name=None
 ) -> pd.DataFrame:
-    """Accuracy (%) of every prediction of ``run`` on each source domain's held-out split, the
-    % of examples whose class differs from ``predict``'s (``changed``), and train.py's logged
-    ``env<i>_out_acc`` (``predict``'s, where it did not classify them augmented). ``step``: that
-    checkpoint's model and record, not ``model.pkl`` and the last; ``dataset``: the run's,
-    already built unaugmented; ``name``: the rows' (default: :func:`run_names` of the run)."""
+    """Accuracy (%) of every prediction of ``run`` (at checkpoint ``step``, else ``model.pkl``)
+    on each source domain's held-out split, the % whose class differs from ``predict``'s, and
+    train.py's logged ``env<i>_out_acc`` where it did not classify them augmented."""
     from domainbed.lib.fast_data_loader import FastDataLoader
     from torch.utils.data import Subset
 
@@ -94,11 +83,8 @@ def evaluate_run(
     for d, env in enumerate(run.source_envs()):
         held_out = Subset(dataset[env], splits[env].out_keys)
         loader = FastDataLoader(dataset=held_out, batch_size=64, num_workers=dataset.N_WORKERS)
-        batches = []
-        for x, y in loader:
-            x = x.to(on)
-            classes = [predicted_classes(predict(x, d)).cpu() for predict in ways.values()]
-            batches.append((y, classes))
+        moved = ((x.to(on), y) for x, y in loader)
+        batches = [(y, [predicted_classes(p(x, d)).cpu() for p in ways.values()]) for x, y in moved]
         y = torch.cat([labels for labels, _ in batches])
         predicted = [torch.cat(classes) for classes in zip(*(c for _, c in batches))]
         for i, prediction in enumerate(ways):  # the first is predict: what train.py logged
@@ -119,8 +105,7 @@ def check_comparable(runs: list[Run]) -> None:
     first, seen, names = runs[0], {}, run_names(runs)
     for run in runs:
         require_utf8_name(Path(run.path))
-        differ = [k for k in keys if run.args.get(k) != first.args.get(k)]
-        if differ:
+        if differ := [k for k in keys if run.args.get(k) != first.args.get(k)]:
             raise UserError(
                 f"runs '{first.path}' and '{run.path}' differ in {', '.join(differ)}; "
                 "runs in one table must share dataset, test envs, trial seed and holdout "
@@ -149,8 +134,7 @@ def table3(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def table3_title(runs: Sequence[Run], home: Path) -> str:
-    """Markdown heading of a Table 3 of ``runs``, naming each run's seeds, step, hparams and
-    folder relative to ``home`` (where the Markdown file is written)."""
+    """Markdown heading of a Table 3 of ``runs``, their folders relative to ``home``."""
     environments, names = runs[0].environments(), run_names(runs)
     held_out = markdown_text(", ".join(environments[e] for e in runs[0].test_envs))
     shown = "\n".join(
@@ -195,9 +179,7 @@ def logged_notes(frame: pd.DataFrame, when: str) -> list[str]:
     ]
 
 
-def write_in_domain(
-    groups: Sequence[Sequence[Run]], output_dir: Path, data_dir: str | None = None
-) -> Written:
+def write_in_domain(groups: Sequence[Sequence[Run]], output_dir: Path, data_dir=None) -> Written:
     """One Table 3 per group of comparable runs: ``in_domain.csv`` (every row) and ``.md``."""
     for group in groups:
         check_comparable(list(group))
@@ -223,10 +205,11 @@ def write_in_domain(
     return Written(frame, sections, files, notes + logged_notes(frame, "at its last step"))
 
 
-def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
-    """DomainBed records (a ``Q``) to select from, named by prediction, the source domains'
-    ``env<i>_out_acc`` its accuracy (``predict``: train.py's records)."""
+def selection_frame(runs: Sequence[Run], evaluations: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset, prediction and test domain, the cell of what the prediction selects, from
+    records whose source ``env<i>_out_acc`` is its accuracy (``predict``: train.py's)."""
     from domainbed.lib.query import Q
+    from domainbed.model_selection import IIDAccuracySelectionMethod
 
     records, names = [], run_names(runs)
     for run in runs:
@@ -239,37 +222,19 @@ def selection_records(runs: Sequence[Run], evaluations: pd.DataFrame):
             record = next(r for r in run.records if r["step"] == step)
             accuracies = {f"env{e}_out_acc": a / 100 for e, a in zip(rows["env"], rows["accuracy"])}
             records.append(renamed({**record, **accuracies}, prediction, Path(run.path)))
-    return Q(records)
-
-
-def selection_frame(records) -> pd.DataFrame:
-    """Per dataset, prediction and test domain, the cell of what the prediction selects."""
-    from domainbed import datasets
-    from domainbed.model_selection import IIDAccuracySelectionMethod
-
-    selected = tables.selected_accuracies(records, [IIDAccuracySelectionMethod])
+    selected = tables.selected_accuracies(Q(records), [IIDAccuracySelectionMethod])
     selected = selected.rename(columns={"algorithm": "prediction"})
-    names = {d: datasets.get_dataset_class(d).ENVIRONMENTS for d in sorted(set(selected.dataset))}
-    grid = [
-        (dataset, prediction, env)
-        for dataset, environments in names.items()
-        for prediction in sorted(set(selected.loc[selected["dataset"] == dataset, "prediction"]))
-        for env in range(len(environments))
-    ]
-    cells = tables.cells_frame(selected, ["dataset", "prediction", "test_env"], grid)
-    return tables.with_domains(cells, names)
+    rows = sorted(set(zip(selected["dataset"], selected["prediction"])))
+    return tables.domain_cells(selected, ["dataset", "prediction", "test_env"], rows)
 
 
-def write_selection(
-    sweep_dir: str | Path, output_dir: Path, data_dir: str | None = None
-) -> Written:
-    """``checkpoints.csv`` (every checkpoint's source validation accuracies) and
-    ``selection.csv`` / ``.md`` (the test-domain accuracy each prediction selects)."""
+def write_selection(sweep_dir: str | Path, output_dir: Path, data_dir=None) -> Written:
+    """``checkpoints.csv`` and ``selection.csv`` / ``.md`` of the sweep's runs."""
     sweep = run_files.require_sweep(sweep_dir)
-    folders = [require_utf8_name(folder) for folder in run_files.run_folders(sweep)]
-    runs = [run_files.read_run(folder) for folder in folders]
-    known = [declarations_of(run_files.algorithm_class(r)).KNOWN_DOMAIN_PREDICTIONS for r in runs]
-    with_known_domain = [run for run, has in zip(runs, known, strict=True) if has]
+    runs = [run_files.read_run(require_utf8_name(f)) for f in run_files.run_folders(sweep)]
+    with_known_domain = [
+        r for r in runs if declarations_of(run_files.algorithm_class(r)).KNOWN_DOMAIN_PREDICTIONS
+    ]
     without = [run for run in with_known_domain if not run_files.checkpoint_models(run)]
     if with_known_domain and len(without) == len(with_known_domain):
         raise UserError(
@@ -290,7 +255,7 @@ def write_selection(
             ]
     no_frames = pd.DataFrame(columns=["run", "prediction", "step"])
     evaluations = pd.concat(frames, ignore_index=True) if frames else no_frames
-    selection = selection_frame(selection_records(runs, evaluations))
+    selection = selection_frame(runs, evaluations)
     sections = [
         (f"## {dataset}: {SELECTED}", tables.wide_table(rows, index="prediction"))
         for dataset, rows in selection.groupby("dataset", sort=False)

@@ -87,15 +87,11 @@ def read_jobs(*sweep_dirs: str | Path) -> list[Job]:
             "by its train.py arguments): its runs would be counted twice. Give each sweep once."
         )
     names = reported_names({folder: records[-1] for folder, records, _ in found if records})
-    return [
-        Job(
-            folder,
-            tuple(renamed(record, names[folder], folder) for record in records),
-            empty=empty,
-            trained=records[-1] if records else None,
-        )
-        for folder, records, empty in found
-    ]
+    jobs = []
+    for folder, records, empty in found:
+        shown = tuple(renamed(record, names[folder], folder) for record in records)
+        jobs.append(Job(folder, shown, empty=empty, trained=records[-1] if records else None))
+    return jobs
 
 
 def require_utf8_name(folder: Path) -> Path:
@@ -127,8 +123,7 @@ def protocol(record: Mapping[str, Any]) -> str:
 
 
 def fixed_hparams(record: Mapping[str, Any], where: Path) -> dict[str, str]:
-    """The hparams given on train.py's command line (``args.hparams``) as JSON text, less
-    ``precision`` and ``protocol``; not those the random search drew."""
+    """The run's ``--hparams`` (``args.hparams``) as JSON text, less precision and protocol."""
     given = record["args"].get("hparams")
     try:
         found = json.loads(given) if given else {}
@@ -148,8 +143,7 @@ def fixed_hparams(record: Mapping[str, Any], where: Path) -> dict[str, str]:
 
 
 def differing_hparams(last: Mapping[Path, Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Algorithm -> the fixed hparams in which runs of it on one dataset differ (``last``:
-    each run folder's last record)."""
+    """Algorithm -> the fixed hparams in which runs of it on one dataset differ."""
     fixed: dict[tuple[str, str], list[dict[str, str]]] = {}
     for folder, record in last.items():
         pair = (record["args"]["algorithm"], record["args"]["dataset"])
@@ -199,8 +193,7 @@ def names_notes(last: Mapping[Path, Mapping[str, Any]]) -> list[str]:
             "in their own rows, never pooled with DomainBed's protocol; their trials' spread "
             "leaves out the variance of the hparam search."
         )
-    differing = differing_hparams(last)
-    if differing:
+    if differing := differing_hparams(last):
         named = "; ".join(f"{a}: {', '.join(names)}" for a, names in differing.items())
         example = next(n for n in reported_names(last).values() if "=" in n)
         notes.append(
@@ -295,14 +288,10 @@ def sweep_jobs(*sweep_dirs: str | Path) -> SweepJobs:
     """The sweeps' jobs with their states (see the module's description)."""
     from dmg_domainbed.locks import FolderLock
 
-    jobs = [
-        replace(
-            job,
-            state=DONE if (job.folder / DONE_FILE).exists() else FAILED,
-            diverged=runs.divergence(job.records),
-        )
-        for job in read_jobs(*sweep_dirs)
-    ]
+    jobs = []
+    for job in read_jobs(*sweep_dirs):
+        state = DONE if (job.folder / DONE_FILE).exists() else FAILED
+        jobs.append(replace(job, state=state, diverged=runs.divergence(job.records)))
     unfinished = [job.folder for job in jobs if job.state != DONE]
     why, running, notes = "", set(), ()
     if unfinished:
@@ -320,19 +309,16 @@ def _launchers_running(folders: list[Path]) -> tuple[str, set[Path], tuple[str, 
     """Which of ``folders`` registered launchers say still run, who said so, who could not."""
     from domainbed import command_launchers
 
-    running: set[Path] = set()
-    said, notes = [], []
+    running, said, notes = set(), [], []
     for name, launcher in command_launchers.REGISTRY.items():
-        running_jobs = getattr(launcher, "running_jobs", None)
-        if running_jobs is None:
+        if (running_jobs := getattr(launcher, "running_jobs", None)) is None:
             continue
         try:
             found = set(running_jobs(folders, os.environ))
         except UserError as error:
             notes.append(f"launcher {name} could not say whether its jobs still run: {error}")
             continue
-        if found:
-            said.append(name)
-            running |= found
+        said += [name] if found else []
+        running |= found
     why = f"launcher {' and '.join(said)} says they are queued or running"
     return why, running, tuple(notes)

@@ -38,26 +38,17 @@ def require_drawing(run: Run, command: str) -> None:
     )
 
 
-def finished_run(run: Run, images_per_environment: int = 0) -> FinishedRun:
-    """The plain data an algorithm draws ``run`` from, with that many held-out images of every
-    environment."""
-    samples = []
-    if images_per_environment:
-        import torch
-
-        dataset = runs.load_dataset(run, augment=False)
-        names = run.environments()
-        for env, split in enumerate(runs.rebuild_splits(dataset, run.args)):
-            keys = split.out_keys[:images_per_environment]
-            images = torch.stack([dataset[env][k][0] for k in keys])
-            samples.append(Sample(names[env], "test" if env in run.test_envs else "source", images))
-    return FinishedRun(str(run.path), run.title(), tuple(run.domain_names()), tuple(samples))
-
-
 def draw_learned(run: Run, output_dir: Path, stem: str) -> Drawn:
     """The run's algorithm (on CPU) draws what it learned into ``output_dir`` as ``<stem>*``."""
-    algorithm = runs.load_algorithm(run, "cpu")
-    drawn_from = finished_run(run, declarations_of(type(algorithm)).SAMPLE_IMAGES)
+    import torch
+
+    algorithm, samples = runs.load_algorithm(run, "cpu"), []
+    if images := declarations_of(type(algorithm)).SAMPLE_IMAGES:
+        dataset, names = runs.load_dataset(run, augment=False), run.environments()
+        for env, split in enumerate(runs.rebuild_splits(dataset, run.args)):
+            shown = torch.stack([dataset[env][k][0] for k in split.out_keys[:images]])
+            samples.append(Sample(names[env], "test" if env in run.test_envs else "source", shown))
+    drawn_from = FinishedRun(str(run.path), run.title(), tuple(run.domain_names()), tuple(samples))
     with staged(output_dir) as stage:
         drawn = algorithm.draw_learned(drawn_from, stage, stem)
     return replace(drawn, files=placed(drawn.files, output_dir))

@@ -41,19 +41,6 @@ class Ranking:
         return self.p_value is not None
 
 
-def task_scores(
-    selected: pd.DataFrame, method: str, algorithms: Sequence[str] | None = None
-) -> tuple[pd.DataFrame, int]:
-    """Tasks down, algorithms across, the mean selected accuracy; the tasks left out."""
-    rows = selected[selected["selection_method"] == method]
-    tasks = ["dataset", "test_domain"]
-    scores = rows.pivot_table(index=tasks, columns="algorithm", values="accuracy", sort=False)
-    order = algorithms if algorithms is not None else rows["algorithm"].unique()
-    scores = scores[[name for name in order if name in set(scores.columns)]]
-    complete = scores.dropna()
-    return complete, len(scores) - len(complete)
-
-
 def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
     """Average ranks of ``scores``' columns over its rows, and the tests where they apply."""
     from scipy import stats
@@ -85,10 +72,14 @@ def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
 def rankings(selected: pd.DataFrame, algorithms: Sequence[str] | None = None) -> list[Ranking]:
     """A :class:`Ranking` for every selection method with results, algorithms in that order."""
     found = []
-    for method in selected["selection_method"].unique():
-        scores, left_out = task_scores(selected, method, algorithms)
-        if len(scores):
-            found.append(rank(method, scores, left_out))
+    for method, rows in selected.groupby("selection_method", sort=False):
+        # tasks down, algorithms across (in their order), the mean selected accuracy
+        tasks = ["dataset", "test_domain"]
+        scores = rows.pivot_table(index=tasks, columns="algorithm", values="accuracy", sort=False)
+        order = algorithms if algorithms is not None else rows["algorithm"].unique()
+        scores = scores[[name for name in order if name in set(scores.columns)]]
+        if len(complete := scores.dropna()):
+            found.append(rank(method, complete, len(scores) - len(complete)))
     return found
 
 
@@ -144,19 +135,12 @@ def ranks_figure(found: list[Ranking]) -> Figure | None:
     # The labels stand beside the axes: room for them left and right (inches).
     fig.get_layout_engine().set(w_pad=1.3)
     axes = fig.subplots(len(tested), 1, squeeze=False)[:, 0]
-    for axis, ranking in zip(axes, tested, strict=True):
-        palette = colours(list(ranking.scores.columns))
+    for axis, r in zip(axes, tested, strict=True):
+        style = dict(alpha=ALPHA, ax=axis, color_palette=colours(list(r.scores.columns)))
         scikit_posthocs.critical_difference_diagram(
-            ranking.average_ranks,
-            ranking.nemenyi,
-            cd=ranking.critical_difference,
-            alpha=ALPHA,
-            ax=axis,
-            color_palette=palette,
+            r.average_ranks, r.nemenyi, cd=r.critical_difference, **style
         )
-        title = f"{ranking.selection_method}: average rank over {len(ranking.scores)} tasks\n"
-        title += (
-            f"Friedman p = {ranking.p_value:.3g}; bars join what Nemenyi's test cannot separate"
-        )
+        title = f"{r.selection_method}: average rank over {len(r.scores)} tasks\n"
+        title += f"Friedman p = {r.p_value:.3g}; bars join what Nemenyi's test cannot separate"
         axis.set_title(title, fontsize=9, pad=28)
     return fig

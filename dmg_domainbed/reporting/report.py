@@ -71,11 +71,9 @@ class SweepReport:
 
 
 def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
-    """For each set of test environments, the records (by step) of the run of ``algorithm`` on
-    ``dataset`` with the lowest (hparams_seed, trial_seed)."""
-    own = [
-        r for r in records if (r["args"]["dataset"], r["args"]["algorithm"]) == (dataset, algorithm)
-    ]
+    """Per set of test envs, the records (by step) of the lowest (hparams, trial) seeds' run."""
+    pair = (dataset, algorithm)
+    own = [r for r in records if (r["args"]["dataset"], r["args"]["algorithm"]) == pair]
     first: dict[tuple, str] = {}  # test envs -> the folder of their first run
     for record in sorted(own, key=lambda r: (r["args"]["hparams_seed"], r["args"]["trial_seed"])):
         first.setdefault(tuple(record["args"]["test_envs"]), record["args"]["output_dir"])
@@ -85,12 +83,9 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
     ]
 
 
-def pictures_of(
-    results: pd.DataFrame, records, comparisons: pd.DataFrame, trained: dict[str, str]
-) -> dict[str, Figure]:
-    """File name -> figure: ``accuracy_<dataset>.png`` per dataset, and
-    ``<algorithm>_diagnostics_<dataset>.png`` for each name whose trained class (``trained``)
-    draws its diagnostics."""
+def pictures_of(results, records, comparisons: pd.DataFrame, trained: dict) -> dict[str, Figure]:
+    """File name -> figure: ``accuracy_<dataset>.png``, ``<algorithm>_diagnostics_<dataset>.png``
+    where the class each name ``trained`` draws its diagnostics."""
     from domainbed import algorithms, datasets
 
     drawn, parts = {}, picture_parts(trained)
@@ -126,12 +121,9 @@ def picture_parts(names: Iterable[str]) -> dict[str, str]:
     }
 
 
-def accuracy_figure(
-    results: pd.DataFrame, dataset: str, comparisons: pd.DataFrame | None = None
-) -> Figure:
-    """One row of panels per selection method with results: the mean test accuracy per test
-    domain and algorithm (standard error bars) and, with ``comparisons``, each paired difference
-    to the reference (95% interval bars); a note names the bars flagged partial or diverged."""
+def accuracy_figure(results: pd.DataFrame, dataset: str, comparisons=None) -> Figure:
+    """Per selection method with results, the mean test accuracy per test domain and algorithm
+    and, with ``comparisons``, each paired difference to the reference, with intervals."""
     frame = results[results["dataset"] == dataset]
     every, empty = list(frame["selection_method"].unique()), tables.without_results(frame)
     methods = [method for method in every if method not in empty] or every
@@ -144,34 +136,26 @@ def accuracy_figure(
     axes = fig.subplots(len(methods), 2 if compared else 1, sharex=True, squeeze=False)
     for row, method in enumerate(methods):
         panel = frame[frame["selection_method"] == method]
-        panel = panel.assign(low=panel["accuracy"] - panel["stderr"])
-        panel = panel.assign(high=panel["accuracy"] + panel["stderr"])
-        _bars(axes[row, 0], panel, algorithms, domains, palette, "accuracy", "")
-        spread = _spread(panel["n_trials"], "mean over trials, error bars: standard error")
-        axes[row, 0].set_title(f"{method}: test accuracy, {spread}", fontsize=10)
-        axes[row, 0].set_ylabel("test accuracy (%)")
+        low, high = panel["accuracy"] - panel["stderr"], panel["accuracy"] + panel["stderr"]
+        title = f"{method}: test accuracy", "mean over trials, error bars: standard error"
+        draw = (algorithms, domains, palette, "accuracy", *title, "test accuracy (%)")
+        _bars(axes[row, 0], panel.assign(low=low, high=high), *draw)
         axes[row, 0].set_ylim(0, 125)  # above 100: room for the values
         axes[row, 0].set_yticks(range(0, 101, 20))
         if compared:
             rows = comparisons[comparisons["selection_method"] == method]
             rows = rows.rename(columns={"ci_low": "low", "ci_high": "high"})
-            _bars(axes[row, 1], rows, algorithms, domains, palette, "difference", "+")
-            axes[row, 1].axhline(0, color="black", linewidth=0.8)
             reference = rows["reference"].iloc[0] if len(rows) else ""
-            spread = _spread(rows["n_trials"], "error bars: 95% interval")
-            axes[row, 1].set_title(f"difference to {reference} (points), {spread}", fontsize=10)
-            axes[row, 1].set_ylabel("points")
+            title = f"difference to {reference} (points)", "error bars: 95% interval"
+            _bars(axes[row, 1], rows, algorithms, domains, palette, "difference", *title, "points")
+            axes[row, 1].axhline(0, color="black", linewidth=0.8)
     labels = ["average" if d == AVERAGE else str(d) for d in domains]
     for axis in axes[-1]:
         axis.set_xticks(positions, labels)
         axis.set_xlabel(f"{dataset}: test domain (held out during training)")
-    axes[0, 0].legend(
-        handles=[Patch(color=palette[name], label=name) for name in algorithms],
-        ncols=min(len(algorithms), 6),
-        loc="lower left",
-        bbox_to_anchor=(0, 1.12),
-        frameon=False,
-    )
+    handles = [Patch(color=palette[name], label=name) for name in algorithms]
+    place = dict(loc="lower left", bbox_to_anchor=(0, 1.12), frameon=False)
+    axes[0, 0].legend(handles=handles, ncols=min(len(algorithms), 6), **place)
     notes = _flag_notes(frame[frame["selection_method"].isin(methods)])
     if empty and len(empty) < len(every):
         notes.insert(0, f"no result (X in the tables) for: {'; '.join(empty)}")
@@ -180,18 +164,16 @@ def accuracy_figure(
     return fig
 
 
-def _spread(n_trials: pd.Series, error_bars: str) -> str:
-    """What a panel's error bars are (``error_bars``), from its cells' numbers of trials."""
-    counts = n_trials.dropna().astype(int)  # an average over test domains has none
+def _bars(axis, rows, algorithms, domains, palette, value, title, error_bars, label) -> None:
+    """Bars of ``value``, error bars from ``low`` to ``high`` where known, values beyond them."""
+    counts = rows["n_trials"].dropna().astype(int)  # an average over test domains has none
     if len(counts) and (counts < 2).all():
-        return paired.NO_INTERVAL
-    return error_bars + f"; a cell of {paired.NO_INTERVAL}" * bool((counts < 2).any())
-
-
-def _bars(axis, rows, algorithms, domains, palette, value: str, sign: str) -> None:
-    """Bars of ``value`` per test domain and algorithm, error bars from ``low`` to ``high`` where
-    known, each value written upright beyond its error bar (``sign``: its format's sign)."""
-    width = 0.8 / len(algorithms)
+        error_bars = paired.NO_INTERVAL
+    elif (counts < 2).any():
+        error_bars += f"; a cell of {paired.NO_INTERVAL}"
+    axis.set_title(f"{title}, {error_bars}", fontsize=10)
+    axis.set_ylabel(label)
+    sign, width = "" if value == "accuracy" else "+", 0.8 / len(algorithms)
     for algorithm in [name for name in algorithms if name in set(rows["algorithm"])]:
         own = rows[rows["algorithm"] == algorithm].set_index("test_domain").reindex(domains)
         heights, low, high = (own[c].astype(float).to_numpy() for c in (value, "low", "high"))
@@ -227,15 +209,10 @@ def _flag_notes(frame: pd.DataFrame) -> list[str]:
     return notes
 
 
-def write_report(
-    sweep_dir: str | Path | Sequence[str | Path],
-    output_dir: str | Path,
-    reference: str | None = None,
-    soups_dir: str | Path | None = None,
-) -> SweepReport:
-    """Everything ``report`` writes for a sweep, or several reported together (docs/reports.md);
-    with ``soups_dir``, their soups in rows of their own, each also compared with its runs. All
-    is computed, then written through :func:`.outputs.staged`."""
+def write_report(sweep_dir, output_dir, reference=None, soups_dir=None) -> SweepReport:
+    """Everything ``report`` writes for a sweep, or several reported together (docs/reports.md),
+    computed, then written through :func:`.outputs.staged`; with ``soups_dir``, their soups in
+    rows of their own, each also compared with its runs."""
     given = [sweep_dir] if isinstance(sweep_dir, str | Path) else sweep_dir
     sweeps = [run_files.require_sweep(folder) for folder in given]
     souped = read_soups(soups_dir, sweeps) if soups_dir is not None else []
@@ -247,11 +224,21 @@ def write_report(
 
         records = Q([*records, *souped])
     names = tables.ordered_algorithms(records)
-    reference = _reference(reference, names, sweeps)
+    if reference is None:
+        reference = paired.DEFAULT_REFERENCE if paired.DEFAULT_REFERENCE in names else None
+    elif reference not in names:
+        raise UserError(
+            f"--reference '{reference}' is not an algorithm of {_named(sweeps)}, which has "
+            f"{', '.join(names)}. Give one of those."
+        )
     results = tables.flag_results(tables.results_frame(records), jobs)
     averages = tables.flag_averages(tables.averages_frame(records), results)
     notes = [jobs.summary(), *jobs.names_notes(), tables.flags_summary(results, jobs)]
-    notes += [SOUPS_NOTE.format(len(souped), soups_dir)] if souped else []
+    notes += [
+        f"Soups: {len(souped)} soups and ensembles of the sweep's runs, read from '{soups_dir}' "
+        "(dmg-domainbed soup), each in rows of its own, never pooled with single runs; one "
+        "model per trial, so every selection method selects it."
+    ] * bool(souped)
     status = "\n".join(filter(None, notes))
     diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
     ranked = tables.ranked_runs(records, diverged)
@@ -289,13 +276,6 @@ def write_report(
     )
 
 
-SOUPS_NOTE = (
-    "Soups: {} soups and ensembles of the sweep's runs, read from '{}' (dmg-domainbed soup), "
-    "each in rows of its own, never pooled with single runs; one model per trial, so every "
-    "selection method selects it."
-)
-
-
 def read_soups(soups_dir: str | Path, sweeps: Sequence[Path]) -> list[dict]:
     """The records of ``sweeps``' soups in ``soups_dir`` (:func:`.soups.write_soups`), renamed."""
     path = Path(soups_dir) / soups.RECORDS
@@ -327,17 +307,6 @@ def read_soups(soups_dir: str | Path, sweeps: Sequence[Path]) -> list[dict]:
         renamed(record, record[soups.SOUP]["name"], Path(record["args"]["output_dir"]))
         for record in records
     ]
-
-
-def _reference(reference: str | None, names: list[str], sweeps: Sequence[Path]) -> str | None:
-    if reference is None:
-        return paired.DEFAULT_REFERENCE if paired.DEFAULT_REFERENCE in names else None
-    if reference not in names:
-        raise UserError(
-            f"--reference '{reference}' is not an algorithm of {_named(sweeps)}, which has "
-            f"{', '.join(names)}. Give one of those."
-        )
-    return reference
 
 
 def _named(sweeps: Sequence[Path], kind: str = "the sweep") -> str:

@@ -47,9 +47,7 @@ Group = tuple[str, str, tuple[int, ...], int]
 
 def soup_name(name: str, mode: str) -> str:
     """``ERM (soup: greedy)``; ``ERM (bf16, soup: greedy)`` for runs named ``ERM (bf16)``."""
-    if name.endswith(")"):
-        return f"{name[:-1]}, {LABELS[mode]})"
-    return f"{name} ({LABELS[mode]})"
+    return f"{name[:-1]}, {LABELS[mode]})" if name.endswith(")") else f"{name} ({LABELS[mode]})"
 
 
 def soup_groups(sweep: Path) -> dict[Group, list[Run]]:
@@ -68,27 +66,22 @@ def soup_groups(sweep: Path) -> dict[Group, list[Run]]:
     return groups
 
 
-def _group_text(group: Group) -> str:
-    name, dataset, envs, trial = group
-    return f"{name} on {dataset}, test envs {list(envs)}, trial {trial}"
-
-
 def _refused(group: Group, runs: Sequence[Run], why: str, fix: str = "") -> UserError:
-    named = shortlist([f"'{run.path}'" for run in runs])
+    named, (name, dataset, envs, trial) = shortlist([f"'{run.path}'" for run in runs]), group
     fix = fix or (
         f"train them with one shared initialisation, e.g. --hparams '{{\"{INIT_SEED}\": 0}}' "
         f"(a sweep file: hparams = {{ {INIT_SEED} = 0 }}), the same for every job"
     )
     return UserError(
-        f"the weights of the runs of {_group_text(group)} cannot be averaged: {named} {why}. "
+        f"the weights of the runs of {name} on {dataset}, test envs {list(envs)}, trial {trial} "
+        f"cannot be averaged: {named} {why}. "
         "Nothing was written. A weight soup needs runs that started from the same weights: "
         f"{fix}; or give --modes {ENSEMBLE}, which averages the predictions of any runs."
     )
 
 
 def _same_network(group: Group, runs: Sequence[Run], why: str) -> UserError:
-    """The refusal of two runs whose hparams build different networks, naming the hparams in
-    which they differ."""
+    """The refusal of two runs that build different networks, naming the hparams that differ."""
     first, other = (run.hparams for run in runs)
     differ = sorted(k for k in {*first, *other} if first.get(k) != other.get(k))
     fixed = ", ".join(f"{k} ({first.get(k)} and {other.get(k)})" for k in differ)
@@ -102,12 +95,10 @@ def _same_network(group: Group, runs: Sequence[Run], why: str) -> UserError:
 
 
 def check_shared_seed(groups: dict[Group, list[Run]]) -> None:
-    """:class:`UserError` naming the runs of a group that do not record one shared
-    ``init_seed`` (read from their records, before any model is loaded)."""
+    """:class:`UserError` naming the runs of a group that record no shared ``init_seed``."""
     for group, runs in groups.items():
         seeds = [run.hparams.get(INIT_SEED, OWN_SEED) for run in runs]
-        own = [run for run, seed in zip(runs, seeds) if seed == OWN_SEED]
-        if own:
+        if own := [run for run, seed in zip(runs, seeds) if seed == OWN_SEED]:
             raise _refused(group, own, "were initialised from each job's own seed")
         if len(set(seeds)) > 1:
             found = ", ".join(str(seed) for seed in sorted(set(seeds)))
@@ -128,8 +119,7 @@ def evaluated_splits(run: Run, dataset) -> dict[str, tuple[int, list[int]]]:
 @torch.no_grad()
 def logits_of(algorithm, dataset, splits: dict, on: str) -> tuple[dict, dict]:
     """``algorithm``'s logits and the labels on each split of ``splits``, in the split's order
-    (every call the same, so that runs' logits line up; DomainBed's ``FastDataLoader``
-    shuffles)."""
+    (so that runs' logits line up; DomainBed's ``FastDataLoader`` shuffles)."""
     from torch.utils.data import DataLoader, Subset
 
     logits, labels = {}, {}
@@ -166,9 +156,8 @@ def _check_same_structure(group: Group, pair: list[Run], states: list[dict], bui
     shapes and non-floating-point values, and ``built`` (the second's network built afresh from
     its ``init_seed``) equals ``first`` (the first's, built the same way)."""
     base, last = states
-    if {k: (v.shape, v.dtype) for k, v in last.items()} != {
-        k: (v.shape, v.dtype) for k, v in base.items()
-    }:
+    shapes = [{k: (v.shape, v.dtype) for k, v in state.items()} for state in states]
+    if shapes[0] != shapes[1]:
         raise _same_network(group, pair, "save networks of different architectures")
     for key, value in base.items():
         if not value.is_floating_point() and not torch.equal(value, last[key]):
@@ -267,24 +256,16 @@ def soups_frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns.split())
 
 
-def write_soups(
-    sweep_dir: str | Path, output_dir: Path, modes: Sequence[str] = MODES, data_dir=None
-) -> tuple[pd.DataFrame, list[Path], list[str]]:
-    """Every soup of ``modes`` of the sweep's groups (:func:`soup_groups`), written into
-    ``output_dir``: ``soups.jsonl`` (a record each), ``<id>.pkl`` for each weight soup, and
-    ``soups.csv`` and ``soups.md``: what each soup is made of and its validation and test
-    accuracy (%); and a warning for each diverged run in a soup."""
+def write_soups(sweep_dir, output_dir: Path, modes: Sequence[str] = MODES, data_dir=None) -> tuple:
+    """Every soup of ``modes`` of the sweep's groups written into ``output_dir`` (``soups.jsonl``,
+    ``<id>.pkl``, ``soups.csv`` and ``.md``); a warning for each diverged run in a soup."""
     sweep = run_files.require_sweep(sweep_dir)
     output = check_output_dir(output_dir, sweep)
     groups = soup_groups(sweep)
     if set(modes) & set(WEIGHT_MODES):
         check_shared_seed(groups)
     on = run_files.device()
-    made = [
-        soup
-        for group, runs in groups.items()
-        for soup in soups_of_group(group, runs, modes, data_dir, on)
-    ]
+    made = [s for g, runs in groups.items() for s in soups_of_group(g, runs, modes, data_dir, on)]
     for record, _ in made:  # its id, where the reports look for a run's folder
         record["args"]["output_dir"] = str(output.absolute() / soup_id(record))
     frame = soups_frame([record for record, _ in made])

@@ -109,21 +109,24 @@ def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) ->
 
 def results_frame(records) -> pd.DataFrame:
     """collect_results' per-dataset tables, one row per (algorithm, test domain or ``Avg``)."""
+    rows = [
+        (method.name, dataset, algorithm)
+        for method in selection_methods()
+        for dataset in ordered_datasets(records)
+        for algorithm in ordered_algorithms(records)
+    ]
+    return domain_cells(selected_accuracies(records), CELL, rows)
+
+
+def domain_cells(accuracies: pd.DataFrame, keys: list[str], rows: list[tuple]) -> pd.DataFrame:
+    """:func:`cells_frame` for every test environment of each of ``rows`` (its ``keys`` but the
+    last, ``dataset`` among them), with ``test_domain``: the environment's name, or ``Avg``."""
     from domainbed import datasets
 
-    names = {d: datasets.get_dataset_class(d).ENVIRONMENTS for d in ordered_datasets(records)}
-    grid = [
-        (method.name, dataset, algorithm, env)
-        for method in selection_methods()
-        for dataset, environments in names.items()
-        for algorithm in ordered_algorithms(records)
-        for env in range(len(environments))
-    ]
-    return with_domains(cells_frame(selected_accuracies(records), CELL, grid), names)
-
-
-def with_domains(frame: pd.DataFrame, names: dict[str, list[str]]) -> pd.DataFrame:
-    """``frame`` with ``test_domain`` (environment name of ``names[dataset]``, or ``Avg``)."""
+    at = keys.index("dataset")
+    names = {row[at]: datasets.get_dataset_class(row[at]).ENVIRONMENTS for row in rows}
+    grid = [(*row, env) for row in rows for env in range(len(names[row[at]]))]
+    frame = cells_frame(accuracies, keys, grid)
     domains = [
         AVERAGE if env == AVERAGE else names[dataset][env]
         for dataset, env in zip(frame["dataset"], frame["test_env"], strict=True)
@@ -256,27 +259,21 @@ def _carry_flags(frame: pd.DataFrame, cells: pd.DataFrame, rows) -> pd.DataFrame
 
 def flags_summary(results: pd.DataFrame, jobs: SweepJobs) -> str:
     """What the marks in the tables mean, when there are any; '' when there are none."""
-    cells = results[results["test_env"] != AVERAGE]
-
-    def count(rows: pd.DataFrame) -> int:  # a cell once, whatever the selection method
-        return len(rows.drop_duplicates(["dataset", "algorithm", "test_env"]))
-
+    # a cell once, whatever the selection method
+    cells = results[results["test_env"] != AVERAGE].groupby(["dataset", "algorithm", "test_env"])
+    partial, diverged = cells["partial"].any().sum(), (cells["diverged_runs"].max() > 0).sum()
     lines = []
-    partial = count(cells[cells["partial"]])
     if partial or not jobs.complete():
         lines.append(
             f"The numbers are PARTIAL: {partial} cell(s) lack trials that other cells have, or "
             "hold runs that are not done (marked 'partial'); they change once every job is done."
         )
-    diverged = count(cells[cells["diverged_runs"] > 0])
     if diverged:
         lines.append(f"{diverged} cell(s) hold runs whose loss diverged (marked 'diverged').")
     return "\n".join(lines)
 
 
-def wide_table(
-    frame: pd.DataFrame, columns: str = "test_domain", index: str = "algorithm"
-) -> pd.DataFrame:
+def wide_table(frame: pd.DataFrame, columns="test_domain", index="algorithm") -> pd.DataFrame:
     """Rows as collect_results lays them out, the text with its flags (``41.3 (one trial)``)."""
     marks = {"one trial": frame["n_trials"].eq(1).fillna(False)}
     if "partial" in frame:
@@ -345,11 +342,9 @@ def markdown_text(value: object) -> str:
 
 def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
     """``table`` as a pipe table, index first, missing cells empty, as :func:`markdown_text`."""
-    label = index_label if index_label is not None else (table.index.name or "")
+    label = markdown_text(index_label if index_label is not None else (table.index.name or ""))
     cells = table.astype(object).where(table.notna(), "").map(markdown_text)
-    cells = cells.rename(index=markdown_text, columns=markdown_text).rename_axis(
-        markdown_text(label)
-    )
+    cells = cells.rename(index=markdown_text, columns=markdown_text).rename_axis(label)
     return cells.to_markdown(tablefmt="pipe", disable_numparse=True) + "\n"
 
 

@@ -52,20 +52,25 @@ def run_name(args: dict, folder: Path) -> str:
 
 
 def export(jobs: SweepJobs, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
-    """Write the runs of ``jobs`` (``ranked``: :func:`.tables.ranked_runs`) into ``log_dir``;
-    the TensorBoard run names."""
+    """The runs of ``jobs`` written into ``log_dir``; their TensorBoard names."""
     from tensorboard.plugins.hparams import summary_v2 as hp
     from torch.utils.tensorboard import SummaryWriter
 
     by_run = {Path(run): rows for run, rows in ranked.groupby("run", sort=False)}
-    ordered = sorted(jobs.jobs, key=lambda job: job.folder)
-    runs = [(job.folder, job.records) for job in ordered if job.records]
-    values = {folder: _hparam_values(records[-1]) for folder, records in runs}
+    runs = sorted((job.folder, job.records) for job in jobs.jobs if job.records)  # folders differ
     log_dir.mkdir(parents=True, exist_ok=True)
     names = [run_name(records[-1]["args"], folder) for folder, records in runs]
     for (folder, records), name in zip(runs, names):
         with SummaryWriter(log_dir=str(log_dir / name)) as writer:
-            writer.file_writer.add_summary(hp.hparams_pb(values[folder], trial_id=name))
+            # its hparams and identity as the HParams plugin takes them; lists, None as JSON
+            args = records[-1]["args"]
+            values = {key: args[key] for key in RUN_KEYS}
+            values["test_envs"] = ",".join(str(e) for e in args["test_envs"])
+            values = {
+                key: value if isinstance(value, (bool, numbers.Real, str)) else json.dumps(value)
+                for key, value in {**values, **records[-1]["hparams"]}.items()
+            }
+            writer.file_writer.add_summary(hp.hparams_pb(values, trial_id=name))
             for record in records:
                 for key, value in record.items():
                     if key != "step" and type(value) in (int, float):  # JSON numbers, not bools
@@ -75,15 +80,3 @@ def export(jobs: SweepJobs, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
                 writer.add_scalar(f"selected_test_acc/{tag}", row["accuracy"] / 100, row["step"])
                 writer.add_scalar(f"selected/{tag}", float(row["rank"] == 0), records[-1]["step"])
     return names
-
-
-def _hparam_values(record: dict) -> dict:
-    """The run's hparams and identity as the HParams plugin takes them; lists, None as JSON."""
-    args = record["args"]
-    found = {key: args[key] for key in RUN_KEYS}
-    found["test_envs"] = ",".join(str(e) for e in args["test_envs"])
-    found.update(record["hparams"])
-    return {
-        key: value if isinstance(value, (bool, numbers.Real, str)) else json.dumps(value)
-        for key, value in found.items()
-    }
