@@ -74,7 +74,6 @@ def evaluate_run(
         dataset = run_files.load_dataset(run, data_dir, augment=False)
     algorithm = run_files.load_algorithm(run, on, model_file, dataset)
     comparable = not run_files.augmented_evaluation(run)
-    environments = type(dataset).ENVIRONMENTS
     splits = run_files.rebuild_splits(dataset, run.args)
     rows = []
     record = run.records[-1] if step is None else next(r for r in run.records if r["step"] == step)
@@ -92,8 +91,8 @@ def evaluate_run(
             logged = 100 * logged if logged is not None and comparable else None
             accuracy = 100 * predicted[i].eq(y).sum().item() / len(y)
             changed = 100 * predicted[i].ne(predicted[0]).sum().item() / len(y)
-            rows.append([str(run.path), name, prediction, env, environments[env], len(y)])
-            rows[-1] += [accuracy, changed, logged]
+            rows.append([str(run.path), name, prediction, env, type(dataset).ENVIRONMENTS[env]])
+            rows[-1] += [len(y), accuracy, changed, logged]
     columns = ["run", "algorithm", "prediction", "env", "domain", "n_examples", "accuracy"]
     frame = pd.DataFrame(rows, columns=[*columns, "changed", "logged"])
     return frame if step is None else frame.assign(step=step)
@@ -166,8 +165,7 @@ def logged_notes(frame: pd.DataFrame, when: str) -> list[str]:
     """Whether the splits are train.py's: predict's accuracy against what train.py logged."""
     if frame["logged"].isna().all():
         return []
-    mismatch = logged_mismatches(frame)
-    if len(mismatch):
+    if len(mismatch := logged_mismatches(frame)):
         return [
             f"WARNING: predict's accuracy differs from train.py's logged env<i>_out_acc for "
             f"{len(mismatch)} (run, step, domain) case(s); was the dataset loaded from another "
@@ -183,14 +181,12 @@ def write_in_domain(groups: Sequence[Sequence[Run]], output_dir: Path, data_dir=
     """One Table 3 per group of comparable runs: ``in_domain.csv`` (every row) and ``.md``."""
     for group in groups:
         check_comparable(list(group))
-    frames = [
-        pd.concat([evaluate_run(run, data_dir, name=names[run.path]) for run in group])
-        for group in groups
-        for names in [run_names(group)]
-    ]
+    frames, sections = [], []
+    for group in groups:
+        names = run_names(group)
+        frames.append(pd.concat([evaluate_run(r, data_dir, name=names[r.path]) for r in group]))
+        sections.append((table3_title(group, output_dir), table3(frames[-1])))
     frame = pd.concat(frames, ignore_index=True)
-    titles = [table3_title(group, output_dir) for group in groups]
-    sections = [(title, table3(rows)) for title, rows in zip(titles, frames, strict=True)]
     with staged(output_dir) as stage:
         files = write_table(frame, sections_markdown(sections, "Prediction"), stage, IN_DOMAIN)
     files = placed(files, output_dir)

@@ -28,7 +28,6 @@ from dmg_domainbed.reporting.tables import AVERAGE, write_table
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 RESULTS = ("results.csv", "averages.csv", "results.md", "selected_hparams.csv")
-RANKS = "ranks"
 
 
 @dataclass
@@ -213,16 +212,14 @@ def write_report(sweep_dir, output_dir, reference=None, soups_dir=None) -> Sweep
     """Everything ``report`` writes for a sweep, or several reported together (docs/reports.md),
     computed, then written through :func:`.outputs.staged`; with ``soups_dir``, their soups in
     rows of their own, each also compared with its runs."""
+    from domainbed.lib.query import Q
+
     given = [sweep_dir] if isinstance(sweep_dir, str | Path) else sweep_dir
     sweeps = [run_files.require_sweep(folder) for folder in given]
     souped = read_soups(soups_dir, sweeps) if soups_dir is not None else []
     output = check_output_dir(Path(output_dir), *sweeps)
     jobs = sweep_jobs(*sweeps)
-    records = jobs.records()
-    if souped:
-        from domainbed.lib.query import Q
-
-        records = Q([*records, *souped])
+    records = Q([*jobs.records(), *souped])
     names = tables.ordered_algorithms(records)
     if reference is None:
         reference = paired.DEFAULT_REFERENCE if paired.DEFAULT_REFERENCE in names else None
@@ -266,7 +263,7 @@ def write_report(sweep_dir, output_dir, reference=None, soups_dir=None) -> Sweep
         tables.selected_hparams(chosen).to_csv(files[3], index=False)
         if len(comparisons):
             files += write_table(comparisons, paired.markdown(comparisons), stage, "comparisons")
-        files += write_table(ranks.ranks_frame(found), ranks.ranks_markdown(found), stage, RANKS)
+        files += write_table(ranks.ranks_frame(found), ranks.ranks_markdown(found), stage, "ranks")
         if diagram is not None:
             files.append(save(diagram, stage / "ranks.png"))
         files += [save(drawn, stage / name) for name, drawn in figures.items()]

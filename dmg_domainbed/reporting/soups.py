@@ -215,25 +215,15 @@ def soups_of_group(group: Group, runs: list[Run], modes, data_dir, on: str) -> l
             if validation(tried, best) >= validation(accuracy, best):
                 members, accuracy = [*members, candidate], tried
         made[GREEDY] = (members, accuracy)
-    return [
-        (
-            {
-                "args": dict(best.args),
-                "hparams": dict(best.hparams),
-                "step": best.records[-1]["step"],
-                **accuracy,
-                SOUP: {
-                    "name": soup_name(group[0], mode),
-                    "of": group[0],
-                    "mode": mode,
-                    "validation_acc": validation(accuracy, best),
-                    "runs": [str(runs[i].path.resolve()) for i in members],
-                },
-            },
-            None if mode == ENSEMBLE else {**best_checkpoint, "model_dict": weights(members)},
-        )
-        for mode, (members, accuracy) in made.items()
-    ]
+    soups, step = [], best.records[-1]["step"]
+    for mode, (members, accuracy) in made.items():
+        paths = [str(runs[i].path.resolve()) for i in members]
+        soup = {"name": soup_name(group[0], mode), "of": group[0], "mode": mode}
+        soup |= {"validation_acc": validation(accuracy, best), "runs": paths}
+        record = {"args": dict(best.args), "hparams": dict(best.hparams), "step": step, **accuracy}
+        model = None if mode == ENSEMBLE else {**best_checkpoint, "model_dict": weights(members)}
+        soups.append(({**record, SOUP: soup}, model))
+    return soups
 
 
 def soup_id(record: dict) -> str:
@@ -247,11 +237,9 @@ def soups_frame(records: list[dict]) -> pd.DataFrame:
     for record in records:
         soup, args = record[SOUP], record["args"]
         test = [100 * record[f"env{env}_in_acc"] for env in args["test_envs"]]
-        rows.append(
-            [soup["name"], args["dataset"], ",".join(map(str, args["test_envs"]))]
-            + [args["trial_seed"], len(soup["runs"]), 100 * soup["validation_acc"]]
-            + [sum(test) / len(test), soup_id(record)]
-        )
+        envs = ",".join(map(str, args["test_envs"]))
+        rows.append([soup["name"], args["dataset"], envs, args["trial_seed"], len(soup["runs"])])
+        rows[-1] += [100 * soup["validation_acc"], sum(test) / len(test), soup_id(record)]
     columns = "soup dataset test_envs trial runs validation_accuracy test_accuracy id"
     return pd.DataFrame(rows, columns=columns.split())
 

@@ -100,11 +100,9 @@ def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) ->
     averages = by_row["accuracy"].agg(lambda v: np.nan if v.isna().any() else sum(v) / len(v))
     averages = averages.reset_index().assign(**{keys[-1]: AVERAGE})
     averages["text"] = [MISSING if np.isnan(a) else f"{a:.1f}" for a in averages["accuracy"]]
-    frame = pd.concat(
-        [cells.assign(row=by_row.ngroup()), averages.assign(row=range(len(averages)))]
-    )
-    frame = frame.sort_values("row", kind="stable", ignore_index=True).drop(columns="row")
-    return frame.astype({"n_trials": "Int64"})
+    parts = [cells.assign(row=by_row.ngroup()), averages.assign(row=range(len(averages)))]
+    frame = pd.concat(parts).sort_values("row", kind="stable", ignore_index=True)
+    return frame.drop(columns="row").astype({"n_trials": "Int64"})
 
 
 def results_frame(records) -> pd.DataFrame:
@@ -171,10 +169,8 @@ def with_steps() -> list[type]:
         @classmethod
         def run_acc(cls, run_records):
             chosen = super().run_acc(run_records)
-            if chosen is None:
-                return None
             steps = ms.get_test_records(run_records).select("step")
-            return {**chosen, "step": max(steps)}
+            return None if chosen is None else {**chosen, "step": max(steps)}
 
     return [IIDWithStep, LeaveOneOutWithStep, OracleWithStep]
 
@@ -221,18 +217,15 @@ def flag_results(results: pd.DataFrame, jobs: SweepJobs) -> pd.DataFrame:
     """``results`` (:func:`results_frame`) with columns ``partial`` and ``diverged_runs``."""
     frame = results.copy()
     with_records = {cell for job in jobs.jobs for cell in job.cells()}
-    planned_rows = {(dataset, algorithm) for dataset, algorithm, _ in with_records}
-    planned_envs = {(dataset, env) for dataset, _, env in with_records}
+    ran_rows = {(dataset, algorithm) for dataset, algorithm, _ in with_records}
+    ran_envs = {(dataset, env) for dataset, _, env in with_records}
     unfinished, diverged = jobs.unfinished_cells(), jobs.diverged_cells()
     cell = frame["test_env"] != AVERAGE
     keys = list(zip(frame["dataset"], frame["algorithm"], frame["test_env"], strict=True))
-    counted = cell & pd.Series(
-        [(d, a) in planned_rows and (d, e) in planned_envs for d, a, e in keys], frame.index
-    )
+    counted = cell & np.array([(d, a) in ran_rows and (d, e) in ran_envs for d, a, e in keys])
     trials = frame["n_trials"].fillna(0).where(counted)
     fullest = trials.groupby([frame["selection_method"], frame["dataset"]]).transform("max")
-    unfinished_rows = pd.Series([key in unfinished for key in keys], frame.index)
-    frame["partial"] = counted & ((trials < fullest) | unfinished_rows)
+    frame["partial"] = counted & ((trials < fullest) | np.array([k in unfinished for k in keys]))
     frame["diverged_runs"] = [diverged.get(key, 0) for key in keys]
     return _carry_flags(frame, frame[cell], ~cell)
 
