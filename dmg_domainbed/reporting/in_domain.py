@@ -111,8 +111,7 @@ def check_comparable(runs: list[Run]) -> None:
                 "fraction (then they were evaluated on the same examples). Evaluate them "
                 "separately."
             )
-        other = seen.setdefault(names[run.path], run)
-        if other is not run:
+        if (other := seen.setdefault(names[run.path], run)) is not run:
             same = Path(other.path).resolve() == Path(run.path).resolve()
             raise UserError(
                 f"run '{run.path}' is given twice; give each run once."
@@ -242,12 +241,10 @@ def write_selection(sweep_dir: str | Path, output_dir: Path, data_dir=None) -> W
     # Every prediction's accuracy (%) on the source validation splits, per checkpoint model.
     frames, names = [], run_names(runs)
     for run in with_known_domain:
-        steps = list(run_files.checkpoint_models(run))
-        if steps:  # its dataset built and checked once for all its checkpoints
-            dataset = run_files.load_dataset(run, data_dir, augment=False)
+        if steps := list(run_files.checkpoint_models(run)):  # its dataset built once for all
+            dataset, name = run_files.load_dataset(run, data_dir, augment=False), names[run.path]
             frames += [
-                evaluate_run(run, data_dir, step=step, dataset=dataset, name=names[run.path])
-                for step in steps
+                evaluate_run(run, data_dir, step=s, dataset=dataset, name=name) for s in steps
             ]
     no_frames = pd.DataFrame(columns=["run", "prediction", "step"])
     evaluations = pd.concat(frames, ignore_index=True) if frames else no_frames

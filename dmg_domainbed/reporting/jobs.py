@@ -78,14 +78,13 @@ def read_jobs(*sweep_dirs: str | Path) -> list[Job]:
                 empty = not any(folder.iterdir())
                 if empty or any((folder / file).exists() for file in JOB_FILES):
                     found.append((require_utf8_name(folder), [], empty))
-    by_name: dict[str, list[Path]] = {}
+    first: dict[str, Path] = {}  # a job's folder name -> where it was found first
     for folder, _, _ in found:
-        by_name.setdefault(folder.name, []).append(folder)
-    if twice := [folders for folders in by_name.values() if len(folders) > 1]:
-        raise UserError(
-            f"'{twice[0][0]}' and '{twice[0][1]}' are one job (DomainBed names a job's folder "
-            "by its train.py arguments): its runs would be counted twice. Give each sweep once."
-        )
+        if (other := first.setdefault(folder.name, folder)) is not folder:
+            raise UserError(
+                f"'{other}' and '{folder}' are one job (DomainBed names a job's folder by its "
+                "train.py arguments): its runs would be counted twice. Give each sweep once."
+            )
     names = reported_names({folder: records[-1] for folder, records, _ in found if records})
     jobs = []
     for folder, records, empty in found:
@@ -179,8 +178,7 @@ def renamed(record: dict[str, Any], name: str, folder: Path) -> dict[str, Any]:
 def names_notes(last: Mapping[Path, Mapping[str, Any]]) -> list[str]:
     """What the runs' names mean, where any is not its algorithm's plain name."""
     notes = []
-    found = sorted({precision(record) for record in last.values()})
-    if found not in ([], [precisions.FP32]):
+    if (found := sorted({precision(r) for r in last.values()})) not in ([], [precisions.FP32]):
         notes.append(
             f"Precision: the runs are in {' and '.join(found)}. Runs of different precisions "
             "are never pooled: a run not in fp32 is reported as '<algorithm> (<precision>)', "
@@ -273,11 +271,8 @@ class SweepJobs:
 
     def trained_algorithms(self) -> dict[str, str]:
         """The name each run is reported under -> the algorithm it trained."""
-        return {
-            job.records[-1]["args"]["algorithm"]: job.trained["args"]["algorithm"]
-            for job in self.jobs
-            if job.trained
-        }
+        trained = [job for job in self.jobs if job.trained]
+        return {j.records[-1]["args"]["algorithm"]: j.trained["args"]["algorithm"] for j in trained}
 
 
 def _named(jobs: list[Job], describe=Job.name) -> str:
@@ -296,8 +291,7 @@ def sweep_jobs(*sweep_dirs: str | Path) -> SweepJobs:
     why, running, notes = "", set(), ()
     if unfinished:
         holders = [FolderLock(sweep_dir).holder() for sweep_dir in sweep_dirs]
-        live = [holder for holder in holders if holder is not None and not holder.stale()]
-        if live:
+        if live := [holder for holder in holders if holder is not None and not holder.stale()]:
             why, running = f"the sweep's folder is locked by {live[0].describe()}", set(unfinished)
         else:
             why, running, notes = _launchers_running(unfinished)

@@ -27,13 +27,12 @@ def check_output_dir(output_dir: Path, *inputs: Path, only_outputs: bool = True)
     may not overwrite, or (``only_outputs``) anything but the package's outputs."""
     check_creatable(output_dir, "--output_dir")
     check_outside(output_dir, inputs, "output folder", "input", "an --output_dir")
-    if output_dir.is_dir():
-        for path in output_dir.iterdir():
-            if path.is_file() and not os.access(path, os.W_OK):
-                raise UserError(
-                    f"--output_dir '{output_dir}' holds '{path.name}', which this user may not "
-                    "overwrite. Give another folder, or make that file writable."
-                )
+    for path in output_dir.iterdir() if output_dir.is_dir() else ():
+        if path.is_file() and not os.access(path, os.W_OK):
+            raise UserError(
+                f"--output_dir '{output_dir}' holds '{path.name}', which this user may not "
+                "overwrite. Give another folder, or make that file writable."
+            )
     if only_outputs:
         refuse_others(output_dir)
     return output_dir

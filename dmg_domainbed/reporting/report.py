@@ -126,8 +126,7 @@ def accuracy_figure(results: pd.DataFrame, dataset: str, comparisons=None) -> Fi
     frame = results[results["dataset"] == dataset]
     every, empty = list(frame["selection_method"].unique()), tables.without_results(frame)
     methods = [method for method in every if method not in empty] or every
-    algorithms = list(frame["algorithm"].unique())
-    domains = list(frame["test_domain"].unique())
+    algorithms, domains = list(frame["algorithm"].unique()), list(frame["test_domain"].unique())
     palette, positions = colours(algorithms), np.arange(len(domains))
     compared = comparisons is not None and len(comparisons) > 0
     width = max(6.5, 0.32 * len(algorithms) * len(domains) + 2.5)

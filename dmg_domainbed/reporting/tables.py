@@ -136,8 +136,7 @@ def domain_cells(accuracies: pd.DataFrame, keys: list[str], rows: list[tuple]) -
 def averages_frame(records) -> pd.DataFrame:
     """collect_results' "Averages": each trial's mean over test domains, then over trials."""
     keys = ["selection_method", "algorithm", "dataset"]
-    accuracies = selected_accuracies(records)
-    trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
+    trials = selected_accuracies(records).groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
     trial_means = trials.agg(lambda v: float(np.mean(list(v)))).reset_index()
     grid = [
         (method.name, algorithm, dataset)
@@ -241,9 +240,7 @@ def flag_averages(averages: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame
 def _carry_flags(frame: pd.DataFrame, cells: pd.DataFrame, rows) -> pd.DataFrame:
     """``frame`` whose ``rows`` carry the flags of their (method, dataset, algorithm) cells."""
     keys = ["selection_method", "dataset", "algorithm"]
-    flags = cells.groupby(keys).agg(
-        partial=("partial", "any"), diverged_runs=("diverged_runs", "sum")
-    )
+    flags = cells.groupby(keys).agg({"partial": "any", "diverged_runs": "sum"})
     found = flags.reindex(pd.MultiIndex.from_frame(frame.loc[rows, keys]))
     frame.loc[rows, "partial"] = found["partial"].fillna(False).to_numpy()
     frame.loc[rows, "diverged_runs"] = found["diverged_runs"].fillna(0).to_numpy()
@@ -309,13 +306,11 @@ def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
         "`python -m domainbed.scripts.collect_results`. X: no result for that cell. (one trial): "
         "the mean of a single trial; one trial: no interval (collect_results prints +/- 0.0).\n",
     ]
-    empty = without_results(results)
-    for method in results["selection_method"].unique():
-        if method in empty:
+    for method, of_method in results.groupby("selection_method", sort=False):
+        if method in without_results(results):
             parts.append(no_result_line(method) + "\n")
             continue
         parts.append(f"## Model selection: {method}\n")
-        of_method = results[results["selection_method"] == method]
         for dataset, rows in of_method.groupby("dataset", sort=False):
             parts += [f"### {dataset}\n", markdown_table(wide_table(rows), "Algorithm")]
         table = wide_table(averages[averages["selection_method"] == method], "dataset")
