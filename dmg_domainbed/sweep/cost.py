@@ -23,8 +23,9 @@ algorithm and dataset, the jobs, their images and their hours on each table's de
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import namedtuple
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 #: What a row of a table may be keyed on; a row matches a job where every key it has agrees.
@@ -109,26 +110,10 @@ def job_cost(
     )
 
 
-@dataclass(frozen=True)
-class Measured:
-    """Measured seconds: per training image (a step's time over its images, data loading
-    included where the measure had it), per evaluated image, and per job for its start-up and
-    end (``None``: not measured)."""
-
-    train_s_per_image: float
-    eval_s_per_image: float
-    job_s: float | None
-    key: Mapping[str, Any] = field(default_factory=dict)  # what the row is for (:data:`KEYS`)
-
-    def seconds(self, job: JobCost) -> float | None:
-        """The job's seconds; ``None`` when its evaluation images are not known."""
-        if job.eval_images is None:
-            return None
-        return (
-            job.training_images * self.train_s_per_image
-            + job.eval_images * self.eval_s_per_image
-            + (self.job_s or 0.0)
-        )
+#: Measured seconds: per training image (a step's time over its images, data loading included
+#: where the measure had it), per evaluated image, and per job for its start-up and end (``None``:
+#: not measured); ``key``, what the row is for (:data:`KEYS`).
+Measured = namedtuple("Measured", "train_s_per_image eval_s_per_image job_s key")
 
 
 @dataclass(frozen=True)
@@ -144,10 +129,19 @@ class CostTable:
 
     def row_for(self, job: JobCost) -> Measured | None:
         """The first row whose keys all agree with the job's."""
-        for row in self.rows:
-            if all(getattr(job, key) == value for key, value in row.key.items()):
-                return row
-        return None
+        agree = (row for row in self.rows if all(getattr(job, k) == v for k, v in row.key.items()))
+        return next(agree, None)
+
+    def hours(self, job: JobCost) -> float | None:
+        """The job's hours on the device, a GPU's share of them where ``jobs_per_gpu`` jobs share
+        it; ``None`` without a row, or when the job's evaluation images are not known."""
+        row = self.row_for(job)
+        if row is None or job.eval_images is None:
+            return None
+        seconds = (
+            job.training_images * row.train_s_per_image + job.eval_images * row.eval_s_per_image
+        )
+        return (seconds + (row.job_s or 0.0)) / (job.jobs_per_gpu if self.gpu else 1) / 3600
 
     def as_json(self) -> dict:
         return {
@@ -155,11 +149,7 @@ class CostTable:
             "source": self.source,
             "not_measured": self.not_measured,
             "gpu": self.gpu,
-            "rows": [
-                {**row.key, "train_s_per_image": row.train_s_per_image}
-                | {"eval_s_per_image": row.eval_s_per_image, "job_s": row.job_s}
-                for row in self.rows
-            ],
+            "rows": [{**row.key, **dict(zip(Measured._fields[:3], row))} for row in self.rows],
         }
 
 
@@ -167,10 +157,7 @@ def table_from_json(data: Mapping[str, Any]) -> CostTable:
     """The :class:`CostTable` that :meth:`CostTable.as_json` wrote."""
     rows = tuple(
         Measured(
-            row["train_s_per_image"],
-            row["eval_s_per_image"],
-            row["job_s"],
-            {key: row[key] for key in KEYS if key in row},
+            *(row[name] for name in Measured._fields[:3]), {k: row[k] for k in row if k in KEYS}
         )
         for row in data["rows"]
     )
@@ -185,30 +172,28 @@ def table_from_gpu_proof(results: Mapping[str, Any], path: str) -> CostTable | N
     part = results["parts"].get("step_time", {})
     if results.get("mode") != "full" or part.get("status") != "passed":
         return None
-    figures = part["figures"]
+    figures, rows = part["figures"], []
     bf16 = {row["algorithm"]: row for row in figures.get("bf16", [])}
-    rows = []
     for row in figures["rows"]:
-        images = 3 * row["batch"]  # step_time.py's 3 source domains
+        images, predict = 3 * row["batch"], 1 / row["predict_examples_per_s"]  # 3 source domains
         key = {"algorithm": row["algorithm"], "network": row["config"], "jobs_per_gpu": 1}
-        predict = 1 / row["predict_examples_per_s"]
         rows.append(
             Measured(row["step_ms"] / 1000 / images, predict, None, key | {"precision": "fp32"})
         )
         if row["algorithm"] in bf16:
-            fast = bf16[row["algorithm"]]
+            fast, key = bf16[row["algorithm"]], key | {"precision": "bf16"}
             rows.append(
                 Measured(
                     fast["bf16_step_ms"] / 1000 / images,
                     predict / fast["predict_speedup"],
                     None,
-                    key | {"precision": "bf16"},
+                    key,
                 )
             )
-    device = results["device"].split(",")[0]
+    source = f"{path}: {figures['command']}, commit {results['commit']}, {results['date'][:10]}"
     return CostTable(
-        device,
-        f"{path}: {figures['command']}, commit {results['commit']}, {results['date'][:10]}",
+        results["device"].split(",")[0],
+        source,
         tuple(rows),
         "a job's start-up and end (gpu_proof's job_start part has not measured them), data "
         "loading (step_time.py's inputs are on the GPU already)",
@@ -218,92 +203,55 @@ def table_from_gpu_proof(results: Mapping[str, Any], path: str) -> CostTable | N
 def table_from_smoke(results: Mapping[str, Any], path: str) -> CostTable:
     """The cost table of ``dmg-domainbed smoke --json``'s file (at ``path``): one row per job
     that ran, for its algorithm and dataset, measured alone on the device."""
-    rows = []
-    for row in results["rows"]:
-        if row["status"] != "ok":
-            continue
-        rows.append(
-            Measured(
-                row["seconds_per_step"] / (row["batch_size"] * row["source_domains"]),
-                row["eval_seconds_per_image"],
-                row["start_seconds"],
-                {"algorithm": row["algorithm"], "dataset": row["dataset"]},
-            )
+    rows = tuple(
+        Measured(
+            row["seconds_per_step"] / (row["batch_size"] * row["source_domains"]),
+            row["eval_seconds_per_image"],
+            row["start_seconds"],
+            {"algorithm": row["algorithm"], "dataset": row["dataset"]},
         )
-    device = results["device"]
-    return CostTable(
-        device,
-        f"{path}: {results['command']}, {results['date'][:10]}",
-        tuple(rows),
-        gpu=device.startswith("cuda"),
+        for row in results["rows"]
+        if row["status"] == "ok"
     )
+    source = f"{path}: {results['command']}, {results['date'][:10]}"
+    return CostTable(results["device"], source, rows, gpu=results["device"].startswith("cuda"))
 
 
-@dataclass(frozen=True)
-class Line:
-    """One algorithm on one dataset: its jobs, their images, and their hours on each table's
-    device (``None``: no measured row matches)."""
+#: One algorithm on one dataset: its jobs, their images, and their hours on each table's device
+#: (``None``: not known, or no measured row matches).
+Line = namedtuple("Line", "dataset algorithm jobs training_images eval_images hours")
 
-    dataset: str
-    algorithm: str
-    jobs: int
-    training_images: int
-    eval_images: int | None
-    hours: tuple[float | None, ...]
+
+def _total(values: Iterable[float | None]) -> float | None:
+    """The sum of ``values``; ``None`` when one is ``None``."""
+    values = list(values)
+    return None if None in values else sum(values)
 
 
 def estimate(jobs: Sequence[JobCost], tables: Sequence[CostTable]) -> list[Line]:
     """Per (dataset, algorithm), in the jobs' order: their count, images and hours on each of
-    ``tables``' devices. ``jobs_per_gpu`` jobs share a GPU, so a GPU's hours are the jobs'
-    hours over it."""
+    ``tables``' devices (:meth:`CostTable.hours`)."""
     groups: dict[tuple[str, str], list[JobCost]] = {}
     for job in jobs:
         groups.setdefault((job.dataset, job.algorithm), []).append(job)
-    lines = []
-    for (dataset, algorithm), group in groups.items():
-        evaluated = [job.eval_images for job in group]
-        hours = []
-        for table in tables:
-            seconds = 0.0
-            for job in group:
-                row = table.row_for(job)
-                job_seconds = None if row is None else row.seconds(job)
-                if job_seconds is None:
-                    seconds = None
-                    break
-                seconds += job_seconds / (job.jobs_per_gpu if table.gpu else 1)
-            hours.append(None if seconds is None else seconds / 3600)
-        lines.append(
-            Line(
-                dataset,
-                algorithm,
-                len(group),
-                sum(job.training_images for job in group),
-                None if None in evaluated else sum(evaluated),
-                tuple(hours),
-            )
+    return [
+        Line(
+            *key,
+            len(group),
+            sum(job.training_images for job in group),
+            _total(job.eval_images for job in group),
+            tuple(_total(map(table.hours, group)) for table in tables),
         )
-    return lines
-
-
-def unmatched(jobs: Sequence[JobCost], table: CostTable) -> list[str]:
-    """What no row of ``table`` measured: each (algorithm, dataset, network, precision, jobs per
-    GPU) of the jobs that none matches."""
-    missing = {}
-    for job in jobs:
-        if table.row_for(job) is None:
-            what = f"{job.algorithm} on {job.dataset}: {job.network}, {job.precision}"
-            if table.gpu:
-                what += f", {job.jobs_per_gpu} job(s) per GPU"
-            missing[what] = None
-    return list(missing)
+        for key, group in groups.items()
+    ]
 
 
 def render(
     lines: Sequence[Line], tables: Sequence[CostTable], jobs: Sequence[JobCost]
 ) -> list[str]:
     """The cost as the dry run prints it: a table per (dataset, algorithm), the total on one
-    line, where each device's figures come from and what no figure covers."""
+    line, where each device's figures come from and what no figure covers (each algorithm,
+    dataset, network, precision and jobs per GPU no row of a table matches)."""
     from tabulate import tabulate
 
     def hours(value: float | None) -> str:
@@ -322,31 +270,36 @@ def render(
     ]
     out = ["Cost of the jobs to launch, before any starts:"]
     out += ["  " + text for text in tabulate(rows, headers, disable_numparse=True).splitlines()]
-    totals = []
+    totals, notes = [], []
     for i, table in enumerate(tables):
         column = [line.hours[i] for line in lines]
-        known = sum(value for value in column if value is not None)
-        left = sum(1 for value in column if value is None)
+        left = column.count(None)
         if left == len(column):
             totals.append(f"no figure on {table.device} [{i + 1}]")
         else:
+            known = hours(sum(value for value in column if value is not None))
             totals.append(
-                f"{hours(known)} {unit[i]} on {table.device} [{i + 1}]"
+                f"{known} {unit[i]} on {table.device} [{i + 1}]"
                 + (f" (+ {left} row(s) without a figure)" if left else "")
             )
+        notes.append(f"  [{i + 1}] {table.device}: {table.source}")
+        if table.not_measured:
+            notes.append(f"      not included, not measured: {table.not_measured}")
+        per_gpu = ", {} job(s) per GPU" if table.gpu else ""
+        missing = [
+            f"{job.algorithm} on {job.dataset}: {job.network}, {job.precision}"
+            + per_gpu.format(job.jobs_per_gpu)
+            for job in jobs
+            if table.row_for(job) is None
+        ]
+        notes += [f"      no figure for {what}" for what in dict.fromkeys(missing)]
     jobs_total = sum(line.jobs for line in lines)
     out.append(f"  total: {jobs_total:,} jobs; " + ("; ".join(totals) or "no measured figures"))
     out.append(
         "  training images: steps x batch x source domains; evaluation images: checkpoints x "
         "every image of every domain (train.py evaluates each split of each domain)"
     )
-    for i, table in enumerate(tables):
-        out.append(f"  [{i + 1}] {table.device}: {table.source}")
-        if table.not_measured:
-            out.append(f"      not included, not measured: {table.not_measured}")
-        for what in unmatched(jobs, table):
-            out.append(f"      no figure for {what}")
-    return out
+    return out + notes
 
 
 def packaged_table() -> CostTable | None:
