@@ -207,7 +207,12 @@ def _flag_notes(frame: pd.DataFrame) -> list[str]:
     return notes
 
 
-def write_report(sweep_dir, output_dir, reference=None, soups_dir=None) -> SweepReport:
+def write_report(
+    sweep_dir: str | Path | Sequence[str | Path],
+    output_dir: str | Path,
+    reference: str | None = None,
+    soups_dir: str | Path | None = None,
+) -> SweepReport:
     """Everything ``report`` writes for a sweep, or several reported together (docs/reports.md),
     computed, then written through :func:`.outputs.staged`; with ``soups_dir``, their soups in
     rows of their own, each also compared with its runs."""

@@ -244,7 +244,12 @@ def soups_frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns.split())
 
 
-def write_soups(sweep_dir, output_dir: Path, modes: Sequence[str] = MODES, data_dir=None) -> tuple:
+def write_soups(
+    sweep_dir: str | Path,
+    output_dir: Path,
+    modes: Sequence[str] = MODES,
+    data_dir: str | None = None,
+) -> tuple[pd.DataFrame, list[Path], list[str]]:
     """Every soup of ``modes`` of the sweep's groups written into ``output_dir`` (``soups.jsonl``,
     ``<id>.pkl``, ``soups.csv`` and ``.md``); a warning for each diverged run in a soup."""
     sweep = run_files.require_sweep(sweep_dir)
