@@ -1,7 +1,7 @@
 """``submitit``: every DomainBed job one task of a Slurm job array, submitted through submitit
 (docs/sweeps.md). The request is fitted to the partition and judged by Slurm first
-(:mod:`.slurm_partition`); each task runs :func:`.array_task.run_command`; links in its folder
-lead to its Slurm logs and tell :func:`running_jobs` its job; :mod:`.slurm_wait` waits. Stdlib
+(:mod:`.slurm`); each task runs :func:`.array_task.run_command`; links in its folder lead to its
+Slurm logs and tell :func:`running_jobs` its job; :mod:`.slurm` waits. Stdlib
 only at import: DomainBed's sweep script loads every launcher.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
+from dmg_domainbed.launchers import slurm
 from dmg_domainbed.launchers.array_task import LINK_NAMES, run_command
 from dmg_domainbed.launchers.common import (
     Launcher,
@@ -25,15 +26,6 @@ from dmg_domainbed.launchers.common import (
     not_launched,
     output_dir_of,
     read_options,
-)
-from dmg_domainbed.launchers.slurm_partition import DEFAULTS, RESOURCES, fit, slurm
-from dmg_domainbed.launchers.slurm_wait import (
-    DETAILED_FAILURES,
-    SQUEUE,
-    failure,
-    failures,
-    parse_states,
-    wait_for,
 )
 from dmg_domainbed.shortlist import shortlist
 
@@ -73,11 +65,11 @@ def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
     values = settings(environ)
     if importlib.util.find_spec("submitit") is None:
         raise UserError("the submitit launcher needs submitit: pip install 'dmg-domainbed[slurm]'")
-    given = {name: values[name] for name in RESOURCES}
+    given = {name: values[name] for name in slurm.RESOURCES}
     if values["cluster"] != "slurm":
         from dmg_domainbed.launchers.local_parallel import visible_gpus
 
-        defaults = {**DEFAULTS, "gpus": min(1, len(visible_gpus(environ)))}
+        defaults = {**slurm.DEFAULTS, "gpus": min(1, len(visible_gpus(environ)))}
         return {**values, **{k: defaults[k] if v is None else v for k, v in given.items()}}
     tools = ("sbatch", "srun", "sinfo", "squeue")
     if not all(shutil.which(tool, path=environ.get("PATH")) for tool in tools):
@@ -85,7 +77,7 @@ def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
             f"no Slurm here ({', '.join(tools)} are not all on PATH). Submit from a Slurm login "
             f'node, {_LOCAL} (cluster = "local" in the sweep file).'
         )
-    partition, request = fit(given, values["partition"], environ)
+    partition, request = slurm.fit(given, values["partition"], environ)
     return {**values, **request, "partition": partition}
 
 
@@ -168,10 +160,11 @@ def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None
     )
     if values["wait"]:
         if values["cluster"] == "slurm":
-            verdicts = wait_for(jobs)
+            verdicts = slurm.wait_for(jobs)
         else:  # submitit's local executors know their processes: their own wait is bounded
-            verdicts = {job.job_id: failure(job.exception()) for job in jobs}
-        report = failure_report(failures(jobs, commands, verdicts), len(jobs), DETAILED_FAILURES)
+            verdicts = {job.job_id: slurm.failure(job.exception()) for job in jobs}
+        failed = slurm.failures(jobs, commands, verdicts)
+        report = failure_report(failed, len(jobs), slurm.DETAILED_FAILURES)
         if report is not None:
             raise UserError(report)
         print(f"submitit: all {len(jobs)} job(s) finished", flush=True)
@@ -186,14 +179,14 @@ def running_jobs(output_dirs: Sequence[Path], environ: Mapping[str, str]) -> dic
     if not jobs or shutil.which("squeue", path=environ.get("PATH")) is None:
         return {}
     arrays = ",".join(sorted({job.split("_")[0] for job in jobs.values()}))
-    answer = slurm([*SQUEUE, f"--jobs={arrays}"], environ)  # only unended ones
+    answer = slurm.ask([*slurm.SQUEUE, f"--jobs={arrays}"], environ)  # only unended ones
     if answer.returncode != 0 and "Invalid job id" not in answer.stderr:  # no id known: none
         raise UserError(
             f"{len(jobs)} incomplete job folder(s) were submitted to Slurm, and squeue did not "
             "answer whether those jobs still run, so none is deleted. Run the command again "
             "when Slurm answers, or without delete-incomplete."
         )
-    states = parse_states(answer.stdout)
+    states = slurm.parse_states(answer.stdout)
     return {folder: states[job] for folder, job in jobs.items() if job in states}
 
 

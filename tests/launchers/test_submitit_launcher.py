@@ -16,8 +16,7 @@ import pytest
 import submitit
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.launchers import array_task, slurm_wait
-from dmg_domainbed.launchers import slurm_partition as partition
+from dmg_domainbed.launchers import array_task, slurm
 from dmg_domainbed.launchers import submitit_launcher as launcher
 from dmg_domainbed.locks import FolderLock
 
@@ -181,19 +180,17 @@ if not any(all(n >= w for n, w in zip(node, need)) for node in nodes):
     ],
 )
 def test_slurm_time_limits_in_minutes(text, minutes):
-    assert partition.parse_minutes(text) == minutes
+    assert slurm.parse_minutes(text) == minutes
 
 
 def test_sinfo_lines_become_partitions_of_node_configurations():
-    partitions = partition.parse_sinfo(SINFO)
+    partitions = slurm.parse_sinfo(SINFO)
     assert list(partitions) == ["gpu", "cpu", "tiny", "mix"]
     gpu, cpu, tiny = partitions["gpu"], partitions["cpu"], partitions["tiny"]
     assert [(n.cpus, n.gpus) for n in gpu.nodes] == [(32, 4), (64, 8)]
     assert gpu.max_time_min == 2880 and not gpu.default
     assert cpu.default and cpu.max_time_min is None
-    assert cpu.nodes == [
-        partition.Node(48, 1005.8, 0)
-    ]  # MaxCPUsPerNode under 128; MB to 0.1 GB down
+    assert cpu.nodes == [slurm.Node(48, 1005.8, 0)]  # MaxCPUsPerNode under 128; MB to 0.1 GB down
     assert tiny.max_time_min == 30
 
 
@@ -206,25 +203,25 @@ def request(gpus, cpus, mem_gb, time_min):
 
 
 def test_defaults_fit_each_partition():
-    partitions = partition.parse_sinfo(SINFO)
+    partitions = slurm.parse_sinfo(SINFO)
     gpu, cpu, tiny = partitions["gpu"], partitions["cpu"], partitions["tiny"]
-    assert partition.default_request(gpu, unset()) == request(1, 8, 32.0, 1440)
-    assert partition.default_request(cpu, unset()) == request(0, 8, 32.0, 1440)
+    assert slurm.default_request(gpu, unset()) == request(1, 8, 32.0, 1440)
+    assert slurm.default_request(cpu, unset()) == request(0, 8, 32.0, 1440)
     # 4 CPUs: all of them, all the memory; the partition's 30 minutes.
-    assert partition.default_request(tiny, unset()) == request(0, 4, 7.8, 30)
-    assert partition.default_request(tiny, unset(cpus=1))["mem_gb"] == 1.9  # a quarter of the node
+    assert slurm.default_request(tiny, unset()) == request(0, 4, 7.8, 30)
+    assert slurm.default_request(tiny, unset(cpus=1))["mem_gb"] == 1.9  # a quarter of the node
     # 2 GPUs: sized for the node that has them (8 CPUs, 400 GB), not the 64-CPU one.
-    assert partition.default_request(partitions["mix"], unset(gpus=2)) == request(2, 8, 32.0, 1440)
-    assert partition.default_request(partitions["mix"], unset(cpus=64))["mem_gb"] == 32.0
+    assert slurm.default_request(partitions["mix"], unset(gpus=2)) == request(2, 8, 32.0, 1440)
+    assert slurm.default_request(partitions["mix"], unset(cpus=64))["mem_gb"] == 32.0
 
 
 def test_unknown_and_missing_default_partitions():
-    partitions = partition.parse_sinfo(SINFO)
-    assert partition.choose(partitions, None).name == "cpu"
+    partitions = slurm.parse_sinfo(SINFO)
+    assert slurm.choose(partitions, None).name == "cpu"
     with pytest.raises(UserError, match=r"partition = 'gpus' .* gpu, cpu\*, tiny, mix"):
-        partition.choose(partitions, "gpus")
+        slurm.choose(partitions, "gpus")
     with pytest.raises(UserError, match="no default partition"):
-        partition.choose(partition.parse_sinfo(SINFO.replace("cpu*", "cpu")), None)
+        slurm.choose(slurm.parse_sinfo(SINFO.replace("cpu*", "cpu")), None)
 
 
 @pytest.fixture
@@ -242,13 +239,13 @@ def test_only_env(tmp_path):
 
 def refused(given, name, environ):
     with pytest.raises(UserError) as refusal:
-        partition.fit(given, name, environ)
+        slurm.fit(given, name, environ)
     return str(refusal.value)
 
 
 def test_slurm_s_refusal_is_passed_on_with_the_request_and_what_the_nodes_offer(test_only_env):
     big = request(8, 64, 500, 2880)
-    assert partition.fit(big, "gpu", test_only_env) == ("gpu", big)
+    assert slurm.fit(big, "gpu", test_only_env) == ("gpu", big)
     message = refused(unset(gpus=1, cpus=5, mem_gb=9, time_min=60), "tiny", test_only_env)
     assert message.startswith("the jobs cannot run on partition tiny:\n  time_min = 60 ")
     assert "(DMG_SUBMITIT_TIME_MIN) is over the partition's time limit" in message
@@ -261,7 +258,7 @@ def test_slurm_s_refusal_is_passed_on_with_the_request_and_what_the_nodes_offer(
     )
     assert "at most 8 GPUs, 64 CPUs" in refused(unset(gpus=9), "gpu", test_only_env)
     # Each alone fits some node, together none: Slurm's word decides.
-    assert partition.fit(request(2, 8, 300, 10), "mix", test_only_env)[0] == "mix"
+    assert slurm.fit(request(2, 8, 300, 10), "mix", test_only_env)[0] == "mix"
     message = refused(unset(gpus=2, cpus=32, mem_gb=50), "mix", test_only_env)
     assert "Requested node configuration is not available): per job gpus = 2" in message
 
@@ -294,13 +291,11 @@ def test_the_wait_reads_the_queue_and_knows_which_states_end_a_job(tmp_path, mon
     (tmp_path / "squeue").write_text(SQUEUE)
     (tmp_path / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(slurm_wait, "GRACE_S", 0.0)
-    monkeypatch.setattr(slurm_wait, "POLL_FIRST_S", 0.01)
+    monkeypatch.setattr(slurm, "GRACE_S", 0.0)
+    monkeypatch.setattr(slurm, "POLL_FIRST_S", 0.01)
     ids = ["1_0", "1_1", "1_2", "1_3", "1_4", "9"]
     said = []
-    verdicts = slurm_wait.wait_for(
-        [submitit.SlurmJob(tmp_path, job_id) for job_id in ids], said.append
-    )
+    verdicts = slurm.wait_for([submitit.SlurmJob(tmp_path, job_id) for job_id in ids], said.append)
     # Pre-empted (its requeue follows) and a node still booting are not ended.
     assert said[0] == "submitit: waiting for 3 of 6 job(s): 1 configuring, 1 preempted, 1 running"
     gone = "Slurm no longer knows the job"
@@ -316,16 +311,15 @@ def test_a_failed_job_s_verdict_is_its_exception(tmp_path):
             array_task.run_command, ["echo oops >&2; exit 3", "true"]
         )
         assert (
-            slurm_wait.failure(failing.exception())
-            == "CommandFailed: the command exited with status 3"
+            slurm.failure(failing.exception()) == "CommandFailed: the command exited with status 3"
         )
-        assert slurm_wait.failure(passing.exception()) is None
+        assert slurm.failure(passing.exception()) is None
 
 
 def test_an_error_stream_ending_in_a_traceback_shows_its_exception():
     exception = ["ValueError: bad value", "  hint line of the message"]
-    assert slurm_wait.error_tail(TRACEBACK) == exception
-    assert slurm_wait.error_tail(TRACEBACK[:1]) == TRACEBACK[:1]
+    assert slurm.error_tail(TRACEBACK) == exception
+    assert slurm.error_tail(TRACEBACK[:1]) == TRACEBACK[:1]
 
 
 def test_a_slurm_log_shows_what_the_command_printed():
@@ -337,9 +331,9 @@ def test_a_slurm_log_shows_what_the_command_printed():
         "srun: error: node1: task 0: Exited with exit code 1",
     ]
     log = ["submitit INFO (2026-01-01 00:00:00,000) - Starting", "no data on node 7"]
-    assert slurm_wait.error_tail(log + launcher_s_own) == ["no data on node 7"]
+    assert slurm.error_tail(log + launcher_s_own) == ["no data on node 7"]
     # A traceback of the command's own is the cause.
-    assert slurm_wait.error_tail(TRACEBACK + launcher_s_own) == TRACEBACK[-2:]
+    assert slurm.error_tail(TRACEBACK + launcher_s_own) == TRACEBACK[-2:]
 
 
 def test_called_by_domainbed_on_a_locked_sweep_folder_it_submits_nothing(gpu_cluster, tmp_path):
@@ -358,7 +352,7 @@ def test_called_by_domainbed_on_a_locked_sweep_folder_it_submits_nothing(gpu_clu
 def test_a_failed_job_whose_folder_is_gone_is_named_with_the_cause(tmp_path):
     (tmp_path / "job1").mkdir()
     jobs = [submitit.SlurmJob(tmp_path, job_id) for job_id in ("7_0", "7_1")]
-    found = slurm_wait.failures(
+    found = slurm.failures(
         jobs, commands(tmp_path, 2), {"7_0": "CommandFailed: exit 1", "7_1": "CommandFailed: x"}
     )
     assert found[0].hint.startswith(f"its folder {tmp_path / 'job0'} no longer exists")

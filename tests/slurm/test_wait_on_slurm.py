@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dmg_domainbed.launchers import slurm_wait
+from dmg_domainbed.launchers import slurm
 from dmg_domainbed.launchers.submitit_launcher import running_jobs
 
 from .cluster import array_tasks, preempt
@@ -209,7 +209,7 @@ def test_the_wait_ends_soon_after_a_job_is_cancelled(which, request, start_launc
     waited = time.monotonic() - cancelled
     assert launcher.returncode != 0
     assert "2 of 2 job(s) failed" in output and output.count("cancelled (Slurm state") == 2
-    assert waited < slurm_wait.POLL_MAX_S + 15  # Slurm's kill (KillWait 5 s), then one poll
+    assert waited < slurm.POLL_MAX_S + 15  # Slurm's kill (KillWait 5 s), then one poll
 
 
 def test_the_wait_ends_when_slurm_no_longer_knows_a_job(
@@ -218,9 +218,9 @@ def test_the_wait_ends_when_slurm_no_longer_knows_a_job(
     import submitit
 
     use_cluster(cluster_without_accounting)
-    monkeypatch.setattr(slurm_wait, "GRACE_S", 1.0)
+    monkeypatch.setattr(slurm, "GRACE_S", 1.0)
     never = submitit.SlurmJob(folder=tmp_path, job_id="999999_0")
     started = time.monotonic()
-    verdicts = slurm_wait.wait_for([never], say=lambda _: None)
+    verdicts = slurm.wait_for([never], say=lambda _: None)
     assert time.monotonic() - started < 10
     assert verdicts["999999_0"].startswith("Slurm no longer knows the job")
