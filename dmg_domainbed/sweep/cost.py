@@ -32,15 +32,9 @@ from typing import Any
 KEYS = ("algorithm", "dataset", "network", "precision", "jobs_per_gpu")
 
 
-@dataclass(frozen=True)
-class DatasetFacts:
-    """What a job's work depends on in its dataset: its number of domains, DomainBed's default
-    steps and checkpoint frequency, and its images, every domain's (``None``: not known here)."""
-
-    environments: int
-    steps: int
-    checkpoint_freq: int
-    images: int | None
+#: What a job's work depends on in its dataset: its number of domains, DomainBed's default steps
+#: and checkpoint frequency, and its images, every domain's (``None``: not known here).
+DatasetFacts = namedtuple("DatasetFacts", "environments steps checkpoint_freq images")
 
 
 @dataclass(frozen=True)
@@ -53,36 +47,28 @@ class JobCost:
     precision: str
     jobs_per_gpu: int
     training_images: int
-    checkpoints: int
     eval_images: int | None
 
 
 def checkpoints(steps: int, checkpoint_freq: int) -> int:
     """How many times ``train.py`` evaluates in ``steps`` steps: at each step that is a multiple
     of ``checkpoint_freq`` (step 0 included) and at the last step."""
-    multiples = (steps - 1) // checkpoint_freq + 1
-    return multiples + (1 if (steps - 1) % checkpoint_freq else 0)
+    return -(-(steps - 1) // checkpoint_freq) + 1
 
 
 def network(hparams: Mapping[str, Any], input_shape: Sequence[int] | None) -> str:
     """The featurizer DomainBed builds for ``input_shape`` with ``hparams`` (this package's
-    AlexNet with ``alexnet``)."""
-    if input_shape is None:
-        return "unknown"
-    if len(input_shape) == 1:
-        return "mlp"
-    side = tuple(input_shape[1:3])
-    if side == (28, 28):
-        return "mnist_cnn"
-    if side == (32, 32):
-        return "wide_resnet"
-    if hparams.get("alexnet"):
-        return "alexnet"
+    AlexNet with ``alexnet``; with ``resnet50_augmix``, timm's resnet50.ram_in1k)."""
+    if input_shape is None or len(input_shape) == 1:
+        return "unknown" if input_shape is None else "mlp"
+    small = {(28, 28): "mnist_cnn", (32, 32): "wide_resnet"}.get(tuple(input_shape[1:3]))
+    if small or hparams.get("alexnet"):
+        return small or "alexnet"
     if hparams.get("vit") and hparams.get("dinov2"):
         return "dinov2_vitb14"
-    if hparams.get("resnet18") and not hparams.get("resnet50_augmix"):
-        return "resnet18"
-    return "resnet50"  # torchvision's, or timm's resnet50.ram_in1k with resnet50_augmix
+    return (
+        "resnet18" if hparams.get("resnet18") and not hparams.get("resnet50_augmix") else "resnet50"
+    )
 
 
 def job_cost(
@@ -95,19 +81,17 @@ def job_cost(
     """The :class:`JobCost` of the job of ``train_args`` (DomainBed's ``make_args_list``: no
     ``steps`` or ``checkpoint_freq`` means the dataset's), training with ``hparams``."""
     steps = train_args.get("steps") or facts.steps
-    freq = train_args.get("checkpoint_freq") or facts.checkpoint_freq
+    count = checkpoints(steps, train_args.get("checkpoint_freq") or facts.checkpoint_freq)
     sources = facts.environments - len(train_args["test_envs"])
-    count = checkpoints(steps, freq)
-    return JobCost(
-        algorithm=train_args["algorithm"],
-        dataset=train_args["dataset"],
-        network=network(hparams, input_shape),
-        precision=str(hparams.get("precision", "fp32")),
-        jobs_per_gpu=jobs_per_gpu,
-        training_images=steps * int(hparams["batch_size"]) * sources,
-        checkpoints=count,
-        eval_images=None if facts.images is None else count * facts.images,
+    precision = str(hparams.get("precision", "fp32"))
+    what = (
+        train_args["algorithm"],
+        train_args["dataset"],
+        network(hparams, input_shape),
+        precision,
     )
+    images = None if facts.images is None else count * facts.images
+    return JobCost(*what, jobs_per_gpu, steps * int(hparams["batch_size"]) * sources, images)
 
 
 #: Measured seconds: per training image (a step's time over its images, data loading included
