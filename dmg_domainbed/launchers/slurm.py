@@ -164,9 +164,9 @@ def parse_states(text: str) -> dict[str, str]:
 
 def failure(error: BaseException | None) -> str | None:
     """``Name: message`` of a job's exception (the last in its traceback); None for success."""
-    if error is None:
-        return None
-    return _EXCEPTION_LINE.findall(f"{type(error).__name__}: {error}")[-1]
+    return (
+        None if error is None else _EXCEPTION_LINE.findall(f"{type(error).__name__}: {error}")[-1]
+    )
 
 
 def wait_for(jobs: Sequence[Any], say: Callable[[str], None] = print) -> dict[str, str | None]:

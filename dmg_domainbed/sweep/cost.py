@@ -1,23 +1,18 @@
-"""What a sweep costs, before it starts: its work counted from its jobs, and hours from measured
-times.
+"""What a sweep costs, before it starts: its work counted from its jobs, its hours from measured
+times. Pure functions, no DomainBed.
 
-Pure functions, no DomainBed: a job is :class:`JobCost`, made from ``train.py``'s arguments as
-DomainBed's ``make_args_list`` gives them (:func:`job_cost`) with the hparams that job trains
-with and its dataset's :class:`DatasetFacts`. A job's work is
-
-- training images: steps x batch size x source domains;
-- evaluation images: checkpoints x every image of every domain (``train.py`` evaluates each
-  split, in and out, of each domain at a checkpoint: a step that is a multiple of the
-  checkpoint frequency, and the last step);
-
-and its seconds on a device, from a row of measured times (:class:`Measured`): training images x
-seconds per training image + evaluation images x seconds per evaluated image + the job's
-start-up and end. A :class:`CostTable` holds the rows of one device and where they were
-measured: :func:`table_from_gpu_proof` makes it from ``benchmarks/gpu_proof.py``'s results file
-(``docs/generate.py`` writes the package's from ``docs/gpu_proof.json``),
-:func:`table_from_smoke` from ``dmg-domainbed smoke --json``'s. :func:`estimate` gives, per
-algorithm and dataset, the jobs, their images and their hours on each table's device;
-:func:`render` the lines the dry run prints.
+A job (:class:`JobCost`, made by :func:`job_cost` from ``train.py``'s arguments as DomainBed's
+``make_args_list`` gives them, the hparams it trains with and its dataset's
+:class:`DatasetFacts`) works on its training images, steps x batch size x source domains, and its
+evaluation images, checkpoints x every image of every domain (``train.py`` evaluates each split,
+in and out, of each domain at every multiple of the checkpoint frequency and at the last step).
+Its time on a device (:meth:`CostTable.hours`) is training images x seconds per training image +
+evaluation images x seconds per evaluated image + its start-up and end, from the first
+:class:`Measured` row of the device's table that matches it. :func:`table_from_gpu_proof` makes a
+table from ``benchmarks/gpu_proof.py``'s results (``docs/generate.py`` writes the package's from
+``docs/gpu_proof.json``), :func:`table_from_smoke` from ``dmg-domainbed smoke --json``'s;
+:func:`estimate` sums the jobs per algorithm and dataset, :func:`render` gives what the dry run
+prints.
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ import json
 from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 #: What a row of a table may be keyed on; a row matches a job where every key it has agrees.
@@ -239,9 +235,7 @@ def render(
     from tabulate import tabulate
 
     def hours(value: float | None) -> str:
-        if value is None:
-            return "no figure"
-        return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+        return "no figure" if value is None else f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
 
     unit = ["GPU-hours" if table.gpu else "hours" for table in tables]
     headers = ["dataset", "algorithm", "jobs", "training images", "evaluation images"]
@@ -257,15 +251,10 @@ def render(
     totals, notes = [], []
     for i, table in enumerate(tables):
         column = [line.hours[i] for line in lines]
-        left = column.count(None)
-        if left == len(column):
-            totals.append(f"no figure on {table.device} [{i + 1}]")
-        else:
-            known = hours(sum(value for value in column if value is not None))
-            totals.append(
-                f"{known} {unit[i]} on {table.device} [{i + 1}]"
-                + (f" (+ {left} row(s) without a figure)" if left else "")
-            )
+        known, left = [value for value in column if value is not None], column.count(None)
+        figure = f"{hours(sum(known))} {unit[i]}" if known else "no figure"
+        without = f" (+ {left} row(s) without a figure)" if known and left else ""
+        totals.append(f"{figure} on {table.device} [{i + 1}]{without}")
         notes.append(f"  [{i + 1}] {table.device}: {table.source}")
         if table.not_measured:
             notes.append(f"      not included, not measured: {table.not_measured}")
@@ -289,8 +278,6 @@ def render(
 def packaged_table() -> CostTable | None:
     """The package's table, generated from ``docs/gpu_proof.json`` by ``docs/generate.py``
     (``None`` when no GPU run is recorded)."""
-    from pathlib import Path
-
     data = json.loads((Path(__file__).parent / "cost_table.json").read_text())
     return None if data is None else table_from_json(data)
 
@@ -298,8 +285,7 @@ def packaged_table() -> CostTable | None:
 def load_table(path: str) -> CostTable:
     """A smoke results file (``dmg-domainbed smoke --json``) as a :class:`CostTable`; a
     ``ValueError`` naming what is wrong with it otherwise."""
-    with open(path) as stream:
-        data = json.load(stream)
+    data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or data.get("kind") != "smoke":
         raise ValueError("it is not a results file of `dmg-domainbed smoke --json`")
     try:
