@@ -66,12 +66,10 @@ def parse_minutes(text: str) -> int | None:
     if text.strip().lower() in {"infinite", "unlimited", "n/a", "none"}:
         return None
     days, _, clock = text.strip().rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    if days:
-        hours, minutes, seconds = [int(days) * 24 + parts[0], *parts[1:], 0, 0][:3]
-    else:
-        hours, minutes, seconds = ([0, *parts, 0] if len(parts) == 1 else [0, 0, *parts])[-3:]
-    return hours * 60 + minutes + math.ceil(seconds / 60)
+    parts = [int(p) for p in clock.split(":")]  # D-H[:M[:S]], else M, M:S or H:M:S
+    parts = [*parts, 0, 0][:3] if days else [0, *parts, 0] if len(parts) == 1 else [0, 0, *parts]
+    hours, minutes, seconds = parts[-3:]
+    return (int(days or 0) * 24 + hours) * 60 + minutes + math.ceil(seconds / 60)
 
 
 def parse_sinfo(text: str) -> dict[str, Partition]:

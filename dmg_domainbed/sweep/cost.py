@@ -258,14 +258,9 @@ def render(
         notes.append(f"  [{i + 1}] {table.device}: {table.source}")
         if table.not_measured:
             notes.append(f"      not included, not measured: {table.not_measured}")
-        per_gpu = ", {} job(s) per GPU" if table.gpu else ""
-        missing = [
-            f"{job.algorithm} on {job.dataset}: {job.network}, {job.precision}"
-            + per_gpu.format(job.jobs_per_gpu)
-            for job in jobs
-            if table.row_for(job) is None
-        ]
-        notes += [f"      no figure for {what}" for what in dict.fromkeys(missing)]
+        per_gpu = ", {0.jobs_per_gpu} job(s) per GPU" if table.gpu else ""
+        what = "      no figure for {0.algorithm} on {0.dataset}: {0.network}, {0.precision}"
+        notes += dict.fromkeys((what + per_gpu).format(j) for j in jobs if table.row_for(j) is None)
     jobs_total = sum(line.jobs for line in lines)
     out.append(f"  total: {jobs_total:,} jobs; " + ("; ".join(totals) or "no measured figures"))
     out.append(
