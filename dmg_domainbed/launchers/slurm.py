@@ -130,13 +130,10 @@ def fit(
             "time limit: Slurm would accept the jobs and leave them pending forever. Set "
             f"time_min to at most {limit}"
         )
-    flags = [
-        f"--partition={partition.name}",
-        f"--time={min(request['time_min'], limit or math.inf)}",
-        *[f"--gpus-per-node={request['gpus']}"] * bool(request["gpus"]),
-        f"--cpus-per-task={request['cpus']}",
-        f"--mem={math.ceil(request['mem_gb'] * 1024)}M",
-    ]
+    time_min = min(request["time_min"], limit or math.inf)
+    flags = [f"--partition={partition.name}", f"--time={time_min}"]
+    flags += [f"--gpus-per-node={request['gpus']}"] * bool(request["gpus"])
+    flags += [f"--cpus-per-task={request['cpus']}", f"--mem={math.ceil(request['mem_gb'] * 1024)}M"]
     answer = ask(["sbatch", "--test-only", *flags, "--wrap", "true"], environ)
     if answer.returncode:
         said = (answer.stderr.strip().splitlines() or ["refused"])[-1]

@@ -49,7 +49,6 @@ OPTIONS = (
     ),
     _option("wait", bool, None, None, "wait, fail if a job fails; default: not on Slurm"),
 )
-_LOCAL = "or set DMG_SUBMITIT_CLUSTER=local to run the jobs on this machine"
 
 
 def settings(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -75,7 +74,8 @@ def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
     if not all(shutil.which(tool, path=environ.get("PATH")) for tool in tools):
         raise UserError(
             f"no Slurm here ({', '.join(tools)} are not all on PATH). Submit from a Slurm login "
-            f'node, {_LOCAL} (cluster = "local" in the sweep file).'
+            "node, or set DMG_SUBMITIT_CLUSTER=local to run the jobs on this machine (cluster = "
+            '"local" in the sweep file).'
         )
     partition, request = slurm.fit(given, values["partition"], environ)
     return {**values, **request, "partition": partition}

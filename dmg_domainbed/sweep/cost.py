@@ -124,13 +124,8 @@ class CostTable:
         return (seconds + (row.job_s or 0.0)) / (job.jobs_per_gpu if self.gpu else 1) / 3600
 
     def as_json(self) -> dict:
-        return {
-            "device": self.device,
-            "source": self.source,
-            "not_measured": self.not_measured,
-            "gpu": self.gpu,
-            "rows": [{**row.key, **dict(zip(Measured._fields[:3], row))} for row in self.rows],
-        }
+        rows = [{**row.key, **dict(zip(Measured._fields[:3], row))} for row in self.rows]
+        return {**vars(self), "rows": rows}
 
 
 def table_from_json(data: Mapping[str, Any]) -> CostTable:
@@ -204,8 +199,7 @@ Line = namedtuple("Line", "dataset algorithm jobs training_images eval_images ho
 
 def _total(values: Iterable[float | None]) -> float | None:
     """The sum of ``values``; ``None`` when one is ``None``."""
-    values = list(values)
-    return None if None in values else sum(values)
+    return None if None in (values := list(values)) else sum(values)
 
 
 def estimate(jobs: Sequence[JobCost], tables: Sequence[CostTable]) -> list[Line]:
