@@ -118,10 +118,8 @@ class CostTable:
         row = self.row_for(job)
         if row is None or job.eval_images is None:
             return None
-        seconds = (
-            job.training_images * row.train_s_per_image + job.eval_images * row.eval_s_per_image
-        )
-        return (seconds + (row.job_s or 0.0)) / (job.jobs_per_gpu if self.gpu else 1) / 3600
+        busy = job.training_images * row.train_s_per_image + job.eval_images * row.eval_s_per_image
+        return (busy + (row.job_s or 0.0)) / (job.jobs_per_gpu if self.gpu else 1) / 3600
 
     def as_json(self) -> dict:
         rows = [{**row.key, **dict(zip(Measured._fields[:3], row))} for row in self.rows]
@@ -152,19 +150,13 @@ def table_from_gpu_proof(results: Mapping[str, Any], path: str) -> CostTable | N
     for row in figures["rows"]:
         images, predict = 3 * row["batch"], 1 / row["predict_examples_per_s"]  # 3 source domains
         key = {"algorithm": row["algorithm"], "network": row["config"], "jobs_per_gpu": 1}
-        rows.append(
-            Measured(row["step_ms"] / 1000 / images, predict, None, key | {"precision": "fp32"})
-        )
-        if row["algorithm"] in bf16:
-            fast, key = bf16[row["algorithm"]], key | {"precision": "bf16"}
-            rows.append(
-                Measured(
-                    fast["bf16_step_ms"] / 1000 / images,
-                    predict / fast["predict_speedup"],
-                    None,
-                    key,
-                )
-            )
+        measures = [("fp32", row["step_ms"], predict)]
+        if (fast := bf16.get(row["algorithm"])) is not None:
+            measures.append(("bf16", fast["bf16_step_ms"], predict / fast["predict_speedup"]))
+        rows += [
+            Measured(step_ms / 1000 / images, eval_s, None, key | {"precision": precision})
+            for precision, step_ms, eval_s in measures
+        ]
     source = f"{path}: {figures['command']}, commit {results['commit']}, {results['date'][:10]}"
     return CostTable(
         results["device"].split(",")[0],
