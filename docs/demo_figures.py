@@ -1,6 +1,6 @@
 """Run the README's demo and record what the README and docs/ show of it.
 
-    python docs/demo_figures.py    # the whole demo (27 s on 2 quiet cores), then the files below
+    python docs/demo_figures.py    # the whole demo (50 s on 2 quiet cores), then the files below
 
 It runs ``dmg-domainbed demo`` with its defaults, as the README's command does (in a new
 temporary folder, or ``--output_dir DIR``, which must not exist yet: the run is never a resumed
