@@ -55,7 +55,8 @@ def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
     if value == FP32:
         return
     for name in AUTOCAST_METHODS:
-        method = getattr(type(algorithm), name, None)
+        own = vars(algorithm).get(name)  # init_seed's, set on the instance before this
+        method = own.__func__ if own is not None else getattr(type(algorithm), name, None)
         if method is not None:
             # A bound method, so that copy.deepcopy(algorithm) binds the copy's to the copy.
             vars(algorithm)[name] = types.MethodType(

@@ -236,6 +236,19 @@ def test_init_seed_builds_one_set_of_weights_and_gives_the_job_its_own_random_st
     assert torch.equal(drawn, torch.rand(3))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_jobs_of_one_init_seed_draw_their_own_randomness_from_their_first_update(precision):
+    """A first ``update`` (before any ``to``) gives each job its own random state back, in
+    either precision: two jobs built from one ``init_seed`` then draw differently."""
+    drawn = []
+    for seed in (5, 6):
+        algorithm = build(seed, init_seed=0, precision=precision)
+        minibatches = [(torch.zeros(4, 64), torch.zeros(4, dtype=torch.long)) for _ in range(3)]
+        algorithm.update(minibatches)
+        drawn.append(torch.rand(3))
+    assert not torch.equal(*drawn)
+
+
 def test_the_demos_sweep_is_ensembled_and_its_weights_refused(demo_sweep, tmp_path):
     """The demo's sweep (one run per algorithm and test domain, each of its job's own seed):
     its weights are refused, naming a run; its ensembles of one run are those runs, whose
