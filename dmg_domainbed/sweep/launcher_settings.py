@@ -4,14 +4,13 @@ already set wins)."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.common import Option, as_launcher
+from dmg_domainbed.preflight.environment import job_environment
 from dmg_domainbed.rules import Rule, not_blank, refuse_unknown_keys
 
 
@@ -69,8 +68,7 @@ def launcher_environment(
     ``file_launcher`` when it is ``launcher`` (a variable already set wins), this interpreter's
     folder first on PATH (DomainBed starts jobs with the ``python`` found there)."""
     options = launcher_options(source, launcher)
-    env = dict(environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env = job_environment(environ)
     settings = settings or {}
     if launcher != file_launcher:
         unused = f"the file's [launcher] settings are for {file_launcher}: not used"
