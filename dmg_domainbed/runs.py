@@ -391,19 +391,16 @@ def read_checkpoint(run: Run, path: Path, on: str | None = None) -> dict[str, An
 
 
 def build_algorithm(run: Run, checkpoint: Mapping[str, Any]):
-    """The run's algorithm built afresh from ``checkpoint``, as train.py built it, unloaded."""
-    input_shape, num_classes, num_domains, hparams = (checkpoint[k] for k in CHECKPOINT_KEYS[:4])
-    cls = algorithm_class(run)
-    return cls(input_shape, num_classes, num_domains, read_hparams(cls, hparams, input_shape))
-
-
-def read_hparams(cls: type, hparams: dict, input_shape) -> dict:
-    """The saved ``hparams`` that a run of ``cls`` reads: a name nothing read (a run trained
-    before the names rule, a misspelt one) trained without effect, so is left out, not refused."""
+    """The run's algorithm built afresh from ``checkpoint``, as train.py built it, unloaded, with
+    the saved hparams its class reads: a name nothing read (a run trained before the names rule,
+    a misspelt one) trained without effect, so is left out, not refused."""
     from dmg_domainbed.hparams.names import known_names
 
+    input_shape, num_classes, num_domains, hparams = (checkpoint[k] for k in CHECKPOINT_KEYS[:4])
+    cls = algorithm_class(run)
     known = known_names(cls, input_shape=input_shape)
-    return {name: value for name, value in hparams.items() if name in known}
+    hparams = {name: value for name, value in hparams.items() if name in known}
+    return cls(input_shape, num_classes, num_domains, hparams)
 
 
 def check_model_fits(run: Run, path: Path, checkpoint: Mapping[str, Any], dataset) -> None:
@@ -487,7 +484,7 @@ def _changed(run: Run, detail: str) -> UserError:
 def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None:
     """:class:`UserError` unless ``dataset``, rebuilt for ``run``, holds the data it trained on:
     a manifest dataset's recorded classes, images and files (:mod:`.hparams.recorded`), and any
-    dataset's smallest training split (:func:`logged_smallest_split`)."""
+    dataset's smallest training split (from the epoch train.py logs)."""
     then, today = run.hparams, rebuilt_hparams
     if CLASSES_HPARAM in then and then[CLASSES_HPARAM] != today.get(CLASSES_HPARAM):
         before, now = then[CLASSES_HPARAM], today.get(CLASSES_HPARAM) or []
@@ -519,26 +516,21 @@ def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None
             "the same classes and numbers of images, but other image files or labels (digest "
             f"{then[FILES_HPARAM]} when it trained, {today.get(FILES_HPARAM)} today)",
         )
-    logged = logged_smallest_split(run)
-    smallest = min(len(split.in_keys) for split in rebuild_splits(dataset, run.args))
-    if logged is not None and logged != smallest:
-        raise _changed(
-            run,
-            f"its smallest training split (train.py's in-split) held {logged:,} images, today "
-            f"{smallest:,}: images were added or removed",
-        )
-
-
-def logged_smallest_split(run: Run) -> int | None:
-    """The run's smallest ``in`` split, as train.py logs ``epoch = step * batch_size /
-    min(len(in_split))``; ``None`` until a record after step 0."""
+    # train.py logs epoch = step * batch_size / min(len(in_split)): from its first record
+    # after step 0, the smallest in-split the run trained on.
     batch_size = run.hparams.get("batch_size")
     for record in run.records:
         step, epoch = record.get("step"), record.get("epoch")
-        numbers = all(isinstance(v, int | float) and v > 0 for v in (step, epoch, batch_size))
-        if numbers:
-            return round(step * batch_size / epoch)
-    return None
+        if all(isinstance(v, int | float) and v > 0 for v in (step, epoch, batch_size)):
+            logged = round(step * batch_size / epoch)
+            smallest = min(len(split.in_keys) for split in rebuild_splits(dataset, run.args))
+            if logged != smallest:
+                raise _changed(
+                    run,
+                    f"its smallest training split (train.py's in-split) held {logged:,} images, "
+                    f"today {smallest:,}: images were added or removed",
+                )
+            return
 
 
 def augmented_evaluation(run: Run) -> bool:

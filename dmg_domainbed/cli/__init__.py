@@ -67,8 +67,9 @@ def command(subparsers, name: str, func, help: str, description: str | None = No
     return parser
 
 
-def add_output_dir(parser: argparse.ArgumentParser, default: str, what: str) -> None:
-    help = f"{what} (default: %(default)s)"
+def add_output_dir(parser: argparse.ArgumentParser, default: str | None, what: str) -> None:
+    """``--output_dir``: ``what``, then its ``default`` unless None (``what`` says it)."""
+    help = what if default is None else f"{what} (default: %(default)s)"
     parser.add_argument("--output_dir", type=Path, default=default, help=help)
 
 

@@ -88,13 +88,11 @@ def add_parsers(subparsers) -> None:
         metavar="RUN",
         help="folder(s) of finished training runs (each holds model.pkl)",
     )
-    evaluate.add_argument(
-        "--output_dir",
-        type=Path,
-        help=(
-            "where the tables go (default: RUN/dmg_evaluate beside the run's files, or, for "
-            "several runs, dmg_evaluate in the folder that holds them, e.g. their sweep's)"
-        ),
+    add_output_dir(
+        evaluate,
+        None,
+        "where the tables go (default: RUN/dmg_evaluate beside the run's files, or, for "
+        "several runs, dmg_evaluate in the folder that holds them, e.g. their sweep's)",
     )
     evaluate.add_argument("--data_dir", help=RUNS_DATA_DIR)
 
@@ -115,10 +113,10 @@ def add_parsers(subparsers) -> None:
     masks.add_argument(
         "--run_dir", required=True, metavar="RUN", help="folder of a finished run (holds model.pkl)"
     )
-    masks.add_argument(
-        "--output_dir",
-        type=Path,
-        help="where the pictures and tables go (default: RUN/dmg_masks, beside the run's files)",
+    add_output_dir(
+        masks,
+        None,
+        "where the pictures and tables go (default: RUN/dmg_masks, beside the run's files)",
     )
 
 
@@ -137,11 +135,14 @@ def _print_files(files) -> None:
 
 
 def _beside(runs, name: str, given: Path | None) -> Path:
-    """``given``, else folder ``name`` beside the runs: inside the one run, or in the folder
-    that holds them all (their sweep's), or else inside the first run, unless a link is there;
-    checked (:func:`.outputs.check_output_dir`)."""
+    """Once every run has its model (:func:`.runs.require_model`): ``given``, else folder
+    ``name`` beside the runs: inside the one run, or in the folder that holds them all (their
+    sweep's), or else inside the first run, unless a link is there; checked
+    (:func:`.outputs.check_output_dir`)."""
     from dmg_domainbed.reporting.outputs import check_output_dir
 
+    for run in runs:
+        require_model(run)
     if given is not None:
         return check_output_dir(given, *(run.path for run in runs))
     parents = {run.path.resolve().parent for run in runs}
@@ -214,8 +215,6 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     runs = [read_run(path) for path in args.run_dir]
     check_comparable(runs)
-    for run in runs:
-        require_model(run)
     output = _beside(runs, "dmg_evaluate", args.output_dir)
     _print_written(write_in_domain([runs], output, args.data_dir))
     return 0
@@ -250,7 +249,6 @@ def masks_command(args: argparse.Namespace) -> int:
 
     run = read_run(args.run_dir)
     require_drawing(run, "masks")
-    require_model(run)
     output = _beside([run], "dmg_masks", args.output_dir)
     drawn = draw_learned(run, output, "masks")
     print(f"What {run.describe()} learned:")
