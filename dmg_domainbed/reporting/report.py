@@ -154,7 +154,12 @@ def accuracy_figure(results: pd.DataFrame, dataset: str, comparisons=None) -> Fi
     handles = [Patch(color=palette[name], label=name) for name in algorithms]
     place = dict(loc="lower left", bbox_to_anchor=(0, 1.12), frameon=False)
     axes[0, 0].legend(handles=handles, ncols=min(len(algorithms), 6), **place)
-    notes = _flag_notes(frame[frame["selection_method"].isin(methods)])
+    notes, shown = [], frame[frame["selection_method"].isin(methods)]
+    for flag, rows in tables.flag_marks(shown).items():
+        cells = shown[rows & (shown["test_env"] != AVERAGE)]
+        named = sorted({f"{a} ({d})" for a, d in zip(cells["algorithm"], cells["test_domain"])})
+        named = [f"{len(named)} bars (see the tables)"] if len(named) > NAMED_BARS else named
+        notes += [f"{flag}: {', '.join(named)}"] if named else []
     if empty and len(empty) < len(every):
         notes.insert(0, f"no result (X in the tables) for: {'; '.join(empty)}")
     if notes:
@@ -193,20 +198,6 @@ def _bars(axis, rows, algorithms, domains, palette, value, title, error_bars, la
     axis.set_axisbelow(True)
 
 
-def _flag_notes(frame: pd.DataFrame) -> list[str]:
-    if "partial" not in frame:
-        return []
-    notes = []
-    for flag, rows in (("partial", frame["partial"]), ("diverged", frame["diverged_runs"] > 0)):
-        cells = frame[rows & (frame["test_env"] != AVERAGE)]
-        named = sorted({f"{a} ({d})" for a, d in zip(cells["algorithm"], cells["test_domain"])})
-        if len(named) > NAMED_BARS:
-            named = [f"{len(named)} bars (see the tables)"]
-        if named:
-            notes.append(f"{flag}: {', '.join(named)}")
-    return notes
-
-
 def write_report(
     sweep_dir: str | Path | Sequence[str | Path],
     output_dir: str | Path,
@@ -232,8 +223,7 @@ def write_report(
             f"--reference '{reference}' is not an algorithm of {_named(sweeps)}, which has "
             f"{', '.join(names)}. Give one of those."
         )
-    results = tables.flag_results(tables.results_frame(records), jobs)
-    averages = tables.flag_averages(tables.averages_frame(records), results)
+    results, averages = tables.results_frames(records, jobs)
     notes = [jobs.summary(), *jobs.names_notes(), tables.flags_summary(results, jobs)]
     notes += [
         f"Soups: {len(souped)} soups and ensembles of the sweep's runs, read from '{soups_dir}' "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -105,15 +106,24 @@ def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) ->
     return frame.drop(columns="row").astype({"n_trials": "Int64"})
 
 
-def results_frame(records) -> pd.DataFrame:
-    """collect_results' per-dataset tables, one row per (algorithm, test domain or ``Avg``)."""
-    rows = [
-        (method.name, dataset, algorithm)
-        for method in selection_methods()
-        for dataset in ordered_datasets(records)
-        for algorithm in ordered_algorithms(records)
-    ]
-    return domain_cells(selected_accuracies(records), CELL, rows)
+def results_frames(records, jobs: SweepJobs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """collect_results' per-dataset tables, one row per (algorithm, test domain or ``Avg``), and
+    its "Averages" (each trial's mean over test domains, then over trials), of one selection,
+    flagged (:func:`flag_results`; an average: as the cells it is made of)."""
+    accuracies, methods = selected_accuracies(records), [m.name for m in selection_methods()]
+    algorithms, datasets = ordered_algorithms(records), ordered_datasets(records)
+    results = domain_cells(accuracies, CELL, list(product(methods, datasets, algorithms)))
+    keys = ["selection_method", "algorithm", "dataset"]
+    trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
+    trial_means = trials.agg(lambda v: float(np.mean(list(v)))).reset_index()
+    grid = list(product(methods, algorithms, datasets))
+    averages = cells_frame(trial_means, keys, grid).assign(test_env=AVERAGE, test_domain=AVERAGE)
+    averages = averages[[*CELL, "test_domain", "accuracy", "stderr", "n_trials", "text"]]
+    results = flag_results(results, jobs)
+    cells = results[results["test_env"] != AVERAGE]
+    cells = pd.concat([cells, cells.assign(dataset=AVERAGE)])
+    averages = averages.assign(partial=False, diverged_runs=0)
+    return results, _carry_flags(averages, cells, slice(None))
 
 
 def domain_cells(accuracies: pd.DataFrame, keys: list[str], rows: list[tuple]) -> pd.DataFrame:
@@ -131,21 +141,6 @@ def domain_cells(accuracies: pd.DataFrame, keys: list[str], rows: list[tuple]) -
     ]
     frame.insert(frame.columns.get_loc("test_env") + 1, "test_domain", domains)
     return frame
-
-
-def averages_frame(records) -> pd.DataFrame:
-    """collect_results' "Averages": each trial's mean over test domains, then over trials."""
-    keys = ["selection_method", "algorithm", "dataset"]
-    trials = selected_accuracies(records).groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
-    trial_means = trials.agg(lambda v: float(np.mean(list(v)))).reset_index()
-    grid = [
-        (method.name, algorithm, dataset)
-        for method in selection_methods()
-        for algorithm in ordered_algorithms(records)
-        for dataset in ordered_datasets(records)
-    ]
-    frame = cells_frame(trial_means, keys, grid).assign(test_env=AVERAGE, test_domain=AVERAGE)
-    return frame[[*CELL, "test_domain", "accuracy", "stderr", "n_trials", "text"]]
 
 
 def with_steps() -> list[type]:
@@ -213,7 +208,7 @@ def selected_hparams(selected: pd.DataFrame) -> pd.DataFrame:
 
 
 def flag_results(results: pd.DataFrame, jobs: SweepJobs) -> pd.DataFrame:
-    """``results`` (:func:`results_frame`) with columns ``partial`` and ``diverged_runs``."""
+    """``results`` (:func:`results_frames`) with columns ``partial`` and ``diverged_runs``."""
     frame = results.copy()
     with_records = {cell for job in jobs.jobs for cell in job.cells()}
     ran_rows = {(dataset, algorithm) for dataset, algorithm, _ in with_records}
@@ -227,14 +222,6 @@ def flag_results(results: pd.DataFrame, jobs: SweepJobs) -> pd.DataFrame:
     frame["partial"] = counted & ((trials < fullest) | np.array([k in unfinished for k in keys]))
     frame["diverged_runs"] = [diverged.get(key, 0) for key in keys]
     return _carry_flags(frame, frame[cell], ~cell)
-
-
-def flag_averages(averages: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
-    """``averages`` with the flags of the ``results`` cells each average is made of."""
-    cells = results[results["test_env"] != AVERAGE]
-    cells = pd.concat([cells, cells.assign(dataset=AVERAGE)])
-    frame = averages.assign(partial=False, diverged_runs=0)
-    return _carry_flags(frame, cells, frame.index == frame.index)
 
 
 def _carry_flags(frame: pd.DataFrame, cells: pd.DataFrame, rows) -> pd.DataFrame:
@@ -263,11 +250,16 @@ def flags_summary(results: pd.DataFrame, jobs: SweepJobs) -> str:
     return "\n".join(lines)
 
 
+def flag_marks(frame: pd.DataFrame) -> dict[str, pd.Series]:
+    """Flag -> the rows of ``frame`` that carry it (none before :func:`flag_results`)."""
+    if "partial" not in frame:
+        return {}
+    return {"partial": frame["partial"], "diverged": frame["diverged_runs"] > 0}
+
+
 def wide_table(frame: pd.DataFrame, columns="test_domain", index="algorithm") -> pd.DataFrame:
     """Rows as collect_results lays them out, the text with its flags (``41.3 (one trial)``)."""
-    marks = {"one trial": frame["n_trials"].eq(1).fillna(False)}
-    if "partial" in frame:
-        marks |= {"partial": frame["partial"], "diverged": frame["diverged_runs"] > 0}
+    marks = {"one trial": frame["n_trials"].eq(1).fillna(False), **flag_marks(frame)}
     flags = [", ".join(name for name, on in zip(marks, row) if on) for row in zip(*marks.values())]
     shown = [f"{text} ({flag})" if flag else text for text, flag in zip(frame["text"], flags)]
     table = frame.assign(shown=shown).pivot(index=index, columns=columns, values="shown")
