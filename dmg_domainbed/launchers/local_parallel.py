@@ -85,7 +85,7 @@ WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: 
 # Looked up here: a new process calls it between fork and exec, where loading is unsafe.
 _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 _SERVER = multiprocessing.get_context("forkserver")
-_server_environ: dict[str, str] | None = None  # the fork server's, once it is started
+_server_environ: dict[str, str] = {}  # the fork server's, once it is started
 # Variables (and prefixes) the fork server's imports read once and keep, so a forked job keeps
 # the server's values: huggingface_hub's cache and offline mode (timm imports it).
 READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "XDG_CACHE_HOME")
@@ -132,9 +132,7 @@ class Plan:
     warm: bool
     jobs_set: bool = False  # jobs given explicitly, rather than from jobs_per_gpu
     gpus_hidden: bool = False  # the jobs run on CPU cores even where GPUs are visible
-    environ: Mapping[str, str] = field(
-        default_factory=lambda: dict(os.environ), repr=False, compare=False
-    )
+    environ: Mapping[str, str] = field(default_factory=os.environ.copy, repr=False, compare=False)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Plan:
@@ -221,7 +219,7 @@ def warm_refusal(environ: Mapping[str, str]) -> str | None:
             f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; "
             f"put {os.path.dirname(here)} first on PATH to start jobs warm"
         )
-    server = os.environ if _server_environ is None else _server_environ
+    server = _server_environ or os.environ
     names = {name for name in set(environ) | set(server) if name.startswith(READ_AT_IMPORT)}
     differ = sorted(name for name in names if environ.get(name) != server.get(name))
     if differ:
@@ -238,9 +236,8 @@ def start_warm(
 ) -> multiprocessing.Process:
     """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server (started if need be,
     with this process's environment)."""
-    global _server_environ
-    if _server_environ is None:
-        _server_environ = dict(os.environ)
+    if not _server_environ:
+        _server_environ.update(os.environ)
     # read when the server starts; the last one waits for threads the others started
     _SERVER.set_forkserver_preload(["__main__", module, "dmg_domainbed.launchers.fork_server"])
     job = _SERVER.Process(target=_run_warm, args=(module, list(arguments), dict(environ), log))
@@ -300,16 +297,6 @@ def _run_warm(module: str, arguments: list[str], environ: dict[str, str], log: P
         sys.exit(1)
 
 
-def read_tail(path: Path | None) -> str:
-    """The last 64 kB of a log, as text ('' when there is none)."""
-    try:
-        with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
-            return log.read().decode(errors="replace")
-    except (OSError, TypeError):
-        return ""
-
-
 @dataclass
 class Outcome:
     """A job; ``returncode`` is None while it runs; a failed one keeps its log's end and a hint."""
@@ -342,8 +329,10 @@ class Outcome:
                 return False
             self.seconds = time.monotonic() - self.started
             _signal_group(self.process.pid, signal.SIGKILL)
-            if self.returncode:
-                self.output = read_tail(self.log)
+            if self.returncode:  # its log's last 64 kB, if it has one
+                with contextlib.suppress(OSError, TypeError), open(self.log, "rb") as log:
+                    log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
+                    self.output = log.read().decode(errors="replace")
                 self.hint = folder_deleted(self.command) or plan.memory_hint(
                     self.returncode, self.output
                 )
@@ -388,11 +377,6 @@ def _signal_group(leader_pid: int, signal_number: int) -> None:
         os.killpg(leader_pid, signal_number)
 
 
-def _wait(running: list[Outcome]) -> None:
-    """Until a warm job has ended (its sentinel is ready), or for ``POLL_SECONDS``."""
-    wait([job.process.sentinel for job in running if job.warm], POLL_SECONDS)
-
-
 def run_commands(
     commands: list[str],
     plan: Plan,
@@ -421,21 +405,20 @@ def run_commands(
             while pending and free_slots:
                 started.append(_start(pending.popleft(), free_slots.popleft(), plan, module))
                 running.append(started[-1])
-            _wait(running)
+            wait([job.process.sentinel for job in running if job.warm], POLL_SECONDS)
             for job in [job for job in running if job.ended(plan)]:
                 running.remove(job)
                 free_slots.append(job.slot)
                 say(_progress_line(job, len(started) - len(running), len(commands)))
-    except BaseException:
+    finally:  # what still runs (after an exception, Ctrl-C included) is stopped
         for job in running:
             _signal_group(job.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         while time.monotonic() < deadline and not all(job.ended(plan) for job in running):
-            _wait(running)
+            time.sleep(POLL_SECONDS)
         for job in running:
             _signal_group(job.process.pid, signal.SIGKILL)
             (job.process.join if job.warm else job.process.wait)()
-        raise
     return started
 
 
