@@ -245,24 +245,18 @@ def _shadowing(run) -> str:
     from domainbed import datasets
 
     from dmg_domainbed import integration
+    from dmg_domainbed.hparams.space import declared
 
     name, component = run.name, run.declared
     if component is None:
         return "DomainBed's own algorithm: DomainBed's names"
-    space = getattr(component, "HPARAMS", None)
+    hparams = declared(getattr(component, "HPARAMS", None) or ())  # a mapping's: everywhere
     shadowed: dict[str, list[str]] = {}
     for each in datasets.DATASETS:
         own = integration.domainbed_hparams(name, each, 0)
-        if isinstance(space, Mapping):
-            names = [key for key in space if key in own]
-        else:
-            names = [
-                h.name
-                for h in space or ()
-                if h.name in own and h.applies(each, own) and not h.where_defined
-            ]
-        for key in names:
-            shadowed.setdefault(key, []).append(each)
+        for h in hparams:
+            if h.name in own and h.applies(each, own) and not h.where_defined:
+                shadowed.setdefault(h.name, []).append(each)
     if not shadowed:
         return "none replaces one of DomainBed's"
     listed = "; ".join(f"{key!r} (on {', '.join(on)})" for key, on in shadowed.items())

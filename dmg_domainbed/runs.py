@@ -7,7 +7,6 @@ is not finite (its exit status is still 0): every place that shows its numbers f
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import pickle
@@ -15,7 +14,7 @@ import random
 import re
 import sys
 from collections import namedtuple
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -415,27 +414,13 @@ def check_model_fits(run: Run, path: Path, checkpoint: Mapping[str, Any], datase
         )
 
 
-@contextlib.contextmanager
-def seeded_like_train(seed: int) -> Iterator[None]:
-    """Seed Python, NumPy and torch as train.py does, then give the caller's states back."""
+def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
+    """The run's dataset, built as train.py built it (from ``data_dir`` if given, not for a
+    manifest dataset; Python, NumPy and torch seeded as train.py seeds them, the caller's states
+    given back) and checked against what the run recorded (:func:`check_rebuilt`)."""
     import numpy as np
     import torch
 
-    python_state, numpy_state = random.getstate(), np.random.get_state()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            random.seed(seed)
-            np.random.seed(seed)
-            torch.manual_seed(seed)
-            yield
-    finally:
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
-
-
-def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
-    """The run's dataset, built as train.py built it (from ``data_dir`` if given, not for a
-    manifest dataset) and checked against what the run recorded (:func:`check_rebuilt`)."""
     from dmg_domainbed.hparams.recorded import recorded_hparams  # not at import: numpy
 
     check_fields(run.records, run.path / RESULTS_FILE, SPLITS)
@@ -456,8 +441,16 @@ def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
     hparams = {name: value for name, value in run.hparams.items() if name not in recorded}
     if not augment:
         hparams["data_augmentation"] = False
+    seed, python_state, numpy_state = (
+        run.args.get("seed", 0),
+        random.getstate(),
+        np.random.get_state(),
+    )
     try:
-        with seeded_like_train(run.args.get("seed", 0)):
+        with torch.random.fork_rng(devices=[]):
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
             dataset = built(root, run.test_envs, hparams)
     except UserError:
         raise
@@ -467,6 +460,9 @@ def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
             f"({type(error).__name__}: {error}). Pass --data_dir with the folder the run "
             "was trained on."
         ) from None
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
     check_rebuilt(run, dataset, hparams)
     return dataset
 

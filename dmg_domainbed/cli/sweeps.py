@@ -96,11 +96,9 @@ def demo_config_of(args: argparse.Namespace):
 
     check_names("--algorithms", "algorithm", args.algorithms, algorithms.ALGORITHMS)
 
-    for flag, key, value in (
-        ("--trials", "n_trials", args.trials),
-        ("--hparams_samples", "n_hparams", args.hparams_samples),
-    ):
-        SWEEP_KEYS[key].check(value, flag, f"Give {flag} within these bounds (a sweep's {key}).")
+    for flag, key in (("trials", "n_trials"), ("hparams_samples", "n_hparams")):
+        fix = f"Give --{flag} within these bounds (a sweep's {key})."
+        SWEEP_KEYS[key].check(getattr(args, flag), f"--{flag}", fix)
     return demo_config(args.algorithms, args.steps, args.jobs, args.trials, args.hparams_samples)
 
 
