@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -62,7 +61,8 @@ class Job:
 
 def read_jobs(*sweep_dirs: str | Path) -> list[Job]:
     """Every job folder of the sweeps with its records, checked and :func:`renamed` (the runs
-    of several sweeps by one rule); :class:`UserError` for a job found in two of them."""
+    of several sweeps by one rule), done or not, diverged or not (:func:`sweep_jobs` tells
+    running from failed); :class:`UserError` for a job found in two of them."""
     found: list[tuple[Path, list[dict[str, Any]], bool]] = []
     for sweep_dir in sweep_dirs:
         for name in os.listdir(sweep_dir):
@@ -89,7 +89,9 @@ def read_jobs(*sweep_dirs: str | Path) -> list[Job]:
     jobs = []
     for folder, records, empty in found:
         shown = tuple(renamed(record, names[folder], folder) for record in records)
-        jobs.append(Job(folder, shown, empty=empty, trained=records[-1] if records else None))
+        state = DONE if (folder / DONE_FILE).exists() else FAILED
+        trained = records[-1] if records else None
+        jobs.append(Job(folder, shown, state, empty, runs.divergence(shown), trained))
     return jobs
 
 
@@ -223,12 +225,6 @@ class SweepJobs:
 
         return Q([record for job in self.jobs for record in job.records])
 
-    def unfinished_cells(self) -> set[Cell]:
-        return {cell for job in self.jobs if job.state != DONE for cell in job.cells()}
-
-    def diverged_cells(self) -> Counter[Cell]:
-        return Counter(cell for job in self.diverged() for cell in job.cells())
-
     def complete(self) -> bool:
         return all(job.state == DONE for job in self.jobs)
 
@@ -283,10 +279,7 @@ def sweep_jobs(*sweep_dirs: str | Path) -> SweepJobs:
     """The sweeps' jobs with their states (see the module's description)."""
     from dmg_domainbed.locks import FolderLock
 
-    jobs = []
-    for job in read_jobs(*sweep_dirs):
-        state = DONE if (job.folder / DONE_FILE).exists() else FAILED
-        jobs.append(replace(job, state=state, diverged=runs.divergence(job.records)))
+    jobs = read_jobs(*sweep_dirs)
     unfinished = [job.folder for job in jobs if job.state != DONE]
     why, running, notes = "", set(), ()
     if unfinished:

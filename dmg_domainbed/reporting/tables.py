@@ -9,6 +9,7 @@ lacking) and ``diverged_runs``; an average carries the flags of the cells it ave
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import product
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dmg_domainbed.reporting.jobs import SweepJobs, read_jobs
+from dmg_domainbed.reporting.jobs import DONE, SweepJobs, read_jobs
 
 AVERAGE = "Avg"
 MISSING = "X"  # collect_results' mark for a cell without results
@@ -51,14 +52,6 @@ def ordered_algorithms(records) -> list[str]:
     present = records.select("args.algorithm").unique()
     known = [name for name in algorithms.ALGORITHMS if name in present]
     return known + [name for name in present if name not in algorithms.ALGORITHMS]
-
-
-def ordered_datasets(records) -> list[str]:
-    """Datasets in DomainBed's registry order (collect_results prints only those)."""
-    from domainbed import datasets
-
-    present = set(records.select("args.dataset").unique())
-    return [name for name in datasets.DATASETS if name in present]
 
 
 def selected_groups(records, selection_method):
@@ -110,8 +103,12 @@ def results_frames(records, jobs: SweepJobs) -> tuple[pd.DataFrame, pd.DataFrame
     """collect_results' per-dataset tables, one row per (algorithm, test domain or ``Avg``), and
     its "Averages" (each trial's mean over test domains, then over trials), of one selection,
     flagged (:func:`flag_results`; an average: as the cells it is made of)."""
+    from domainbed import datasets as registered
+
     accuracies, methods = selected_accuracies(records), [m.name for m in selection_methods()]
-    algorithms, datasets = ordered_algorithms(records), ordered_datasets(records)
+    present = set(records.select("args.dataset").unique())  # collect_results prints only these
+    algorithms = ordered_algorithms(records)
+    datasets = [name for name in registered.DATASETS if name in present]
     results = domain_cells(accuracies, CELL, list(product(methods, datasets, algorithms)))
     keys = ["selection_method", "algorithm", "dataset"]
     trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
@@ -210,10 +207,11 @@ def selected_hparams(selected: pd.DataFrame) -> pd.DataFrame:
 def flag_results(results: pd.DataFrame, jobs: SweepJobs) -> pd.DataFrame:
     """``results`` (:func:`results_frames`) with columns ``partial`` and ``diverged_runs``."""
     frame = results.copy()
-    with_records = {cell for job in jobs.jobs for cell in job.cells()}
-    ran_rows = {(dataset, algorithm) for dataset, algorithm, _ in with_records}
-    ran_envs = {(dataset, env) for dataset, _, env in with_records}
-    unfinished, diverged = jobs.unfinished_cells(), jobs.diverged_cells()
+    with_records = [(cell, job) for job in jobs.jobs for cell in job.cells()]
+    ran_rows = {(dataset, algorithm) for (dataset, algorithm, _), _ in with_records}
+    ran_envs = {(dataset, env) for (dataset, _, env), _ in with_records}
+    unfinished = {cell for cell, job in with_records if job.state != DONE}
+    diverged = Counter(cell for cell, job in with_records if job.diverged)
     cell = frame["test_env"] != AVERAGE
     keys = list(zip(frame["dataset"], frame["algorithm"], frame["test_env"], strict=True))
     counted = cell & np.array([(d, a) in ran_rows and (d, e) in ran_envs for d, a, e in keys])
