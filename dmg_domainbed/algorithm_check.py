@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-import numpy as np
 import torch
 
 from dmg_domainbed.errors import UserError
@@ -203,19 +202,21 @@ def _draws(component) -> int:
     name))``), a sampler draws what its declaration or the trainable bounds refuse."""
     from domainbed.lib import misc
 
-    from dmg_domainbed.hparams.space import declared_rules
+    from dmg_domainbed.hparams.space import declared, resolve_space
     from dmg_domainbed.hparams.trainable import TRAINABLE
 
-    space = getattr(component, "HPARAMS", None)
-    rules = declared_rules(space) if space is not None else []
+    hparams = declared(getattr(component, "HPARAMS", None) or ())
     seeds = [(h, t) for h in SWEEP_HPARAMS_SEEDS for t in SWEEP_TRIALS]
+    names = [hparam.name for hparam in hparams]  # where_defined ones drawn too
+    jobs = [
+        resolve_space(hparams, misc.seed_hash(h, t), misc.seed_hash, None, names) for h, t in seeds
+    ]
     lines = []
-    for key, sample, rule in rules:
+    for key, rule in ((hparam.name, hparam.rule) for hparam in hparams):
         keeps = [rule, TRAINABLE[key]] if key in TRAINABLE else [rule]
         refused = []
-        for h, t in seeds:
-            value = sample(np.random.RandomState(misc.seed_hash(misc.seed_hash(h, t), key)))
-            value = value.item() if isinstance(value, np.generic) else value
+        for (h, t), drawn in zip(seeds, jobs):
+            value = drawn[key][1]
             problem = next((p for r in keeps if (p := r.problem(value)) is not None), None)
             if problem is not None:
                 refused.append((h, t, value, problem))
@@ -236,7 +237,7 @@ def _draws(component) -> int:
             f"sweep, hparams seeds {SWEEP_HPARAMS_SEEDS.start}-{SWEEP_HPARAMS_SEEDS.stop - 1} x "
             f"trials {SWEEP_TRIALS.start}-{SWEEP_TRIALS.stop - 1}), or widen the declared range."
         )
-    return len(rules)
+    return len(hparams)
 
 
 def _shadowing(run) -> str:

@@ -146,11 +146,6 @@ def declared(space: Declaration) -> list[HParam]:
     return entries
 
 
-def declared_rules(space: Declaration) -> list[tuple[str, Sampler, Rule]]:
-    """(name, sampler, what a valid value is) of every declared hparam."""
-    return [(h.name, h.sample, h.rule) for h in declared(space)]
-
-
 def resolve_space(
     space: Declaration,
     random_seed: int,
