@@ -71,26 +71,29 @@ def _trace(error: BaseException) -> str:
     return "".join(traceback.format_exception(error)).rstrip()
 
 
-def algorithm_class(name: str) -> type:
-    """DomainBed's class of ``name``; :class:`UserError` for a name nothing registers, the
-    plugin's ``PluginImportError`` (loaded first: the registration does not report it too)."""
+def algorithm_class(name: str) -> type | Exception:
+    """DomainBed's class of ``name``, or the plugin's ``PluginImportError`` (loaded first: the
+    registration does not report it too); :class:`UserError` for a name nothing registers."""
     import dmg_domainbed
     from dmg_domainbed import integration
 
     declared = name in integration.entry_points(integration.ALGORITHM_GROUP)
-    if declared:
-        integration.load(integration.ALGORITHM_GROUP, name, report=False)
-    dmg_domainbed.register()
-    from domainbed import algorithms
+    try:
+        if declared:
+            integration.load(integration.ALGORITHM_GROUP, name, report=False)
+        dmg_domainbed.register()
+        from domainbed import algorithms
 
-    if not declared and name not in algorithms.ALGORITHMS:
-        raise UserError(
-            f"no algorithm {name!r} is registered: DomainBed's and its plugins' are "
-            f"{', '.join(algorithms.ALGORITHMS)}. A plugin's name is the one on the left of its "
-            'entry-point line under [project.entry-points."domainbed.algorithms"]; is its '
-            "package installed (pip install -e .) in this Python?"
-        )
-    return algorithms.get_algorithm_class(name)
+        if not declared and name not in algorithms.ALGORITHMS:
+            raise UserError(
+                f"no algorithm {name!r} is registered: DomainBed's and its plugins' are "
+                f"{', '.join(algorithms.ALGORITHMS)}. A plugin's name is the one on the left of "
+                'its entry-point line under [project.entry-points."domainbed.algorithms"]; is '
+                "its package installed (pip install -e .) in this Python?"
+            )
+        return algorithms.get_algorithm_class(name)
+    except integration.PluginImportError as error:
+        return error
 
 
 def check_algorithm(
@@ -104,12 +107,7 @@ def check_algorithm(
             f"{DEBUG_IMAGES} images per domain; give 1 to {DEBUG_IMAGES} (default {BATCH_SIZE}, "
             "as DomainBed's test_models)"
         )
-    from dmg_domainbed import integration
-
-    try:  # a name nothing registers is refused (UserError) before any check
-        loaded = algorithm_class(name)
-    except integration.PluginImportError as error:
-        loaded = error
+    loaded = algorithm_class(name)  # a name nothing registers is refused before any check
     run = SimpleNamespace(name=name, dataset=dataset, images=images_per_domain, loaded=loaded)
     found: dict[str, Finding] = {}
     stopped_by: dict[str, str] = {}  # a check not run -> the failed check that stopped it
