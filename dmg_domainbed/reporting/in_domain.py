@@ -22,8 +22,8 @@ from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.reporting import tables
 from dmg_domainbed.reporting.jobs import names_notes, renamed, reported_names, require_utf8_name
-from dmg_domainbed.reporting.outputs import placed, staged
-from dmg_domainbed.reporting.tables import markdown_text, sections_markdown, write_table
+from dmg_domainbed.reporting.outputs import write_files
+from dmg_domainbed.reporting.tables import markdown_text, sections_markdown
 from dmg_domainbed.runs import Run, warnings
 
 PREDICT = "predict"
@@ -186,9 +186,8 @@ def write_in_domain(groups: Sequence[Sequence[Run]], output_dir: Path, data_dir=
         frames.append(pd.concat([evaluate_run(r, data_dir, name=names[r.path]) for r in group]))
         sections.append((table3_title(group, output_dir), table3(frames[-1])))
     frame = pd.concat(frames, ignore_index=True)
-    with staged(output_dir) as stage:
-        files = write_table(frame, sections_markdown(sections, "Prediction"), stage, IN_DOMAIN)
-    files = placed(files, output_dir)
+    markdown = sections_markdown(sections, "Prediction")
+    files = write_files(output_dir, {f"{IN_DOMAIN}.csv": frame, f"{IN_DOMAIN}.md": markdown})
     notes = run_notes([run for group in groups for run in group])
     if frame.loc[frame["prediction"].str.endswith(f"({PREDICT})"), "logged"].isna().any():
         notes.append(
@@ -254,12 +253,9 @@ def write_selection(sweep_dir: str | Path, output_dir: Path, data_dir=None) -> W
         for dataset, rows in selection.groupby("dataset", sort=False)
     ]
     markdown = sections_markdown(sections, "Selected by")
-    with staged(output_dir) as stage:
-        files = write_table(selection, markdown, stage, SELECTION)
-        if len(evaluations):
-            files.insert(0, stage / CHECKPOINTS)
-            evaluations.to_csv(files[0], index=False)
-    files = placed(files, output_dir)
+    written = {CHECKPOINTS: evaluations} if len(evaluations) else {}
+    written |= {f"{SELECTION}.csv": selection, f"{SELECTION}.md": markdown}
+    files = write_files(output_dir, written)
     notes = [
         f"note: {run.describe()} saved no checkpoint models; its known-domain rows leave it out"
         for run in without

@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
@@ -91,3 +91,18 @@ def staged(folder: Path) -> Iterator[Path]:
 def placed(files: Iterable[Path], folder: Path) -> list[Path]:
     """Where ``files``, written into a staging folder, lie in ``folder`` once moved."""
     return [folder / path.name for path in files]
+
+
+def write_files(folder: Path, contents: Mapping[str, object]) -> list[Path]:
+    """Each file of ``contents`` (name -> text, a table written as CSV without its index, or a
+    function that writes the path it is given) written into ``folder`` through :func:`staged`;
+    where they lie once moved."""
+    with staged(folder) as stage:
+        for name, content in contents.items():
+            if isinstance(content, str):
+                (stage / name).write_text(content)
+            elif callable(content):
+                content(stage / name)
+            else:
+                content.to_csv(stage / name, index=False)
+    return [folder / name for name in contents]

@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +24,8 @@ from dmg_domainbed.folders import path_part
 from dmg_domainbed.reporting import comparisons as paired
 from dmg_domainbed.reporting import ranks, soups, tables
 from dmg_domainbed.reporting.jobs import SweepJobs, renamed, sweep_jobs
-from dmg_domainbed.reporting.outputs import check_output_dir, placed, staged
-from dmg_domainbed.reporting.tables import AVERAGE, write_table
+from dmg_domainbed.reporting.outputs import check_output_dir, write_files
+from dmg_domainbed.reporting.tables import AVERAGE
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 RESULTS = ("results.csv", "averages.csv", "results.md", "selected_hparams.csv")
@@ -205,7 +206,7 @@ def write_report(
     soups_dir: str | Path | None = None,
 ) -> SweepReport:
     """Everything ``report`` writes for a sweep, or several reported together (docs/reports.md),
-    computed, then written through :func:`.outputs.staged`; with ``soups_dir``, their soups in
+    computed, then written through :func:`.outputs.write_files`; with ``soups_dir``, their soups in
     rows of their own, each also compared with its runs."""
     from domainbed.lib.query import Q
 
@@ -249,19 +250,15 @@ def write_report(
     drawn = comparisons[comparisons["reference"] == reference] if len(comparisons) else comparisons
     figures = pictures_of(results, records, drawn, jobs.trained_algorithms())
 
-    with staged(output) as stage:
-        files = [stage / name for name in RESULTS]
-        results.to_csv(files[0], index=False)
-        averages.to_csv(files[1], index=False)
-        files[2].write_text(f"{tables.results_markdown(results, averages)}\n{status}\n")
-        tables.selected_hparams(chosen).to_csv(files[3], index=False)
-        if len(comparisons):
-            files += write_table(comparisons, paired.markdown(comparisons), stage, "comparisons")
-        files += write_table(ranks.ranks_frame(found), ranks.ranks_markdown(found), stage, "ranks")
-        if diagram is not None:
-            files.append(save(diagram, stage / "ranks.png"))
-        files += [save(drawn, stage / name) for name, drawn in figures.items()]
-    written = placed(files, output)
+    markdown = f"{tables.results_markdown(results, averages)}\n{status}\n"
+    tables_of = (results, averages, markdown, tables.selected_hparams(chosen))
+    written = dict(zip(RESULTS, tables_of, strict=True))
+    if len(comparisons):
+        written |= {"comparisons.csv": comparisons, "comparisons.md": paired.markdown(comparisons)}
+    written |= {"ranks.csv": ranks.ranks_frame(found), "ranks.md": ranks.ranks_markdown(found)}
+    figures = {"ranks.png": diagram, **figures} if diagram is not None else figures
+    written |= {name: partial(save, drawn) for name, drawn in figures.items()}
+    written = write_files(output, written)
     return SweepReport(
         results, averages, ranked, comparisons, found, reference, written, jobs, status
     )

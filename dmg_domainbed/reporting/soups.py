@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -29,8 +30,8 @@ from dmg_domainbed.errors import UserError
 from dmg_domainbed.hparams.every_algorithm import INIT_SEED, OWN_SEED
 from dmg_domainbed.reporting.in_domain import predicted_classes, run_names
 from dmg_domainbed.reporting.jobs import require_utf8_name
-from dmg_domainbed.reporting.outputs import check_output_dir, placed, staged
-from dmg_domainbed.reporting.tables import markdown_table, write_table
+from dmg_domainbed.reporting.outputs import check_output_dir, write_files
+from dmg_domainbed.reporting.tables import markdown_table
 from dmg_domainbed.runs import Run
 from dmg_domainbed.shortlist import shortlist
 
@@ -262,14 +263,10 @@ def write_soups(
     for record, _ in made:  # its id, where the reports look for a run's folder
         record["args"]["output_dir"] = str(output.absolute() / soup_id(record))
     frame = soups_frame([record for record, _ in made])
-    with staged(output) as stage:
-        files = [stage / RECORDS]
-        files[0].write_text("".join(json.dumps(record) + "\n" for record, _ in made))
-        for record, checkpoint in made:
-            if checkpoint is not None:
-                files.append(stage / f"{soup_id(record)}.pkl")
-                torch.save({**checkpoint, "args": record["args"]}, files[-1])
-        markdown = markdown_table(frame.round(1).set_index("soup"), "Soup")
-        files += write_table(frame, markdown, stage, SOUPS)
+    written = {RECORDS: "".join(json.dumps(record) + "\n" for record, _ in made)}
+    saved = {soup_id(r): {**model, "args": r["args"]} for r, model in made if model is not None}
+    written |= {f"{id}.pkl": partial(torch.save, model) for id, model in saved.items()}
+    markdown = markdown_table(frame.round(1).set_index("soup"), "Soup")
+    written |= {f"{SOUPS}.csv": frame, f"{SOUPS}.md": markdown}
     warnings = run_files.warnings(run for runs in groups.values() for run in runs)
-    return frame, placed(files, output), warnings
+    return frame, write_files(output, written), warnings

@@ -329,12 +329,3 @@ def markdown_table(table: pd.DataFrame, index_label: str | None = None) -> str:
 def sections_markdown(sections: list[tuple[str, pd.DataFrame]], index_label: str = "") -> str:
     """One Markdown table per ``(title, table)`` section, each under its title."""
     return "\n".join(f"{title}\n\n{markdown_table(wide, index_label)}" for title, wide in sections)
-
-
-def write_table(long: pd.DataFrame, markdown: str, output_dir: Path, stem: str) -> list[Path]:
-    """``<stem>.csv`` from ``long`` and ``<stem>.md`` holding ``markdown``."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = output_dir / f"{stem}.csv", output_dir / f"{stem}.md"
-    long.to_csv(csv_path, index=False)
-    md_path.write_text(markdown)
-    return [csv_path, md_path]

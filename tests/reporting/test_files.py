@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.outputs import check_output_dir
-from dmg_domainbed.reporting.tables import sections_markdown, write_table
+from dmg_domainbed.reporting.outputs import check_output_dir, write_files
+from dmg_domainbed.reporting.tables import sections_markdown
 
 
 def test_an_output_folder_inside_an_input_folder_is_refused(tmp_path):
@@ -23,7 +23,7 @@ def test_a_table_is_written_as_long_csv_and_titled_markdown(tmp_path):
     long = pd.DataFrame({"prediction": ["a", "b"], "accuracy": [50.0, 75.5]})
     wide = long.set_index("prediction")
     markdown = sections_markdown([("## First", wide), ("## Second", wide)], "Prediction")
-    paths = write_table(long, markdown, tmp_path / "o", "t")
+    paths = write_files(tmp_path / "o", {"t.csv": long, "t.md": markdown})
     assert [p.name for p in paths] == ["t.csv", "t.md"]
     assert pd.read_csv(paths[0]).equals(long)
     markdown = re.sub(" +", " ", paths[1].read_text())
