@@ -97,15 +97,24 @@ def check(environ: Mapping[str, str]) -> str:
     return describe(resolve(environ))
 
 
-def _executor(values: Mapping[str, Any], commands: Sequence[str]) -> Any:
+def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None:
+    """Submit ``commands`` as Slurm array tasks with the settings in ``environ``; what it sets
+    otherwise than this process's environment (which sbatch hands the tasks) is set on the node."""
+    if not commands:
+        print("submitit: nothing to submit", flush=True)
+        return
+    output_dirs = [output_dir_of(command) for command in commands]
+    try:
+        values = resolve(environ)
+        if values["folder"] is None and None in output_dirs:
+            raise UserError(
+                "the submitit launcher could not tell where to write its logs: not every command "
+                "names an --output_dir. Set DMG_SUBMITIT_FOLDER to a folder for submitit's files."
+            )
+    except UserError as error:
+        raise not_launched(error, commands) from None
     import submitit
 
-    output_dirs = [output_dir_of(command) for command in commands]
-    if values["folder"] is None and None in output_dirs:
-        raise UserError(
-            "the submitit launcher could not tell where to write its logs: not every command "
-            "names an --output_dir. Set DMG_SUBMITIT_FOLDER to a folder for submitit's files."
-        )
     parents = [os.path.dirname(os.path.abspath(d)) for d in output_dirs if d]
     folder = values["folder"] or os.path.join(os.path.commonpath(parents), ".submitit")
     executor = submitit.AutoExecutor(folder=Path(folder).resolve(), cluster=values["cluster"])
@@ -118,20 +127,6 @@ def _executor(values: Mapping[str, Any], commands: Sequence[str]) -> Any:
         slurm_partition=values["partition"],
         slurm_array_parallelism=values["array_parallelism"],
     )
-    return executor
-
-
-def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None:
-    """Submit ``commands`` as Slurm array tasks with the settings in ``environ``; what it sets
-    otherwise than this process's environment (which sbatch hands the tasks) is set on the node."""
-    if not commands:
-        print("submitit: nothing to submit", flush=True)
-        return
-    try:
-        values = resolve(environ)
-        executor = _executor(values, commands)
-    except UserError as error:
-        raise not_launched(error, commands) from None
     jobs: list[Any] = []
     size = values["max_array_size"]
     task = functools.partial(run_command, environ=environment_changes(environ))
@@ -145,7 +140,7 @@ def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None
                 f"{type(error).__name__}: {error}",
                 commands[start:],
             ) from error
-        for job, output_dir in zip(jobs[start:], map(output_dir_of, commands[start:])):
+        for job, output_dir in zip(jobs[start:], output_dirs[start:]):
             for stream, name in LINK_NAMES.items() if output_dir else ():  # to the Slurm logs
                 link = Path(output_dir, name)
                 if link.is_symlink() or not link.exists():
