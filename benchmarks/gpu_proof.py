@@ -344,7 +344,7 @@ def accuracy(settings: Settings) -> dict:
     from dmg_domainbed.launchers.local_parallel import Plan, usable_cores, visible_gpus
     from dmg_domainbed.reporting.comparisons import intervals
     from dmg_domainbed.reporting.jobs import sweep_jobs
-    from dmg_domainbed.reporting.tables import ranked_runs, selected_frame, with_steps
+    from dmg_domainbed.reporting.tables import ranked_runs, selected_frame, selection_methods
 
     dataset = datasets.get_dataset_class(ACCURACY_DATASET)
     if settings.tiny:
@@ -381,7 +381,7 @@ def accuracy(settings: Settings) -> dict:
                     kept.parent.mkdir(exist_ok=True)
                     shutil.copy(job / name, kept)
     chosen = selected_frame(ranked_runs(sweep_jobs(sweep).records()))
-    method = with_steps()[0].name  # training-domain validation
+    method = selection_methods()[0].name  # training-domain validation
     chosen = chosen[chosen["selection_method"] == method]
     cells = chosen.pivot(index=["test_env", "trial_seed"], columns="algorithm", values="accuracy")
     figures = {

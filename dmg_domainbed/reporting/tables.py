@@ -1,6 +1,6 @@
 """A sweep's results tables by DomainBed's own grouping and selection code (the numbers of
 ``collect_results``, one row per cell, in percent), their flags, Markdown and files, and the run
-and checkpoint each selection method selects (:func:`with_steps` adds the step DomainBed's
+and checkpoint each selection method selects (:func:`selection_methods` adds the step DomainBed's
 methods do not return). Flags: ``partial`` (fewer trials than the dataset's fullest cell of that
 selection method, or a job not done; an algorithm or test domain the sweep never ran is not
 lacking) and ``diverged_runs``; an average carries the flags of the cells it averages.
@@ -24,13 +24,6 @@ MISSING = "X"  # collect_results' mark for a cell without results
 CELL = ["selection_method", "dataset", "algorithm", "test_env"]
 COLUMNS = "selection_method dataset algorithm test_env test_domain trial_seed hparams_seed"
 COLUMNS = f"{COLUMNS} step val_acc accuracy run diverged".split()
-
-
-def selection_methods() -> list[type]:
-    """The selection methods collect_results reports (without ``--auto_lr``), in its order."""
-    from domainbed import model_selection as ms
-
-    return [ms.IIDAccuracySelectionMethod, ms.LeaveOneOutSelectionMethod, ms.OracleSelectionMethod]
 
 
 def load_sweep_records(sweep_dir: str | Path):
@@ -140,8 +133,9 @@ def domain_cells(accuracies: pd.DataFrame, keys: list[str], rows: list[tuple]) -
     return frame
 
 
-def with_steps() -> list[type]:
-    """Subclasses of :func:`selection_methods`, in that order, that return the step too."""
+def selection_methods() -> list[type]:
+    """The selection methods collect_results reports (without ``--auto_lr``), in its order, as
+    subclasses that return the step too (the selection is DomainBed's, unchanged)."""
     from domainbed import model_selection as ms
 
     class IIDWithStep(ms.IIDAccuracySelectionMethod):
@@ -176,7 +170,7 @@ def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFr
     keys = ("dataset", "algorithm", "test_env", "trial_seed")  # the rows' order
     groups = sorted(reporting.get_grouped_records(records), key=lambda g: [g[k] for k in keys])
     rows = []
-    for method in with_steps():
+    for method in selection_methods():
         for group in groups:
             environments = datasets.get_dataset_class(group["dataset"]).ENVIRONMENTS
             for position, (chosen, run_records) in enumerate(method.hparams_accs(group["records"])):
