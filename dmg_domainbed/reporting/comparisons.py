@@ -90,18 +90,14 @@ def compare(selected: pd.DataFrame, reference: str, algorithms=None) -> pd.DataF
 
 def flag_comparisons(comparisons: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
     """``comparisons`` with ``diverged_runs``: how many of the runs each compares diverged."""
-    broken = selected[selected["diverged"] != ""]
-    counts = [
-        broken.loc[
-            (broken["selection_method"] == row.selection_method)
-            & (broken["dataset"] == row.dataset)
-            & broken["algorithm"].isin([row.algorithm, row.reference])
-            & ((broken["test_env"] == row.test_env) | (row.test_env == AVERAGE)),
-            "run",
-        ].nunique()
-        for row in comparisons.itertuples()
-    ]
-    return comparisons.assign(diverged_runs=counts)
+    cell = ["selection_method", "dataset"]
+    broken = selected.loc[selected["diverged"] != "", [*cell, "algorithm", "test_env", "run"]]
+    pairs = comparisons.reset_index(names="row").merge(broken, on=cell, suffixes=("", "_run"))
+    of = pairs["algorithm_run"]
+    compared = (of == pairs["algorithm"]) | (of == pairs["reference"])
+    compared &= (pairs["test_env_run"] == pairs["test_env"]) | (pairs["test_env"] == AVERAGE)
+    counts = pairs[compared].groupby("row")["run"].nunique()
+    return comparisons.assign(diverged_runs=counts.reindex(comparisons.index, fill_value=0))
 
 
 def _diverged(row: pd.Series) -> str:
