@@ -122,11 +122,12 @@ def collect_results_text(sweep_dir: Path) -> str:
     from dmg_domainbed.reporting import tables
 
     records = tables.load_sweep_records(sweep_dir)
+    selecting = set(tables.selected_accuracies(tables.ranked_runs(records))["selection_method"])
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         print("Total records:", len(records))
         for method in tables.selection_methods():
-            if len(tables.selected_groups(records, method)):
+            if method.name in selecting:
                 collect_results.print_results_tables(records, method, latex=False)
             else:
                 print(f"\n{tables.no_result_line(method.name)}")

@@ -203,7 +203,6 @@ def selection_frame(runs: Sequence[Run], evaluations: pd.DataFrame) -> pd.DataFr
     """Per dataset, prediction and test domain, the cell of what the prediction selects, from
     records whose source ``env<i>_out_acc`` is its accuracy (``predict``: train.py's)."""
     from domainbed.lib.query import Q
-    from domainbed.model_selection import IIDAccuracySelectionMethod
 
     records, names = [], run_names(runs)
     for run in runs:
@@ -216,7 +215,8 @@ def selection_frame(runs: Sequence[Run], evaluations: pd.DataFrame) -> pd.DataFr
             record = next(r for r in run.records if r["step"] == step)
             accuracies = {f"env{e}_out_acc": a / 100 for e, a in zip(rows["env"], rows["accuracy"])}
             records.append(renamed({**record, **accuracies}, prediction, Path(run.path)))
-    selected = tables.selected_accuracies(Q(records), [IIDAccuracySelectionMethod])
+    iid = tables.selection_methods()[:1]  # training-domain validation
+    selected = tables.selected_accuracies(tables.ranked_runs(Q(records), methods=iid))
     selected = selected.rename(columns={"algorithm": "prediction"})
     rows = sorted(set(zip(selected["dataset"], selected["prediction"])))
     return tables.domain_cells(selected, ["dataset", "prediction", "test_env"], rows)

@@ -224,7 +224,9 @@ def write_report(
             f"--reference '{reference}' is not an algorithm of {_named(sweeps)}, which has "
             f"{', '.join(names)}. Give one of those."
         )
-    results, averages = tables.results_frames(records, jobs)
+    diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
+    ranked = tables.ranked_runs(records, diverged)
+    results, averages = tables.results_frames(records, ranked, jobs)
     notes = [jobs.summary(), *jobs.names_notes(), tables.flags_summary(results, jobs)]
     notes += [
         f"Soups: {len(souped)} soups and ensembles of the sweep's runs, read from '{soups_dir}' "
@@ -232,8 +234,6 @@ def write_report(
         "model per trial, so every selection method selects it."
     ] * bool(souped)
     status = "\n".join(filter(None, notes))
-    diverged = {job.records[-1]["args"]["output_dir"]: job.diverged for job in jobs.diverged()}
-    ranked = tables.ranked_runs(records, diverged)
     chosen = tables.selected_frame(ranked)
     comparisons = paired.compare(chosen, reference, names) if reference else pd.DataFrame()
     made_of = {record[soups.SOUP]["name"]: record[soups.SOUP]["of"] for record in souped}

@@ -47,26 +47,12 @@ def ordered_algorithms(records) -> list[str]:
     return known + [name for name in present if name not in algorithms.ALGORITHMS]
 
 
-def selected_groups(records, selection_method):
-    """Groups of (trial, dataset, algorithm, test env) with the accuracy the method selects."""
-    from domainbed.lib import reporting
-
-    return (
-        reporting.get_grouped_records(records)
-        .map(lambda group: {**group, "sweep_acc": selection_method.sweep_acc(group["records"])})
-        .filter(lambda group: group["sweep_acc"] is not None)
-    )
-
-
-def selected_accuracies(records, methods: Sequence[type] | None = None) -> pd.DataFrame:
-    """One row per group a selection method selects in, with its ``sweep_acc`` (a fraction)."""
-    keys = ["trial_seed", "dataset", "algorithm", "test_env"]
-    rows = [
-        [method.name, *(group[key] for key in keys), group["sweep_acc"]]
-        for method in methods or selection_methods()
-        for group in selected_groups(records, method)
-    ]
-    return pd.DataFrame(rows, columns=["selection_method", *keys, "sweep_acc"])
+def selected_accuracies(ranked: pd.DataFrame) -> pd.DataFrame:
+    """One row per group a method of ``ranked`` (:func:`ranked_runs`) selects in, in
+    collect_results' order, with its ``sweep_acc`` (a fraction)."""
+    keys = ["selection_method", "trial_seed", "dataset", "algorithm", "test_env"]
+    chosen = ranked[ranked["rank"] == 0].sort_index()
+    return chosen[[*keys, "test_acc"]].rename(columns={"test_acc": "sweep_acc"})
 
 
 def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
@@ -92,13 +78,14 @@ def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) ->
     return frame.drop(columns="row").astype({"n_trials": "Int64"})
 
 
-def results_frames(records, jobs: SweepJobs) -> tuple[pd.DataFrame, pd.DataFrame]:
+def results_frames(records, ranked, jobs: SweepJobs) -> tuple[pd.DataFrame, pd.DataFrame]:
     """collect_results' per-dataset tables, one row per (algorithm, test domain or ``Avg``), and
-    its "Averages" (each trial's mean over test domains, then over trials), of one selection,
-    flagged (:func:`flag_results`; an average: as the cells it is made of)."""
+    its "Averages" (each trial's mean over test domains, then over trials), of what ``ranked``
+    (:func:`ranked_runs` of ``records``) selects, flagged (:func:`flag_results`; an average: as
+    the cells it is made of)."""
     from domainbed import datasets as registered
 
-    accuracies, methods = selected_accuracies(records), [m.name for m in selection_methods()]
+    accuracies, methods = selected_accuracies(ranked), [m.name for m in selection_methods()]
     present = set(records.select("args.dataset").unique())  # collect_results prints only these
     algorithms = ordered_algorithms(records)
     datasets = [name for name in registered.DATASETS if name in present]
@@ -160,18 +147,21 @@ def selection_methods() -> list[type]:
     return [IIDWithStep, LeaveOneOutWithStep, OracleWithStep]
 
 
-def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Every hparams setting each method ranks in every group, best first (``rank`` 0 selected);
-    ``diverged``: run folder -> its first non-finite loss."""
+def ranked_runs(
+    records, diverged: Mapping[str, str] | None = None, methods: Sequence[type] | None = None
+) -> pd.DataFrame:
+    """Every hparams setting each method (:func:`selection_methods`) ranks in every group, best
+    first (``rank`` 0 selected), by method, dataset, algorithm, test env and trial, with
+    ``test_acc`` as DomainBed selects it (a fraction) and the row's place in collect_results'
+    order as its index; ``diverged``: run folder -> its first non-finite loss."""
     from domainbed import datasets
     from domainbed.lib import reporting
     from domainbed.model_selection import get_test_records
 
-    keys = ("dataset", "algorithm", "test_env", "trial_seed")  # the rows' order
-    groups = sorted(reporting.get_grouped_records(records), key=lambda g: [g[k] for k in keys])
-    rows = []
-    for method in selection_methods():
-        for group in groups:
+    keys = ("dataset", "algorithm", "test_env", "trial_seed")
+    rows, methods = [], methods or selection_methods()
+    for method in methods:
+        for group in reporting.get_grouped_records(records):
             environments = datasets.get_dataset_class(group["dataset"]).ENVIRONMENTS
             for position, (chosen, run_records) in enumerate(method.hparams_accs(group["records"])):
                 step = chosen["step"]
@@ -183,7 +173,11 @@ def ranked_runs(records, diverged: Mapping[str, str] | None = None) -> pd.DataFr
                 tail = [run, (diverged or {}).get(run, ""), position, record["hparams"]]
                 domain = environments[group["test_env"]]
                 rows.append([method.name, *cell, domain, *seeds, *accuracies, *tail])
-    return pd.DataFrame(rows, columns=[*COLUMNS, "rank", "hparams"])
+                rows[-1].append(chosen["test_acc"])
+    ranked = pd.DataFrame(rows, columns=[*COLUMNS, "rank", "hparams", "test_acc"])
+    order = {method.name: place for place, method in enumerate(methods)}
+    by = ["selection_method", *keys, "rank"]  # each row once
+    return ranked.sort_values(by, key=lambda c: c.map(order) if c.name == by[0] else c)
 
 
 def selected_frame(ranked: pd.DataFrame) -> pd.DataFrame:
