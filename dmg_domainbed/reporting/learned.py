@@ -11,7 +11,7 @@ from dmg_domainbed import runs
 from dmg_domainbed.algorithms.base import declarations_of
 from dmg_domainbed.drawing import Drawn, FinishedRun, Sample
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.reporting.outputs import placed, staged
+from dmg_domainbed.reporting.outputs import staged
 from dmg_domainbed.runs import Run
 
 
@@ -51,4 +51,4 @@ def draw_learned(run: Run, output_dir: Path, stem: str) -> Drawn:
     drawn_from = FinishedRun(str(run.path), run.title(), tuple(run.domain_names()), tuple(samples))
     with staged(output_dir) as stage:
         drawn = algorithm.draw_learned(drawn_from, stage, stem)
-    return replace(drawn, files=placed(drawn.files, output_dir))
+    return replace(drawn, files=[output_dir / path.name for path in drawn.files])  # once moved

@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from dmg_domainbed.errors import UserError
@@ -86,11 +86,6 @@ def staged(folder: Path) -> Iterator[Path]:
             with contextlib.suppress(OSError):
                 path.rmdir()
         raise
-
-
-def placed(files: Iterable[Path], folder: Path) -> list[Path]:
-    """Where ``files``, written into a staging folder, lie in ``folder`` once moved."""
-    return [folder / path.name for path in files]
 
 
 def write_files(folder: Path, contents: Mapping[str, object]) -> list[Path]:
