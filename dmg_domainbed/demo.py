@@ -86,9 +86,9 @@ def demo_sweeps(config: SweepConfig, output_dir: Path) -> list[Sweep]:
     ``plan_sweep(sweep).jobs``."""
     configs = {SWEEP: config, AVERAGED_SWEEP: averaged_config(config)}
     return [
-        Sweep(config, DATA_DIR, str((output_dir / folder).resolve()), LAUNCHER)
-        for folder, config in configs.items()
-        if config is not None
+        Sweep(its_config, DATA_DIR, str((output_dir / folder).resolve()), LAUNCHER)
+        for folder, its_config in configs.items()
+        if its_config is not None
     ]
 
 
@@ -204,19 +204,17 @@ def run_demo(output_dir: Path, config: SweepConfig, echo=print) -> int:
     checks = [check_sweep(sweep, os.environ) for sweep in sweeps]
     if problem := next((c.problem for c in checks if c.problem is not None), None):
         raise problem
-    codes, jobs = [], []
-    for sweep, checked in zip(sweeps, checks):
-        code, its_jobs = launch_sweep(sweep, checked.launcher, checked.env, log_path, echo)
-        codes.append(code)
-        jobs += its_jobs
+    launched = [launch_sweep(s, c.launcher, c.env, log_path, echo) for s, c in zip(sweeps, checks)]
+    codes = [code for code, _ in launched]
+    jobs = [job for _, its_jobs in launched for job in its_jobs]
     failed = [job for job in jobs if not is_done(job)]
     for job in failed:
         echo(f"FAILED: {describe_job(job)}; see {Path(job.output_dir) / 'err.txt'}")
     if any(codes) and not failed:
         echo(f"The sweep exited with code {max(codes)}; see {log_path}")
     echo(collect_results_text(Path(sweeps[0].output_dir)))
+    plain = [job for job in launched[0][1] if is_done(job)]  # the pictures: the demo's own runs
     folders = [Path(sweep.output_dir) for sweep in sweeps]
-    plain = [job for job in jobs if is_done(job) and Path(job.output_dir).parent == folders[0]]
     files = write_report_files(folders, report_dir, plain, echo)
     shown = [p.name for p in files if p.suffix in (".md", ".png")]
     echo(f"Report in {report_dir} (CSV tables next to each): " + ", ".join(shown))

@@ -39,14 +39,14 @@ def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
     from dmg_domainbed.hparams.of_job import job_hparams
 
     by_pair: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
+    sizes: dict[tuple, int] = {}  # per draw: the jobs of its choices of test domains share it
     for group in plan.groups(config):
         for args in plan.train_args(config, os.devnull, group):
-            algorithm, dataset = args["algorithm"], args["dataset"]
-            seeds = args["hparams_seed"], args["trial_seed"]
-            hparams = job_hparams(
-                algorithm, dataset, *seeds, json.loads(args.get("hparams") or "{}")
-            )
-            by_pair.setdefault((algorithm, dataset), []).append((hparams["batch_size"], args))
+            pair = args["algorithm"], args["dataset"]
+            draw = (*pair, args["hparams_seed"], args["trial_seed"], args.get("hparams") or "{}")
+            if draw not in sizes:
+                sizes[draw] = job_hparams(*draw[:4], json.loads(draw[4]))["batch_size"]
+            by_pair.setdefault(pair, []).append((sizes[draw], args))
     smoke_jobs = []
     for dataset, algorithm in itertools.product(config.datasets, config.algorithms):
         pair = by_pair[algorithm, dataset]
