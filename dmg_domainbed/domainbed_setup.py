@@ -42,18 +42,24 @@ def installed_folder(purelib: Path | None = None) -> Path | None:
     return Path(folders[0]) if folders else None
 
 
-def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def _git(*args: str, cwd: Path | None = None, timeout: float | None = None):
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}  # never wait for a password
     command = ["git", "-c", "advice.detachedHead=false", *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def checkout_commit(folder: Path) -> str | None:
-    """The commit checked out at the top of ``folder``, or ``None`` (not a checkout's top)."""
-    top = _git("rev-parse", "--show-toplevel", cwd=folder)
-    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != folder.resolve():
+    """The commit checked out at the top of ``folder``, or ``None`` (not a checkout's top, no
+    git, or git silent for 30 s: a stuck network file system)."""
+    try:
+        top = _git("rev-parse", "--show-toplevel", cwd=folder, timeout=30)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != folder.resolve():
+            return None
+        head = _git("rev-parse", "--verify", "HEAD", cwd=folder, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    head = _git("rev-parse", "--verify", "HEAD", cwd=folder)
     return head.stdout.strip() if head.returncode == 0 else None
 
 

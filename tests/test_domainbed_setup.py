@@ -119,7 +119,11 @@ def test_a_source_that_does_not_exist_is_named(tmp_path):
 
 def test_the_command_line(source, tmp_path, monkeypatch, capsys):
     purelib = tmp_path / "site-packages"
-    monkeypatch.setattr(domainbed_setup.sysconfig, "get_paths", lambda: {"purelib": purelib})
+    monkeypatch.setattr(
+        domainbed_setup,
+        "pth_file",
+        lambda given=None: (given or purelib) / domainbed_setup.PTH_NAME,
+    )
     folder = tmp_path / "DomainBed"
     args = ["install-domainbed", "--from", str(source), "--dir", str(folder)]
     assert main(args) == 0

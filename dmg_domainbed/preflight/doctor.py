@@ -61,10 +61,7 @@ def _domainbed_check() -> Check:
         if made is not None and made.resolve() == checkout
         else []
     )
-    try:
-        commit = domainbed_setup.checkout_commit(checkout)
-    except OSError:  # no git
-        commit = None
+    commit = domainbed_setup.checkout_commit(checkout)
     if commit is None:
         detail = f"{checkout}; commit unknown (git cannot tell); tested against {tested[:7]}"
         return Check(OK, "DomainBed", (detail, *origin))

@@ -181,8 +181,11 @@ def torch_pair_problem(
 
 def _torchvision_for(torch: Build) -> str | None:
     """The torchvision release built for ``torch`` (torch 2.x), or ``None`` where unknown."""
-    major, minor, patch = (*_release(torch.version), 0, 0)[:3]
-    return f"0.{minor + TORCHVISION_MINOR_OFFSET}.{patch}" if major == 2 else None
+    release = _release(torch.version)
+    if len(release) < 2 or release[0] != 2:
+        return None
+    patch = release[2] if len(release) > 2 else 0
+    return f"0.{release[1] + TORCHVISION_MINOR_OFFSET}.{patch}"
 
 
 def _release(version: str) -> tuple[int, ...]:

@@ -34,3 +34,22 @@ def test_the_commit_checked_out_on_a_branch_or_detached(tmp_path):
 
 def test_no_git_folder_gives_none(tmp_path):
     assert checkout_commit(tmp_path) is None
+
+
+def test_a_folder_inside_another_checkout_gives_none(tmp_path):
+    """DomainBed copied into another repository: that repository's commit is not DomainBed's."""
+    git(tmp_path, "init", "-q")
+    git(
+        tmp_path,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+    )
+    (tmp_path / "DomainBed").mkdir()
+    assert checkout_commit(tmp_path / "DomainBed") is None
