@@ -283,11 +283,15 @@ def sweep_jobs(*sweep_dirs: str | Path) -> SweepJobs:
     unfinished = [job.folder for job in jobs if job.state != DONE]
     why, running, notes = "", set(), ()
     if unfinished:
-        holders = [FolderLock(sweep_dir).holder() for sweep_dir in sweep_dirs]
-        if live := [holder for holder in holders if holder is not None and not holder.stale()]:
-            why, running = f"the sweep's folder is locked by {live[0].describe()}", set(unfinished)
-        else:
-            why, running, notes = _launchers_running(unfinished)
+        holders = {Path(folder).resolve(): FolderLock(folder).holder() for folder in sweep_dirs}
+        live = {sweep: h for sweep, h in holders.items() if h is not None and not h.stale()}
+        locked = {job for job in unfinished if job.parent.resolve() in live}
+        if locked:  # a live command holds their sweep's folder: it runs them
+            holder = next(iter(live.values()))
+            why, running = f"the sweep's folder is locked by {holder.describe()}", locked
+        if rest := [job for job in unfinished if job not in locked]:
+            asked, running_too, notes = _launchers_running(rest)
+            why, running = why or asked, running | running_too
     jobs = [replace(job, state=RUNNING) if job.folder in running else job for job in jobs]
     return SweepJobs(tuple(jobs), why, notes)
 

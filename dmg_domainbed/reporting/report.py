@@ -52,7 +52,12 @@ class SweepReport:
             f"Paired comparisons left out: {paired.DEFAULT_REFERENCE}, the default reference, is "
             f"not in this sweep. Pass --reference with one of: {names}."
         )
-        if self.reference is not None and self.comparisons.empty:
+        if self.reference is None and not self.comparisons.empty:  # soups with their runs alone
+            compared = (
+                f"{compared}\nSoups paired with their runs (comparisons.md has each test "
+                "domain):\n" + paired.brief(self.comparisons)
+            )
+        elif self.reference is not None and self.comparisons.empty:
             compared = (
                 f"Paired comparisons: no other algorithm shares a dataset with {self.reference}."
             )
@@ -212,9 +217,9 @@ def write_report(
 
     given = [sweep_dir] if isinstance(sweep_dir, str | Path) else sweep_dir
     sweeps = [run_files.require_sweep(folder) for folder in given]
-    souped = read_soups(soups_dir, sweeps) if soups_dir is not None else []
     output = check_output_dir(Path(output_dir), *sweeps)
     jobs = sweep_jobs(*sweeps)
+    souped = read_soups(soups_dir, sweeps, jobs) if soups_dir is not None else []
     records = Q([*jobs.records(), *souped])
     names = tables.ordered_algorithms(records)
     if reference is None:
@@ -264,8 +269,10 @@ def write_report(
     )
 
 
-def read_soups(soups_dir: str | Path, sweeps: Sequence[Path]) -> list[dict]:
-    """The records of ``sweeps``' soups in ``soups_dir`` (:func:`.soups.write_soups`), renamed."""
+def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -> list[dict]:
+    """The records of ``sweeps``' soups in ``soups_dir`` (:func:`.soups.write_soups`), each
+    named after what this report calls the runs it was made of (``soup`` named them within their
+    own sweep; read beside another sweep, they may be named otherwise)."""
     path = Path(soups_dir) / soups.RECORDS
     records = run_files.read_records(path) if path.is_file() else []
     if not records or any(soups.SOUP not in record for record in records):
@@ -291,10 +298,20 @@ def read_soups(soups_dir: str | Path, sweeps: Sequence[Path]) -> list[dict]:
                 f"(dmg-domainbed soup --input_dir {sweeps[0]}), or the sweep those soups were "
                 "made of."
             )
-    return [
-        renamed(record, record[soups.SOUP]["name"], Path(record["args"]["output_dir"]))
-        for record in records
-    ]
+    reported = {
+        job.folder.resolve(): job.records[-1]["args"]["algorithm"]
+        for job in jobs.jobs
+        if job.records
+    }
+    named = []
+    for record in records:
+        soup = record[soups.SOUP]
+        of = reported.get(Path(soup["runs"][0]).resolve(), soup["of"])
+        soup = {**soup, "of": of, "name": soups.soup_name(of, soup["mode"])}
+        named.append(
+            renamed({**record, soups.SOUP: soup}, soup["name"], Path(record["args"]["output_dir"]))
+        )
+    return named
 
 
 def _named(sweeps: Sequence[Path], kind: str = "the sweep") -> str:

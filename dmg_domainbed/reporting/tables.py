@@ -160,8 +160,9 @@ def ranked_runs(
 
     keys = ("dataset", "algorithm", "test_env", "trial_seed")
     rows, methods = [], methods or selection_methods()
+    groups = reporting.get_grouped_records(records)
     for method in methods:
-        for group in reporting.get_grouped_records(records):
+        for group in groups:
             environments = datasets.get_dataset_class(group["dataset"]).ENVIRONMENTS
             for position, (chosen, run_records) in enumerate(method.hparams_accs(group["records"])):
                 step = chosen["step"]
