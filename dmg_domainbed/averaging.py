@@ -116,7 +116,7 @@ def seed_initialisation(algorithm: nn.Module, hparams: Mapping[str, Any]) -> Non
     if hparams[INIT_SEED] == OWN_SEED:
         return
     job_state = [torch.random.get_rng_state()]
-    torch.manual_seed(hparams[INIT_SEED])
+    torch.default_generator.manual_seed(hparams[INIT_SEED])  # the CPU's: networks built there
 
     def giving_back(previous: Callable) -> Callable:
         def call(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:

@@ -85,7 +85,7 @@ WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: 
 # Looked up here: a new process calls it between fork and exec, where loading is unsafe.
 _prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 _SERVER = multiprocessing.get_context("forkserver")
-_server_environ: dict[str, str] = {}  # the fork server's, once it is started
+_server: dict[str, dict[str, str]] = {}  # "environ": the fork server's, once it is started
 # Variables (and prefixes) the fork server's imports read once and keep, so a forked job keeps
 # the server's values: huggingface_hub's cache and offline mode (timm imports it).
 READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "XDG_CACHE_HOME")
@@ -219,7 +219,7 @@ def warm_refusal(environ: Mapping[str, str]) -> str | None:
             f"`python` on PATH ({found or 'none'}) is not this process's interpreter {here}; "
             f"put {os.path.dirname(here)} first on PATH to start jobs warm"
         )
-    server = _server_environ or os.environ
+    server = _server.get("environ", os.environ)
     names = {name for name in set(environ) | set(server) if name.startswith(READ_AT_IMPORT)}
     differ = sorted(name for name in names if environ.get(name) != server.get(name))
     if differ:
@@ -236,8 +236,7 @@ def start_warm(
 ) -> multiprocessing.Process:
     """Start ``python -m MODULE ARGUMENTS`` as a child of the fork server (started if need be,
     with this process's environment)."""
-    if not _server_environ:
-        _server_environ.update(os.environ)
+    _server.setdefault("environ", dict(os.environ))
     # read when the server starts; the last one waits for threads the others started
     _SERVER.set_forkserver_preload(["__main__", module, "dmg_domainbed.launchers.fork_server"])
     job = _SERVER.Process(target=_run_warm, args=(module, list(arguments), dict(environ), log))

@@ -5,7 +5,6 @@ data and weights are :mod:`.staging`'s."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -36,17 +35,13 @@ def _jobs_of(config: SweepConfig, counted: bool) -> list[SmokeJob]:
     """Per algorithm and dataset, the first job of DomainBed's order with the largest batch."""
     from domainbed import datasets
 
-    from dmg_domainbed.hparams.of_job import job_hparams
-
+    sizes = {draw[:4]: draw[4]["batch_size"] for draw in plan.draws(config)}
     by_pair: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
-    sizes: dict[tuple, int] = {}  # per draw: the jobs of its choices of test domains share it
     for group in plan.groups(config):
         for args in plan.train_args(config, os.devnull, group):
             pair = args["algorithm"], args["dataset"]
-            draw = (*pair, args["hparams_seed"], args["trial_seed"], args.get("hparams") or "{}")
-            if draw not in sizes:
-                sizes[draw] = job_hparams(*draw[:4], json.loads(draw[4]))["batch_size"]
-            by_pair.setdefault(pair, []).append((sizes[draw], args))
+            size = sizes[(*pair, args["hparams_seed"], args["trial_seed"])]
+            by_pair.setdefault(pair, []).append((size, args))
     smoke_jobs = []
     for dataset, algorithm in itertools.product(config.datasets, config.algorithms):
         pair = by_pair[algorithm, dataset]

@@ -297,7 +297,7 @@ def job_costs(jobs: Sequence[Mapping[str, Any]], jobs_per_gpu: int = 1) -> list[
     from dmg_domainbed.hparams.of_job import job_hparams
     from dmg_domainbed.preflight.requirements import algorithm_weights
 
-    facts, shapes, own, costs = {}, {}, {}, []
+    facts, shapes, own, drawn, costs = {}, {}, {}, {}, []
     for args in jobs:
         algorithm, dataset = args["algorithm"], args["dataset"]
         if dataset not in facts:
@@ -306,8 +306,11 @@ def job_costs(jobs: Sequence[Mapping[str, Any]], jobs_per_gpu: int = 1) -> list[
                 len(cls.ENVIRONMENTS), cls.N_STEPS, cls.CHECKPOINT_FREQ, dataset_images(dataset)
             )
             shapes[dataset] = input_shape(dataset)
-        fixed = json.loads(args.get("hparams") or "{}")
-        hparams = job_hparams(algorithm, dataset, args["hparams_seed"], args["trial_seed"], fixed)
+        # one draw per hparams and trial seed: the jobs of its choices of test domains share it
+        draw = (algorithm, dataset, args["hparams_seed"], args["trial_seed"], args.get("hparams"))
+        if draw not in drawn:
+            drawn[draw] = job_hparams(*draw[:4], json.loads(draw[4] or "{}"))
+        hparams = drawn[draw]
         job_cost = cost.job_cost(args, hparams, facts[dataset], shapes[dataset], jobs_per_gpu)
         if algorithm not in own:  # an algorithm that loads its own weights builds its network
             own[algorithm] = algorithm_weights(algorithm, hparams) is not None
