@@ -118,17 +118,17 @@ def seed_initialisation(algorithm: nn.Module, hparams: Mapping[str, Any]) -> Non
     job_state = [torch.random.get_rng_state()]
     torch.default_generator.manual_seed(hparams[INIT_SEED])  # the CPU's: networks built there
 
-    def giving_back(previous: Callable) -> Callable:
-        def call(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if job_state:
-                torch.random.set_rng_state(job_state.pop())
-            return previous(algorithm, *args, **kwargs)
-
-        return call
-
-    for name in ("to", "load_state_dict", "update"):
+    for name in ("to", "load_state_dict", "update"):  # bound as apply binds WRAPPERS
         previous = getattr(algorithm, name).__func__
-        vars(algorithm)[name] = types.MethodType(giving_back(previous), algorithm)
+        giving_back = functools.partial(_give_back, job_state, previous)
+        vars(algorithm)[name] = types.MethodType(giving_back, algorithm)
+
+
+def _give_back(job_state: list, previous: Callable, algorithm: nn.Module, *args, **kwargs) -> Any:
+    """``previous``, torch given the job's random state back first (once: ``job_state``)."""
+    if job_state:
+        torch.random.set_rng_state(job_state.pop())
+    return previous(algorithm, *args, **kwargs)
 
 
 def average_of(algorithm: nn.Module) -> Average | None:

@@ -355,6 +355,7 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
     """The algorithm saved in the run's ``model.pkl`` (or ``model_file``), in eval mode, rebuilt
     as DomainBed's scripts reload models; checked to fit ``dataset`` (the run's, rebuilt)."""
     path = model_file if model_file is not None else require_model(run)
+    algorithm_class(run)  # an algorithm unknown here is refused before its model file is read
     checkpoint = read_checkpoint(run, path, on)
     if dataset is not None:
         check_model_fits(run, path, checkpoint, dataset)

@@ -193,10 +193,9 @@ def soup_command(args: argparse.Namespace) -> int:
     named. Writes soups.jsonl (a record per soup, read by report --soups), <id>.pkl (a weight
     soup's model, saved as train.py saves one), soups.csv and soups.md. The sweep is only read."""
     from dmg_domainbed.reporting.soups import write_soups
-    from dmg_domainbed.reporting.tables import markdown_table
 
-    frame, files, warnings = write_soups(args.input_dir, args.output_dir, args.modes, args.data_dir)
-    print(markdown_table(frame.round(1).set_index("soup"), "Soup"))
+    table, files, warnings = write_soups(args.input_dir, args.output_dir, args.modes, args.data_dir)
+    print(table)
     for line in warnings:  # a diverged run's weights are in its soups
         print(line)
     sweep, soups = (shlex.quote(str(args.input_dir)), shlex.quote(str(args.output_dir)))

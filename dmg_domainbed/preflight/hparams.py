@@ -46,7 +46,7 @@ def checked_run(
     algorithm_class = algorithms.get_algorithm_class(algorithm)
     dataset_class = datasets.get_dataset_class(dataset)
     hparams = defaults | overrides
-    record(dataset_class, hparams)  # what the dataset writes when train.py builds it
+    record(dataset_class, hparams)  # what the dataset records when train.py builds it
     # The hparams the algorithm is built with, through the rule it applies then.
     reject_unknown(algorithm_class, hparams, dataset_class, shape)
     owners = (algorithm_class, dataset_class)

@@ -65,8 +65,12 @@ def _dinov2(caches: Caches) -> list[WeightFile]:
     present = (hub / DINOV2_REPO_FOLDER).is_dir(), (checkpoints / DINOV2_CHECKPOINT).is_file()
     weights = f"DINOV2 {model} weights"
     return [
-        WeightFile(code, hub, DINOV2_REPO_FOLDER, present[0], fetch, repo, TORCH_HUB_REPO),
-        WeightFile(weights, checkpoints, DINOV2_CHECKPOINT, present[1], fetch, f"{repo}:{model}"),
+        WeightFile(
+            code, hub, DINOV2_REPO_FOLDER, present[0], fetch, model=repo, layout=TORCH_HUB_REPO
+        ),
+        WeightFile(
+            weights, checkpoints, DINOV2_CHECKPOINT, present[1], fetch, model=f"{repo}:{model}"
+        ),
     ]
 
 

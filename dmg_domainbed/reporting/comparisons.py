@@ -11,6 +11,7 @@ the formulas and their assumptions.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -42,7 +43,9 @@ def intervals(n, mean, spread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean - half, mean + half, p_beats
 
 
-def compare(selected: pd.DataFrame, reference: str, algorithms=None) -> pd.DataFrame:
+def compare(
+    selected: pd.DataFrame, reference: str, algorithms: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Every algorithm against ``reference`` per method, dataset and test domain, and ``Avg``."""
     names = list(algorithms) if algorithms is not None else list(selected["algorithm"].unique())
     cell = ["selection_method", "dataset", "test_env"]

@@ -58,7 +58,12 @@ def predicted_classes(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate_run(
-    run: Run, data_dir=None, device=None, step: int | None = None, dataset=None, name=None
+    run: Run,
+    data_dir: str | None = None,
+    device: str | None = None,
+    step: int | None = None,
+    dataset=None,
+    name: str | None = None,
 ) -> pd.DataFrame:
     """Accuracy (%) of every prediction of ``run`` (at checkpoint ``step``, else ``model.pkl``)
     on each source domain's held-out split, the % whose class differs from ``predict``'s, and
@@ -176,7 +181,9 @@ def logged_notes(frame: pd.DataFrame, when: str) -> list[str]:
     ]
 
 
-def write_in_domain(groups: Sequence[Sequence[Run]], output_dir: Path, data_dir=None) -> Written:
+def write_in_domain(
+    groups: Sequence[Sequence[Run]], output_dir: Path, data_dir: str | None = None
+) -> Written:
     """One Table 3 per group of comparable runs: ``in_domain.csv`` (every row) and ``.md``."""
     for group in groups:
         check_comparable(list(group))
@@ -222,7 +229,9 @@ def selection_frame(runs: Sequence[Run], evaluations: pd.DataFrame) -> pd.DataFr
     return tables.domain_cells(selected, ["dataset", "prediction", "test_env"], rows)
 
 
-def write_selection(sweep_dir: str | Path, output_dir: Path, data_dir=None) -> Written:
+def write_selection(
+    sweep_dir: str | Path, output_dir: Path, data_dir: str | None = None
+) -> Written:
     """``checkpoints.csv`` and ``selection.csv`` / ``.md`` of the sweep's runs."""
     sweep = run_files.require_sweep(sweep_dir)
     runs = [run_files.read_run(require_utf8_name(f)) for f in run_files.run_folders(sweep)]

@@ -88,7 +88,9 @@ def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
     ]
 
 
-def pictures_of(results, records, comparisons: pd.DataFrame, trained: dict) -> dict[str, Figure]:
+def pictures_of(
+    results: pd.DataFrame, records, comparisons: pd.DataFrame, trained: dict[str, str]
+) -> dict[str, Figure]:
     """File name -> figure: ``accuracy_<dataset>.png``, ``<algorithm>_diagnostics_<dataset>.png``
     where the class each name ``trained`` draws its diagnostics."""
     from domainbed import algorithms, datasets
@@ -126,7 +128,9 @@ def picture_parts(names: Iterable[str]) -> dict[str, str]:
     }
 
 
-def accuracy_figure(results: pd.DataFrame, dataset: str, comparisons=None) -> Figure:
+def accuracy_figure(
+    results: pd.DataFrame, dataset: str, comparisons: pd.DataFrame | None = None
+) -> Figure:
     """Per selection method with results, the mean test accuracy per test domain and algorithm
     and, with ``comparisons``, each paired difference to the reference, with intervals."""
     frame = results[results["dataset"] == dataset]

@@ -174,25 +174,27 @@ def soups_of_group(group: Group, runs: list[Run], modes, data_dir, on: str) -> l
     dataset = run_files.load_dataset(runs[0], data_dir, augment=False)
     splits = evaluated_splits(runs[0], dataset)
     weighted = bool(set(modes) & set(WEIGHT_MODES))
-    checkpoints, logits, first_built = [], [], None
+    checkpoints, logits, first_built = [], [], None  # checkpoints: kept for the weight soups
     for run in runs:
         path = run_files.require_model(run)
-        checkpoints.append(run_files.read_checkpoint(run, path, "cpu"))
-        run_files.check_model_fits(run, path, checkpoints[-1], dataset)
-        algorithm = run_files.build_algorithm(run, checkpoints[-1])
-        built = [t.detach().clone() for t in type(algorithm).state_dict(algorithm).values()]
-        first_built = first_built or built
-        algorithm.load_state_dict(checkpoints[-1]["model_dict"])
+        checkpoint = run_files.read_checkpoint(run, path, "cpu")
+        run_files.check_model_fits(run, path, checkpoint, dataset)
+        algorithm = run_files.build_algorithm(run, checkpoint)
+        if weighted:
+            checkpoints.append(checkpoint)
+            built = [t.detach().clone() for t in type(algorithm).state_dict(algorithm).values()]
+            first_built = first_built or built
+            states = [checkpoints[0]["model_dict"], checkpoint["model_dict"]]
+            _check_same_structure(group, [runs[0], run], states, built, first_built)
+        algorithm.load_state_dict(checkpoint["model_dict"])
         algorithm.to(on).eval()
         found, labels = logits_of(algorithm, dataset, splits, on)
         logits.append(found)
-        if weighted:
-            states = [checkpoints[0]["model_dict"], checkpoints[-1]["model_dict"]]
-            _check_same_structure(group, [runs[0], run], states, built, first_built)
     alone = [accuracies(found, labels) for found in logits]
     order = sorted(range(len(runs)), key=lambda i: -validation(alone[i], runs[i]))
-    best, best_checkpoint = runs[order[0]], checkpoints[order[0]]
+    best = runs[order[0]]
     if weighted:  # soups are evaluated, and saved, with its hparams
+        best_checkpoint = checkpoints[order[0]]
         algorithm = run_files.build_algorithm(best, best_checkpoint)
 
     def weights(members: list[int]) -> dict:
@@ -250,9 +252,10 @@ def write_soups(
     output_dir: Path,
     modes: Sequence[str] = MODES,
     data_dir: str | None = None,
-) -> tuple[pd.DataFrame, list[Path], list[str]]:
+) -> tuple[str, list[Path], list[str]]:
     """Every soup of ``modes`` of the sweep's groups written into ``output_dir`` (``soups.jsonl``,
-    ``<id>.pkl``, ``soups.csv`` and ``.md``); a warning for each diverged run in a soup."""
+    ``<id>.pkl``, ``soups.csv`` and ``.md``): the Markdown table, the files, a warning for each
+    diverged run in a soup."""
     sweep = run_files.require_sweep(sweep_dir)
     output = check_output_dir(output_dir, sweep)
     groups = soup_groups(sweep)
@@ -269,4 +272,4 @@ def write_soups(
     markdown = markdown_table(frame.round(1).set_index("soup"), "Soup")
     written |= {f"{SOUPS}.csv": frame, f"{SOUPS}.md": markdown}
     warnings = run_files.warnings(run for runs in groups.values() for run in runs)
-    return frame, write_files(output, written), warnings
+    return markdown, write_files(output, written), warnings

@@ -244,7 +244,9 @@ def flag_marks(frame: pd.DataFrame) -> dict[str, pd.Series]:
     return {"partial": frame["partial"], "diverged": frame["diverged_runs"] > 0}
 
 
-def wide_table(frame: pd.DataFrame, columns="test_domain", index="algorithm") -> pd.DataFrame:
+def wide_table(
+    frame: pd.DataFrame, columns: str = "test_domain", index: str = "algorithm"
+) -> pd.DataFrame:
     """Rows as collect_results lays them out, the text with its flags (``41.3 (one trial)``)."""
     marks = {"one trial": frame["n_trials"].eq(1).fillna(False), **flag_marks(frame)}
     flags = [", ".join(name for name, on in zip(marks, row) if on) for row in zip(*marks.values())]

@@ -70,8 +70,9 @@ def _in_place(found: list[str], expected: list[str]) -> dict[str, str]:
 
 
 def _class_names(report: DatasetReport, root: Path, domains: list[DomainFiles], download):
-    """The download's classes, where every domain names some of them otherwise alike, each where
-    it sorts, by those names (warned of: DomainBed numbers them as the download's)."""
+    """The download's classes, where every domain gives some of them the same other names, each
+    where the download's sorts, by those names (warned of: DomainBed numbers them as the
+    download's, whatever the names say)."""
     lists = {tuple(domain.classes) for domain in domains}
     renamed = _in_place(list(lists.pop()), sorted(download)) if len(lists) == 1 else {}
     if renamed:
