@@ -237,11 +237,12 @@ def write_report(
     ranked = tables.ranked_runs(records, diverged)
     results, averages = tables.results_frames(records, ranked, jobs)
     notes = [jobs.summary(), *jobs.names_notes(), tables.flags_summary(results, jobs)]
-    notes += [
-        f"Soups: {len(souped)} soups and ensembles of the sweep's runs, read from '{soups_dir}' "
-        "(dmg-domainbed soup), each in rows of its own, never pooled with single runs; one "
-        "model per trial, so every selection method selects it."
-    ] * bool(souped)
+    if souped:
+        notes.append(
+            f"Soups: {len(souped)} soups and ensembles of the sweep's runs, read from "
+            f"'{soups_dir}' (dmg-domainbed soup), each in rows of its own, never pooled with "
+            "single runs; one model per trial, so every selection method selects it."
+        )
     status = "\n".join(filter(None, notes))
     chosen = tables.selected_frame(ranked)
     comparisons = paired.compare(chosen, reference, names) if reference else pd.DataFrame()

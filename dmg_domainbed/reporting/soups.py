@@ -232,7 +232,7 @@ def soups_of_group(group: Group, runs: list[Run], modes, data_dir, on: str) -> l
 def soup_id(record: dict) -> str:
     """A soup's name in files: its mode and a digest of what it is made of."""
     made_of = json.dumps([record[SOUP]["name"], record["args"]["test_envs"], record[SOUP]])
-    return f"{record['soup']['mode']}_{hashlib.sha256(made_of.encode()).hexdigest()[:12]}"
+    return f"{record[SOUP]['mode']}_{hashlib.sha256(made_of.encode()).hexdigest()[:12]}"
 
 
 def soups_frame(records: list[dict]) -> pd.DataFrame:

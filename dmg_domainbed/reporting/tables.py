@@ -287,8 +287,9 @@ def results_markdown(results: pd.DataFrame, averages: pd.DataFrame) -> str:
         "`python -m domainbed.scripts.collect_results`. X: no result for that cell. (one trial): "
         "the mean of a single trial; one trial: no interval (collect_results prints +/- 0.0).\n",
     ]
+    empty = without_results(results)
     for method, of_method in results.groupby("selection_method", sort=False):
-        if method in without_results(results):
+        if method in empty:
             parts.append(no_result_line(method) + "\n")
             continue
         parts.append(f"## Model selection: {method}\n")

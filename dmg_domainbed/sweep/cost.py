@@ -55,16 +55,20 @@ def checkpoints(steps: int, checkpoint_freq: int) -> int:
 def network(hparams: Mapping[str, Any], input_shape: Sequence[int] | None) -> str:
     """The featurizer DomainBed builds for ``input_shape`` with ``hparams`` (this package's
     AlexNet with ``alexnet``; with ``resnet50_augmix``, timm's resnet50.ram_in1k)."""
-    if input_shape is None or len(input_shape) == 1:
-        return "unknown" if input_shape is None else "mlp"
+    if input_shape is None:
+        return "unknown"
+    if len(input_shape) == 1:
+        return "mlp"
     small = {(28, 28): "mnist_cnn", (32, 32): "wide_resnet"}.get(tuple(input_shape[1:3]))
-    if small or hparams.get("alexnet"):
-        return small or "alexnet"
+    if small is not None:
+        return small
+    if hparams.get("alexnet"):
+        return "alexnet"
     if hparams.get("vit") and hparams.get("dinov2"):
         return "dinov2_vitb14"
-    return (
-        "resnet18" if hparams.get("resnet18") and not hparams.get("resnet50_augmix") else "resnet50"
-    )
+    if hparams.get("resnet18") and not hparams.get("resnet50_augmix"):
+        return "resnet18"
+    return "resnet50"
 
 
 def job_cost(

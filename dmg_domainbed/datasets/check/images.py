@@ -65,7 +65,8 @@ _ALPHA = (
     "DomainBed's loader drops the alpha channel: transparent parts show the colour they store",
     "flatten it onto the background it is meant to have, if that matters",
 )
-# mode -> (severity, what DomainBed's loader does to it, fix); RGB, L, P and 1 convert exactly.
+EXACT_MODES = frozenset({"RGB", "L", "P", "1"})  # DomainBed's loader converts them exactly
+# mode -> (severity, what DomainBed's loader does to it, fix)
 MODE_EFFECTS = {
     "CMYK": (
         ERROR,
@@ -75,7 +76,6 @@ MODE_EFFECTS = {
     "I": _CLIPPED,
     "F": _CLIPPED,
     **dict.fromkeys(("RGBA", "LA", "PA", "P+transparency"), _ALPHA),
-    **dict.fromkeys(("RGB", "L", "P", "1"), None),
 }
 OTHER_MODE = (WARNING, "DomainBed's loader converts it to RGB with Pillow", "check it looks right")
 MODE_NAMES = {"I": "I (16- or 32-bit integers)", "F": "F (32-bit floats)"}
@@ -214,15 +214,15 @@ def look_at_files(
         if result.error is not None:
             kind = "truncated" if result.tolerated else "undecodable"
             failed[kind].append(f"{result.path} ({result.error})")
-        elif MODE_EFFECTS.get(result.mode, OTHER_MODE) is not None:
+        elif result.mode not in EXACT_MODES:
             by_mode[result.mode].append(result.path)
     for kind in ("truncated", "undecodable"):
         report.files(ERROR, failed[kind], *FILE_PROBLEMS[kind], REPLACE)
     for mode, files in sorted(by_mode.items()):
-        severity, effect, fix = MODE_EFFECTS.get(mode) or OTHER_MODE
+        severity, effect, fix = MODE_EFFECTS.get(mode, OTHER_MODE)
         expected = f"8-bit RGB or grayscale images; {effect}"
         report.files(severity, files, f"in mode {MODE_NAMES.get(mode, mode)}", expected, fix)
     if places is not None:
         report.listed(WARNING, _duplicates(results, places), "groups of files of the same content")
-    bad = sum(len(paths) for paths in failed.values())
+    bad = len(failed["truncated"]) + len(failed["undecodable"])
     report.add(INFO, f"{len(results) - bad:,} of {len(results):,} images decoded")
