@@ -342,3 +342,11 @@ def test_a_diverged_run_in_a_soup_is_warned_of(sweep, tmp_path):
     assert code == 0, errors
     assert "WARNING" in printed and "diverged (loss nan at step 2)" in printed
     assert str(copied / "run1") in printed
+
+
+def test_the_command_line_offers_every_mode_soup_makes():
+    """`soup --modes` lists its choices without importing torch: the modes soups.py makes."""
+    from dmg_domainbed.cli import results
+    from dmg_domainbed.reporting import soups
+
+    assert results.MODES == soups.MODES
