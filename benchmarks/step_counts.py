@@ -22,9 +22,9 @@ included). Per step it prints:
 * ``x floor`` or ``x ERM``: launches over the floor's (DMG, CorGrad), or ERM's.
 
 Optimisers are counted as a GPU runs them: Adam's ``foreach`` path (a CPU would loop per
-parameter). The counts do not depend on the image size or the batch: the ResNets are counted on
-32x32 images (built for 224x224), 2 per domain; bf16 is counted under CPU autocast, as a GPU
-runs it.
+parameter). The counts do not depend on the batch, nor on the image size once the last stage
+keeps more than one position, as 224x224 images (7x7) do: the ResNets are counted on 64x64
+images (2x2), 2 per domain; bf16 is counted under CPU autocast, as a GPU runs it.
 ImportanceMask is counted in both phases (``phase 1``: the per-domain copies; ``phase 2``: one
 network with per-weight learning rates).
 
@@ -212,7 +212,7 @@ def count_step(trainer: object, minibatches: list, warmup: int = 2) -> Counts:
 
 def configurations() -> list[step_time.Config]:
     """The tiny MNIST_CNN, and DomainBed's ResNet-18 and ResNet-50 (built for 224x224 images and
-    given 32x32 ones: they pool adaptively, so the operations are those of 224x224), 2 images
+    given 64x64 ones: they pool adaptively, so the operations are those of 224x224), 2 images
     per domain, on the CPU."""
     resnet = {"batch_size": 2, "resnet50_augmix": False}
     return [
@@ -222,8 +222,9 @@ def configurations() -> list[step_time.Config]:
     ]
 
 
-#: The side of the images given to the ResNets (any side their pooling takes counts the same).
-RESNET_SIDE = 32
+#: The side of the images given to the ResNets: the smallest whose last stage keeps more than one
+#: position (2x2), as 224x224 does (7x7); a 1x1 stage would hide what a layout costs the pooling.
+RESNET_SIDE = 64
 
 
 def minibatches(config: step_time.Config) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -6,9 +6,14 @@ checkpoints (random search never draws bf16; a record without it is fp32).
 With ``"bf16"``, every algorithm DomainBed builds (:mod:`dmg_domainbed.integration`) runs
 ``update``, ``predict`` and ``predict_known_domain`` under ``torch.autocast(device_type,
 dtype=torch.bfloat16)``: weights, gradients and optimiser state stay fp32, and bf16 has fp32's
-exponent range, so no loss scaling is needed. Predictions are returned as fp32. Image inputs
-and 4-D weights go ``channels_last`` (NHWC kernels for bf16 convolutions). Where precision
-matters, code runs in :func:`full_precision` islands (docs/performance.md).
+exponent range, so no loss scaling is needed. Predictions are returned as fp32. 4-D weights
+go ``channels_last`` (NHWC kernels for bf16 convolutions) and image inputs are handed over in bf16
+and ``channels_last`` in one copy (autocast would cast them at the first layer, the convolution
+re-lay them out); global average pools take their mean in the layout they are given (an
+``AdaptiveAvgPool2d`` to 1x1 re-strides its output to ``channels_last``, and the flatten after it
+then costs two launches more in every backward). So a bf16 step launches fp32's kernels and
+autocast's casts, nothing else (``benchmarks/step_counts.py``). Where precision matters, code runs
+in :func:`full_precision` islands (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -45,13 +50,32 @@ def full_precision() -> Iterator[None]:
         yield
 
 
+#: Algorithms that cannot run in bf16, and why.
+FP32_ONLY = {
+    "RSC": "DomainBed's RSC reads its features' gradient into NumPy, which has no bf16 "
+    "(a TypeError at the first step)",
+}
+
+
+def check(hparams: Mapping[str, Any], owner: str) -> str:
+    """The precision ``hparams`` ask for; :class:`UserError` for a value :data:`HPARAMS`
+    refuses, or bf16 for an algorithm in :data:`FP32_ONLY`."""
+    declared = HPARAMS[HPARAM]
+    value = hparams.get(HPARAM, declared.default)
+    declared.check(value, owner)
+    if value == BF16 and owner in FP32_ONLY:
+        raise UserError(
+            f"{owner} hparam '{HPARAM}' = '{BF16}' cannot run: {FP32_ONLY[owner]}. "
+            f"Run {owner} with '{FP32}' (remove '{HPARAM}' from its hparams)."
+        )
+    return value
+
+
 def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
     """Make ``algorithm`` run in the precision ``hparams`` ask for (fp32: nothing): the
     methods are replaced on the instance; the layout is set at the first call, once the
     networks exist and sit on their device."""
-    declared = HPARAMS[HPARAM]
-    value = hparams.get(HPARAM, declared.default)
-    declared.check(value, type(algorithm).__name__)  # the preflight checks it the same way
+    value = check(hparams, type(algorithm).__name__)  # the preflight checks it the same way
     if value == FP32:
         return
     for name in AUTOCAST_METHODS:
@@ -65,14 +89,14 @@ def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
 
 
 def in_bf16(method: Callable, prediction: bool) -> Callable:
-    """``method`` run under bf16 autocast on the algorithm's device, image inputs in
+    """``method`` run under bf16 autocast on the algorithm's device, image inputs in bf16 and
     ``channels_last``; a ``prediction``'s floating-point tensor returned as fp32."""
 
     @functools.wraps(method)
     def run(algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
         device = prepare(algorithm, args)
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            result = method(algorithm, *(channels_last_inputs(arg) for arg in args), **kwargs)
+            result = method(algorithm, *(bf16_images(arg) for arg in args), **kwargs)
         if prediction and isinstance(result, torch.Tensor) and result.is_floating_point():
             return result.float()
         return result
@@ -81,8 +105,8 @@ def in_bf16(method: Callable, prediction: bool) -> Callable:
 
 
 def prepare(algorithm: nn.Module, args: tuple) -> torch.device:
-    """The algorithm's device, checked for bf16; its 4-D weights in ``channels_last`` once 4-D
-    inputs are seen."""
+    """The algorithm's device, checked for bf16; once 4-D inputs are seen, its 4-D weights in
+    ``channels_last`` and its global average pools taking a plain mean."""
     parameter = next(algorithm.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
     # Native bf16 arithmetic needs compute capability 8.0 (Ampere); older GPUs only emulate it.
@@ -94,6 +118,9 @@ def prepare(algorithm: nn.Module, args: tuple) -> torch.device:
         )
     if not getattr(algorithm, "_channels_last", False) and any(map(has_images, args)):
         algorithm.to(memory_format=torch.channels_last)
+        for module in algorithm.modules():
+            if isinstance(module, nn.AdaptiveAvgPool2d) and module.output_size in (1, (1, 1)):
+                vars(module)["forward"] = spatial_mean  # the same numbers, not re-strided
         vars(algorithm)["_channels_last"] = True
     return device
 
@@ -108,10 +135,17 @@ def has_images(arg: Any) -> bool:
     return False
 
 
-def channels_last_inputs(arg: Any) -> Any:
-    """``arg`` with every 4-D floating-point tensor in ``channels_last`` layout."""
+def bf16_images(arg: Any) -> Any:
+    """``arg`` with every 4-D floating-point tensor in bf16 and ``channels_last`` layout."""
     if isinstance(arg, torch.Tensor):
-        return arg.contiguous(memory_format=torch.channels_last) if has_images(arg) else arg
+        if has_images(arg):
+            return arg.to(torch.bfloat16, memory_format=torch.channels_last)
+        return arg
     if isinstance(arg, list | tuple):
-        return type(arg)(channels_last_inputs(item) for item in arg)
+        return type(arg)(bf16_images(item) for item in arg)
     return arg
+
+
+def spatial_mean(x: torch.Tensor) -> torch.Tensor:
+    """What ``AdaptiveAvgPool2d(1)`` computes (its own code takes this mean), in ``x``'s layout."""
+    return x.mean((-2, -1), keepdim=True)

@@ -159,6 +159,19 @@ def test_a_precision_that_does_not_exist_is_refused_with_the_choices(name):
         build(name, precision="fp16")
 
 
+def test_bf16_for_an_algorithm_that_cannot_run_it_is_refused_before_the_first_step():
+    """DomainBed's RSC takes a percentile of a bf16 gradient in NumPy: refused by name when it
+    is built and by the preflight, instead of a TypeError at its first step."""
+    refused = r"RSC hparam 'precision' = 'bf16' cannot run: .*NumPy.* Run RSC with 'fp32'"
+    with pytest.raises(UserError, match=refused):
+        build("RSC", **BF16)
+    with pytest.raises(UserError, match=refused):
+        checked_run("RSC", EMBEDDED, BF16)
+    rsc = build("RSC")  # what the refusal spares: the same step under bf16 autocast
+    with pytest.raises(TypeError), torch.autocast("cpu", dtype=torch.bfloat16):
+        rsc.update(minibatches(datasets.get_dataset_class(EMBEDDED).INPUT_SHAPE))
+
+
 def test_precision_is_a_known_hparam_of_every_algorithm_and_checked_before_a_sweep():
     assert "precision" not in hparams_registry.default_hparams("DMG", EMBEDDED)
     assert checked_run("DMG", EMBEDDED, BF16).hparams["precision"] == "bf16"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -56,15 +57,22 @@ def load_counts(monkeypatch):
 def test_counts_print_every_step_and_floor_with_one_host_read_each(capsys, monkeypatch):
     step_counts = load_counts(monkeypatch)
     tiny = next(c for c in step_counts.configurations() if c.name == "tiny")
+    # three channels, as images have: bf16's change of the input's layout is counted too
+    tiny = dataclasses.replace(tiny, input_shape=(3, *tiny.input_shape[1:]))
     names = ["ERM", "CorGrad", "ImportanceMask"]
     steps = ["ERM", "CorGrad", "ImportanceMask phase 1", "ImportanceMask phase 2"]
+    counts = {}
     for precision, floors in [("fp32", ["CorGrad floor"]), ("bf16", [])]:
-        counts = step_counts.count(names, tiny, precision)
-        assert list(counts) == steps + floors
-        for label, counted in counts.items():
+        counts[precision] = step_counts.count(names, tiny, precision)
+        assert list(counts[precision]) == steps + floors
+        for label, counted in counts[precision].items():
             assert counted.ops >= counted.launches > 0, (precision, label)
             # every step reads its logged floats back once; Adam's step counts stay on the host
             assert counted.syncs == 1, (precision, label)
+    for label, bf16 in counts["bf16"].items():
+        # bf16 launches fp32's kernels and autocast's casts, nothing else (the input's layout,
+        # the global pool's re-strided output)
+        assert bf16.casts > 0 and step_counts.beyond_casts(bf16, counts["fp32"][label]) == 0
     step_counts.main(["--configs", "tiny", "--algorithms", "CorGrad", "--precision", "fp32"])
     printed = capsys.readouterr().out
     assert "aten ops launches casts + not casts syncs slow foreach" in printed

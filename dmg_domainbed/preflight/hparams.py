@@ -30,7 +30,7 @@ def checked_run(
     # Imported here: every command of the CLI imports this module, few of them need these.
     from domainbed import algorithms, datasets
 
-    from dmg_domainbed import averaging
+    from dmg_domainbed import averaging, precision
     from dmg_domainbed.datasets import input_shape
     from dmg_domainbed.hparams import HParamSpace
     from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM
@@ -60,5 +60,6 @@ def checked_run(
             fix = f"Give a value of the type of its default, {defaults[name]!r}."
             rule_like(defaults[name]).check(value, what, fix)
     averaging.check(hparams, algorithm)  # the hparams it reads given with its mode
+    precision.check(hparams, algorithm)
     check_trainable(hparams, algorithm)
     return CheckedRun(algorithm, dataset, shape, hparams)
