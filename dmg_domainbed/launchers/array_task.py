@@ -7,7 +7,6 @@ is set aside first. Stdlib only: the tasks import this module on the nodes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from dmg_domainbed.launchers.common import output_dir_of
+from dmg_domainbed.launchers.common import output_dir_of, signal_group
 
 LINK_NAMES = {"stdout": "submitit.out", "stderr": "submitit.err"}
 INTERRUPTED_PREFIX = "interrupted_attempt_"
@@ -55,8 +54,7 @@ def run_command(command: str, environ: Mapping[str, str] | None = None) -> None:
     try:
         code = process.wait()
     finally:  # what the command left running ends with it, and with this process
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        signal_group(process.pid)
     if code == 0:
         return
     killed_by = -code if code < 0 else code - 128 if code > 128 else None  # direct, or via sh

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
+import signal
+import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +21,12 @@ from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import Rule, not_blank
+
+DETAILED_FAILURES = 10  # failed jobs a report shows in full
+# nvidia-smi -L: a line per GPU, then one per MIG instance of it, e.g.
+# "  MIG 3g.40gb     Device  0: (UUID: MIG-5f1b4a6e-...)" (drivers before 470: MIG-GPU-.../1/0).
+_GPU_LINE = re.compile(r"^GPU (\d+):")
+_MIG_LINE = re.compile(r"^\s+MIG\s.*Device\s+\d+:\s+\(UUID:\s*(MIG-[^)\s]+)\)")
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,37 @@ class Option:
 
 def read_options(options: Iterable[Option], environ: Mapping[str, str]) -> dict[str, Any]:
     return {option.name: option.read(environ) for option in options}
+
+
+def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """GPU ids jobs may use: ``CUDA_VISIBLE_DEVICES`` when set, else :func:`listed_devices`."""
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        return [g.strip() for g in environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+    try:
+        listing = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return listed_devices(listing)
+
+
+def listed_devices(listing: str) -> list[str]:
+    """The CUDA devices in ``nvidia-smi -L``'s ``listing`` as ``CUDA_VISIBLE_DEVICES`` names
+    them: a GPU's index, or each MIG instance's UUID (a CUDA process uses one instance)."""
+    gpus: list[list[str]] = []  # each GPU's index, then its MIG instances
+    for line in listing.splitlines():
+        if found := _GPU_LINE.match(line):
+            gpus.append([found.group(1)])
+        elif (found := _MIG_LINE.match(line)) and gpus:
+            gpus[-1].append(found.group(1))
+    return [device for gpu, *migs in gpus for device in migs or [gpu]]
+
+
+def signal_group(leader_pid: int, signal_number: int = signal.SIGKILL) -> None:
+    """``signal_number`` to the process group that ``leader_pid`` leads, if it still exists."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader_pid, signal_number)
 
 
 def output_dir_of(command: str) -> str | None:
@@ -182,19 +222,19 @@ class Failure:
     tail: tuple[str, ...] = ()
 
 
-def failure_report(failures: Sequence[Failure], total: int, detailed: int = 10) -> str | None:
-    """The report of ``failures`` among ``total`` jobs (None if none): the first ``detailed``
-    in full, the rest counted by reason."""
+def failure_report(failures: Sequence[Failure], total: int) -> str | None:
+    """The report of ``failures`` among ``total`` jobs (None if none): the first
+    :data:`DETAILED_FAILURES` in full, the rest counted by reason."""
     if not failures:
         return None
     lines = [f"{len(failures)} of {total} job(s) failed:"]
-    for failure in failures[:detailed]:
+    for failure in failures[:DETAILED_FAILURES]:
         named = f"{failure.job}: " if failure.job else ""
         lines += [f"  {named}{failure.reason}", f"    {failure.command}"]
         lines += [f"    {failure.hint}"] * bool(failure.hint)
         lines += [f"    log: {failure.log}"] * bool(failure.log)
         lines += ["    its output ends with:"] * bool(failure.tail)
         lines += [f"      {line}" for line in failure.tail]
-    rest = Counter(failure.reason for failure in failures[detailed:])
+    rest = Counter(failure.reason for failure in failures[DETAILED_FAILURES:])
     lines += [f"  and {n} more: {reason}" for reason, n in rest.most_common()]
     return "\n".join(lines)

@@ -52,6 +52,8 @@ from dmg_domainbed.launchers.common import (
     folder_deleted,
     output_dir_of,
     read_options,
+    signal_group,
+    visible_gpus,
 )
 from dmg_domainbed.runs import folder_divergence
 from dmg_domainbed.shortlist import shortlist
@@ -89,36 +91,6 @@ _server: dict[str, dict[str, str]] = {}  # "environ": the fork server's, once it
 # Variables (and prefixes) the fork server's imports read once and keep, so a forked job keeps
 # the server's values: huggingface_hub's cache and offline mode (timm imports it).
 READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "XDG_CACHE_HOME")
-
-# nvidia-smi -L: a line per GPU, then one per MIG instance of it, e.g.
-# "  MIG 3g.40gb     Device  0: (UUID: MIG-5f1b4a6e-...)" (drivers before 470: MIG-GPU-.../1/0).
-_GPU_LINE = re.compile(r"^GPU (\d+):")
-_MIG_LINE = re.compile(r"^\s+MIG\s.*Device\s+\d+:\s+\(UUID:\s*(MIG-[^)\s]+)\)")
-
-
-def visible_gpus(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """GPU ids jobs may use: ``CUDA_VISIBLE_DEVICES`` when set, else :func:`listed_devices`."""
-    if "CUDA_VISIBLE_DEVICES" in environ:
-        return [g.strip() for g in environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
-    try:
-        listing = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return listed_devices(listing)
-
-
-def listed_devices(listing: str) -> list[str]:
-    """The CUDA devices in ``nvidia-smi -L``'s ``listing`` as ``CUDA_VISIBLE_DEVICES`` names
-    them: a GPU's index, or each MIG instance's UUID (a CUDA process uses one instance)."""
-    gpus: list[list[str]] = []  # each GPU's index, then its MIG instances
-    for line in listing.splitlines():
-        if found := _GPU_LINE.match(line):
-            gpus.append([found.group(1)])
-        elif (found := _MIG_LINE.match(line)) and gpus:
-            gpus[-1].append(found.group(1))
-    return [device for gpu, *migs in gpus for device in migs or [gpu]]
 
 
 @dataclass(frozen=True)
@@ -327,7 +299,7 @@ class Outcome:
             if self.returncode is None:
                 return False
             self.seconds = time.monotonic() - self.started
-            _signal_group(self.process.pid, signal.SIGKILL)
+            signal_group(self.process.pid)
             if self.returncode:  # its log's last 64 kB, if it has one
                 with contextlib.suppress(OSError, TypeError), open(self.log, "rb") as log:
                     log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
@@ -371,11 +343,6 @@ def _die_with_parent(parent_pid: int) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _signal_group(leader_pid: int, signal_number: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(leader_pid, signal_number)
-
-
 def run_commands(
     commands: list[str],
     plan: Plan,
@@ -411,12 +378,12 @@ def run_commands(
                 say(_progress_line(job, len(started) - len(running), len(commands)))
     finally:  # what still runs (after an exception, Ctrl-C included) is stopped
         for job in running:
-            _signal_group(job.process.pid, signal.SIGTERM)
+            signal_group(job.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         while time.monotonic() < deadline and not all(job.ended(plan) for job in running):
             time.sleep(POLL_SECONDS)
         for job in running:
-            _signal_group(job.process.pid, signal.SIGKILL)
+            signal_group(job.process.pid)
             (job.process.join if job.warm else job.process.wait)()
     return started
 

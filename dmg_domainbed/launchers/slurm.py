@@ -24,7 +24,7 @@ from typing import Any
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers.array_task import CommandFailed
-from dmg_domainbed.launchers.common import Failure, folder_deleted, output_dir_of
+from dmg_domainbed.launchers.common import DETAILED_FAILURES, Failure, folder_deleted, output_dir_of
 
 DEFAULTS = {"cpus": 8, "mem_gb": 32.0, "time_min": 1440}
 RESOURCES = ("gpus", "cpus", "mem_gb", "time_min")
@@ -45,7 +45,7 @@ WITHOUT_RESULT = {
     "lost it) and it left no result",
 }
 POLL_FIRST_S, POLL_MAX_S, GRACE_S, SILENT_LIMIT_S = 1.0, 10.0, 15.0, 600.0
-TAIL_LINES, DETAILED_FAILURES = 6, 10
+TAIL_LINES = 6
 _SLURM_LOG_NOISE = ("submitit ", "srun: ", "slurmstepd")
 _EXCEPTION_LINE = re.compile(r"^(?:\w+\.)*(\w+:.*)$", re.MULTILINE)
 

@@ -26,6 +26,7 @@ from dmg_domainbed.launchers.common import (
     not_launched,
     output_dir_of,
     read_options,
+    visible_gpus,
 )
 from dmg_domainbed.shortlist import shortlist
 
@@ -66,8 +67,6 @@ def resolve(environ: Mapping[str, str]) -> dict[str, Any]:
         raise UserError("the submitit launcher needs submitit: pip install 'dmg-domainbed[slurm]'")
     given = {name: values[name] for name in slurm.RESOURCES}
     if values["cluster"] != "slurm":
-        from dmg_domainbed.launchers.local_parallel import visible_gpus
-
         defaults = {**slurm.DEFAULTS, "gpus": min(1, len(visible_gpus(environ)))}
         return {**values, **{k: defaults[k] if v is None else v for k, v in given.items()}}
     tools = ("sbatch", "srun", "sinfo", "squeue")
@@ -159,7 +158,7 @@ def submit(commands: list[str], environ: Mapping[str, str] = os.environ) -> None
         else:  # submitit's local executors know their processes: their own wait is bounded
             verdicts = {job.job_id: slurm.failure(job.exception()) for job in jobs}
         failed = slurm.failures(jobs, commands, verdicts)
-        report = failure_report(failed, len(jobs), slurm.DETAILED_FAILURES)
+        report = failure_report(failed, len(jobs))
         if report is not None:
             raise UserError(report)
         print(f"submitit: all {len(jobs)} job(s) finished", flush=True)

@@ -11,7 +11,7 @@ import pytest
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.launchers import local_parallel
-from dmg_domainbed.launchers.common import failure_report, output_dir_of
+from dmg_domainbed.launchers.common import failure_report, listed_devices, output_dir_of
 from dmg_domainbed.launchers.local_parallel import LOG_NAME, local_parallel_launcher
 from dmg_domainbed.locks import FolderLock
 
@@ -252,25 +252,21 @@ GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718)
 
 
 def test_each_mig_instance_is_a_device_named_by_its_uuid():
-    assert local_parallel.listed_devices(MIG_LISTING) == [
+    assert listed_devices(MIG_LISTING) == [
         "MIG-c6d4f1ef-42e4-5de4-9ad6-0a3f5d9b2c1f",
         "MIG-0b6f7a1e-8c3d-5e2f-a4b9-7d1c2e3f4a5b",
         "1",
     ]
     old_driver = "GPU 0: A100 (UUID: GPU-a)\n  MIG 1g.5gb Device 0: (UUID: MIG-GPU-a/7/0)\n"
-    assert local_parallel.listed_devices(old_driver) == ["MIG-GPU-a/7/0"]
-    assert local_parallel.listed_devices(
-        "GPU 0: H100 (UUID: GPU-x)\nGPU 1: H100 (UUID: GPU-y)\n"
-    ) == [
+    assert listed_devices(old_driver) == ["MIG-GPU-a/7/0"]
+    assert listed_devices("GPU 0: H100 (UUID: GPU-x)\nGPU 1: H100 (UUID: GPU-y)\n") == [
         "0",
         "1",
     ]
 
 
 def test_mig_instances_get_one_job_each(clean_env, monkeypatch):
-    monkeypatch.setattr(
-        local_parallel, "visible_gpus", lambda environ: local_parallel.listed_devices(MIG_LISTING)
-    )
+    monkeypatch.setattr(local_parallel, "visible_gpus", lambda environ: listed_devices(MIG_LISTING))
     plan = local_parallel.Plan.from_environment()
     assert plan.jobs == 3
     assert [plan.job_environment(slot)["CUDA_VISIBLE_DEVICES"] for slot in range(3)] == [
