@@ -16,7 +16,6 @@ import datetime
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import torch
 from tabulate import tabulate
 
 from dmg_domainbed.errors import SCRIPT_ERROR_PREFIX
+from dmg_domainbed.launchers.common import signal_group
 from dmg_domainbed.preflight.environment import job_environment
 from dmg_domainbed.smoke.clock import phases
 from dmg_domainbed.smoke.jobs import SmokeJob
@@ -202,7 +202,7 @@ def _wait(process: subprocess.Popen, timeout: float):
         return None, None
     finally:
         if process.returncode is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            signal_group(process.pid)
             process.wait()
 
 
