@@ -44,8 +44,46 @@ RUN = ("every command that reads runs", _FIELDS, False)
 SWEEP = ("collect_results' model selection", (*_FIELDS, *_SEEDS, "args.output_dir"), True)
 _SPLIT = (*_FIELDS, *_SEEDS, "args.holdout_fraction")
 SPLITS = ("the rebuilding of train.py's data splits", _SPLIT, False)
-_ABSENT = object()
 _ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
+_ABSENT = object()
+
+
+def _list_of(kind: type) -> Any:
+    return lambda value: isinstance(value, list) and all(type(v) is kind for v in value)
+
+
+#: Each kind of value a record's fields hold, by what a message calls it, and its test (JSON's
+#: whole numbers are ``int`` by ``type``, true and false are not).
+KINDS = {
+    "a whole number": lambda value: type(value) is int,
+    "a number (an accuracy)": lambda value: type(value) in (int, float),
+    "a number from 0 to 1": lambda value: type(value) in (int, float) and 0 <= value <= 1,
+    "text": lambda value: isinstance(value, str),
+    "text or null": lambda value: value is None or isinstance(value, str),
+    "a JSON object of train.py's arguments": lambda value: isinstance(value, Mapping),
+    "a JSON object of hparams": lambda value: isinstance(value, Mapping),
+    "a list of names (text)": _list_of(str),
+    "a list of whole numbers": _list_of(int),
+    "a list of environment numbers (whole numbers from 0)": (
+        lambda value: _list_of(int)(value) and min(value, default=0) >= 0
+    ),
+}
+_TEXT = ("args.algorithm", "args.dataset", "args.output_dir", "hparams.precision")
+#: What every field a reader uses must be, wherever a record has it (:data:`KINDS`); a soup's
+#: record (:mod:`dmg_domainbed.reporting.soups`) has ``soup.name``; accuracies are numbers.
+FIELD_TYPES = {
+    "step": "a whole number",
+    "args": "a JSON object of train.py's arguments",
+    "hparams": "a JSON object of hparams",
+    "args.test_envs": "a list of environment numbers (whole numbers from 0)",
+    **dict.fromkeys(("args.hparams_seed", "args.trial_seed", "args.seed"), "a whole number"),
+    **dict.fromkeys(("args.holdout_fraction", "args.uda_holdout_fraction"), "a number from 0 to 1"),
+    **dict.fromkeys((*_TEXT, f"hparams.{FILES_HPARAM}", "soup.name"), "text"),
+    "args.data_dir": "text or null",
+    f"hparams.{DOMAINS_HPARAM}": "a list of names (text)",
+    f"hparams.{CLASSES_HPARAM}": "a list of names (text)",
+    f"hparams.{IMAGES_HPARAM}": "a list of whole numbers",
+}
 
 
 def _field(record: Mapping[str, Any], field: str) -> Any:
@@ -56,67 +94,25 @@ def _field(record: Mapping[str, Any], field: str) -> Any:
     return value
 
 
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is(*kinds: type) -> Any:
-    return lambda value: isinstance(value, kinds)
-
-
-def _list_of(test) -> Any:
-    return lambda value: isinstance(value, list) and all(map(test, value))
-
-
-_NUMBER, _WHOLE = (_number, "a number (an accuracy)"), (_whole, "a whole number")
-_TEXT, _NAMES = (_is(str), "text"), (_list_of(_is(str)), "a list of names (text)")
-_FRACTION = (lambda v: _number(v) and 0 <= v <= 1, "a number from 0 to 1")
-_ENVS = (
-    _list_of(lambda v: _whole(v) and v >= 0),
-    "a list of environment numbers (whole numbers from 0)",
-)
-#: What every field a reader uses must be, wherever a record has it: (test, what is expected).
-FIELD_TYPES = {
-    "step": _WHOLE,
-    "args": (_is(Mapping), "a JSON object of train.py's arguments"),
-    "hparams": (_is(Mapping), "a JSON object of hparams"),
-    "args.algorithm": _TEXT,
-    "args.dataset": _TEXT,
-    "args.test_envs": _ENVS,
-    **dict.fromkeys(("args.hparams_seed", "args.trial_seed", "args.seed"), _WHOLE),
-    **dict.fromkeys(("args.holdout_fraction", "args.uda_holdout_fraction"), _FRACTION),
-    "args.output_dir": _TEXT,
-    "args.data_dir": (_is(str, type(None)), "text or null"),
-    "hparams.precision": _TEXT,
-    f"hparams.{DOMAINS_HPARAM}": _NAMES,
-    f"hparams.{CLASSES_HPARAM}": _NAMES,
-    f"hparams.{IMAGES_HPARAM}": (_list_of(_whole), "a list of whole numbers"),
-    f"hparams.{FILES_HPARAM}": _TEXT,
-    "soup.name": _TEXT,  # a soup's record (dmg_domainbed.reporting.soups)
-}
-
-
-def _kind(value: Any) -> str:
-    """What JSON calls ``value``'s type."""
+def _shown(value: Any) -> str:
+    """``value`` as JSON (cut at 60 characters) and what JSON calls its type."""
+    text = json.dumps(value)
     kinds = {bool: "true or false", str: "text", list: "a list", type(None): "null"}
-    return kinds.get(type(value), "an object" if isinstance(value, Mapping) else "a number")
+    kind = kinds.get(type(value), "an object" if isinstance(value, Mapping) else "a number")
+    return f"{text if len(text) <= 60 else f'{text[:57]}...'} ({kind})"
 
 
 def wrong_field(record: Any, needs: tuple = ("", (), False)) -> str | None:
     """What is wrong with ``record`` (a line of ``results.jsonl``) for a reader of ``needs``
     (:data:`RUN`, :data:`SWEEP`, :data:`SPLITS`; by default the types alone): its first field
-    not of :data:`FIELD_TYPES`' type (accuracies: numbers), else the fields it lacks; or None."""
+    not of :data:`FIELD_TYPES`' kind, else the fields it lacks; or None."""
     if not isinstance(record, Mapping):
-        return f"the line is {_shown(record)} ({_kind(record)}); expected a JSON object"
-    accuracies = [(key, _NUMBER) for key in record if _ACCURACY_KEY.fullmatch(key)]
-    for field, (test, expected) in [*FIELD_TYPES.items(), *accuracies]:
+        return f"the line is {_shown(record)}; expected a JSON object"
+    accuracies = {key: "a number (an accuracy)" for key in record if _ACCURACY_KEY.fullmatch(key)}
+    for field, kind in {**FIELD_TYPES, **accuracies}.items():
         value = _field(record, field)
-        if value is not _ABSENT and not test(value):
-            return f"{field} is {_shown(value)} ({_kind(value)}); expected {expected}"
+        if value is not _ABSENT and not KINDS[kind](value):
+            return f"{field} is {_shown(value)}; expected {kind}"
     absent: list[str] = []
     for field in needs[1]:
         if _field(record, field) is _ABSENT and not any(field.startswith(f"{a}.") for a in absent):
@@ -125,11 +121,6 @@ def wrong_field(record: Any, needs: tuple = ("", (), False)) -> str | None:
     for env in test_envs if needs[2] and isinstance(test_envs, list) else ():
         absent += [k for k in (f"env{env}_in_acc", f"env{env}_out_acc") if k not in record]
     return f"it has no {', '.join(absent)} (read by {needs[0]})" if absent else None
-
-
-def _shown(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def check_fields(records: Iterable[Any], path: Path, needs: tuple) -> None:
