@@ -93,17 +93,21 @@ LAUNCHER_GROUP = "domainbed.command_launchers"
 # Marks this package's own wrappers (of ``Algorithm.__init__``, of ``sys.excepthook``).
 _MARK = "__dmg_domainbed_registered__"
 LOADER_WORKERS_VARIABLE = "DMG_DOMAINBED_LOADER_WORKERS"
+SCRIPTS = "domainbed.scripts."  # DomainBed's scripts' modules
 
 
 #: The distribution whose entry points name this package's own components.
 OWN_DISTRIBUTION = "dmg-domainbed"
 
 
-def _distribution(entry_point: metadata.EntryPoint) -> str | None:
-    """The normalised name of the distribution that declares ``entry_point`` (PEP 503)."""
-    dist = getattr(entry_point, "dist", None)
-    name = getattr(dist, "name", None)
-    return re.sub(r"[-_.]+", "-", name).lower() if name else None
+def _package(entry_point: metadata.EntryPoint) -> str:
+    """The name of the distribution that declares ``entry_point``."""
+    return getattr(getattr(entry_point, "dist", None), "name", None) or "an installed package"
+
+
+def _own(entry_point: metadata.EntryPoint) -> bool:
+    """Whether this package declares ``entry_point`` (names compared normalised: PEP 503)."""
+    return re.sub(r"[-_.]+", "-", _package(entry_point)).lower() == OWN_DISTRIBUTION
 
 
 @functools.cache
@@ -112,31 +116,24 @@ def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
     own wherever another stands on ``sys.path``; one two others claim keeps the first. Each
     refused entry point is reported once."""
     found: dict[str, metadata.EntryPoint] = {}
-    for entry_point in metadata.entry_points(group=group):
-        kept = found.setdefault(entry_point.name, entry_point)
-        if kept is entry_point or kept.value == entry_point.value:
+    for refused in metadata.entry_points(group=group):
+        name = refused.name
+        kept = found.setdefault(name, refused)
+        if kept is refused or kept.value == refused.value:
             continue
-        if _distribution(entry_point) == OWN_DISTRIBUTION:
-            found[entry_point.name] = entry_point
-            kept, entry_point = entry_point, kept
-        _report_refused(group, kept, entry_point)
-    return found
-
-
-def _report_refused(group: str, kept: metadata.EntryPoint, refused: metadata.EntryPoint) -> None:
-    name, other = refused.name, _distribution(refused) or "an installed package"
-    if _distribution(kept) == OWN_DISTRIBUTION:
+        if _own(refused):
+            found[name], kept, refused = refused, refused, kept
+        other = _package(refused)
         report_once(
             f"entry point '{name} = {refused.value}' of group '{group}' (from {other}) is not "
             f"registered: '{name}' is {OWN_DISTRIBUTION}'s own ('{kept.value}'), which every "
             f"command keeps. Rename the entry point in {other}."
+            if _own(kept)
+            else f"entry point '{name}' of group '{group}' is declared twice ('{kept.value}' "
+            f"from {_package(kept)} and '{refused.value}' from {other}); using the first. "
+            "Uninstall one of the two packages."
         )
-        return
-    report_once(
-        f"entry point '{name}' of group '{group}' is declared twice ('{kept.value}' from "
-        f"{_distribution(kept)} and '{refused.value}' from {other}); using the first. "
-        "Uninstall one of the two packages."
-    )
+    return found
 
 
 # What each entry point loaded, for good: its object, or None after a failure that is final.
@@ -182,41 +179,37 @@ def load(group: str, name: str, report: bool = True) -> Any | None:
     try:
         obj = entry_point.load()
     except Exception as error:
-        return _failed(key, entry_point, error, imported_before)
+        _failures[key] = error
+        retry = isinstance(error, (ImportError, AttributeError)) and (
+            entry_point.module.partition(".")[0] in imported_before
+        )
+        # The module a name is missing from: the entry point's for its attribute, ``M`` of a
+        # ``from M import X`` (a ModuleNotFoundError names the module that is missing).
+        missing_from = (
+            entry_point.module
+            if isinstance(error, AttributeError)
+            else getattr(error, "name", None)
+        )
+        if retry and missing_from in imported_before:
+            _not_yet.add(key)
+            return None
+        _not_yet.discard(key)
+        if key not in _shown_by_caller:
+            report_once(
+                f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
+                f"from {_package(entry_point)}): {type(error).__name__}: {error}. DomainBed and "
+                f"the other plugins still work; fix or uninstall {_package(entry_point)} to use "
+                f"'{name}'."
+            )
+        if not retry:
+            _loaded[key] = None
+        return None
     finally:
         _loading.discard(key)
     _failures.pop(key, None)
     _not_yet.discard(key)
     _loaded[key] = obj
     return obj
-
-
-def _failed(key: tuple[str, str], entry_point, error: Exception, imported_before) -> None:
-    """Record a failed load: "not yet", reported and tried again, or final (see :func:`load`)."""
-    _failures[key] = error
-    retry = isinstance(error, (ImportError, AttributeError)) and (
-        entry_point.module.partition(".")[0] in imported_before
-    )
-    # The module a name is missing from: the entry point's for its attribute, ``M`` of a
-    # ``from M import X`` (a ModuleNotFoundError names the module that is missing).
-    missing_from = (
-        entry_point.module if isinstance(error, AttributeError) else getattr(error, "name", None)
-    )
-    if retry and missing_from in imported_before:
-        _not_yet.add(key)
-        return None
-    _not_yet.discard(key)
-    group, name = key
-    dist = getattr(entry_point.dist, "name", "an installed package")
-    if key not in _shown_by_caller:
-        report_once(
-            f"skipping DomainBed plugin '{name} = {entry_point.value}' (group '{group}', "
-            f"from {dist}): {type(error).__name__}: {error}. DomainBed and the other plugins "
-            f"still work; fix or uninstall {dist} to use '{name}'."
-        )
-    if not retry:
-        _loaded[key] = None
-    return None
 
 
 def require(group: str, name: str) -> Any | None:
@@ -231,7 +224,7 @@ def require(group: str, name: str) -> Any | None:
     if obj is not None or error is None or (group, name) in _loading:
         return obj
     entry_point = entry_points(group)[name]
-    dist = getattr(entry_point.dist, "name", "an installed package")
+    dist = _package(entry_point)
     trace = "".join(traceback.format_exception(error)).rstrip()
     raise PluginImportError(
         f"DomainBed plugin '{name}' ('{entry_point.value}', group '{group}', from {dist}) "
@@ -240,45 +233,29 @@ def require(group: str, name: str) -> Any | None:
     )
 
 
-def plugins(group: str) -> dict[str, Any]:
-    """Every loadable plugin of ``group`` by name."""
-    loaded = {name: load(group, name) for name in entry_points(group)}
-    return {name: obj for name, obj in loaded.items() if obj is not None}
-
-
-def _add_to_namespace(module: ModuleType, names: list[str], group: str, what: str) -> None:
-    """Put every plugin of ``group`` into ``module``'s globals and its list of ``names``.
-
-    A plugin whose module is still being imported (it imported DomainBed, which triggered this)
-    gets its name listed now and its object filled in on a later lookup (see :func:`load`).
-    """
-    for name in entry_points(group):
-        obj = load(group, name)
-        if obj is None:
-            late = (group, name) in _not_yet or (group, name) in _loading
-            if late and name not in names:
-                names.append(name)
-            continue
-        existing = module.__dict__.get(name)
-        if existing is not None and existing is not obj:
-            report_once(
-                f"plugin {what} '{name}' (group '{group}') is not registered: DomainBed "
-                f"already has {with_article(what)} of that name. Rename the entry point."
-            )
-            continue
-        module.__dict__[name] = obj
-        if name not in names:
-            names.append(name)
-
-
 def _open_namespace(module: ModuleType, names: str, group: str, what: str, lookup: str) -> None:
-    """Register ``group`` into ``module``'s globals and list ``names``; DomainBed's ``lookup``
-    and a module ``__getattr__`` (an attribute access never calls the lookup, which reads
-    ``globals()``) first load the plugin asked for: a late one is filled in, a broken one
+    """Put every plugin of ``group`` into ``module``'s globals and its list ``names``; a plugin
+    whose module is still being imported (it imported DomainBed, which triggered this) gets its
+    name listed now and its object filled in on a later lookup (see :func:`load`). DomainBed's
+    ``lookup`` and a module ``__getattr__`` (an attribute access never calls the lookup, which
+    reads ``globals()``) first load the plugin asked for: a late one is filled in, a broken one
     raises :class:`PluginImportError`."""
 
     def complete() -> None:
-        _add_to_namespace(module, getattr(module, names), group, what)
+        listed = getattr(module, names)
+        for name in entry_points(group):
+            obj, existing = load(group, name), module.__dict__.get(name)
+            if obj is not None and existing is not None and existing is not obj:
+                report_once(
+                    f"plugin {what} '{name}' (group '{group}') is not registered: DomainBed "
+                    f"already has {with_article(what)} of that name. Rename the entry point."
+                )
+                continue
+            if obj is not None:
+                module.__dict__[name] = obj
+            late = (group, name) in _not_yet or (group, name) in _loading
+            if (obj is not None or late) and name not in listed:
+                listed.append(name)
 
     complete()
     domainbed_lookup = getattr(module, lookup)
@@ -302,17 +279,14 @@ def _open_namespace(module: ModuleType, names: str, group: str, what: str, looku
 
 
 def register_algorithms(module: ModuleType) -> None:
-    _open_namespace(module, "ALGORITHMS", ALGORITHM_GROUP, "algorithm", "get_algorithm_class")
-    check_and_apply_when_built(module)
-
-
-def check_and_apply_when_built(module: ModuleType) -> None:
-    """Wrap ``module.Algorithm.__init__``, which every algorithm calls before it builds
-    anything: refuse hparam names the run does not read (on ``train.py``'s dataset, else any),
-    then apply ``init_seed``, ``precision`` and ``averaging`` (each does nothing unless asked)."""
+    """Register the plugin algorithms, and wrap ``Algorithm.__init__``, which every algorithm
+    calls before it builds anything: refuse hparam names the run does not read (on
+    ``train.py``'s dataset, else any), then apply ``init_seed``, ``precision`` and
+    ``averaging`` (each does nothing unless asked)."""
     from dmg_domainbed import averaging, precision
     from dmg_domainbed.hparams.names import reject_unknown
 
+    _open_namespace(module, "ALGORITHMS", ALGORITHM_GROUP, "algorithm", "get_algorithm_class")
     domainbed_init = module.Algorithm.__init__
     if getattr(domainbed_init, _MARK, False):
         return
@@ -397,18 +371,6 @@ def _subclasses(cls: type) -> list[type]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 
-def loader_workers_budget(environ=os.environ) -> int | None:
-    """The value of ``DMG_DOMAINBED_LOADER_WORKERS``: None if unset; a bad value is reported
-    once and ignored (launchers reject it before any job starts)."""
-    text = environ.get(LOADER_WORKERS_VARIABLE, "").strip()
-    if text and not text.isdigit():
-        report_once(
-            f"{LOADER_WORKERS_VARIABLE}={text!r} is not a whole number >= 0: ignored, "
-            "DomainBed's own data-loader workers are used. Fix or unset the variable."
-        )
-    return int(text) if text.isdigit() else None
-
-
 def cap_loader_workers(module: ModuleType, environ=os.environ) -> None:
     """Cap the data-loader workers of every class of ``domainbed.datasets``' family.
 
@@ -417,9 +379,15 @@ def cap_loader_workers(module: ModuleType, environ=os.environ) -> None:
     dataset of ``E`` domains gets ``max(1, N // (E - 1))`` per loader, never more than its own
     number and never 0 where that is not 0 (0 would change augmentation's random stream).
     Every class first gets its own number back, so that unset it is DomainBed's. Called at
-    registration and again by a forked job with its own environment.
+    registration and again by a forked job with its own environment. A value that is not a
+    whole number is reported once and ignored (launchers reject it before any job starts).
     """
-    budget = loader_workers_budget(environ)
+    text = environ.get(LOADER_WORKERS_VARIABLE, "").strip()
+    if text and not text.isdigit():
+        report_once(
+            f"{LOADER_WORKERS_VARIABLE}={text!r} is not a whole number >= 0: ignored, "
+            "DomainBed's own data-loader workers are used. Fix or unset the variable."
+        )
     classes = _subclasses(module.MultipleDomainDataset)
     for cls in classes:
         defined = _defined_loader_workers.setdefault(cls, vars(cls).get("N_WORKERS"))
@@ -430,13 +398,14 @@ def cap_loader_workers(module: ModuleType, environ=os.environ) -> None:
     own = {cls: getattr(cls, "N_WORKERS", 0) for cls in classes}
     for cls, workers in own.items():
         domains = len(getattr(cls, "ENVIRONMENTS", None) or ())
-        if budget is not None and workers and domains >= 2:
-            cls.N_WORKERS = min(workers, max(1, budget // (domains - 1)))
+        if text.isdigit() and workers and domains >= 2:
+            cls.N_WORKERS = min(workers, max(1, int(text) // (domains - 1)))
 
 
 def register_launchers(module: ModuleType) -> None:
-    for name, launcher in plugins(LAUNCHER_GROUP).items():
-        module.REGISTRY.setdefault(name, launcher)
+    for name in entry_points(LAUNCHER_GROUP):
+        if (launcher := load(LAUNCHER_GROUP, name)) is not None:
+            module.REGISTRY.setdefault(name, launcher)
 
 
 def plugin_hparams(
@@ -495,14 +464,11 @@ def _through_domainbed_script(trace) -> bool:
     """Whether a traceback passes through the top level of one of DomainBed's scripts run as
     the program: ``python -m domainbed.scripts.NAME``, or a warm job of ``local_parallel``,
     which runs ``train`` as ``__main__`` too."""
-    while trace is not None:
-        module = trace.tb_frame.f_globals
-        spec = module.get("__spec__")
-        name = getattr(spec, "name", "") or ""
-        if module.get("__name__") == "__main__" and name.startswith("domainbed.scripts."):
-            return True
-        trace = trace.tb_next
-    return False
+    return any(
+        frame.f_globals.get("__name__") == "__main__"
+        and (getattr(frame.f_globals.get("__spec__"), "name", "") or "").startswith(SCRIPTS)
+        for frame, _ in traceback.walk_tb(trace)
+    )
 
 
 def end_scripts_with_user_message() -> None:
