@@ -35,7 +35,6 @@ from dmg_domainbed.hparams.every_algorithm import (
     AVERAGING,
     AVERAGING_DECAY,
     AVERAGING_START,
-    AVERAGINGS,
     EMA,
     INIT_SEED,
     NO_AVERAGING,
@@ -44,7 +43,6 @@ from dmg_domainbed.hparams.every_algorithm import (
 )
 from dmg_domainbed.hparams.every_algorithm import EVERY_ALGORITHM as HPARAMS
 
-CHOICES = AVERAGINGS
 #: The averaging modes that read each hparam besides ``averaging``.
 READ_BY = {AVERAGING_START: (SMA, EMA), AVERAGING_DECAY: (EMA,)}
 #: Where an averaged algorithm keeps its :class:`Average`, among its instance attributes.
@@ -98,9 +96,13 @@ def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
     start = hparams.get(AVERAGING_START, HPARAMS[AVERAGING_START].default)
     decay = hparams.get(AVERAGING_DECAY, HPARAMS[AVERAGING_DECAY].default)
     vars(algorithm)[STATE] = Average(mode, start, decay)
-    for name, wrapper in WRAPPERS.items():
-        # The function the instance runs now (precision's wrapper or the class's), called with
-        # the algorithm it is given: bound methods, so that copy.deepcopy binds the copy's.
+    _wrap(algorithm, WRAPPERS)
+
+
+def _wrap(algorithm: nn.Module, wrappers: Mapping[str, Callable]) -> None:
+    """Each method of ``wrappers`` replaced on the instance by its wrapper, given the function
+    it replaces (precision's or the class's); bound, so that copy.deepcopy binds the copy's."""
+    for name, wrapper in wrappers.items():
         previous = getattr(algorithm, name).__func__
         vars(algorithm)[name] = types.MethodType(functools.partial(wrapper, previous), algorithm)
 
@@ -117,11 +119,8 @@ def seed_initialisation(algorithm: nn.Module, hparams: Mapping[str, Any]) -> Non
         return
     job_state = [torch.random.get_rng_state()]
     torch.default_generator.manual_seed(hparams[INIT_SEED])  # the CPU's: networks built there
-
-    for name in ("to", "load_state_dict", "update"):  # bound as apply binds WRAPPERS
-        previous = getattr(algorithm, name).__func__
-        giving_back = functools.partial(_give_back, job_state, previous)
-        vars(algorithm)[name] = types.MethodType(giving_back, algorithm)
+    giving_back = functools.partial(_give_back, job_state)
+    _wrap(algorithm, dict.fromkeys(("to", "load_state_dict", "update"), giving_back))
 
 
 def _give_back(job_state: list, previous: Callable, algorithm: nn.Module, *args, **kwargs) -> Any:
@@ -201,13 +200,8 @@ def averaged_state(algorithm: nn.Module) -> dict[str, torch.Tensor]:
     """The algorithm's floating-point ``state_dict`` entries (its own tensors), each tensor
     once (DomainBed's ERM holds its featurizer under two names)."""
     state = type(algorithm).state_dict(algorithm, keep_vars=True)
-    seen: set[int] = set()
-    kept = {}
-    for name, tensor in state.items():
-        if tensor.is_floating_point() and id(tensor) not in seen:
-            seen.add(id(tensor))
-            kept[name] = tensor
-    return kept
+    first = {id(tensor): name for name, tensor in reversed(state.items())}  # each one's first name
+    return {n: t for n, t in state.items() if t.is_floating_point() and first[id(t)] == n}
 
 
 def structure(state: Mapping[str, torch.Tensor]) -> tuple:
