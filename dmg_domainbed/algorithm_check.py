@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
+from torch.utils.data import DataLoader
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import with_article
@@ -27,7 +28,7 @@ from dmg_domainbed.shortlist import shortlist
 BATCH_SIZE = 8  # images per domain, as DomainBed's test_models
 DEBUG_IMAGES = 16  # per domain in DomainBed's debug datasets
 UPDATES = 3  # as DomainBed's test_models
-SEEDS = (0,)  # as DomainBed's test_hparams_registry
+SEED = 0  # as DomainBed's test_hparams_registry
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 OK, FAIL, SKIP = "ok", "FAIL", "skip"
 #: The hparams seeds (0 keeps the defaults) and trials of DomainBed's default sweep.
@@ -172,14 +173,12 @@ def _random_hparams(run) -> str:
 
     differing = []
     for each in datasets.DATASETS:
-        for seed in SEEDS:
-            first = hparams_registry.random_hparams(run.name, each, seed)
-            second = hparams_registry.random_hparams(run.name, each, seed)
-            differing += [
-                f"{key!r} on {each}, seed {seed}: {first[key]!r} then {second.get(key)!r}"
-                for key in first
-                if first[key] != second.get(key)
-            ]
+        first, second = (hparams_registry.random_hparams(run.name, each, SEED) for _ in range(2))
+        differing += [
+            f"{key!r} on {each}, seed {SEED}: {value!r} then {second.get(key)!r}"
+            for key, value in first.items()
+            if value != second.get(key)
+        ]
     if differing:
         raise Failed(
             "random_hparams(name, dataset, seed) must give the same values for the same seed "
@@ -210,14 +209,13 @@ def _draws(component) -> int:
         resolve_space(hparams, misc.seed_hash(h, t), misc.seed_hash, None, names) for h, t in seeds
     ]
     lines = []
-    for key, rule in ((hparam.name, hparam.rule) for hparam in hparams):
-        keeps = [rule, TRAINABLE[key]] if key in TRAINABLE else [rule]
+    for hparam in hparams:
+        key, keeps = hparam.name, [hparam.rule, TRAINABLE.get(hparam.name, hparam.rule)]
         refused = []
         for (h, t), drawn in zip(seeds, jobs):
             value = drawn[key][1]
-            problem = next((p for r in keeps if (p := r.problem(value)) is not None), None)
-            if problem is not None:
-                refused.append((h, t, value, problem))
+            if problems := [p for rule in keeps if (p := rule.problem(value)) is not None]:
+                refused.append((h, t, value, problems[0]))
         if refused:
             h, t, value, problem = refused[0]
             lines.append(
@@ -287,11 +285,8 @@ def _build(run) -> str:
         raise Failed(
             f"{call} with {run.dataset}'s default hparams raised:\n{_trace(error)}"
         ) from None
-    run.minibatches = []
-    for environment in dataset:
-        items = [environment[i] for i in range(run.images)]
-        x = torch.stack([x for x, _ in items])
-        run.minibatches.append((x, torch.stack([torch.as_tensor(y) for _, y in items])))
+    loaders = [DataLoader(environment, batch_size=run.images) for environment in dataset]
+    run.minibatches = [tuple(next(iter(loader))) for loader in loaders]  # each one's first images
     return call
 
 
