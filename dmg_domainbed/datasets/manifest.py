@@ -11,8 +11,8 @@ DomainBed like PACS without a dataset class (docs/datasets.md, "Your own dataset
 
 Every process finds them through ``DMG_DOMAINBED_DATASETS`` (absolute paths of files, or of
 folders of ``*.toml``, ``:``-separated), which reaches every job of every launcher. Reading a
-manifest opens only it, the root's listing and the CSV; the images are listed when the dataset
-is built (:func:`list_files`).
+manifest opens only it, the root's listing and the CSV (read this once: :attr:`Manifest.rows`);
+the images are listed when the dataset is built (:func:`list_files`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,8 @@ REQUIRED = {"name": 'name = "MyData"', "root": 'root = "/data/mydata"'}
 @dataclass(frozen=True)
 class Manifest:
     """A checked manifest; ``domains`` in DomainBed's order, found in the data when the
-    manifest does not list them."""
+    manifest does not list them; ``rows``: its CSV's rows, each with the line it ends on (the
+    header is line 1), as read with the manifest."""
 
     path: Path
     name: str
@@ -111,6 +112,9 @@ class Manifest:
     input_size: int = 224
     steps: int | None = None
     checkpoint_freq: int | None = None
+    rows: tuple[tuple[int, dict[str, str | None]], ...] = field(
+        default=(), compare=False, repr=False
+    )
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -132,7 +136,7 @@ def leaves_root(relative: str, root: Path) -> bool:
     return os.path.commonpath([inside, os.path.normpath(root)]) != os.path.normpath(root)
 
 
-def _csv_rows(path: Path) -> list[tuple[int, dict[str, str | None]]]:
+def _csv_rows(path: Path) -> tuple[tuple[int, dict[str, str | None]], ...]:
     """The rows of a manifest's CSV, each with the line it ends on (the header is line 1).
     UTF-8, with or without the byte-order mark spreadsheets write."""
     try:
@@ -145,7 +149,7 @@ def _csv_rows(path: Path) -> list[tuple[int, dict[str, str | None]]]:
                     f"{reader.fieldnames or '(empty file)'}; a manifest's CSV needs a header line "
                     f"with the columns {', '.join(CSV_COLUMNS)} (others are ignored)"
                 )
-            return [(reader.line_num, row) for row in reader]
+            return tuple((reader.line_num, row) for row in reader)
     except OSError as error:
         raise UserError(f"cannot read the CSV {path}: {error.strerror or error}") from None
     except UnicodeDecodeError as error:
@@ -159,19 +163,8 @@ def _complete(row: Mapping[str, str | None]) -> bool:
     return all((row.get(column) or "").strip() for column in CSV_COLUMNS)
 
 
-def _usable(row: Mapping[str, str | None], root: Path) -> bool:
-    """Whether a CSV row names a file of the dataset: complete, its path inside ``root``."""
-    return _complete(row) and not leaves_root(row["path"], root)
-
-
 def _visible(names: list[str]) -> list[str]:
     return [name for name in names if not name.startswith(".")]
-
-
-def _found_domains(root: Path, table: Path | None) -> list[str]:
-    if table is None:
-        return _visible(subfolders(root))
-    return sorted({row["domain"] for _, row in _csv_rows(table) if _complete(row)})
 
 
 def parse_manifest(document: Mapping[str, Any], path: Path) -> Manifest:
@@ -197,8 +190,13 @@ def parse_manifest(document: Mapping[str, Any], path: Path) -> Manifest:
     table = here / Path(document["csv"]).expanduser() if "csv" in document else None
     if table is not None and not table.is_file():
         raise fail(f"csv = {document['csv']!r}: no file {table}")
+    rows = _csv_rows(table) if table else ()
     try:
-        found = _found_domains(root, table)
+        found = (
+            sorted({row["domain"] for _, row in rows if _complete(row)})
+            if table
+            else _visible(subfolders(root))
+        )
     except OSError as error:
         raise fail(f"cannot list {root}: {error.strerror or error}") from None
     where = f"the CSV's domain column ({table})" if table else f"the folders of {root}"
@@ -228,6 +226,7 @@ def parse_manifest(document: Mapping[str, Any], path: Path) -> Manifest:
         input_size=document.get("input_size", 224),
         steps=document.get("steps"),
         checkpoint_freq=document.get("checkpoint_freq"),
+        rows=rows,
     )
 
 
@@ -321,8 +320,9 @@ def list_files(manifest: Manifest) -> list[DomainFiles]:
             domain.classes = {name: domain.classes[name] for name in _visible(list(domain.classes))}
         return domains
     domains = {d: DomainFiles(d, manifest.root) for d in manifest.domains}
-    for _, row in _csv_rows(manifest.csv):
-        domain = domains.get(row["domain"]) if _usable(row, manifest.root) else None
+    for _, row in manifest.rows:
+        usable = _complete(row) and not leaves_root(row["path"], manifest.root)
+        domain = domains.get(row["domain"]) if usable else None
         if domain is None:  # another domain's, or a row csv_problems names
             continue
         path = str(manifest.root / row["path"])
@@ -370,29 +370,28 @@ def csv_problems(manifest: Manifest) -> list[str]:
     image counted twice, or under two labels). Empty for a manifest without a CSV."""
     if manifest.csv is None:
         return []
-    rows = _csv_rows(manifest.csv)
+    incomplete, outside, rows_of = [], [], defaultdict(list)
+    for line, row in manifest.rows:
+        if not _complete(row):
+            incomplete.append(line)
+        elif leaves_root(row["path"], manifest.root):
+            outside.append(f"line {line}: {row['path']}")
+        else:
+            rows_of[os.path.normpath(manifest.root / row["path"])].append((line, row))
     problems = []
-    incomplete = [line for line, row in rows if not _complete(row)]
     if incomplete:
         problems.append(
             f"{manifest.csv}: {len(incomplete)} row(s) without a path, a label or a domain "
             f"(line(s) {shortlist(incomplete)}): DomainBed would leave them out; give each "
             "row every field, or delete it"
         )
-    outside = [(line, row["path"]) for line, row in rows if _complete(row)]
-    outside = [(line, path) for line, path in outside if leaves_root(path, manifest.root)]
     if outside:
-        listed = shortlist([f"line {line}: {path}" for line, path in outside], separator="; ")
         problems.append(
             f"{manifest.csv}: {len(outside)} row(s) whose path leaves the root {manifest.root} "
-            f"({listed}): a manifest's dataset is what its root holds, and its paths are "
-            "relative to it; move those files under the root and give their paths from there, "
-            "or set root to a folder that holds every file"
+            f"({shortlist(outside, separator='; ')}): a manifest's dataset is what its root "
+            "holds, and its paths are relative to it; move those files under the root and give "
+            "their paths from there, or set root to a folder that holds every file"
         )
-    rows_of = defaultdict(list)
-    for line, row in rows:
-        if _usable(row, manifest.root):
-            rows_of[os.path.normpath(manifest.root / row["path"])].append((line, row))
     repeated = [(path, listed) for path, listed in rows_of.items() if len(listed) > 1]
     for path, listed in repeated[:SHOWN_REPEATS]:
         labels = {row["label"] for _, row in listed}
