@@ -2,11 +2,12 @@
 
 DomainBed reads every sub-folder of its root (sorted) as a domain with torchvision's
 ``ImageFolder``: each sub-folder a class, sorted, holding the files anywhere below it (links
-followed) that end in one of ``IMG_EXTENSIONS``. :func:`list_image_folders` lists a root the
-same way, without opening a file, and also keeps what ``ImageFolder`` passes over without a
-word: other files, images outside any class folder, unreadable folders, and links back to a
-folder they lie in (``os.walk`` follows such a loop to the system's limit of 40 links: its
-images are read 41 times). :func:`domain_problems` tells what would stop a job or relabel it.
+followed) that end in one of ``IMG_EXTENSIONS``. :func:`list_domain` lists each of a root's
+:func:`subfolders` the same way, without opening a file, and also keeps what ``ImageFolder``
+passes over without a word: other files, images outside any class folder, unreadable folders,
+and links back to a folder they lie in (``os.walk`` follows such a loop to the system's limit of
+40 links: its images are read 41 times). :func:`domain_problems` tells what would stop a job or
+relabel it.
 """
 
 from __future__ import annotations
@@ -19,13 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dmg_domainbed.shortlist import how_they_differ, shortlist
-
-
-def image_extensions() -> tuple[str, ...]:
-    """The file name endings torchvision's ``ImageFolder`` reads (lower case)."""
-    from torchvision.datasets.folder import IMG_EXTENSIONS
-
-    return IMG_EXTENSIONS
 
 
 def subfolders(folder: Path) -> list[str]:
@@ -78,10 +72,11 @@ def _files_below(folder: Path, domain: DomainFiles) -> list[str]:
     return found
 
 
-def list_domain(folder: Path, name: str | None = None) -> DomainFiles:
+def list_domain(folder: Path) -> DomainFiles:
     """The files of one domain folder, by class folder."""
-    extensions = image_extensions()
-    domain = DomainFiles(name or folder.name, folder)
+    from torchvision.datasets.folder import IMG_EXTENSIONS as extensions  # lower case
+
+    domain = DomainFiles(folder.name, folder)
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as error:
@@ -151,8 +146,3 @@ def domain_problems(
             f"does not have; expected only its {len(classes)} classes: {why}"
         )
     return problems
-
-
-def list_image_folders(root: Path) -> list[DomainFiles]:
-    """Every domain folder of ``root`` in DomainBed's order, with its files."""
-    return [list_domain(root / name) for name in subfolders(root)]

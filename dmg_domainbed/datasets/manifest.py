@@ -315,7 +315,7 @@ def read_manifests(environ: Mapping[str, str]) -> tuple[list[Manifest], list[Use
 def list_files(manifest: Manifest) -> list[DomainFiles]:
     """Each domain's image files by class, in the manifest's domain order."""
     if manifest.csv is None:
-        domains = [list_domain(manifest.root / domain, domain) for domain in manifest.domains]
+        domains = [list_domain(manifest.root / domain) for domain in manifest.domains]
         for domain in domains:
             domain.classes = {name: domain.classes[name] for name in _visible(list(domain.classes))}
         return domains

@@ -16,7 +16,7 @@ from pathlib import Path
 from dmg_domainbed.datasets.check.downloads import download_command
 from dmg_domainbed.datasets.check.images import look_at_files
 from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport, DomainCount
-from dmg_domainbed.datasets.image_files import DomainFiles, domain_problems, list_image_folders
+from dmg_domainbed.datasets.image_files import DomainFiles, domain_problems, list_domain, subfolders
 from dmg_domainbed.datasets.layouts import SYNTHETIC_MARKER, ImageDatasetLayout
 from dmg_domainbed.datasets.manifest import Manifest, file_problems, list_files
 from dmg_domainbed.shortlist import shortlist
@@ -178,7 +178,7 @@ def check_image_dataset(
         report.add(ERROR, f"not found: expected {expected}", fix=fix)
         return
     try:
-        domains = list_image_folders(root)
+        domains = [list_domain(root / name) for name in subfolders(root)]
     except OSError as error:
         report.add(
             ERROR,
