@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 from dmg_domainbed.shortlist import shortlist
 
 ERROR, WARNING, INFO = "ERROR", "warn", "info"
-# Findings of one kind given one by one; the rest are counted.
-MAX_LISTED = 20
-REPLACE = "replace them with the download's files, or delete them"
 
 
 @dataclass(frozen=True)
@@ -61,12 +58,6 @@ class DatasetReport:
         """One finding for ``paths`` (if any), files that ``what``: a few named, then a count."""
         if paths:
             self.add(severity, f"{len(paths):,} file(s) {what}: {shortlist(paths)}", expected, fix)
-
-    def listed(self, severity: str, items: list[Finding], what: str, fix: str = "") -> None:
-        """Add ``items`` up to :data:`MAX_LISTED`, then one finding counting the rest."""
-        self.findings += items[:MAX_LISTED]
-        if len(items) > MAX_LISTED:
-            self.add(severity, f"... and {len(items) - MAX_LISTED} more {what}", fix=fix)
 
     @property
     def errors(self) -> list[Finding]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from dmg_domainbed.datasets.findings import ERROR, Finding
@@ -62,13 +63,12 @@ def batch_findings(
     # Why and how to fix it once, after the last domain: the same for every one.
     fits = min(training_examples(n, holdout_fraction) for _, n in short)
     each = "the domain" if len(short) == 1 else "each of these domains"
-    findings[-1] = Finding(
-        ERROR,
-        findings[-1].found,
-        "a training split of at least one batch in every domain: DomainBed's training "
+    findings[-1] = replace(
+        findings[-1],
+        expected="a training split of at least one batch in every domain: DomainBed's training "
         "loader drops an incomplete batch, and its infinite sampler then waits for "
         "ever: the job hangs before its first step, without an error",
-        f'lower the hparam batch_size to at most {fits} (--hparams \'{{"batch_size": '
+        fix=f'lower the hparam batch_size to at most {fits} (--hparams \'{{"batch_size": '
         f"{fits}}}', or batch_size in the sweep file's [sweep.hparams]), or give {each} at "
         f"least {examples_needed(batch_size, holdout_fraction):,} images",
     )

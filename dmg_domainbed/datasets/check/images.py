@@ -24,13 +24,16 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageFile, UnidentifiedImageError
 
-from dmg_domainbed.datasets.findings import ERROR, INFO, REPLACE, WARNING, DatasetReport, Finding
+from dmg_domainbed.datasets.findings import ERROR, INFO, WARNING, DatasetReport, Finding
 from dmg_domainbed.shortlist import SHOWN, shortlist
 
 # Files per task sent to a worker: the pool's messages cost little, the progress bar moves.
 CHUNK = 64
 # Fewer files than this are decoded here: starting worker processes would cost more.
 IN_PROCESS_BELOW = 256
+# Groups of copies given one by one; the rest are counted.
+MAX_COPIES = 20
+REPLACE = "replace them with the download's files, or delete them"
 APPLEDOUBLE = b"\x00\x05\x16\x07"
 # The first bytes of the formats torchvision's ImageFolder reads by name (and WebP's RIFF).
 SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM", b"II*\x00", b"MM\x00*")
@@ -168,6 +171,8 @@ def _decode_all(paths: Sequence[str], workers: int, description: str) -> list[De
 
 
 def _duplicates(results: Sequence[Decoded], places: Places) -> list[Finding]:
+    """A warning for each group of files of one content in several domains or classes
+    (:data:`MAX_COPIES` of them, then their count)."""
     groups: dict[str, list[str]] = defaultdict(list)
     for result in results:
         if result.digest:
@@ -189,6 +194,9 @@ def _duplicates(results: Sequence[Decoded], places: Places) -> list[Finding]:
                 "storage is the shared file itself: take the link out instead)",
             )
         )
+    if len(findings) > MAX_COPIES:
+        more = f"... and {len(findings) - MAX_COPIES} more groups of files of the same content"
+        findings[MAX_COPIES:] = [Finding(WARNING, more)]
     return findings
 
 
@@ -223,6 +231,6 @@ def look_at_files(
         expected = f"8-bit RGB or grayscale images; {effect}"
         report.files(severity, files, f"in mode {MODE_NAMES.get(mode, mode)}", expected, fix)
     if places is not None:
-        report.listed(WARNING, _duplicates(results, places), "groups of files of the same content")
+        report.findings += _duplicates(results, places)
     bad = len(failed["truncated"]) + len(failed["undecodable"])
     report.add(INFO, f"{len(results) - bad:,} of {len(results):,} images decoded")
