@@ -354,15 +354,6 @@ def class_names(domains: list[DomainFiles]) -> list[str]:
     return sorted(names)
 
 
-def same_number_classes(classes: list[str]) -> list[list[str]]:
-    """Groups of class names that write one number in several ways (``1``, ``01``, `` 1``)."""
-    by_number = defaultdict(list)
-    for name in classes:
-        if (number := _number(name)) is not None:
-            by_number[number].append(name)
-    return [names for names in by_number.values() if len(names) > 1]
-
-
 def csv_problems(manifest: Manifest) -> list[str]:
     """Rows of a manifest's CSV that DomainBed would misread: a row without a path, a label or a
     domain (left out), a path that leaves the root (left out: nothing outside the root is the
@@ -420,7 +411,13 @@ def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
     number twice, and each domain's :func:`~.image_files.domain_problems`."""
     problems = csv_problems(manifest)
     classes = class_names(domains)
-    for names in same_number_classes(classes):
+    by_number = defaultdict(list)  # class names that write one number (1, 01, ' 1')
+    for name in classes:
+        if (number := _number(name)) is not None:
+            by_number[number].append(name)
+    for number, names in by_number.items():
+        if len(names) < 2:
+            continue
         written = " and ".join(repr(name) for name in names)
         fix = (
             f"write each label one way in every row of {manifest.csv}"
@@ -430,7 +427,7 @@ def file_problems(manifest: Manifest, domains: list[DomainFiles]) -> list[str]:
         )
         problems.append(
             f"{manifest.name} ({manifest.path}): classes {written} write the same number "
-            f"{_number(names[0])}: DomainBed would train them as {len(names)} classes with "
+            f"{number}: DomainBed would train them as {len(names)} classes with "
             f"labels of their own; {fix}"
         )
     why = (

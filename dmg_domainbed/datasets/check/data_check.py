@@ -24,11 +24,7 @@ from dmg_domainbed.datasets.layouts import (
     WILDS_LAYOUTS,
 )
 from dmg_domainbed.datasets.manifest import Manifest
-from dmg_domainbed.datasets.training_split import (
-    HOLDOUT_FRACTION,
-    batch_findings,
-    training_examples,
-)
+from dmg_domainbed.datasets.training_split import HOLDOUT_FRACTION, batch_findings
 from dmg_domainbed.folders import check_creatable, check_outside
 
 # DomainBed's datasets whose files this check knows, in DomainBed's order.
@@ -54,8 +50,6 @@ def _add_batch_findings(report: DatasetReport, domains: list[str], batch: Batch)
     examples = [(count.domain, count.images) for count in report.counts]
     if report.dataset in MNIST_DATASETS:
         examples = [(name, sum(n for _, n in examples) // len(domains)) for name in domains]
-    if not any(training_examples(n, batch.holdout_fraction) for _, n in examples):
-        return  # no images: other findings say so
     size = batch.size or hparams_registry.default_hparams("ERM", report.dataset)["batch_size"]
     fraction = batch.holdout_fraction
     report.findings += batch_findings(report.dataset, examples, size, fraction, batch.source)
