@@ -122,7 +122,7 @@ def collect_results_text(sweep_dir: Path) -> str:
     from dmg_domainbed.reporting import tables
 
     records = tables.load_sweep_records(sweep_dir)
-    selecting = set(tables.selected_accuracies(tables.ranked_runs(records))["selection_method"])
+    selecting = set(tables.selected_frame(tables.ranked_runs(records))["selection_method"])
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         print("Total records:", len(records))
@@ -147,7 +147,7 @@ def write_report_files(
     from dmg_domainbed.reporting.report import write_report
 
     written = write_report(sweep_dirs, report_dir)
-    echo(written.summary())
+    echo(written.summary)
     files = list(written.files)
     by_test_env: dict[int, list] = {}
     for job in finished:

@@ -170,12 +170,11 @@ def report_command(args: argparse.Namespace) -> int:
     sweeps = [require_sweep(folder) for folder in args.input_dir]
     from dmg_domainbed.reporting import tensorboard
     from dmg_domainbed.reporting.report import write_report
-    from dmg_domainbed.reporting.tables import results_markdown
 
     log_dir = tensorboard.check_log_dir(args.tensorboard, *sweeps) if args.tensorboard else None
     written = write_report(sweeps, args.output_dir, args.reference, args.soups)
-    print(results_markdown(written.results, written.averages))
-    print(written.summary())
+    print(written.tables)
+    print(written.summary)
     _print_files(written.files)
     if log_dir is not None:
         names = tensorboard.export(written.jobs, written.ranked, log_dir)

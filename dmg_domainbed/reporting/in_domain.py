@@ -223,7 +223,7 @@ def selection_frame(runs: Sequence[Run], evaluations: pd.DataFrame) -> pd.DataFr
             accuracies = {f"env{e}_out_acc": a / 100 for e, a in zip(rows["env"], rows["accuracy"])}
             records.append(renamed({**record, **accuracies}, prediction, Path(run.path)))
     iid = tables.selection_methods()[:1]  # training-domain validation
-    selected = tables.selected_accuracies(tables.ranked_runs(Q(records), methods=iid))
+    selected = tables.selected_frame(tables.ranked_runs(Q(records), methods=iid)).sort_index()
     selected = selected.rename(columns={"algorithm": "prediction"})
     rows = sorted(set(zip(selected["dataset"], selected["prediction"])))
     return tables.domain_cells(selected, ["dataset", "prediction", "test_env"], rows)

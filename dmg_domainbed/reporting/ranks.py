@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -48,7 +48,6 @@ def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
     ranks = pd.DataFrame(stats.rankdata(-scores.to_numpy(), axis=1), columns=scores.columns)
     average = ranks.mean().sort_values()
     n_tasks, k = scores.shape
-    ranking = Ranking(method, scores, average, left_out_tasks)
     if k < MIN_ALGORITHMS or n_tasks < MIN_TASKS:
         why = (
             f"the test compares {MIN_ALGORITHMS} or more algorithms"
@@ -57,7 +56,7 @@ def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
             "more datasets"
         )
         note = f"Friedman test and critical-difference diagram left out: {why}."
-        return replace(ranking, note=note)
+        return Ranking(method, scores, average, left_out_tasks, note=note)
     import scikit_posthocs
 
     statistic, p_value = stats.friedmanchisquare(*scores.to_numpy().T)
@@ -65,8 +64,8 @@ def rank(method: str, scores: pd.DataFrame, left_out_tasks: int = 0) -> Ranking:
     nemenyi.index = nemenyi.columns = scores.columns
     q = stats.studentized_range.ppf(1 - ALPHA, k, np.inf) / math.sqrt(2)
     difference = q * math.sqrt(k * (k + 1) / (6 * n_tasks))
-    tests = {"statistic": float(statistic), "p_value": float(p_value), "nemenyi": nemenyi}
-    return replace(ranking, **tests, critical_difference=float(difference))
+    tests = float(statistic), float(p_value), nemenyi, float(difference)
+    return Ranking(method, scores, average, left_out_tasks, *tests)
 
 
 def rankings(selected: pd.DataFrame, algorithms: Sequence[str] | None = None) -> list[Ranking]:

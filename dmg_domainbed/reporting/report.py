@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
+from collections import Counter, namedtuple
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -31,48 +30,37 @@ NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 RESULTS = ("results.csv", "averages.csv", "results.md", "selected_hparams.csv")
 
 
-@dataclass
-class SweepReport:
-    """What :func:`write_report` produced: the tables, the sweep's jobs and the files written."""
+#: What :func:`write_report` produced: the results tables as Markdown, what ``report`` prints
+#: after them (:func:`summary`), the files written, the sweep's jobs and its ranked runs.
+SweepReport = namedtuple("SweepReport", "tables summary files jobs ranked")
 
-    results: pd.DataFrame
-    averages: pd.DataFrame
-    ranked: pd.DataFrame
-    comparisons: pd.DataFrame
-    rankings: list[ranks.Ranking]
-    reference: str | None
-    files: list[Path]
-    jobs: SweepJobs
-    status: str  # the jobs' states and what the flags in the tables mean
 
-    def summary(self) -> str:
-        """What ``report`` prints after the results: jobs and flags, comparisons and ranks."""
-        names = ", ".join(self.results["algorithm"].unique())
+def summary(status: str, names, reference, comparisons: pd.DataFrame, found) -> str:
+    """What ``report`` prints after the results: jobs and flags (``status``), comparisons and
+    ranks (``found``) of the algorithms ``names``."""
+    compared = (
+        f"Paired comparisons left out: {paired.DEFAULT_REFERENCE}, the default reference, is "
+        f"not in this sweep. Pass --reference with one of: {', '.join(names)}."
+    )
+    if reference is None and not comparisons.empty:  # soups with their runs alone
         compared = (
-            f"Paired comparisons left out: {paired.DEFAULT_REFERENCE}, the default reference, is "
-            f"not in this sweep. Pass --reference with one of: {names}."
+            f"{compared}\nSoups paired with their runs (comparisons.md has each test "
+            "domain):\n" + paired.brief(comparisons)
         )
-        if self.reference is None and not self.comparisons.empty:  # soups with their runs alone
-            compared = (
-                f"{compared}\nSoups paired with their runs (comparisons.md has each test "
-                "domain):\n" + paired.brief(self.comparisons)
-            )
-        elif self.reference is not None and self.comparisons.empty:
-            compared = (
-                f"Paired comparisons: no other algorithm shares a dataset with {self.reference}."
-            )
-        elif self.reference is not None:
-            compared = (
-                "Paired comparisons over each dataset (test accuracy, percentage points; "
-                "comparisons.md has each test domain):\n" + paired.brief(self.comparisons)
-            )
-        ranked = "\n".join(
-            f"  {r.selection_method}: "
-            + ", ".join(f"{name} {rank:.2f}" for name, rank in r.average_ranks.items())
-            + f". {ranks.summary(r)}"
-            for r in self.rankings
+    elif reference is not None and comparisons.empty:
+        compared = f"Paired comparisons: no other algorithm shares a dataset with {reference}."
+    elif reference is not None:
+        compared = (
+            "Paired comparisons over each dataset (test accuracy, percentage points; "
+            "comparisons.md has each test domain):\n" + paired.brief(comparisons)
         )
-        return f"{self.status}\n\n{compared}\n\nAverage ranks across tasks (1 = best):\n{ranked}"
+    ranked = "\n".join(
+        f"  {r.selection_method}: "
+        + ", ".join(f"{name} {rank:.2f}" for name, rank in r.average_ranks.items())
+        + f". {ranks.summary(r)}"
+        for r in found
+    )
+    return f"{status}\n\n{compared}\n\nAverage ranks across tasks (1 = best):\n{ranked}"
 
 
 def first_runs(records, dataset: str, algorithm: str) -> list[list[dict]]:
@@ -260,8 +248,8 @@ def write_report(
     drawn = comparisons[comparisons["reference"] == reference] if len(comparisons) else comparisons
     figures = pictures_of(results, records, drawn, jobs.trained_algorithms())
 
-    markdown = f"{tables.results_markdown(results, averages)}\n{status}\n"
-    tables_of = (results, averages, markdown, tables.selected_hparams(chosen))
+    markdown = tables.results_markdown(results, averages)
+    tables_of = (results, averages, f"{markdown}\n{status}\n", tables.selected_hparams(chosen))
     written = dict(zip(RESULTS, tables_of, strict=True))
     if len(comparisons):
         written |= {"comparisons.csv": comparisons, "comparisons.md": paired.markdown(comparisons)}
@@ -269,9 +257,8 @@ def write_report(
     figures = {"ranks.png": diagram, **figures} if diagram is not None else figures
     written |= {name: partial(save, drawn) for name, drawn in figures.items()}
     written = write_files(output, written)
-    return SweepReport(
-        results, averages, ranked, comparisons, found, reference, written, jobs, status
-    )
+    said = summary(status, names, reference, comparisons, found)
+    return SweepReport(markdown, said, written, jobs, ranked)
 
 
 def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -> list[dict]:

@@ -47,20 +47,13 @@ def ordered_algorithms(records) -> list[str]:
     return known + [name for name in present if name not in algorithms.ALGORITHMS]
 
 
-def selected_accuracies(ranked: pd.DataFrame) -> pd.DataFrame:
-    """One row per group a method of ``ranked`` (:func:`ranked_runs`) selects in, in
-    collect_results' order, with its ``sweep_acc`` (a fraction)."""
-    keys = ["selection_method", "trial_seed", "dataset", "algorithm", "test_env"]
-    chosen = ranked[ranked["rank"] == 0].sort_index()
-    return chosen[[*keys, "test_acc"]].rename(columns={"test_acc": "sweep_acc"})
-
-
 def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
-    """collect_results' cell (its ``format_mean``) for every key of ``grid``; after the cells
+    """collect_results' cell (its ``format_mean`` of the ``test_acc`` of ``accuracies``, in their
+    order: :func:`selected_frame`'s, sorted by index) for every key of ``grid``; after the cells
     that share all keys but the last, their average (``Avg``)."""
     from domainbed.scripts.collect_results import format_mean
 
-    lists = dict(accuracies.groupby(keys)["sweep_acc"].agg(list)) if len(accuracies) else {}
+    lists = dict(accuracies.groupby(keys)["test_acc"].agg(list)) if len(accuracies) else {}
     rows = []
     for key in grid:
         values = lists.get(key, [])
@@ -85,13 +78,13 @@ def results_frames(records, ranked, jobs: SweepJobs) -> tuple[pd.DataFrame, pd.D
     the cells it is made of)."""
     from domainbed import datasets as registered
 
-    accuracies, methods = selected_accuracies(ranked), [m.name for m in selection_methods()]
+    accuracies, methods = selected_frame(ranked).sort_index(), [m.name for m in selection_methods()]
     present = set(records.select("args.dataset").unique())  # collect_results prints only these
     algorithms = ordered_algorithms(records)
     datasets = [name for name in registered.DATASETS if name in present]
     results = domain_cells(accuracies, CELL, list(product(methods, datasets, algorithms)))
     keys = ["selection_method", "algorithm", "dataset"]
-    trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["sweep_acc"]
+    trials = accuracies.groupby([*keys, "trial_seed"], sort=False)["test_acc"]
     trial_means = trials.agg(lambda v: float(np.mean(list(v)))).reset_index()
     grid = list(product(methods, algorithms, datasets))
     averages = cells_frame(trial_means, keys, grid).assign(test_env=AVERAGE, test_domain=AVERAGE)
@@ -182,8 +175,9 @@ def ranked_runs(
 
 
 def selected_frame(ranked: pd.DataFrame) -> pd.DataFrame:
-    """The selected run of every group (rank 0 of :func:`ranked_runs`)."""
-    return ranked[ranked["rank"] == 0].drop(columns="rank").reset_index(drop=True)
+    """The selected run of every group (rank 0 of :func:`ranked_runs`), in its order, its index
+    the row's place in collect_results' order."""
+    return ranked[ranked["rank"] == 0].drop(columns="rank")
 
 
 def selected_hparams(selected: pd.DataFrame) -> pd.DataFrame:

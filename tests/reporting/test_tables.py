@@ -23,7 +23,7 @@ LOO = LeaveOneOutSelectionMethod.name
 @pytest.mark.parametrize("accuracies", [[0.5], [0.9, 0.8], [0.123, 0.456, 0.789], [0.3] * 5])
 def test_a_cell_is_collect_results_own(accuracies):
     expected_mean, expected_error, expected_text = collect_results.format_mean(accuracies, False)
-    frame = pd.DataFrame({"algorithm": "ERM", "test_env": 0, "sweep_acc": accuracies})
+    frame = pd.DataFrame({"algorithm": "ERM", "test_env": 0, "test_acc": accuracies})
     cell = cells_frame(frame, ["algorithm", "test_env"], [("ERM", 0)]).iloc[0]
     assert cell["accuracy"] == expected_mean
     if len(accuracies) > 1:  # one trial: no interval, below
@@ -100,7 +100,7 @@ def test_a_cell_of_one_trial_shows_its_mean_and_says_one_trial_never_plus_minus_
     assert cell_text(mean, error, n_trials=1) == "50.0"
     assert cell_text(*collect_results.format_mean([0.5, 0.7], False)[:2], 2) == "60.0 +/- 7.1"
     accuracies = pd.DataFrame(
-        {"algorithm": "ERM", "test_env": [0, 1, 1], "sweep_acc": [0.5, 0.6, 0.8]}
+        {"algorithm": "ERM", "test_env": [0, 1, 1], "test_acc": [0.5, 0.6, 0.8]}
     )
     cells = cells_frame(accuracies, ["algorithm", "test_env"], [("ERM", 0), ("ERM", 1)])
     one, two = cells.iloc[0], cells.iloc[1]
