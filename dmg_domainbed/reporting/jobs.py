@@ -277,39 +277,30 @@ def _named(jobs: list[Job], describe=Job.name) -> str:
 
 def sweep_jobs(*sweep_dirs: str | Path) -> SweepJobs:
     """The sweeps' jobs with their states (see the module's description)."""
+    from domainbed import command_launchers
+
     from dmg_domainbed.locks import FolderLock
 
     jobs = read_jobs(*sweep_dirs)
     unfinished = [job.folder for job in jobs if job.state != DONE]
-    why, running, notes = "", set(), ()
-    if unfinished:
-        holders = {Path(folder).resolve(): FolderLock(folder).holder() for folder in sweep_dirs}
-        live = {sweep: h for sweep, h in holders.items() if h is not None and not h.stale()}
-        locked = {job for job in unfinished if job.parent.resolve() in live}
-        if locked:  # a live command holds their sweep's folder: it runs them
-            holder = next(iter(live.values()))
-            why, running = f"the sweep's folder is locked by {holder.describe()}", locked
-        if rest := [job for job in unfinished if job not in locked]:
-            asked, running_too, notes = _launchers_running(rest)
-            why, running = why or asked, running | running_too
-    jobs = [replace(job, state=RUNNING) if job.folder in running else job for job in jobs]
-    return SweepJobs(tuple(jobs), why, notes)
-
-
-def _launchers_running(folders: list[Path]) -> tuple[str, set[Path], tuple[str, ...]]:
-    """Which of ``folders`` registered launchers say still run, who said so, who could not."""
-    from domainbed import command_launchers
-
-    running, said, notes = set(), [], []
-    for name, launcher in command_launchers.REGISTRY.items():
+    holders = {Path(d).resolve(): FolderLock(d).holder() for d in sweep_dirs if unfinished}
+    live = {sweep: h for sweep, h in holders.items() if h is not None and not h.stale()}
+    # a live command that holds a sweep's folder runs its unfinished jobs
+    running = {job for job in unfinished if job.parent.resolve() in live}
+    why = (
+        f"the sweep's folder is locked by {next(iter(live.values())).describe()}" if running else ""
+    )
+    rest, said, notes = [job for job in unfinished if job not in running], [], []
+    for name, launcher in command_launchers.REGISTRY.items() if rest else ():
         if (running_jobs := getattr(launcher, "running_jobs", None)) is None:
             continue
         try:
-            found = set(running_jobs(folders, os.environ))
+            found = set(running_jobs(rest, os.environ))
         except UserError as error:
             notes.append(f"launcher {name} could not say whether its jobs still run: {error}")
             continue
         said += [name] if found else []
         running |= found
-    why = f"launcher {' and '.join(said)} says they are queued or running"
-    return why, running, tuple(notes)
+    why = why or f"launcher {' and '.join(said)} says they are queued or running"
+    jobs = [replace(job, state=RUNNING) if job.folder in running else job for job in jobs]
+    return SweepJobs(tuple(jobs), why, tuple(notes))

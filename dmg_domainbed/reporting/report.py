@@ -88,7 +88,7 @@ def pictures_of(
     shown = shown if len(shown) else results
     for dataset in results["dataset"].unique():
         own = records.filter_equals("args.dataset", dataset)
-        pairs = comparisons[comparisons["dataset"] == dataset] if len(comparisons) else None
+        pairs = comparisons[comparisons["dataset"] == dataset]
         of_dataset = shown[shown.algorithm.isin(set(own.select("args.algorithm")))]
         drawn[f"accuracy_{path_part(dataset)}.png"] = accuracy_figure(of_dataset, dataset, pairs)
         environments = datasets.get_dataset_class(dataset).ENVIRONMENTS
@@ -116,17 +116,15 @@ def picture_parts(names: Iterable[str]) -> dict[str, str]:
     }
 
 
-def accuracy_figure(
-    results: pd.DataFrame, dataset: str, comparisons: pd.DataFrame | None = None
-) -> Figure:
+def accuracy_figure(results: pd.DataFrame, dataset: str, comparisons: pd.DataFrame) -> Figure:
     """Per selection method with results, the mean test accuracy per test domain and algorithm
-    and, with ``comparisons``, each paired difference to the reference, with intervals."""
+    and, where ``comparisons`` has any, each paired difference to the reference, with intervals."""
     frame = results[results["dataset"] == dataset]
     every, empty = list(frame["selection_method"].unique()), tables.without_results(frame)
     methods = [method for method in every if method not in empty] or every
     algorithms, domains = list(frame["algorithm"].unique()), list(frame["test_domain"].unique())
     palette, positions = colours(algorithms), np.arange(len(domains))
-    compared = comparisons is not None and len(comparisons) > 0
+    compared = len(comparisons) > 0
     width = max(6.5, 0.32 * len(algorithms) * len(domains) + 2.5)
     fig = figure(width * (1.8 if compared else 1), 2.8 * len(methods) + 0.6)
     axes = fig.subplots(len(methods), 2 if compared else 1, sharex=True, squeeze=False)
@@ -233,19 +231,17 @@ def write_report(
         )
     status = "\n".join(filter(None, notes))
     chosen = tables.selected_frame(ranked)
-    comparisons = paired.compare(chosen, reference, names) if reference else pd.DataFrame()
+    pairs = [(reference, names)] if reference else []  # (reference, the algorithms compared)
     made_of = {record[soups.SOUP]["name"]: record[soups.SOUP]["of"] for record in souped}
     for single in sorted(set(made_of.values()) - {reference}):  # each soup with its runs
-        made = [name for name, of in made_of.items() if of == single]
-        mine = chosen[chosen["algorithm"].isin([single, *made])]
-        comparisons = pd.concat([comparisons, paired.compare(mine, single, [single, *made])])
-    comparisons = comparisons.reset_index(drop=True)
-    if len(comparisons):
-        comparisons = paired.flag_comparisons(comparisons, chosen)
+        pairs.append((single, [single, *(name for name, of in made_of.items() if of == single)]))
+    compared = [paired.compare(chosen, *pair) for pair in pairs]
+    compared = pd.concat(compared) if compared else pd.DataFrame(columns=paired.COLUMNS)
+    comparisons = paired.flag_comparisons(compared.reset_index(drop=True), chosen)
     found = ranks.rankings(chosen, names)
     diagram = ranks.ranks_figure(found)
     # The pictures' differences: to the reference alone (a soup's to its runs are in the tables).
-    drawn = comparisons[comparisons["reference"] == reference] if len(comparisons) else comparisons
+    drawn = comparisons[comparisons["reference"] == reference]
     figures = pictures_of(results, records, drawn, jobs.trained_algorithms())
 
     markdown = tables.results_markdown(results, averages)
@@ -280,16 +276,6 @@ def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -
             )
     run_files.check_environments(records, path)
     folders = {sweep.resolve() for sweep in sweeps}
-    for record in records:
-        made_of = [Path(run) for run in record[soups.SOUP]["runs"]]
-        if outside := [run for run in made_of if run.resolve().parent not in folders]:
-            raise UserError(
-                f"--soups '{soups_dir}' holds a soup ({record[soups.SOUP]['name']}) of runs of "
-                f"another sweep than {_named(sweeps, '')}, e.g. '{outside[0]}': its rows would "
-                "be compared with runs it was not made of. Give the soups of this sweep "
-                f"(dmg-domainbed soup --input_dir {sweeps[0]}), or the sweep those soups were "
-                "made of."
-            )
     reported = {
         job.folder.resolve(): job.records[-1]["args"]["algorithm"]
         for job in jobs.jobs
@@ -298,6 +284,14 @@ def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -
     named = []
     for record in records:
         soup = record[soups.SOUP]
+        if outside := [run for run in soup["runs"] if Path(run).resolve().parent not in folders]:
+            raise UserError(
+                f"--soups '{soups_dir}' holds a soup ({soup['name']}) of runs of "
+                f"another sweep than {_named(sweeps, '')}, e.g. '{outside[0]}': its rows would "
+                "be compared with runs it was not made of. Give the soups of this sweep "
+                f"(dmg-domainbed soup --input_dir {sweeps[0]}), or the sweep those soups were "
+                "made of."
+            )
         of = reported.get(Path(soup["runs"][0]).resolve(), soup["of"])
         soup = {**soup, "of": of, "name": soups.soup_name(of, soup["mode"])}
         named.append(

@@ -81,20 +81,6 @@ def _refused(group: Group, runs: Sequence[Run], why: str, fix: str = "") -> User
     )
 
 
-def _same_network(group: Group, runs: Sequence[Run], why: str) -> UserError:
-    """The refusal of two runs that build different networks, naming the hparams that differ."""
-    first, other = (run.hparams for run in runs)
-    differ = sorted(k for k in {*first, *other} if first.get(k) != other.get(k))
-    fixed = ", ".join(f"{k} ({first.get(k)} and {other.get(k)})" for k in differ)
-    return _refused(
-        group,
-        runs,
-        f"{why}: they differ in the hparams {fixed}",
-        "fix every hparam that shapes or initialises the network for every job of the sweep "
-        "(--hparams, or a sweep file's hparams), beside one init_seed",
-    )
-
-
 def check_shared_seed(groups: dict[Group, list[Run]]) -> None:
     """:class:`UserError` naming the runs of a group that record no shared ``init_seed``."""
     for group, runs in groups.items():
@@ -155,16 +141,28 @@ def mean_weights(states: Sequence[dict]) -> dict[str, torch.Tensor]:
 def _check_same_structure(group: Group, pair: list[Run], states: list[dict], built, first) -> None:
     """:class:`UserError` unless the saved ``states`` of the ``pair`` of runs have the same names,
     shapes and non-floating-point values, and ``built`` (the second's network built afresh from
-    its ``init_seed``) equals ``first`` (the first's, built the same way)."""
+    its ``init_seed``) equals ``first`` (the first's, built the same way); it names the hparams in
+    which the two runs differ."""
+
+    def refused(why: str) -> UserError:
+        one, two = (run.hparams for run in pair)
+        differ = sorted(k for k in {*one, *two} if one.get(k) != two.get(k))
+        fixed = ", ".join(f"{k} ({one.get(k)} and {two.get(k)})" for k in differ)
+        fix = (
+            "fix every hparam that shapes or initialises the network for every job of the sweep "
+            "(--hparams, or a sweep file's hparams), beside one init_seed"
+        )
+        return _refused(group, pair, f"{why}: they differ in the hparams {fixed}", fix)
+
     base, last = states
     shapes = [{k: (v.shape, v.dtype) for k, v in state.items()} for state in states]
     if shapes[0] != shapes[1]:
-        raise _same_network(group, pair, "save networks of different architectures")
+        raise refused("save networks of different architectures")
     for key, value in base.items():
         if not value.is_floating_point() and not torch.equal(value, last[key]):
-            raise _same_network(group, pair, f"differ in '{key}', which is no weight")
+            raise refused(f"differ in '{key}', which is no weight")
     if any(not torch.equal(a, b) for a, b in zip(built, first, strict=True)):
-        raise _same_network(group, pair, f"start from different weights for one {INIT_SEED}")
+        raise refused(f"start from different weights for one {INIT_SEED}")
 
 
 def soups_of_group(group: Group, runs: list[Run], modes, data_dir, on: str) -> list[tuple]:

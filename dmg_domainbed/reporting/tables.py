@@ -91,9 +91,8 @@ def results_frames(records, ranked, jobs: SweepJobs) -> tuple[pd.DataFrame, pd.D
     averages = averages[[*CELL, "test_domain", "accuracy", "stderr", "n_trials", "text"]]
     results = flag_results(results, jobs)
     cells = results[results["test_env"] != AVERAGE]
-    cells = pd.concat([cells, cells.assign(dataset=AVERAGE)])
-    averages = averages.assign(partial=False, diverged_runs=0)
-    return results, _carry_flags(averages, cells, slice(None))
+    cells = pd.concat([cells, cells.assign(dataset=AVERAGE)]).groupby(keys)
+    return results, averages.join(cells.agg({"partial": "any", "diverged_runs": "sum"}), on=keys)
 
 
 def domain_cells(accuracies: pd.DataFrame, keys: list[str], rows: list[tuple]) -> pd.DataFrame:
@@ -202,17 +201,11 @@ def flag_results(results: pd.DataFrame, jobs: SweepJobs) -> pd.DataFrame:
     fullest = trials.groupby([frame["selection_method"], frame["dataset"]]).transform("max")
     frame["partial"] = counted & ((trials < fullest) | np.array([k in unfinished for k in keys]))
     frame["diverged_runs"] = [diverged.get(key, 0) for key in keys]
-    return _carry_flags(frame, frame[cell], ~cell)
-
-
-def _carry_flags(frame: pd.DataFrame, cells: pd.DataFrame, rows) -> pd.DataFrame:
-    """``frame`` whose ``rows`` carry the flags of their (method, dataset, algorithm) cells."""
-    keys = ["selection_method", "dataset", "algorithm"]
-    flags = cells.groupby(keys).agg({"partial": "any", "diverged_runs": "sum"})
-    found = flags.reindex(pd.MultiIndex.from_frame(frame.loc[rows, keys]))
-    frame.loc[rows, "partial"] = found["partial"].fillna(False).to_numpy()
-    frame.loc[rows, "diverged_runs"] = found["diverged_runs"].fillna(0).to_numpy()
-    return frame.astype({"partial": bool, "diverged_runs": int})
+    # an Avg row (flagged by neither): the flags of its row's cells
+    by_row = frame.groupby(["selection_method", "dataset", "algorithm"])
+    frame.loc[~cell, "partial"] = by_row["partial"].transform("any")
+    frame.loc[~cell, "diverged_runs"] = by_row["diverged_runs"].transform("sum")
+    return frame
 
 
 def flags_summary(results: pd.DataFrame, jobs: SweepJobs) -> str:
