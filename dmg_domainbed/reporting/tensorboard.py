@@ -43,14 +43,6 @@ def check_log_dir(log_dir: Path, *sweeps: Path) -> Path:
     return log_dir
 
 
-def run_name(args: dict, folder: Path) -> str:
-    """The TensorBoard run of a run folder, each part escaped (:func:`.folders.path_part`)."""
-    envs = "_".join(str(e) for e in args["test_envs"])
-    seeds = f"hparams{args['hparams_seed']}_trial{args['trial_seed']}_{folder.name}"
-    parts = (args["algorithm"], args["dataset"], f"test_env{envs}", seeds)
-    return "/".join(map(path_part, parts))
-
-
 def export(jobs: SweepJobs, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
     """The runs of ``jobs`` written into ``log_dir``; their TensorBoard names."""
     from tensorboard.plugins.hparams import summary_v2 as hp
@@ -59,13 +51,16 @@ def export(jobs: SweepJobs, ranked: pd.DataFrame, log_dir: Path) -> list[str]:
     by_run = {Path(run): rows for run, rows in ranked.groupby("run", sort=False)}
     runs = sorted((job.folder, job.records) for job in jobs.jobs if job.records)  # folders differ
     log_dir.mkdir(parents=True, exist_ok=True)
-    names = [run_name(records[-1]["args"], folder) for folder, records in runs]
-    for (folder, records), name in zip(runs, names):
+    names = []
+    for folder, records in runs:
+        # the run's name, each part escaped (:func:`.folders.path_part`)
+        args, envs = records[-1]["args"], [str(env) for env in records[-1]["args"]["test_envs"]]
+        seeds = f"hparams{args['hparams_seed']}_trial{args['trial_seed']}_{folder.name}"
+        parts = (args["algorithm"], args["dataset"], f"test_env{'_'.join(envs)}", seeds)
+        names.append(name := "/".join(map(path_part, parts)))
         with SummaryWriter(log_dir=str(log_dir / name)) as writer:
             # its hparams and identity as the HParams plugin takes them; lists, None as JSON
-            args = records[-1]["args"]
-            values = {key: args[key] for key in RUN_KEYS}
-            values["test_envs"] = ",".join(str(e) for e in args["test_envs"])
+            values = {**{key: args[key] for key in RUN_KEYS}, "test_envs": ",".join(envs)}
             values = {
                 key: value if isinstance(value, (bool, numbers.Real, str)) else json.dumps(value)
                 for key, value in {**values, **records[-1]["hparams"]}.items()
