@@ -433,11 +433,7 @@ def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
     hparams = {name: value for name, value in run.hparams.items() if name not in recorded}
     if not augment:
         hparams["data_augmentation"] = False
-    seed, python_state, numpy_state = (
-        run.args.get("seed", 0),
-        random.getstate(),
-        np.random.get_state(),
-    )
+    seed, states = run.args.get("seed", 0), (random.getstate(), np.random.get_state())
     try:
         with torch.random.fork_rng(devices=[]):
             random.seed(seed)
@@ -453,8 +449,8 @@ def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
             "was trained on."
         ) from None
     finally:
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
+        random.setstate(states[0])
+        np.random.set_state(states[1])
     check_rebuilt(run, dataset, hparams)
     return dataset
 
@@ -474,8 +470,10 @@ def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None
     a manifest dataset's recorded classes, images and files (:mod:`.hparams.recorded`), and any
     dataset's smallest training split (from the epoch train.py logs)."""
     then, today = run.hparams, rebuilt_hparams
-    if CLASSES_HPARAM in then and then[CLASSES_HPARAM] != today.get(CLASSES_HPARAM):
-        before, now = then[CLASSES_HPARAM], today.get(CLASSES_HPARAM) or []
+    recorded = (CLASSES_HPARAM, IMAGES_HPARAM, FILES_HPARAM)
+    changed = next((n for n in recorded if n in then and then[n] != today.get(n)), None)
+    before, now = then.get(changed), today.get(changed) or []
+    if changed == CLASSES_HPARAM:
         alike = [
             f"class {label} was {a!r} and is {b!r} today, which differ in {how}"
             for label, (a, b) in enumerate(zip(before, now))
@@ -487,22 +485,16 @@ def check_rebuilt(run: Run, dataset, rebuilt_hparams: Mapping[str, Any]) -> None
             f"order), the dataset has {shortlist([repr(c) for c in now])} today"
             + "".join(f"; {line}" for line in alike[:SHOWN]),
         )
-    if IMAGES_HPARAM in then and then[IMAGES_HPARAM] != today.get(IMAGES_HPARAM):
-        names = type(dataset).ENVIRONMENTS
-
-        def counts(images: list[int]) -> str:
-            return shortlist([f"{name} {n:,}" for name, n in zip(names, images)])
-
-        raise _changed(
-            run,
-            f"its domains held {counts(then[IMAGES_HPARAM])} images, today "
-            f"{counts(today.get(IMAGES_HPARAM) or [])}",
+    if changed == IMAGES_HPARAM:
+        before, now = (
+            [f"{e} {n:,}" for e, n in zip(dataset.ENVIRONMENTS, i)] for i in (before, now)
         )
-    if FILES_HPARAM in then and then[FILES_HPARAM] != today.get(FILES_HPARAM):
+        raise _changed(run, f"its domains held {shortlist(before)} images, today {shortlist(now)}")
+    if changed == FILES_HPARAM:
         raise _changed(
             run,
             "the same classes and numbers of images, but other image files or labels (digest "
-            f"{then[FILES_HPARAM]} when it trained, {today.get(FILES_HPARAM)} today)",
+            f"{before} when it trained, {today.get(FILES_HPARAM)} today)",
         )
     # train.py logs epoch = step * batch_size / min(len(in_split)): from its first record
     # after step 0, the smallest in-split the run trained on.
