@@ -152,11 +152,6 @@ class Average:
         self.averaged: list[torch.Tensor] = []
         self.showing = False  # whether the algorithm's tensors hold the average
 
-    def observe(self, algorithm: nn.Module) -> None:
-        """Note the state's structure before the first update."""
-        if self.structure is None:
-            self.structure = structure(averaged_state(algorithm))
-
     @torch.no_grad()
     def add(self, algorithm: nn.Module) -> None:
         """Take the weights after one update into the average."""
@@ -212,7 +207,8 @@ def structure(state: Mapping[str, torch.Tensor]) -> tuple:
 def _update(previous: Callable, algorithm: nn.Module, *args: Any, **kwargs: Any) -> Any:
     average = average_of(algorithm)
     average.show(False)  # the trained weights are the ones trained
-    average.observe(algorithm)
+    if average.structure is None:  # the state's structure before the first update
+        average.structure = structure(averaged_state(algorithm))
     result = previous(algorithm, *args, **kwargs)
     average.add(algorithm)
     average.show(not algorithm.training)
