@@ -19,6 +19,7 @@ from .helpers import (
     one_loader_worker,
     run_python,
 )
+from .test_check_algorithm import install
 
 
 def hparams_table(names: dict | None = None) -> str:
@@ -165,13 +166,7 @@ TINY_PLUGIN = {
 
 
 def test_any_installed_package_adds_an_algorithm_through_an_entry_point(tmp_path, capsys):
-    source = tmp_path / "tiny"
-    for name, text in TINY_PLUGIN.items():
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        (source / name).write_text(textwrap.dedent(text))
-    site = tmp_path / "site"
-    install = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
-    run_python(*install, "--target", str(site), str(source))  # pip runs as a program only
+    site = install(TINY_PLUGIN, tmp_path)
     out = tmp_path / "run"
     args = ["--algorithm", "TinyERM", "--dataset", "Debug28", "--steps", "2"]
     args += ["--hparams", '{"batch_size": 8}', "--output_dir", str(out)]
