@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from itertools import product
+from itertools import groupby, product
 from pathlib import Path
 
 import numpy as np
@@ -49,26 +49,24 @@ def ordered_algorithms(records) -> list[str]:
 
 def cells_frame(accuracies: pd.DataFrame, keys: list[str], grid: list[tuple]) -> pd.DataFrame:
     """collect_results' cell (its ``format_mean`` of the ``test_acc`` of ``accuracies``, in their
-    order: :func:`selected_frame`'s, sorted by index) for every key of ``grid``; after the cells
-    that share all keys but the last, their average (``Avg``)."""
+    order: :func:`selected_frame`'s, sorted by index) for every key of ``grid``; after the keys
+    of ``grid`` that follow one another sharing all but the last, their average (``Avg``)."""
     from domainbed.scripts.collect_results import format_mean
 
     lists = dict(accuracies.groupby(keys)["test_acc"].agg(list)) if len(accuracies) else {}
     rows = []
-    for key in grid:
-        values = lists.get(key, [])
-        mean, error, _ = format_mean(values, False)
-        error = None if len(values) == 1 else error
-        rows.append([*key, mean, error, len(values), cell_text(mean, error, len(values))])
-    cells = pd.DataFrame(rows, columns=[*keys, "accuracy", "stderr", "n_trials", "text"])
-    cells[["accuracy", "stderr"]] = cells[["accuracy", "stderr"]].astype(float)
-    by_row = cells.groupby(keys[:-1], sort=False)
-    averages = by_row["accuracy"].agg(lambda v: np.nan if v.isna().any() else sum(v) / len(v))
-    averages = averages.reset_index().assign(**{keys[-1]: AVERAGE})
-    averages["text"] = [MISSING if np.isnan(a) else f"{a:.1f}" for a in averages["accuracy"]]
-    parts = [cells.assign(row=by_row.ngroup()), averages.assign(row=range(len(averages)))]
-    frame = pd.concat(parts).sort_values("row", kind="stable", ignore_index=True)
-    return frame.drop(columns="row").astype({"n_trials": "Int64"})
+    for start, row in groupby(grid, key=lambda key: key[:-1]):  # the keys of a table's row
+        means = []
+        for key in row:
+            values = lists.get(key, [])
+            mean, error, _ = format_mean(values, False)
+            error = None if len(values) == 1 else error
+            rows.append([*key, mean, error, len(values), cell_text(mean, error, len(values))])
+            means.append(mean)
+        average = None if None in means else sum(means) / len(means)
+        rows.append([*start, AVERAGE, average, None, None, cell_text(average, None, 1)])
+    frame = pd.DataFrame(rows, columns=[*keys, "accuracy", "stderr", "n_trials", "text"])
+    return frame.astype({"accuracy": float, "stderr": float, "n_trials": "Int64"})
 
 
 def results_frames(records, ranked, jobs: SweepJobs) -> tuple[pd.DataFrame, pd.DataFrame]:
