@@ -12,7 +12,6 @@ import math
 import pickle
 import random
 import re
-import sys
 from collections import namedtuple
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from dmg_domainbed.datasets.manifest import (
     IMAGES_HPARAM,
     MANIFESTS_VARIABLE,
 )
-from dmg_domainbed.errors import UserError
+from dmg_domainbed.errors import UserError, report_once
 from dmg_domainbed.shortlist import SHOWN, how_they_differ, shortlist
 
 RESULTS_FILE = "results.jsonl"
@@ -199,12 +198,9 @@ def read_records(results_path: Path, lenient: bool = False) -> list[dict[str, An
                     "only a half-written last line can be left out. Rerun that job (delete its "
                     "folder, then launch the sweep again), or remove the line by hand."
                 ) from None
-            print(
-                f"dmg-domainbed: warning: '{results_path}': its last line is half-written (a job "
-                f"stopped while writing it?); the {len(records)} complete record(s) before it "
-                "are used",
-                file=sys.stderr,
-                flush=True,
+            report_once(
+                f"warning: '{results_path}': its last line is half-written (a job stopped while "
+                f"writing it?); the {len(records)} complete record(s) before it are used"
             )
     return [r for r in records if isinstance(r, dict)] if lenient else records
 
