@@ -223,8 +223,7 @@ def require(group: str, name: str) -> Any | None:
     error = _failures.get((group, name))
     if obj is not None or error is None or (group, name) in _loading:
         return obj
-    entry_point = entry_points(group)[name]
-    dist = _package(entry_point)
+    entry_point, dist = entry_points(group)[name], _package(entry_points(group)[name])
     trace = "".join(traceback.format_exception(error)).rstrip()
     raise PluginImportError(
         f"DomainBed plugin '{name}' ('{entry_point.value}', group '{group}', from {dist}) "
@@ -339,8 +338,7 @@ def register_manifest_datasets(module: ModuleType, environ=os.environ) -> list[s
         report_once(f"{problem}. It is not registered.")
     registered = []
     for manifest in manifests:
-        refusal = manifest_refusal(module, manifest)
-        if refusal is not None:
+        if (refusal := manifest_refusal(module, manifest)) is not None:
             report_once(refusal)
             continue
         module.__dict__[manifest.name] = dataset_class(manifest)
@@ -413,8 +411,7 @@ def plugin_hparams(
 ) -> dict[str, tuple[Any, Any]]:
     """(default, random) of the hparams that plugin ``name`` of ``group`` declares for runs on
     ``dataset``, given the names already ``defined``."""
-    component = require(group, name)
-    space = getattr(component, "HPARAMS", None)
+    space = getattr(require(group, name), "HPARAMS", None)
     if space is None:
         return {}
     from domainbed.lib import misc
