@@ -34,7 +34,7 @@ from dmg_domainbed.datasets.manifest import (
     file_problems,
     list_files,
 )
-from dmg_domainbed.datasets.training_split import batch_findings, training_holdout_fraction
+from dmg_domainbed.datasets.training_split import batch_findings, train_arguments
 from dmg_domainbed.datasets.when_built import check_and_record
 from dmg_domainbed.errors import UserError
 
@@ -137,12 +137,12 @@ def refuse_short_domains(manifest: Manifest, domains, test_envs, hparams) -> Non
     """:class:`UserError` when ``train.py`` builds the dataset (only it draws training batches
     and knows ``holdout_fraction``) and a training domain cannot fill one batch: its loader
     would wait for ever (:mod:`dmg_domainbed.datasets.training_split`)."""
-    holdout_fraction = training_holdout_fraction()
-    if holdout_fraction is None or hparams.get("class_balanced"):
+    fraction = getattr(train_arguments(), "holdout_fraction", None)  # None: not in train.py
+    if not isinstance(fraction, int | float) or hparams.get("class_balanced"):
         return
     trained = [(d.name, d.images) for i, d in enumerate(domains) if i not in test_envs]
     source = "the run's hparam batch_size"
-    short = batch_findings(manifest.name, trained, hparams["batch_size"], holdout_fraction, source)
+    short = batch_findings(manifest.name, trained, hparams["batch_size"], float(fraction), source)
     if short:
         raise UserError("\n".join(str(finding) for finding in short))
 

@@ -6,7 +6,7 @@ one batch.
 smaller than one batch yields no batch, and the job hangs before its first step without an
 error (unless ``class_balanced``, off in DomainBed's defaults and search, draws whole batches).
 The data check and the sweep's checks apply the rule to the files; a manifest dataset applies
-it when ``train.py`` builds it (:func:`training_holdout_fraction`).
+it when ``train.py`` builds it (the ``--holdout_fraction`` of :func:`train_arguments`).
 """
 
 from __future__ import annotations
@@ -87,10 +87,3 @@ def train_arguments():
     else:
         is_train = Path(getattr(main, "__file__", None) or "").parts[-3:] == TRAIN_SCRIPT
     return getattr(main, "args", None) if is_train else None
-
-
-def training_holdout_fraction() -> float | None:
-    """The ``--holdout_fraction`` of DomainBed's ``train.py`` when this process runs it, else
-    ``None`` (:func:`train_arguments`)."""
-    fraction = getattr(train_arguments(), "holdout_fraction", None)
-    return float(fraction) if isinstance(fraction, int | float) else None
