@@ -25,6 +25,7 @@ from dmg_domainbed.reporting import ranks, soups, tables
 from dmg_domainbed.reporting.jobs import SweepJobs, renamed, sweep_jobs
 from dmg_domainbed.reporting.outputs import check_output_dir, write_files
 from dmg_domainbed.reporting.tables import AVERAGE
+from dmg_domainbed.shortlist import shortlist
 
 NAMED_BARS = 6  # flagged bars named under the panels; more are counted
 RESULTS = ("results.csv", "averages.csv", "results.md", "selected_hparams.csv")
@@ -154,8 +155,7 @@ def accuracy_figure(results: pd.DataFrame, dataset: str, comparisons: pd.DataFra
     for flag, rows in tables.flag_marks(shown).items():
         cells = shown[rows & (shown["test_env"] != AVERAGE)]
         named = sorted({f"{a} ({d})" for a, d in zip(cells["algorithm"], cells["test_domain"])})
-        named = [f"{len(named)} bars (see the tables)"] if len(named) > NAMED_BARS else named
-        notes += [f"{flag}: {', '.join(named)}"] if named else []
+        notes += [f"{flag}: {shortlist(named, NAMED_BARS)}"] if named else []
     if empty and len(empty) < len(every):
         notes.insert(0, f"no result (X in the tables) for: {'; '.join(empty)}")
     if notes:
@@ -195,7 +195,7 @@ def _bars(axis, rows, algorithms, domains, palette, value, title, error_bars, la
 
 
 def write_report(
-    sweep_dir: str | Path | Sequence[str | Path],
+    sweep_dirs: Sequence[str | Path],
     output_dir: str | Path,
     reference: str | None = None,
     soups_dir: str | Path | None = None,
@@ -205,8 +205,7 @@ def write_report(
     rows of their own, each also compared with its runs."""
     from domainbed.lib.query import Q
 
-    given = [sweep_dir] if isinstance(sweep_dir, str | Path) else sweep_dir
-    sweeps = [run_files.require_sweep(folder) for folder in given]
+    sweeps = [run_files.require_sweep(folder) for folder in sweep_dirs]
     output = check_output_dir(Path(output_dir), *sweeps)
     jobs = sweep_jobs(*sweeps)
     souped = read_soups(soups_dir, sweeps, jobs) if soups_dir is not None else []
