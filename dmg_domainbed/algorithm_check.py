@@ -60,12 +60,11 @@ def _where(cls: type, attribute: str) -> str:
     place = f"{owner.__module__}.{owner.__qualname__}.{attribute}"
     try:
         lines, first = inspect.getsourcelines(owner)
-        path = inspect.getsourcefile(owner)
     except (OSError, TypeError):
         return place
     defines = re.compile(rf"\s*(def {attribute}\b|{attribute}\s*[:=])")
     offset = next((i for i, line in enumerate(lines) if defines.match(line)), 0)
-    return f"{place} ({path}:{first + offset})"
+    return f"{place} ({inspect.getsourcefile(owner)}:{first + offset})"
 
 
 def _trace(error: BaseException) -> str:

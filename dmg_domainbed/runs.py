@@ -532,13 +532,11 @@ def rebuild_splits(dataset, args: dict[str, Any]) -> list[EnvSplit]:
     for env_i, env in enumerate(dataset):
         seed = misc.seed_hash(args["trial_seed"], env_i)
         out, in_ = misc.split_dataset(env, int(len(env) * args["holdout_fraction"]), seed)
-        uda_keys: list[int] = []
-        in_keys = list(in_.keys)
-        if env_i in args["test_envs"]:
+        in_keys, uda_keys = list(in_.keys), []
+        if env_i in args["test_envs"]:  # split again as train.py does, into env's indices
             fraction = args.get("uda_holdout_fraction", 0)
-            uda, in_part = misc.split_dataset(in_, int(len(in_) * fraction), seed)
-            uda_keys = [in_.keys[k] for k in uda.keys]
-            in_keys = [in_.keys[k] for k in in_part.keys]
+            uda, in_ = misc.split_dataset(in_, int(len(in_) * fraction), seed)
+            in_keys, uda_keys = [in_keys[k] for k in in_.keys], [in_keys[k] for k in uda.keys]
         splits.append(EnvSplit(env_i, in_keys, list(out.keys), uda_keys))
     return splits
 
