@@ -256,19 +256,27 @@ def write_report(
     return SweepReport(markdown, said, written, jobs, ranked)
 
 
+#: What a soup's own field tells that a report reads.
+SOUP_FIELDS = frozenset({"name", "of", "mode", "runs"})
+
+
 def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -> list[dict]:
     """The records of ``sweeps``' soups in ``soups_dir`` (:func:`.soups.write_soups`), each
     named after what this report calls the runs it was made of (``soup`` named them within their
     own sweep; read beside another sweep, they may be named otherwise)."""
     path = Path(soups_dir) / soups.RECORDS
     records = run_files.read_records(path) if path.is_file() else []
-    if not records or any(soups.SOUP not in record for record in records):
+    if not records:
         raise UserError(
             f"--soups '{soups_dir}' does not hold soups as 'dmg-domainbed soup' writes them "
             f"(their records in {soups.RECORDS}). Give the --output_dir of dmg-domainbed soup."
         )
     for number, record in enumerate(records, start=1):
-        if (wrong := run_files.wrong_field(record, run_files.SWEEP)) is not None:
+        wrong = run_files.wrong_field(record, run_files.SWEEP)
+        soup = record.get(soups.SOUP) if wrong is None else None
+        if wrong is None and not (isinstance(soup, dict) and SOUP_FIELDS <= soup.keys()):
+            wrong = f"its '{soups.SOUP}' is not an object with {', '.join(sorted(SOUP_FIELDS))}"
+        if wrong is not None:
             raise UserError(
                 f"'{path}' line {number} is not a soup's record as 'dmg-domainbed soup' writes "
                 f"it: {wrong}. Make the soups again with dmg-domainbed soup."

@@ -176,6 +176,37 @@ def test_report_refuses_a_soups_folder_that_holds_none(sweep, tmp_path):
     assert code != 0 and "does not hold soups" in errors
 
 
+@pytest.mark.parametrize(
+    "line, wrong",
+    [
+        ("5", "expected a JSON object"),
+        ('{"soup": 3}', "'soup' is not an object with mode, name, of"),
+    ],
+)
+def test_report_refuses_a_soups_file_line_that_is_not_a_soups_record(sweep, tmp_path, line, wrong):
+    made = tmp_path / "soups"
+    code, _, errors = cli("soup", "--input_dir", str(sweep), "--output_dir", str(made))
+    assert code == 0, errors
+    records = (made / "soups.jsonl").read_text().splitlines()
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    # the damaged line replaces the first soup's, the records of train.py's fields kept around it
+    if line.startswith("{"):
+        line = json.dumps({**json.loads(records[0]), **json.loads(line)})
+    (damaged / "soups.jsonl").write_text("\n".join([line, *records[1:]]) + "\n")
+    code, _, errors = cli(
+        "report",
+        "--input_dir",
+        str(sweep),
+        "--soups",
+        str(damaged),
+        "--output_dir",
+        str(tmp_path / "r"),
+    )
+    assert code != 0 and "line 1 is not a soup's record" in errors and wrong in errors
+    assert "Traceback" not in errors
+
+
 @pytest.fixture(scope="module")
 def own_seed_run(tmp_path_factory) -> Path:
     """A run of the group's hparams seed 0 without ``init_seed``: its job's own initialisation."""
