@@ -8,7 +8,7 @@ import pytest
 from domainbed.lib import misc
 
 from dmg_domainbed.errors import UserError
-from dmg_domainbed.integration import ALGORITHM_GROUP, plugins
+from dmg_domainbed.integration import ALGORITHM_GROUP, entry_points, load
 from dmg_domainbed.preflight.hparams import checked_run
 
 from ..helpers import domainbed_script
@@ -16,7 +16,8 @@ from .conftest import build
 
 FLOAT_HPARAMS = [
     pytest.param(cls, h, id=f"{name}.{h.name}")
-    for name, cls in sorted(plugins(ALGORITHM_GROUP).items())
+    for name in sorted(entry_points(ALGORITHM_GROUP))
+    if (cls := load(ALGORITHM_GROUP, name)) is not None
     for h in cls.HPARAMS
     if h.rule.types == (float,)
 ]
