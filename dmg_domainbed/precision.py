@@ -8,8 +8,10 @@ With ``"bf16"``, every algorithm DomainBed builds (:mod:`dmg_domainbed.integrati
 dtype=torch.bfloat16)``: weights, gradients and optimiser state stay fp32, and bf16 has fp32's
 exponent range, so no loss scaling is needed. Predictions are returned as fp32. 4-D weights
 go ``channels_last`` (NHWC kernels for bf16 convolutions) and image inputs are handed over in bf16
-and ``channels_last`` in one copy (autocast would cast them at the first layer, the convolution
-re-lay them out); global average pools take their mean in the layout they are given (an
+and ``channels_last`` in one copy (a network's first layer under autocast computes on bf16 images
+anyway; an algorithm that computes on the images before its network, as DomainBed's Mixup mixes
+two batches, does so in bf16: within a bf16 rounding, about half a level of an 8-bit image after
+DomainBed's normalisation); global average pools take their mean in the layout they are given (an
 ``AdaptiveAvgPool2d`` to 1x1 re-strides its output to ``channels_last``, and the flatten after it
 then costs two launches more in every backward). So a bf16 step launches fp32's kernels and
 autocast's casts, nothing else (``benchmarks/step_counts.py``). Where precision matters, code runs
@@ -57,15 +59,16 @@ FP32_ONLY = {
 }
 
 
-def check(hparams: Mapping[str, Any], owner: str) -> str:
+def check(hparams: Mapping[str, Any], algorithm: type) -> str:
     """The precision ``hparams`` ask for; :class:`UserError` for a value :data:`HPARAMS`
-    refuses, or bf16 for an algorithm in :data:`FP32_ONLY`."""
-    declared = HPARAMS[HPARAM]
+    refuses, or bf16 for an algorithm of :data:`FP32_ONLY` or a subclass of one."""
+    declared, owner = HPARAMS[HPARAM], algorithm.__name__
     value = hparams.get(HPARAM, declared.default)
     declared.check(value, owner)
-    if value == BF16 and owner in FP32_ONLY:
+    fp32_only = [c.__name__ for c in algorithm.__mro__ if c.__name__ in FP32_ONLY]
+    if value == BF16 and fp32_only:
         raise UserError(
-            f"{owner} hparam '{HPARAM}' = '{BF16}' cannot run: {FP32_ONLY[owner]}. "
+            f"{owner} hparam '{HPARAM}' = '{BF16}' cannot run: {FP32_ONLY[fp32_only[0]]}. "
             f"Run {owner} with '{FP32}' (remove '{HPARAM}' from its hparams)."
         )
     return value
@@ -75,7 +78,7 @@ def apply(algorithm: nn.Module, hparams: Mapping[str, Any]) -> None:
     """Make ``algorithm`` run in the precision ``hparams`` ask for (fp32: nothing): the
     methods are replaced on the instance; the layout is set at the first call, once the
     networks exist and sit on their device."""
-    value = check(hparams, type(algorithm).__name__)  # the preflight checks it the same way
+    value = check(hparams, type(algorithm))  # the preflight checks it the same way
     if value == FP32:
         return
     for name in AUTOCAST_METHODS:

@@ -12,6 +12,7 @@ import torch
 from domainbed import algorithms, datasets, hparams_registry
 from torch import nn
 
+from dmg_domainbed import precision
 from dmg_domainbed.algorithms.dmg import masks
 from dmg_domainbed.algorithms.importance_mask.grouped import GroupedLinear
 from dmg_domainbed.algorithms.sfmoe.moe import SparseMoE
@@ -167,6 +168,9 @@ def test_bf16_for_an_algorithm_that_cannot_run_it_is_refused_before_the_first_st
         build("RSC", **BF16)
     with pytest.raises(UserError, match=refused):
         checked_run("RSC", EMBEDDED, BF16)
+    own_rsc = type("OwnRSC", (algorithms.RSC,), {})  # a plugin built on it inherits its step
+    with pytest.raises(UserError, match="OwnRSC hparam 'precision' = 'bf16' cannot run"):
+        precision.check(BF16, own_rsc)
     rsc = build("RSC")  # what the refusal spares: the same step under bf16 autocast
     with pytest.raises(TypeError), torch.autocast("cpu", dtype=torch.bfloat16):
         rsc.update(minibatches(datasets.get_dataset_class(EMBEDDED).INPUT_SHAPE))

@@ -60,6 +60,6 @@ def checked_run(
             fix = f"Give a value of the type of its default, {defaults[name]!r}."
             rule_like(defaults[name]).check(value, what, fix)
     averaging.check(hparams, algorithm)  # the hparams it reads given with its mode
-    precision.check(hparams, algorithm)
+    precision.check(hparams, algorithm_class)
     check_trainable(hparams, algorithm)
     return CheckedRun(algorithm, dataset, shape, hparams)

@@ -9,6 +9,7 @@ from collections import Counter, namedtuple
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -256,8 +257,19 @@ def write_report(
     return SweepReport(markdown, said, written, jobs, ranked)
 
 
-#: What a soup's own field tells that a report reads.
-SOUP_FIELDS = frozenset({"name", "of", "mode", "runs"})
+def soup_problem(soup: Any) -> str | None:
+    """What keeps a record's ``soup`` field from being read as :mod:`.soups` writes it, or
+    None."""
+    if not isinstance(soup, dict):
+        return f"its '{soups.SOUP}' is {soup!r}, not an object"
+    if not all(isinstance(soup.get(field), str) for field in ("name", "of")):
+        return f"its '{soups.SOUP}' has no 'name' and 'of' (the runs' name) as text"
+    if soup.get("mode") not in soups.LABELS:
+        return f"its soup's mode is {soup.get('mode')!r}, not one of {', '.join(soups.LABELS)}"
+    runs = soup.get("runs")
+    if not (isinstance(runs, list) and runs and all(isinstance(run, str) for run in runs)):
+        return f"its soup's 'runs' is {runs!r}, not a list of the run folders it was made of"
+    return None
 
 
 def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -> list[dict]:
@@ -266,17 +278,14 @@ def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -
     own sweep; read beside another sweep, they may be named otherwise)."""
     path = Path(soups_dir) / soups.RECORDS
     records = run_files.read_records(path) if path.is_file() else []
-    if not records:
+    if not records or any(isinstance(r, dict) and soups.SOUP not in r for r in records):
         raise UserError(
             f"--soups '{soups_dir}' does not hold soups as 'dmg-domainbed soup' writes them "
             f"(their records in {soups.RECORDS}). Give the --output_dir of dmg-domainbed soup."
         )
     for number, record in enumerate(records, start=1):
         wrong = run_files.wrong_field(record, run_files.SWEEP)
-        soup = record.get(soups.SOUP) if wrong is None else None
-        if wrong is None and not (isinstance(soup, dict) and SOUP_FIELDS <= soup.keys()):
-            wrong = f"its '{soups.SOUP}' is not an object with {', '.join(sorted(SOUP_FIELDS))}"
-        if wrong is not None:
+        if (wrong := wrong or soup_problem(record[soups.SOUP])) is not None:
             raise UserError(
                 f"'{path}' line {number} is not a soup's record as 'dmg-domainbed soup' writes "
                 f"it: {wrong}. Make the soups again with dmg-domainbed soup."

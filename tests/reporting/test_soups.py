@@ -176,35 +176,34 @@ def test_report_refuses_a_soups_folder_that_holds_none(sweep, tmp_path):
     assert code != 0 and "does not hold soups" in errors
 
 
-@pytest.mark.parametrize(
-    "line, wrong",
-    [
-        ("5", "expected a JSON object"),
-        ('{"soup": 3}', "'soup' is not an object with mode, name, of"),
-    ],
-)
-def test_report_refuses_a_soups_file_line_that_is_not_a_soups_record(sweep, tmp_path, line, wrong):
+def test_report_refuses_a_soups_file_line_that_is_not_a_soups_record(sweep, tmp_path):
     made = tmp_path / "soups"
-    code, _, errors = cli("soup", "--input_dir", str(sweep), "--output_dir", str(made))
-    assert code == 0, errors
-    records = (made / "soups.jsonl").read_text().splitlines()
-    damaged = tmp_path / "damaged"
-    damaged.mkdir()
-    # the damaged line replaces the first soup's, the records of train.py's fields kept around it
-    if line.startswith("{"):
-        line = json.dumps({**json.loads(records[0]), **json.loads(line)})
-    (damaged / "soups.jsonl").write_text("\n".join([line, *records[1:]]) + "\n")
     code, _, errors = cli(
-        "report",
-        "--input_dir",
-        str(sweep),
-        "--soups",
-        str(damaged),
-        "--output_dir",
-        str(tmp_path / "r"),
+        "soup", "--input_dir", str(sweep), "--output_dir", str(made), "--modes", "ensemble"
     )
-    assert code != 0 and "line 1 is not a soup's record" in errors and wrong in errors
-    assert "Traceback" not in errors
+    assert code == 0, errors
+    first, *others = (made / "soups.jsonl").read_text().splitlines()
+    record = json.loads(first)
+    soup = record["soup"]
+    damaged = {  # the first line's replacement, and what the refusal says of it
+        "5": "expected a JSON object",
+        json.dumps({**record, "soup": 3}): "its 'soup' is 3, not an object",
+        json.dumps({**record, "soup": {**soup, "runs": []}}): "'runs' is [], not a list",
+        json.dumps({**record, "soup": {**soup, "mode": "bogus"}}): "mode is 'bogus', not one of",
+        json.dumps({**record, "soup": {**soup, "of": 5}}): "has no 'name' and 'of'",
+        # a run's record, not a soup's: the folder is not soup's output
+        json.dumps({k: v for k, v in record.items() if k != "soup"}): "does not hold soups",
+    }
+    for number, (line, wrong) in enumerate(damaged.items()):
+        folder = tmp_path / f"damaged{number}"
+        folder.mkdir()
+        (folder / "soups.jsonl").write_text("\n".join([line, *others]) + "\n")
+        code, _, errors = cli(
+            "report", "--input_dir", str(sweep), "--soups", str(folder),
+            "--output_dir", str(tmp_path / f"report{number}"),
+        )  # fmt: skip
+        assert code != 0 and wrong in errors, (line, errors)
+        assert "Traceback" not in errors and not (tmp_path / f"report{number}").exists()
 
 
 @pytest.fixture(scope="module")
