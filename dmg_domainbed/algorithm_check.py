@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import default_collate
 
 from dmg_domainbed.errors import UserError
 from dmg_domainbed.rules import with_article
@@ -284,8 +284,11 @@ def _build(run) -> str:
         raise Failed(
             f"{call} with {run.dataset}'s default hparams raised:\n{_trace(error)}"
         ) from None
-    loaders = [DataLoader(environment, batch_size=run.images) for environment in dataset]
-    run.minibatches = [tuple(next(iter(loader))) for loader in loaders]  # each one's first images
+    # each one's first images, stacked as DomainBed's test_models does: a loader would draw a seed
+    run.minibatches = [
+        tuple(default_collate([environment[i] for i in range(run.images)]))
+        for environment in dataset
+    ]
     return call
 
 

@@ -304,3 +304,20 @@ def test_train_names_a_plugin_that_does_not_import_with_its_traceback(broken_sit
     assert "No module named 'a_module_nobody_installed'" in message
     assert "Algorithm not found" not in message
     assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_the_debug_minibatches_draw_no_random_number():
+    """The updates see torch's random stream as right after building the model, as in DomainBed's
+    test_models, which stacks each domain's first images without a loader."""
+    import torch
+
+    from dmg_domainbed import algorithm_check
+
+    run = SimpleNamespace(name="ERM", dataset="Debug28", images=4)
+    run.loaded = algorithm_check.algorithm_class("ERM")
+    algorithm_check._import(run)
+    algorithm_check._build(run)
+    after_build = torch.rand(4)
+    run.build(0)  # the model alone, from the same seed
+    assert torch.equal(after_build, torch.rand(4))
+    assert [tuple(x.shape) for x, _ in run.minibatches] == [(4, 3, 28, 28)] * 3
