@@ -47,6 +47,11 @@ _ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
 _ABSENT = object()
 
 
+def _number(value: Any) -> bool:
+    """An int or a float (numpy's too), not true or false."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _list_of(kind: type) -> Any:
     return lambda value: isinstance(value, list) and all(type(v) is kind for v in value)
 
@@ -55,8 +60,8 @@ def _list_of(kind: type) -> Any:
 #: whole numbers are ``int`` by ``type``, true and false are not).
 KINDS = {
     "a whole number": lambda value: type(value) is int,
-    "a number (an accuracy)": lambda value: type(value) in (int, float),
-    "a number from 0 to 1": lambda value: type(value) in (int, float) and 0 <= value <= 1,
+    "a number (an accuracy)": _number,
+    "a number from 0 to 1": lambda value: _number(value) and 0 <= value <= 1,
     "text": lambda value: isinstance(value, str),
     "text or null": lambda value: value is None or isinstance(value, str),
     "a JSON object of train.py's arguments": lambda value: isinstance(value, Mapping),
@@ -67,21 +72,26 @@ KINDS = {
         lambda value: _list_of(int)(value) and min(value, default=0) >= 0
     ),
 }
-_TEXT = ("args.algorithm", "args.dataset", "args.output_dir", "hparams.precision")
-#: What every field a reader uses must be, wherever a record has it (:data:`KINDS`); a soup's
-#: record (:mod:`dmg_domainbed.reporting.soups`) has ``soup.name``; accuracies are numbers.
+#: What every field a reader uses must be, wherever a record has it (:data:`KINDS`), in the order
+#: they are checked; a soup's record (:mod:`dmg_domainbed.reporting.soups`) has ``soup.name``;
+#: accuracies are numbers.
 FIELD_TYPES = {
     "step": "a whole number",
     "args": "a JSON object of train.py's arguments",
     "hparams": "a JSON object of hparams",
+    "args.algorithm": "text",
+    "args.dataset": "text",
     "args.test_envs": "a list of environment numbers (whole numbers from 0)",
     **dict.fromkeys(("args.hparams_seed", "args.trial_seed", "args.seed"), "a whole number"),
     **dict.fromkeys(("args.holdout_fraction", "args.uda_holdout_fraction"), "a number from 0 to 1"),
-    **dict.fromkeys((*_TEXT, f"hparams.{FILES_HPARAM}", "soup.name"), "text"),
+    "args.output_dir": "text",
     "args.data_dir": "text or null",
+    "hparams.precision": "text",
     f"hparams.{DOMAINS_HPARAM}": "a list of names (text)",
     f"hparams.{CLASSES_HPARAM}": "a list of names (text)",
     f"hparams.{IMAGES_HPARAM}": "a list of whole numbers",
+    f"hparams.{FILES_HPARAM}": "text",
+    "soup.name": "text",
 }
 
 

@@ -12,6 +12,7 @@ from dmg_domainbed.runs import (
     require_model,
     require_sweep,
     run_folders,
+    wrong_field,
 )
 from tests.helpers import cli
 
@@ -118,3 +119,20 @@ def test_two_runs_appended_into_one_folder_are_refused_naming_it(tmp_path):
     )
     assert code == 2 and said in message
     assert not (tmp_path / "o").exists()
+
+
+def test_the_first_wrong_field_is_named_in_the_records_order_of_reading():
+    """args' own fields are checked in the order train.py's record reads: algorithm first."""
+    wrong = {"step": 1, "args": {"algorithm": 5, "test_envs": "x"}, "hparams": {}}
+    assert wrong_field(wrong) == "args.algorithm is 5 (a number); expected text"
+
+
+def test_numbers_of_a_float_subclass_are_numbers():
+    """A record built in Python may hold numpy's floats: an accuracy, a holdout fraction."""
+    import numpy
+
+    args = {**ARGS, "holdout_fraction": numpy.float64(0.2)}
+    assert wrong_field({**record(0), "args": args, "env1_in_acc": numpy.float64(0.5)}) is None
+    assert wrong_field({**record(0), "env1_in_acc": True}) == (
+        "env1_in_acc is true (true or false); expected a number (an accuracy)"
+    )
