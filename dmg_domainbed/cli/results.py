@@ -209,9 +209,10 @@ def evaluate_command(args: argparse.Namespace) -> int:
     algorithm has one, known-domain prediction (DMG soft and hard masks, MultiHead's own head).
     Several runs of one sweep with the same test domains make one table. Writes in_domain.csv
     and in_domain.md."""
-    from dmg_domainbed.reporting.in_domain import write_in_domain
+    from dmg_domainbed.reporting.in_domain import check_comparable, write_in_domain
 
     runs = [read_run(path) for path in args.run_dir]
+    check_comparable(runs)  # what is wrong with the runs given is said before their folders
     output = _beside(runs, "dmg_evaluate", args.output_dir)
     _print_written(write_in_domain([runs], output, args.data_dir))
     return 0

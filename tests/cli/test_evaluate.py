@@ -105,6 +105,19 @@ def test_evaluate_refuses_runs_with_different_test_domains(demo_sweep, tmp_path)
     assert code == 2 and "differ in test_envs" in message
 
 
+def test_runs_with_different_test_domains_are_refused_before_the_output_folder(
+    demo_sweep, tmp_path
+):
+    """What is wrong with the runs given is said first, whatever the output folder holds."""
+    runs, output = runs_of(demo_sweep), tmp_path / "o"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    given = [str(runs[("DMG", 0)]), str(runs[("DMG", 1)])]
+    code, _, message = cli("evaluate", "--run_dir", *given, "--output_dir", str(output))
+    assert code == 2 and "differ in test_envs" in message
+    assert (output / "notes.txt").read_text() == "mine"
+
+
 def test_evaluate_of_a_sweep_folder_names_a_run_inside(demo_sweep):
     code, _, message = cli("evaluate", "--run_dir", str(demo_sweep))
     assert code == 2
