@@ -277,8 +277,6 @@ def _named(jobs: list[Job], describe=Job.name) -> str:
 
 def sweep_jobs(*sweep_dirs: str | Path) -> SweepJobs:
     """The sweeps' jobs with their states (see the module's description)."""
-    from domainbed import command_launchers
-
     from dmg_domainbed.locks import FolderLock
 
     jobs = read_jobs(*sweep_dirs)
@@ -291,16 +289,19 @@ def sweep_jobs(*sweep_dirs: str | Path) -> SweepJobs:
         f"the sweep's folder is locked by {next(iter(live.values())).describe()}" if running else ""
     )
     rest, said, notes = [job for job in unfinished if job not in running], [], []
-    for name, launcher in command_launchers.REGISTRY.items() if rest else ():
-        if (running_jobs := getattr(launcher, "running_jobs", None)) is None:
-            continue
-        try:
-            found = set(running_jobs(rest, os.environ))
-        except UserError as error:
-            notes.append(f"launcher {name} could not say whether its jobs still run: {error}")
-            continue
-        said += [name] if found else []
-        running |= found
-    why = why or f"launcher {' and '.join(said)} says they are queued or running"
+    if rest:  # only then are the launchers (and their plugins) loaded and asked
+        from domainbed import command_launchers
+
+        for name, launcher in command_launchers.REGISTRY.items():
+            if (running_jobs := getattr(launcher, "running_jobs", None)) is None:
+                continue
+            try:
+                found = set(running_jobs(rest, os.environ))
+            except UserError as error:
+                notes.append(f"launcher {name} could not say whether its jobs still run: {error}")
+                continue
+            said += [name] if found else []
+            running |= found
+        why = why or f"launcher {' and '.join(said)} says they are queued or running"
     jobs = [replace(job, state=RUNNING) if job.folder in running else job for job in jobs]
     return SweepJobs(tuple(jobs), why, tuple(notes))

@@ -12,7 +12,7 @@ import pytest
 
 from dmg_domainbed.locks import FolderLock
 from tests.cli.test_report import as_collect_results_prints, collect_results_tables
-from tests.helpers import cli, domainbed_script, runs_of, snapshot
+from tests.helpers import cli, domainbed_script, run_python, runs_of, snapshot
 
 
 def records_of(demo_sweep: Path, target: Path) -> Path:
@@ -95,6 +95,18 @@ def test_a_job_the_launcher_still_runs_is_running(demo_sweep, tmp_path, monkeypa
     assert code == 0
     assert "23 done, 1 running, 0 failed" in printed
     assert "running (launcher queue says they are queued or running)" in printed
+
+
+def test_a_finished_sweep_asks_no_launcher(demo_sweep):
+    """With every job done no launcher (nor a launcher plugin, which may warn) is loaded."""
+    script = f"""
+import sys
+from dmg_domainbed.reporting.jobs import sweep_jobs
+jobs = sweep_jobs({str(demo_sweep)!r})
+assert jobs.why_running == "", jobs.why_running
+assert "domainbed.command_launchers" not in sys.modules
+"""
+    run_python("-c", script)
 
 
 def test_a_diverged_run_is_flagged_wherever_its_numbers_appear(demo_sweep, tmp_path):
