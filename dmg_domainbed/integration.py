@@ -105,9 +105,15 @@ def _package(entry_point: metadata.EntryPoint) -> str:
     return getattr(getattr(entry_point, "dist", None), "name", None) or "an installed package"
 
 
+def _distribution(entry_point: metadata.EntryPoint) -> str:
+    """The name of the distribution that declares ``entry_point``, normalised (PEP 503) as pip
+    names it."""
+    return re.sub(r"[-_.]+", "-", _package(entry_point)).lower()
+
+
 def _own(entry_point: metadata.EntryPoint) -> bool:
-    """Whether this package declares ``entry_point`` (names compared normalised: PEP 503)."""
-    return re.sub(r"[-_.]+", "-", _package(entry_point)).lower() == OWN_DISTRIBUTION
+    """Whether this package declares ``entry_point``."""
+    return _distribution(entry_point) == OWN_DISTRIBUTION
 
 
 @functools.cache
@@ -123,14 +129,14 @@ def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
             continue
         if _own(refused):
             found[name], kept, refused = refused, refused, kept
-        other = _package(refused)
+        other = _distribution(refused)
         report_once(
             f"entry point '{name} = {refused.value}' of group '{group}' (from {other}) is not "
             f"registered: '{name}' is {OWN_DISTRIBUTION}'s own ('{kept.value}'), which every "
             f"command keeps. Rename the entry point in {other}."
             if _own(kept)
             else f"entry point '{name}' of group '{group}' is declared twice ('{kept.value}' "
-            f"from {_package(kept)} and '{refused.value}' from {other}); using the first. "
+            f"from {_distribution(kept)} and '{refused.value}' from {other}); using the first. "
             "Uninstall one of the two packages."
         )
     return found

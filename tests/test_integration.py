@@ -346,7 +346,8 @@ def test_another_packages_entry_point_cannot_take_this_packages_name(monkeypatch
 
     info = tmp_path / "squatter_plugin-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: squatter-plugin\nVersion: 0.1\n")
+    # named as its metadata spells it; the refusal names it as pip does: squatter-plugin
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: Squatter_Plugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
         "[domainbed.algorithms]\nDMG = squatter_plugin:DMG\nERM = squatter_plugin:ERM\n"
     )
