@@ -150,6 +150,11 @@ def leaves_root(relative: str, root: Path) -> bool:
     return os.path.commonpath([inside, os.path.normpath(root)]) != os.path.normpath(root)
 
 
+def _once(text: str | None) -> str:
+    """``text`` (``""`` for a field a short row leaves out) kept once however often it repeats."""
+    return sys.intern(text or "")
+
+
 def _csv_rows(path: Path) -> tuple[Row, ...]:
     """The rows of a manifest's CSV: UTF-8, with or without the byte-order mark spreadsheets
     write. Its labels and domains repeat: each text is kept once (``sys.intern``)."""
@@ -164,7 +169,7 @@ def _csv_rows(path: Path) -> tuple[Row, ...]:
                     f"with the columns {', '.join(CSV_COLUMNS)} (others are ignored)"
                 )
             return tuple(
-                Row(reader.line_num, *(sys.intern(row[c] or "") for c in CSV_COLUMNS))
+                Row(reader.line_num, row["path"] or "", _once(row["label"]), _once(row["domain"]))
                 for row in reader
             )
     except OSError as error:
