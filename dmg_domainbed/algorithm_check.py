@@ -209,12 +209,14 @@ def _draws(component) -> int:
     ]
     lines = []
     for hparam in hparams:
-        key, keeps = hparam.name, [hparam.rule, TRAINABLE.get(hparam.name, hparam.rule)]
+        key = hparam.name
+        keeps = [hparam.rule, TRAINABLE[key]] if key in TRAINABLE else [hparam.rule]
         refused = []
         for (h, t), drawn in zip(seeds, jobs):
             value = drawn[key][1]
-            if problems := [p for rule in keeps if (p := rule.problem(value)) is not None]:
-                refused.append((h, t, value, problems[0]))
+            problem = next((p for rule in keeps if (p := rule.problem(value)) is not None), None)
+            if problem is not None:
+                refused.append((h, t, value, problem))
         if refused:
             h, t, value, problem = refused[0]
             lines.append(
