@@ -353,7 +353,7 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
     as DomainBed's scripts reload models; checked to fit ``dataset`` (the run's, rebuilt)."""
     path = model_file if model_file is not None else require_model(run)
     algorithm_class(run)  # an algorithm unknown here is refused before its model file is read
-    checkpoint = read_checkpoint(run, path, on)
+    checkpoint = read_checkpoint(path, on)
     if dataset is not None:
         check_model_fits(run, path, checkpoint, dataset)
     algorithm = build_algorithm(run, checkpoint)
@@ -361,7 +361,7 @@ def load_algorithm(run: Run, on: str | None = None, model_file: Path | None = No
     return algorithm.to(on or device()).eval()
 
 
-def read_checkpoint(run: Run, path: Path, on: str | None = None) -> dict[str, Any]:
+def read_checkpoint(path: Path, on: str | None = None) -> dict[str, Any]:
     """The checkpoint train.py saved at ``path``, read without running code a file holds."""
     try:
         checkpoint = load_checkpoint(path, map_location=on or device())

@@ -175,7 +175,7 @@ def soups_of_group(group: Group, runs: list[Run], modes, data_dir, on: str) -> l
     checkpoints, logits, first_built = [], [], None  # checkpoints: kept for the weight soups
     for run in runs:
         path = run_files.require_model(run)
-        checkpoint = run_files.read_checkpoint(run, path, "cpu")
+        checkpoint = run_files.read_checkpoint(path, "cpu")
         run_files.check_model_fits(run, path, checkpoint, dataset)
         algorithm = run_files.build_algorithm(run, checkpoint)
         if weighted:
