@@ -47,29 +47,33 @@ _ACCURACY_KEY = re.compile(r"env(\d+)_(?:in|out)_acc")
 _ABSENT = object()
 
 
+def _whole(value: Any) -> bool:
+    """An int (a subclass too), not true or false."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _number(value: Any) -> bool:
     """An int or a float (numpy's too), not true or false."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _list_of(kind: type) -> Any:
-    return lambda value: isinstance(value, list) and all(type(v) is kind for v in value)
+def _list_of(test: Any) -> Any:
+    return lambda value: isinstance(value, list) and all(map(test, value))
 
 
-#: Each kind of value a record's fields hold, by what a message calls it, and its test (JSON's
-#: whole numbers are ``int`` by ``type``, true and false are not).
+#: Each kind of value a record's fields hold, by what a message calls it, and its test.
 KINDS = {
-    "a whole number": lambda value: type(value) is int,
+    "a whole number": _whole,
     "a number (an accuracy)": _number,
     "a number from 0 to 1": lambda value: _number(value) and 0 <= value <= 1,
     "text": lambda value: isinstance(value, str),
     "text or null": lambda value: value is None or isinstance(value, str),
     "a JSON object of train.py's arguments": lambda value: isinstance(value, Mapping),
     "a JSON object of hparams": lambda value: isinstance(value, Mapping),
-    "a list of names (text)": _list_of(str),
-    "a list of whole numbers": _list_of(int),
+    "a list of names (text)": _list_of(lambda value: isinstance(value, str)),
+    "a list of whole numbers": _list_of(_whole),
     "a list of environment numbers (whole numbers from 0)": (
-        lambda value: _list_of(int)(value) and min(value, default=0) >= 0
+        _list_of(lambda value: _whole(value) and value >= 0)
     ),
 }
 #: What every field a reader uses must be, wherever a record has it (:data:`KINDS`), in the order

@@ -136,3 +136,16 @@ def test_numbers_of_a_float_subclass_are_numbers():
     assert wrong_field({**record(0), "env1_in_acc": True}) == (
         "env1_in_acc is true (true or false); expected a number (an accuracy)"
     )
+
+
+def test_whole_numbers_of_an_int_subclass_are_whole_numbers():
+    """A record built in Python may hold an int subclass (an IntEnum); true is no number."""
+    import enum
+
+    seed = enum.IntEnum("Seed", {"FIRST": 1}).FIRST
+    envs = {**ARGS, "trial_seed": seed, "test_envs": [seed]}
+    assert wrong_field({**record(0), "args": envs, "step": seed}) is None
+    assert wrong_field({**record(0), "args": {**ARGS, "test_envs": [True]}}) == (
+        "args.test_envs is [true] (a list); expected a list of environment numbers "
+        "(whole numbers from 0)"
+    )
