@@ -96,6 +96,9 @@ def test_runs_that_draw_are_named_past_a_neighbour_whose_record_is_not_train_py_
     sweep = tmp_path / "sweep"
     erm = write_run(sweep / "erm", [{**record(0), "args": {**ARGS, "algorithm": "ERM"}}])
     write_run(sweep / "listed", [record(0), [1, 2]])
+    damaged = write_run(sweep / "m_damaged", [record(0)])  # a line cut short, not its last
+    erm_record = json.dumps({**record(0), "args": {**ARGS, "algorithm": "ERM"}})
+    (damaged / "results.jsonl").write_text('{"step": 0, "ar\n' + erm_record + "\n")
     dmg = write_run(sweep / "z_dmg", [record(0)])
     with pytest.raises(UserError, match=f"Runs of those next to it: {dmg}"):
         require_drawing(read_run(erm), "masks")

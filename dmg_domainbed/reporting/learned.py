@@ -25,7 +25,10 @@ def require_drawing(run: Run, command: str) -> None:
     drawing = [n for n in algorithms.ALGORITHMS if declarations_of(get(n)).LEARNED_PICTURES]
     siblings = []
     for folder in runs.run_folders(run.path.parent):
-        records = runs.read_records(folder / runs.RESULTS_FILE)
+        try:
+            records = runs.read_records(folder / runs.RESULTS_FILE)
+        except UserError:  # a hint only: a damaged neighbour is passed over
+            continue
         last = records[-1] if records and runs.wrong_field(records[-1]) is None else {}
         if last.get("args", {}).get("algorithm") in drawing:
             siblings.append(str(folder))
