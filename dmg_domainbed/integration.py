@@ -122,11 +122,12 @@ def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
     own wherever another stands on ``sys.path``; one two others claim keeps the first. Each
     refused entry point is reported once."""
     found: dict[str, metadata.EntryPoint] = {}
-    for refused in metadata.entry_points(group=group):
-        name = refused.name
-        kept = found.setdefault(name, refused)
-        if kept is refused or kept.value == refused.value:
+    for entry_point in metadata.entry_points(group=group):
+        name = entry_point.name
+        kept = found.setdefault(name, entry_point)
+        if kept is entry_point or kept.value == entry_point.value:
             continue
+        refused = entry_point  # the later of two claims, unless it is this package's own
         if _own(refused):
             found[name], kept, refused = refused, refused, kept
         other = _distribution(refused)
@@ -229,7 +230,8 @@ def require(group: str, name: str) -> Any | None:
     error = _failures.get((group, name))
     if obj is not None or error is None or (group, name) in _loading:
         return obj
-    entry_point, dist = entry_points(group)[name], _package(entry_points(group)[name])
+    entry_point = entry_points(group)[name]
+    dist = _package(entry_point)
     trace = "".join(traceback.format_exception(error)).rstrip()
     raise PluginImportError(
         f"DomainBed plugin '{name}' ('{entry_point.value}', group '{group}', from {dist}) "
