@@ -12,8 +12,9 @@ root by default, ignored by git) holds:
 * ``DomainBed/``: DomainBed at the commit this package is tested against, from a local checkout
   (``git archive``);
 * ``COMMIT``: this checkout's commit, which the results file records;
-* ``run.sh``: on the GPU machine, installs the wheels of distributions missing there, and this
-  package's (``pip install --no-index --no-deps``; the machine's own copies stay), stops in
+* ``run.sh``: on the GPU machine, installs the wheels of distributions missing there or at a
+  version this package does not accept, and this package's (``pip install --no-index
+  --no-deps``; the machine's own copies of the others stay), stops in
   seconds, naming them, where a distribution the package needs, directly or through another, is
   still missing (the GPU machine lacks one this list assumes), puts DomainBed on a ``.pth``
   file, keeps torch's and Hugging Face's caches under ``/tmp`` offline, and runs
@@ -43,9 +44,10 @@ PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x8
 # What DomainBed (wilds and what it imports), the package and its tests need beyond what the GPU
 # machine is expected to have (torch, torchvision, timm, pandas, scipy, pytest, pytest-xdist,
 # tensorboard and what they require). The machine's own copies win: run.sh installs a wheel only
-# where its distribution is missing there, and this package's wheel always.
+# where its distribution is missing there or at a version this package does not accept (a pytest
+# too new for pytest-xdist's grouping: pyproject.toml), and this package's wheel always.
 WHEELS = """
-wilds ogb outdated littleutils pytz flufl.lock atpublic scikit-posthocs submitit cloudpickle
+pytest wilds ogb outdated littleutils pytz flufl.lock atpublic scikit-posthocs submitit cloudpickle
 parameterized hatchling pathspec tomlkit trove-classifiers tabulate psutil tqdm scikit-learn
 joblib threadpoolctl matplotlib contourpy cycler fonttools kiwisolver pyparsing seaborn
 statsmodels patsy formulaic interface-meta narwhals wrapt requests urllib3 idna certifi
@@ -71,23 +73,34 @@ install() {
     "$python" -m pip install --no-index --no-deps --quiet --break-system-packages "$@"
   }
 }
-# A wheel whose distribution the machine already has is left out: its own copy stays.
+# A wheel whose distribution the machine already has, at a version the package accepts, is left
+# out: its own copy stays.
 mapfile -t wheels < <("$python" - "$bundle"/wheels/*.whl <<'PY'
+import email
 import importlib.metadata as metadata
 import os
 import sys
+import zipfile
 
-from packaging.utils import parse_wheel_filename
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
-for wheel in sys.argv[1:]:
-    name = parse_wheel_filename(os.path.basename(wheel))[0]
+wheels = {parse_wheel_filename(os.path.basename(wheel))[0]: wheel for wheel in sys.argv[1:]}
+with zipfile.ZipFile(wheels["dmg-domainbed"]) as package:
+    info = next(name for name in package.namelist() if name.endswith(".dist-info/METADATA"))
+    requires = email.message_from_bytes(package.read(info)).get_all("Requires-Dist") or []
+accepted = {}
+for requirement in map(Requirement, requires):
+    name = canonicalize_name(requirement.name)
+    accepted[name] = accepted.get(name, SpecifierSet()) & requirement.specifier
+for name, wheel in wheels.items():
     try:
-        if name != "dmg-domainbed":
-            metadata.version(name)
-            continue
+        keep = metadata.version(name) in accepted.get(name, SpecifierSet())
     except metadata.PackageNotFoundError:
-        pass
-    print(wheel)
+        keep = False
+    if name == "dmg-domainbed" or not keep:
+        print(wheel)
 PY
 )
 install "${wheels[@]}"

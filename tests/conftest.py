@@ -7,6 +7,7 @@ instructions; only the modules marked ``no_domainbed`` (pure maths on torch) run
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import shutil
 import sys
@@ -48,6 +49,29 @@ def pytest_configure(config):
 
         # The in-process tests use tiny tensors: extra threads only contend for the cores.
         torch.set_num_threads(1)
+
+
+_RUNNERS = ("pytest", "pytest-xdist")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Stop before any test runs where ``--dist loadgroup`` would not group.
+
+    pytest-xdist 3.8 marks a test's group by appending ``@GROUP`` to its node id, which pytest
+    9.2's structured node ids ignore (pytest-dev/pytest-xdist#1386): every test then goes to
+    any worker, so the shared demo run, the test Slurm cluster and module-wide fixtures are
+    made once per worker, and the run takes minutes longer without failing. Every test here
+    has a group (:func:`pytest_collection_modifyitems`), so a worker's ids without one say so.
+    """
+    if node.config.option.dist == "loadgroup" and not all("@" in i for i in ids):
+        versions = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in _RUNNERS)
+        pytest.exit(
+            f"pytest-xdist does not group the tests with {versions} (the shared runs would be "
+            "made once per worker): install the versions the test extra allows, "
+            'python -m pip install -e ".[domainbed,test]", or run in one process with -n 0',
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 # Fixtures computed once per worker process, and the tests that need them.
