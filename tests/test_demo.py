@@ -5,6 +5,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from dmg_domainbed.algorithms.importance_mask.importance_mask import ImportanceMask
 from tests.helpers import (
     DEMO_ALGORITHMS,
@@ -138,6 +140,7 @@ def test_second_run_resumes_only_unfinished_jobs(demo_run, tmp_path):
     assert {key: snapshot(runs[key]) for key in others} == others
 
 
+@pytest.mark.slow  # a sweep of 32 new processes that train
 def test_trials_and_hparam_samples_give_standard_errors_and_intervals(tmp_path):
     output = tmp_path / "demo"
     code, printed, _ = cli_launching(
