@@ -61,7 +61,7 @@ def pytest_xdist_node_collection_finished(node, ids):
     pytest-xdist 3.8 marks a test's group by appending ``@GROUP`` to its node id, which pytest
     9.2's structured node ids ignore (pytest-dev/pytest-xdist#1386): every test then goes to
     any worker, so the shared demo run, the test Slurm cluster and module-wide fixtures are
-    made once per worker, and the run takes minutes longer without failing. Every test here
+    made once per worker, and the run does that work again without failing. Every test here
     has a group (:func:`pytest_collection_modifyitems`), so a worker's ids without one say so.
     """
     if node.config.option.dist == "loadgroup" and not all("@" in i for i in ids):
