@@ -443,7 +443,8 @@ def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
     hparams = {name: value for name, value in run.hparams.items() if name not in recorded}
     if not augment:
         hparams["data_augmentation"] = False
-    seed, states = run.args.get("seed", 0), (random.getstate(), np.random.get_state())
+    seed = run.args.get("seed", 0)
+    python_state, numpy_state = random.getstate(), np.random.get_state()  # the caller's
     try:
         with torch.random.fork_rng(devices=[]):
             random.seed(seed)
@@ -459,8 +460,8 @@ def load_dataset(run: Run, data_dir: str | None = None, augment: bool = True):
             "was trained on."
         ) from None
     finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
     check_rebuilt(run, dataset, hparams)
     return dataset
 

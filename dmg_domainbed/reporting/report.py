@@ -9,7 +9,6 @@ from collections import Counter, namedtuple
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -257,21 +256,6 @@ def write_report(
     return SweepReport(markdown, said, written, jobs, ranked)
 
 
-def soup_problem(soup: Any) -> str | None:
-    """What keeps a record's ``soup`` field from being read as :mod:`.soups` writes it, or
-    None."""
-    if not isinstance(soup, dict):
-        return f"its '{soups.SOUP}' is {soup!r}, not an object"
-    if not all(isinstance(soup.get(field), str) for field in ("name", "of")):
-        return f"its '{soups.SOUP}' has no 'name' and 'of' (the runs' name) as text"
-    if soup.get("mode") not in soups.LABELS:
-        return f"its soup's mode is {soup.get('mode')!r}, not one of {', '.join(soups.LABELS)}"
-    runs = soup.get("runs")
-    if not (isinstance(runs, list) and runs and all(isinstance(run, str) for run in runs)):
-        return f"its soup's 'runs' is {runs!r}, not a list of the run folders it was made of"
-    return None
-
-
 def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -> list[dict]:
     """The records of ``sweeps``' soups in ``soups_dir`` (:func:`.soups.write_soups`), each
     named after what this report calls the runs it was made of (``soup`` named them within their
@@ -285,7 +269,7 @@ def read_soups(soups_dir: str | Path, sweeps: Sequence[Path], jobs: SweepJobs) -
         )
     for number, record in enumerate(records, start=1):
         wrong = run_files.wrong_field(record, run_files.SWEEP)
-        if (wrong := wrong or soup_problem(record[soups.SOUP])) is not None:
+        if (wrong := wrong or soups.soup_problem(record[soups.SOUP])) is not None:
             raise UserError(
                 f"'{path}' line {number} is not a soup's record as 'dmg-domainbed soup' writes "
                 f"it: {wrong}. Make the soups again with dmg-domainbed soup."

@@ -21,6 +21,7 @@ import json
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -49,6 +50,21 @@ Group = tuple[str, str, tuple[int, ...], int]
 def soup_name(name: str, mode: str) -> str:
     """``ERM (soup: greedy)``; ``ERM (bf16, soup: greedy)`` for runs named ``ERM (bf16)``."""
     return f"{name[:-1]}, {LABELS[mode]})" if name.endswith(")") else f"{name} ({LABELS[mode]})"
+
+
+def soup_problem(soup: Any) -> str | None:
+    """What keeps a record's ``soup`` field from being read as :func:`write_soups` writes it, or
+    None."""
+    if not isinstance(soup, dict):
+        return f"its '{SOUP}' is {soup!r}, not an object"
+    if not all(isinstance(soup.get(field), str) for field in ("name", "of")):
+        return f"its '{SOUP}' has no 'name' and 'of' (the runs' name) as text"
+    if soup.get("mode") not in LABELS:
+        return f"its soup's mode is {soup.get('mode')!r}, not one of {', '.join(LABELS)}"
+    runs = soup.get("runs")
+    if not (isinstance(runs, list) and runs and all(isinstance(run, str) for run in runs)):
+        return f"its soup's 'runs' is {runs!r}, not a list of the run folders it was made of"
+    return None
 
 
 def soup_groups(sweep: Path) -> dict[Group, list[Run]]:
